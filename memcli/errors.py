@@ -1,0 +1,71 @@
+"""The errors memcli raises, each with the exit code the CLI gives it."""
+
+from __future__ import annotations
+
+
+class MemcliError(Exception):
+    """Base of every error memcli raises on purpose.
+
+    `hint` says how to fix it; the CLI prints `Error: <message>. <hint>` and exits with `exit_code`.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}. {self.hint}"
+        return self.message
+
+
+class UsageError(MemcliError):
+    """A bad flag, value or argument."""
+
+    exit_code = 2
+
+
+class ConfigError(MemcliError):
+    """An invalid configuration file or environment variable."""
+
+    exit_code = 2
+
+
+class InputError(MemcliError):
+    """Malformed input: a transcript line, a record on stdin, a reply from an LLM."""
+
+    exit_code = 2
+
+
+class SessionNotFound(MemcliError):
+    """The session does not exist in the store."""
+
+    exit_code = 1
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"no session {session_id!r}",
+            "Run `memcli sessions` to see the sessions",
+        )
+        self.session_id = session_id
+
+
+class StoreError(MemcliError):
+    """The database failed: locked, corrupt, unwritable."""
+
+    exit_code = 1
+
+
+class ProviderError(MemcliError):
+    """The LLM provider failed: unreachable, timeout, refused, rate limited."""
+
+    exit_code = 1
+
+
+class ModelError(MemcliError):
+    """The embedding model is missing or failed to load."""
+
+    exit_code = 1

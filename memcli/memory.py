@@ -1,0 +1,380 @@
+"""Memory: a session's short-term window under a token budget, and its long-term blocks."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from memcli.blocks.base import BlockContext, MemoryBlock
+from memcli.errors import UsageError
+from memcli.flush import Budget, plan_flush, truncation_order
+from memcli.messages import Message
+from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
+from memcli.tokens import TiktokenTokenizer, Tokenizer, message_tokens
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from pathlib import Path
+
+INSERT_METHODS = ("system", "user")
+
+
+def new_session_id() -> str:
+    """A short random session id."""
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class Flush:
+    """A flush that happened: the batch that left short-term memory, and why it has its shape."""
+
+    id: int
+    messages: list[Message]
+    tokens: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class BlockContent:
+    """A block's content in an assembled context, and what truncation did to it."""
+
+    name: str
+    priority: int
+    content: str
+    tokens: int
+    original_tokens: int
+    truncated: str | None = None  # None, "cut" or "dropped"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What `get()` assembles: the messages to send, and how the blocks contributed."""
+
+    messages: list[Message]
+    blocks: list[BlockContent] = field(default_factory=list)
+    history_tokens: int = 0
+    memory_text: str = ""
+
+
+class Memory:
+    """Short-term memory for one session, with long-term blocks, persisted in a store."""
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: str | None = None,
+        user_id: str = "default",
+        budget: Budget | None = None,
+        tokenizer: Tokenizer | None = None,
+        memory_blocks: Iterable[MemoryBlock] = (),
+        insert_method: str = "system",
+    ) -> None:
+        if insert_method not in INSERT_METHODS:
+            raise UsageError(
+                f"unknown insert_method {insert_method!r}", "Use 'system' or 'user'"
+            )
+        self.store = store
+        self.tokenizer: Tokenizer = tokenizer or TiktokenTokenizer()
+        self.insert_method = insert_method
+        self.memory_blocks: list[MemoryBlock] = list(memory_blocks)
+        names = [b.name for b in self.memory_blocks]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise UsageError(
+                f"block names must be unique; repeated: {', '.join(duplicates)}",
+                "Give each block its own name",
+            )
+        self.session_id = session_id or new_session_id()
+        info = store.get_session(self.session_id)
+        if info is None:
+            self.budget = budget or Budget()
+            self.user_id = user_id
+            info = store.create_session(
+                self.session_id,
+                user_id,
+                self.budget.token_limit,
+                self.budget.chat_history_token_ratio,
+                self.budget.flush_size,
+            )
+        else:
+            self.user_id = info.user_id
+            stored = Budget(info.token_limit, info.chat_history_token_ratio, info.token_flush_size)
+            self.budget = budget or stored
+            if self.budget != stored:
+                store.update_session_budget(
+                    self.session_id,
+                    self.budget.token_limit,
+                    self.budget.chat_history_token_ratio,
+                    self.budget.flush_size,
+                )
+        self._window: list[WindowEntry] = []
+        self._window_tokens = 0
+        self._version = -2
+
+    @classmethod
+    def from_defaults(
+        cls,
+        session_id: str | None = None,
+        user_id: str = "default",
+        token_limit: int = 30000,
+        chat_history_token_ratio: float = 0.7,
+        token_flush_size: int | None = None,
+        insert_method: str = "system",
+        memory_blocks: Iterable[MemoryBlock] = (),
+        db: str | Path | Store | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> Memory:
+        """A Memory as LlamaIndex builds one; `db=None` is an in-memory SQLite database."""
+        from memcli.store.sqlite import SQLiteStore
+
+        store = db if db is not None and not isinstance(db, str | bytes) and hasattr(db, "transaction") else None
+        if store is None:
+            store = SQLiteStore(db)  # type: ignore[arg-type]
+        budget = Budget(token_limit, chat_history_token_ratio, token_flush_size)
+        return cls(
+            store,  # type: ignore[arg-type]
+            session_id=session_id,
+            user_id=user_id,
+            budget=budget,
+            tokenizer=tokenizer,
+            memory_blocks=memory_blocks,
+            insert_method=insert_method,
+        )
+
+    # -- the short-term window --------------------------------------------------------------------
+
+    @property
+    def token_limit(self) -> int:
+        return self.budget.token_limit
+
+    @property
+    def threshold(self) -> float:
+        return self.budget.threshold
+
+    def session(self) -> SessionInfo:
+        info = self.store.get_session(self.session_id)
+        assert info is not None
+        return info
+
+    def _sync(self) -> None:
+        """Reload the cached active window if the session changed since it was read."""
+        version = self.store.session_version(self.session_id)
+        if version != self._version:
+            self._window = self.store.active_window(self.session_id)
+            self._window_tokens = sum(e.tokens for e in self._window)
+            self._version = version
+
+    def active_tokens(self) -> int:
+        self._sync()
+        return self._window_tokens
+
+    def count_tokens(self, message: Message) -> int:
+        return message_tokens(message, self.tokenizer)
+
+    def put(self, message: Message) -> list[Flush]:
+        """Store a message, then flush if the window is over budget; return the flushes."""
+        return self.put_messages([message])
+
+    def put_messages(self, messages: Sequence[Message], *, feed_blocks: bool = True) -> list[Flush]:
+        """Store messages (in one call), then flush once for the call; return the flushes.
+
+        With `feed_blocks=False` the flushed batches are archived but not handed to the blocks.
+        """
+        messages = [_as_message(m) for m in messages]
+        if not messages:
+            return []
+        with self.store.transaction():
+            self._sync()
+            tokens = [self.count_tokens(m) for m in messages]
+            ids = self.store.append_messages(
+                self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
+            )
+            self._window.extend(
+                WindowEntry(i, m.role, t) for i, m, t in zip(ids, messages, tokens, strict=True)
+            )
+            self._window_tokens += sum(tokens)
+            flushes = self._flush()
+            self._version = self.store.session_version(self.session_id)
+        if feed_blocks and self.memory_blocks:
+            for flush in flushes:
+                self.feed_blocks(flush)
+        return flushes
+
+    def _flush(self) -> list[Flush]:
+        """Archive the batches the flush policy picks (each one a transaction)."""
+        if self._window_tokens <= self.budget.threshold:
+            return []
+        window = self._window
+        batches = plan_flush(
+            [e.role for e in window],
+            [e.tokens for e in window],
+            self.budget.threshold,
+            self.budget.flush_size,
+        )
+        if not batches:
+            return []
+        flushes = []
+        for batch in batches:
+            entries = window[batch.start : batch.end]
+            ids = [e.id for e in entries]
+            with self.store.transaction():
+                flush_id = self.store.archive(self.session_id, ids, batch.tokens, batch.describe())
+            flushes.append(Flush(flush_id, [], batch.tokens, batch.describe()))
+        moved = batches[-1].end
+        self._window = window[moved:]
+        self._window_tokens -= sum(b.tokens for b in batches)
+        if not self.memory_blocks:
+            return flushes
+        # Only blocks need the batches' messages: read them back as stored.
+        out = []
+        for flush, batch in zip(flushes, batches, strict=True):
+            ids = [e.id for e in window[batch.start : batch.end]]
+            batch_messages = self.store.get_messages(self.session_id, ids=ids)
+            out.append(Flush(flush.id, batch_messages, flush.tokens, flush.reason))
+        return out
+
+    def feed_blocks(self, flush: Flush) -> None:
+        """Hand a flushed batch to every block."""
+        for block in self.memory_blocks:
+            block.put(list(flush.messages), self.block_context(flush.id))
+
+    def block_context(self, flush_id: int | None = None) -> BlockContext:
+        return BlockContext(self.session_id, self.user_id, self.store, self.tokenizer, flush_id)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def get_all(self, status: str | None = None) -> list[Message]:
+        """Every message of the session in order (active and archived), or those of one status."""
+        if status not in (None, "active", "archived"):
+            raise UsageError(f"unknown status {status!r}", "Use 'active' or 'archived'")
+        return self.store.get_messages(self.session_id, status=status)
+
+    def get(self, input: str | Message | None = None) -> list[Message]:
+        """The active messages with long-term memory inserted, as they would go to an LLM."""
+        return self.context(input).messages
+
+    def context(self, input: str | Message | None = None) -> Context:
+        """Assemble what `get()` returns, with each block's content and what truncation cut."""
+        history = self.store.get_messages(self.session_id, status="active")
+        history_tokens = sum(m.tokens or 0 for m in history)
+        if not self.memory_blocks:
+            return Context(list(history), [], history_tokens, "")
+        shown = list(history)
+        if input is not None:
+            shown.append(input if isinstance(input, Message) else Message("user", input))
+        ctx = self.block_context()
+        contents: dict[str, str] = {}
+        for block in self.memory_blocks:
+            text = block.get(shown, ctx)
+            if text:
+                contents[block.name] = text
+        original = {name: self.tokenizer.count(text) for name, text in contents.items()}
+        truncated = self._truncate(contents, original, history_tokens)
+        blocks = []
+        for block in self.memory_blocks:
+            if block.name not in original:
+                continue
+            text = contents.get(block.name, "")
+            blocks.append(
+                BlockContent(
+                    name=block.name,
+                    priority=block.priority,
+                    content=text,
+                    tokens=self.tokenizer.count(text) if text else 0,
+                    original_tokens=original[block.name],
+                    truncated=truncated.get(block.name),
+                )
+            )
+        memory_text = render_memory([(b.name, b.content) for b in blocks if b.content])
+        messages = insert_memory(history, memory_text, self.insert_method)
+        return Context(messages, blocks, history_tokens, memory_text)
+
+    def _truncate(
+        self, contents: dict[str, str], original: dict[str, int], history_tokens: int
+    ) -> dict[str, str]:
+        """Cut block contents in place until blocks + history fit the token limit."""
+        over = sum(original.values()) + history_tokens - self.budget.token_limit
+        what: dict[str, str] = {}
+        if over <= 0:
+            return what
+        order = [self.memory_blocks[i] for i in truncation_order([b.priority for b in self.memory_blocks])]
+        for block in order:
+            if over <= 0:
+                break
+            text = contents.get(block.name)
+            if not text:
+                continue
+            shorter = block.truncate(text, over)
+            before = self.tokenizer.count(text)
+            if shorter:
+                over -= before - self.tokenizer.count(shorter)
+                if shorter != text:
+                    contents[block.name] = shorter
+                    what[block.name] = "cut"
+            else:
+                over -= before
+                del contents[block.name]
+                what[block.name] = "dropped"
+        for block in order:
+            if over <= 0:
+                break
+            text = contents.pop(block.name, None)
+            if text:
+                over -= self.tokenizer.count(text)
+                what[block.name] = "dropped"
+        return what
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def set(self, messages: Sequence[Message]) -> None:
+        """Replace the active window with these messages; archived history is kept. No flush."""
+        messages = [_as_message(m) for m in messages]
+        with self.store.transaction():
+            self.store.delete_active(self.session_id)
+            self.store.append_messages(
+                self.session_id, [NewMessage(m, self.count_tokens(m)) for m in messages]
+            )
+        self._version = -2
+
+    def reset(self) -> int:
+        """Delete the session's messages (active and archived); return how many. Blocks keep theirs."""
+        count = self.store.delete_messages(self.session_id)
+        self._version = -2
+        return count
+
+
+def _as_message(value: Message | dict[str, object]) -> Message:
+    if isinstance(value, Message):
+        return value
+    return Message.from_dict(value)
+
+
+def render_memory(blocks: Sequence[tuple[str, str]]) -> str:
+    """`<memory>`, each block as `<NAME>`, content, `</NAME>` on their own lines, `</memory>`."""
+    if not blocks:
+        return ""
+    parts = ["<memory>"]
+    for name, content in blocks:
+        parts.extend((f"<{name}>", content, f"</{name}>"))
+    parts.append("</memory>")
+    return "\n".join(parts)
+
+
+def insert_memory(history: Sequence[Message], memory_text: str, insert_method: str) -> list[Message]:
+    """Put the rendered memory into the messages, as the reference does."""
+    result = list(history)
+    if not memory_text:
+        return result
+    if insert_method == "system":
+        for i, m in enumerate(result):
+            if m.role == "system":
+                result[i] = m.with_content(f"{memory_text}\n{m.content}")
+                return result
+        return [Message("system", memory_text), *result]
+    for i in range(len(result) - 1, -1, -1):
+        if result[i].role == "user":
+            result[i] = result[i].with_content(f"{memory_text}\n{result[i].content}")
+            return result
+    result.append(Message("user", memory_text))
+    return result

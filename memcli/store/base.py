@@ -1,0 +1,124 @@
+"""The Store protocol: everything the engine asks of a database, and the records it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from contextlib import AbstractContextManager
+
+    from memcli.messages import Message
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session: its user, the budget it was created with, and its counts."""
+
+    id: str
+    user_id: str
+    token_limit: int
+    chat_history_token_ratio: float
+    token_flush_size: int
+    created_at: datetime
+    updated_at: datetime
+    active_messages: int = 0
+    archived_messages: int = 0
+    active_tokens: int = 0
+    flushes: int = 0
+
+    @property
+    def threshold(self) -> float:
+        return self.token_limit * self.chat_history_token_ratio
+
+
+@dataclass(frozen=True)
+class FlushRecord:
+    """One flush: which messages left short-term memory, when, and how many tokens they held."""
+
+    id: int
+    session_id: str
+    created_at: datetime
+    messages: int
+    tokens: int
+    first_message_id: int
+    last_message_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class WindowEntry:
+    """What the flush policy needs of an active message."""
+
+    id: int
+    role: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message about to be stored, with its token count."""
+
+    message: Message
+    tokens: int
+
+
+class Store(Protocol):
+    """What the engine needs of a backend. Every SQL statement lives behind it."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """All writes inside happen together or not at all (nested calls join the outer one)."""
+        ...
+
+    def close(self) -> None: ...
+
+    # sessions
+    def get_session(self, session_id: str) -> SessionInfo | None: ...
+
+    def create_session(
+        self,
+        session_id: str,
+        user_id: str,
+        token_limit: int,
+        ratio: float,
+        flush_size: int,
+    ) -> SessionInfo: ...
+
+    def update_session_budget(
+        self, session_id: str, token_limit: int, ratio: float, flush_size: int
+    ) -> None: ...
+
+    def list_sessions(self, user_id: str | None = None) -> list[SessionInfo]: ...
+
+    def delete_session(self, session_id: str) -> int:
+        """Delete the session and its messages and flushes; return how many messages went."""
+        ...
+
+    def session_version(self, session_id: str) -> int:
+        """A number that changes whenever the session's messages change."""
+        ...
+
+    # messages
+    def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:
+        """Store messages as active, after every earlier one; return their ids."""
+        ...
+
+    def active_window(self, session_id: str) -> list[WindowEntry]: ...
+
+    def get_messages(
+        self, session_id: str, status: str | None = None, ids: Sequence[int] | None = None
+    ) -> list[Message]: ...
+
+    def iter_messages(self, session_id: str, status: str | None = None) -> Iterator[Message]: ...
+
+    def archive(self, session_id: str, message_ids: Sequence[int], tokens: int, reason: str) -> int:
+        """Mark these active messages archived under a new flush; return the flush id."""
+        ...
+
+    def delete_active(self, session_id: str) -> int: ...
+
+    def delete_messages(self, session_id: str) -> int: ...
+
+    def list_flushes(self, session_id: str) -> list[FlushRecord]: ...

@@ -1,0 +1,95 @@
+"""Token counting: tiktoken (lazy, offline) behind a small protocol, and a message's token count."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from memcli.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import tiktoken
+
+    from memcli.messages import Message
+
+DEFAULT_ENCODING = "cl100k_base"
+
+
+class Tokenizer(Protocol):
+    """Anything that counts the tokens of a text."""
+
+    def count(self, text: str) -> int: ...
+
+
+def litellm_tokenizer_dir() -> Path | None:
+    """Where litellm's wheel keeps tiktoken's encodings, found without importing litellm."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+    return folder if folder.is_dir() else None
+
+
+@lru_cache(maxsize=8)
+def load_encoding(name: str) -> tiktoken.Encoding:
+    """Load a tiktoken encoding offline, from the copies that litellm ships."""
+    if "TIKTOKEN_CACHE_DIR" not in os.environ:
+        folder = litellm_tokenizer_dir()
+        if folder is not None:
+            os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+    import tiktoken
+
+    try:
+        return tiktoken.get_encoding(name)
+    except ValueError:
+        raise ConfigError(
+            f"unknown tiktoken encoding {name!r}",
+            "Use cl100k_base, o200k_base or p50k_base",
+        ) from None
+    except Exception as exc:  # a download attempt that fails offline
+        raise ConfigError(
+            f"cannot load tiktoken encoding {name!r}: {exc}",
+            "Use cl100k_base, o200k_base or p50k_base, which work offline",
+        ) from None
+
+
+class TiktokenTokenizer:
+    """Counts tokens with a tiktoken encoding, as LlamaIndex does (special tokens allowed)."""
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+        self.encoding_name = encoding
+        self._encoding: Any = None
+
+    def _get(self) -> tiktoken.Encoding:
+        if self._encoding is None:
+            self._encoding = load_encoding(self.encoding_name)
+        return self._encoding
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self._get().encode(text, allowed_special="all"))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        encoding = self._get()
+        return [len(encoding.encode(t, allowed_special="all")) if t else 0 for t in texts]
+
+
+class WordTokenizer:
+    """One token per white-space separated word: a fast stand-in for tests and examples."""
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+def message_tokens(message: Message, tokenizer: Tokenizer) -> int:
+    """A message's tokens: its text, plus `str(metadata)` when it has metadata (as the reference)."""
+    total = tokenizer.count(message.content)
+    if message.metadata:
+        total += tokenizer.count(str(message.metadata))
+    return total
