@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
@@ -30,9 +30,10 @@ class Flush:
     """A flush that happened: the batch that left short-term memory, and why it has its shape."""
 
     id: int
-    messages: list[Message]
+    message_ids: list[int]
     tokens: int
     reason: str
+    messages: list[Message] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -220,19 +221,17 @@ class Memory:
             ids = [e.id for e in entries]
             with self.store.transaction():
                 flush_id = self.store.archive(self.session_id, ids, batch.tokens, batch.describe())
-            flushes.append(Flush(flush_id, [], batch.tokens, batch.describe()))
+            flushes.append(Flush(flush_id, ids, batch.tokens, batch.describe()))
         moved = batches[-1].end
         self._window = window[moved:]
         self._window_tokens -= sum(b.tokens for b in batches)
         if not self.memory_blocks:
             return flushes
         # Only blocks need the batches' messages: read them back as stored.
-        out = []
-        for flush, batch in zip(flushes, batches, strict=True):
-            ids = [e.id for e in window[batch.start : batch.end]]
-            batch_messages = self.store.get_messages(self.session_id, ids=ids)
-            out.append(Flush(flush.id, batch_messages, flush.tokens, flush.reason))
-        return out
+        return [
+            replace(f, messages=self.store.get_messages(self.session_id, ids=f.message_ids))
+            for f in flushes
+        ]
 
     def feed_blocks(self, flush: Flush) -> None:
         """Hand a flushed batch to every block."""

@@ -1,0 +1,6 @@
+"""`python -m memcli`."""
+
+from memcli.cli.app import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The command-line tool: a thin layer over the library."""

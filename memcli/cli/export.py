@@ -1,0 +1,27 @@
+"""`memcli export SESSION`: the session as JSON Lines that `memcli import` reads back."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from memcli.cli import common, output
+
+
+def export_command(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(help="The session id (see `memcli sessions`).")],
+    all_: Annotated[bool, typer.Option("--all", help="Include archived messages, with their status.")] = False,
+) -> None:
+    """Write a session's messages as JSON Lines on stdout (active ones, or all with --all).
+
+    Example: memcli export demo --all > demo.jsonl && memcli import demo.jsonl --session copy
+    """
+    from memcli.transcripts import export_lines
+
+    s = common.settings(ctx)
+    store = common.open_store(s, must_exist=True)
+    common.require_session(store, session)
+    messages = store.iter_messages(session, status=None if all_ else "active")
+    output.emit_all(export_lines(messages, with_status=all_))

@@ -1,0 +1,125 @@
+"""`memcli import FILE`: put a transcript through the engine, all or nothing."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from memcli.cli import common, output
+
+
+def import_command(
+    ctx: typer.Context,
+    file: Annotated[str, typer.Argument(help="A transcript: JSON Lines or a JSON array; - for stdin.")],
+    session: Annotated[
+        str | None,
+        typer.Option("--session", help="Put everything in this session (default: from the records, else new)."),
+    ] = None,
+    user: common.User = None,
+    token_limit: common.TokenLimit = None,
+    ratio: common.Ratio = None,
+    flush_size: common.FlushSize = None,
+    put: Annotated[
+        str,
+        typer.Option(
+            "--put",
+            help="How messages are put: one call per record (call), one at a time (message), all at once (batch).",
+        ),
+    ] = "call",
+    no_blocks: Annotated[
+        bool,
+        typer.Option("--no-blocks", help="Store and flush without feeding long-term blocks (they catch up later)."),
+    ] = False,
+    json_: common.Json = False,
+) -> None:
+    """Import a transcript; messages go through the engine, so flushes happen as they would live.
+
+    Formats: one {"role", "content"} message per line (optional session, name, timestamp, metadata),
+    one {"messages": [...]} conversation per line, or a JSON array of messages. A malformed record
+    stops the import (exit 2) and nothing of it is stored.
+
+    Example: memcli import chat.jsonl --session demo --token-limit 4000
+    """
+    from memcli.errors import UsageError
+    from memcli.memory import Memory
+    from memcli.transcripts import PUT_MODES, import_records, read_transcript
+
+    if put not in PUT_MODES:
+        raise UsageError(f"unknown --put {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
+    s = common.settings(ctx, user=user)
+    records = read_transcript(file)  # validated whole before the store is touched
+    total = sum(len(r.messages) for r in records)
+    store = common.open_store(s)
+    tokenizer = common.tokenizer(s)
+    blocks = [] if no_blocks else common.make_blocks(s, store)
+
+    def open_memory(session_id: str) -> Memory:
+        info = store.get_session(session_id)
+        if info is not None and user is not None and info.user_id != user:
+            raise UsageError(
+                f"session {session_id!r} belongs to user {info.user_id!r}, not {user!r}",
+                "Import into another --session, or leave out --user",
+            )
+        return Memory(
+            store,
+            session_id,
+            user_id=s.user,
+            budget=common.budget_for(s, info, token_limit, ratio, flush_size),
+            tokenizer=tokenizer,
+            memory_blocks=blocks,
+            insert_method=s.insert_method,
+        )
+
+    with _progress(total) as advance:
+        result = import_records(
+            records,
+            store=store,
+            open_memory=open_memory,
+            session_id=session,
+            put=put,
+            feed_blocks=not no_blocks,
+            progress=advance,
+        )
+    for new in result.new_sessions:
+        if session is None:
+            output.info(f"New session: {new}")
+    summary: dict[str, Any] = {
+        "type": "summary",
+        "sessions": result.sessions,
+        "new_sessions": result.new_sessions,
+        "messages": result.messages,
+        "calls": result.calls,
+        "flushes": result.flushes,
+        "archived_messages": result.archived,
+        "blocks_fed": not no_blocks and bool(blocks),
+    }
+    names = ", ".join(result.sessions) or "no session"
+    output.info(
+        f"Imported {result.messages:,} messages into {names}: "
+        f"{result.flushes:,} flushes, {result.archived:,} messages archived."
+    )
+    if json_:
+        output.emit_all([summary])
+
+
+class _progress:
+    """A progress bar on stderr, only on a terminal and only for big inputs."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.bar: Any = None
+
+    def __enter__(self) -> Any:
+        if self.total < 5000 or not output.stderr_is_tty():
+            return lambda n: None
+        from rich.progress import Progress
+
+        self.bar = Progress(console=output.err(), transient=True)
+        self.bar.start()
+        task = self.bar.add_task("Importing", total=self.total)
+        return lambda n: self.bar.advance(task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,151 @@
+"""The output layer: consoles, JSON Lines, tables, errors. All styled output goes through here."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from rich.console import Console
+
+    from memcli.errors import MemcliError
+
+
+def _color_off() -> bool:
+    return bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"
+
+
+@lru_cache(maxsize=1)
+def out() -> Console:
+    """The console for data on stdout."""
+    from rich.console import Console
+
+    return Console(no_color=_color_off(), highlight=False, soft_wrap=False)
+
+
+@lru_cache(maxsize=1)
+def err() -> Console:
+    """The console for messages, hints and progress on stderr."""
+    from rich.console import Console
+
+    return Console(stderr=True, no_color=_color_off(), highlight=False)
+
+
+def stdout_is_tty() -> bool:
+    return sys.stdout.isatty()
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def wants_json(flag: bool) -> bool:
+    """JSON Lines when asked for, or when stdout is not a terminal."""
+    return flag or not stdout_is_tty()
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        from memcli.messages import format_time
+
+        return format_time(value)
+    if hasattr(value, "__fspath__"):
+        return os.fspath(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def json_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, default=_default)
+
+
+def emit(record: dict[str, Any]) -> None:
+    """Write one JSON Lines record to stdout."""
+    sys.stdout.write(json_line(record) + "\n")
+
+
+def emit_all(records: Iterable[dict[str, Any]]) -> None:
+    for record in records:
+        emit(record)
+    sys.stdout.flush()
+
+
+def info(message: str) -> None:
+    """A message for the person (stderr)."""
+    err().print(message, markup=False, highlight=False)
+
+
+def note(message: str) -> None:
+    """A styled message for the person (stderr); markup allowed."""
+    err().print(message)
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A rich table on stdout."""
+    from rich.table import Table
+
+    grid = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for column in columns:
+        justify = "right" if column.lower() in NUMERIC_COLUMNS else "left"
+        grid.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in rows:
+        grid.add_row(*(cell if isinstance(cell, str) else _cell(cell) for cell in row))
+    out().print(grid)
+
+
+NUMERIC_COLUMNS = {"#", "id", "tokens", "active", "archived", "flushes", "messages", "rank", "score"}
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M")
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return value if hasattr(value, "__rich_console__") else str(value)
+
+
+def preview(text: str, width: int = 60) -> str:
+    """One line of a message, cut to `width` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def gauge(active: int, threshold: float, limit: int, width: int = 30) -> str:
+    """A text gauge of active tokens against the flush threshold and the token limit (rich markup)."""
+    width = max(10, width)
+    filled = min(width, round(width * active / limit)) if limit else 0
+    mark = min(width - 1, round(width * threshold / limit)) if limit else 0
+    color = "red" if active > threshold else ("yellow" if active > 0.8 * threshold else "green")
+    cells = []
+    for i in range(width):
+        char = "█" if i < filled else "·"
+        if i == mark:
+            char = "┃" if i >= filled else "╋"
+        cells.append(char)
+    bar = "".join(cells)
+    return (
+        f"[{color}]{bar}[/] {active:,} / {threshold:,.0f} threshold / {limit:,} limit"
+    )
+
+
+def print_error(error: MemcliError) -> None:
+    """`Error: <what happened>. <how to fix it>` on stderr."""
+    text = error.message
+    if error.hint:
+        text = f"{text}. {error.hint}"
+    if not text.endswith((".", "!", "?")):
+        text += "."
+    err().print(f"[bold red]Error:[/] {_escape(text)}")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

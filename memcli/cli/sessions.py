@@ -1,0 +1,58 @@
+"""`memcli sessions`: every session with its user, counts and budget use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from memcli.cli import common, output
+
+
+def sessions_command(ctx: typer.Context, user: common.User = None, json_: common.Json = False) -> None:
+    """List sessions: user, active and archived messages, active tokens against the threshold.
+
+    Example: memcli sessions --json | jq .session
+    """
+    s = common.settings(ctx)
+    path = s.db_path
+    infos = [] if not path.exists() else common.open_store(s).list_sessions(user)
+    records: list[dict[str, Any]] = [
+        {
+            "type": "session",
+            "session": i.id,
+            "user": i.user_id,
+            "active_messages": i.active_messages,
+            "archived_messages": i.archived_messages,
+            "active_tokens": i.active_tokens,
+            "threshold": i.threshold,
+            "token_limit": i.token_limit,
+            "flush_size": i.token_flush_size,
+            "flushes": i.flushes,
+            "created_at": i.created_at,
+            "updated_at": i.updated_at,
+        }
+        for i in infos
+    ]
+    if output.wants_json(json_):
+        output.emit_all(records)
+        return
+    if not infos:
+        output.info("No sessions yet. Start one with `memcli import FILE` or `memcli chat`.")
+        return
+    output.table(
+        None,
+        ["session", "user", "active", "archived", "tokens / threshold", "flushes", "last activity"],
+        [
+            (
+                i.id,
+                i.user_id,
+                i.active_messages,
+                i.archived_messages,
+                f"{i.active_tokens:,} / {i.threshold:,.0f}",
+                i.flushes,
+                i.updated_at.astimezone(),
+            )
+            for i in infos
+        ],
+    )

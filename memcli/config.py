@@ -1,0 +1,202 @@
+"""Settings: resolved once from flags > MEMCLI_* environment > TOML file > defaults.
+
+The library never reads the environment: the CLI passes `os.environ` to `load_settings`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+@dataclass(frozen=True)
+class Field:
+    """One setting: where it sits in the TOML file, its environment variable and its type."""
+
+    name: str
+    section: str | None
+    key: str
+    env: str | None
+    kind: type
+    default: Any
+
+
+#: Every setting. config.example.toml mirrors this table (a test checks it).
+FIELDS: tuple[Field, ...] = (
+    Field("user", None, "user", "MEMCLI_USER", str, "default"),
+    Field("db", None, "db", "MEMCLI_DB", str, None),
+    Field("token_limit", "memory", "token_limit", "MEMCLI_TOKEN_LIMIT", int, 30000),
+    Field("ratio", "memory", "chat_history_token_ratio", "MEMCLI_RATIO", float, 0.7),
+    Field("flush_size", "memory", "token_flush_size", "MEMCLI_FLUSH_SIZE", int, None),
+    Field("insert_method", "memory", "insert_method", "MEMCLI_INSERT_METHOD", str, "system"),
+    Field("encoding", "memory", "encoding", "MEMCLI_ENCODING", str, "cl100k_base"),
+    Field("model", "llm", "model", "MEMCLI_MODEL", str, None),
+    Field("api_base", "llm", "api_base", "MEMCLI_API_BASE", str, None),
+    Field("llm_timeout", "llm", "timeout", "MEMCLI_LLM_TIMEOUT", float, 60.0),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, resolved. `blocks` holds the raw `[[blocks]]` tables of the config file."""
+
+    home: Path
+    config_path: Path | None = None
+    user: str = "default"
+    db: str | None = None
+    token_limit: int = 30000
+    ratio: float = 0.7
+    flush_size: int | None = None
+    insert_method: str = "system"
+    encoding: str = "cl100k_base"
+    model: str | None = None
+    api_base: str | None = None
+    llm_timeout: float = 60.0
+    blocks: tuple[dict[str, Any], ...] | None = None
+    explicit: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def db_path(self) -> Path:
+        """The database file: --db, MEMCLI_DB or `db` in the config, else $MEMCLI_HOME/memcli.db."""
+        if self.db:
+            return Path(self.db).expanduser()
+        return self.home / "memcli.db"
+
+
+def default_home(env: Mapping[str, str]) -> Path:
+    if env.get("MEMCLI_HOME"):
+        return Path(env["MEMCLI_HOME"]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("memcli", appauthor=False))
+
+
+def default_config_path(env: Mapping[str, str]) -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("memcli", appauthor=False)) / "config.toml"
+
+
+def _convert(value: Any, spec: Field, where: str) -> Any:
+    if value is None:
+        return None
+    if spec.kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
+    elif spec.kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+    elif spec.kind is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif spec.kind is str:
+        if isinstance(value, str):
+            return value or None
+    raise ConfigError(
+        f"{where}: {spec.key} must be {spec.kind.__name__}, not {value!r}",
+        "See config.example.toml for every setting and its type",
+    )
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML config file; errors name the file."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"no config file at {path}", "Check --config or MEMCLI_CONFIG") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}", "Fix the file; see config.example.toml") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}", "Check its permissions") from None
+
+
+def load_settings(
+    env: Mapping[str, str],
+    flags: Mapping[str, Any] | None = None,
+    config_path: str | Path | None = None,
+) -> Settings:
+    """Resolve every setting: flags > MEMCLI_* environment > TOML file > defaults."""
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    path: Path | None = None
+    if config_path is not None:
+        path = Path(config_path).expanduser()
+    elif env.get("MEMCLI_CONFIG"):
+        path = Path(env["MEMCLI_CONFIG"]).expanduser()
+    else:
+        candidate = default_config_path(env)
+        if candidate.is_file():
+            path = candidate
+    data = read_toml(path) if path is not None else {}
+    _check_known(data, path)
+    values: dict[str, Any] = {}
+    explicit: set[str] = set()
+    for spec in FIELDS:
+        table = data if spec.section is None else data.get(spec.section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [{spec.section}] must be a table", "See config.example.toml")
+        value = spec.default
+        if spec.key in table:
+            value = _convert(table[spec.key], spec, str(path))
+            explicit.add(spec.name)
+        if spec.env and env.get(spec.env):
+            value = _convert(env[spec.env], spec, f"environment variable {spec.env}")
+            explicit.add(spec.name)
+        if spec.name in flags:
+            value = flags[spec.name]
+            explicit.add(spec.name)
+        values[spec.name] = value
+    blocks = data.get("blocks")
+    if blocks is not None:
+        if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+            raise ConfigError(f"{path}: blocks must be [[blocks]] tables", "See config.example.toml")
+        blocks = tuple(blocks)
+    known = {f.name for f in fields(Settings)}
+    values = {k: v for k, v in values.items() if k in known}
+    return Settings(
+        home=default_home(env),
+        config_path=path,
+        blocks=blocks,
+        explicit=frozenset(explicit),
+        **values,
+    )
+
+
+def _check_known(data: dict[str, Any], path: Path | None) -> None:
+    """Unknown keys are mistakes worth telling about (a typo silently ignored costs hours)."""
+    top = {f.key for f in FIELDS if f.section is None}
+    sections: dict[str, set[str]] = {}
+    for spec in FIELDS:
+        if spec.section is not None:
+            sections.setdefault(spec.section, set()).add(spec.key)
+    for key, value in data.items():
+        if key == "blocks" or key in top:
+            continue
+        if key in sections and isinstance(value, dict):
+            unknown = sorted(set(value) - sections[key])
+            if unknown:
+                raise ConfigError(
+                    f"{path}: unknown setting {key}.{unknown[0]}",
+                    f"Known settings in [{key}]: {', '.join(sorted(sections[key]))}",
+                )
+            continue
+        raise ConfigError(f"{path}: unknown setting {key!r}", "See config.example.toml for every setting")

@@ -1,0 +1,216 @@
+"""Reading and writing transcripts. Every error names the place (file and line) it comes from.
+
+Formats read:
+- JSON Lines, one message per line: `{"role", "content"}` with optional `session`, `name`,
+  `timestamp`, `metadata`;
+- JSON Lines, one conversation per line: `{"messages": [...]}` (OpenAI fine-tuning files), with an
+  optional `session`;
+- a JSON array of messages.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from memcli.errors import InputError
+from memcli.messages import Message
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
+
+PUT_MODES = ("message", "batch", "call")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record of a transcript: a message, or a conversation of several, and where it was."""
+
+    line: int
+    messages: list[Message]
+    session: str | None = None
+    is_conversation: bool = False
+
+
+def read_transcript(source: str | Path, stdin: IO[bytes] | None = None) -> list[Record]:
+    """Read and validate a whole transcript (`-` is stdin); raises InputError naming the line."""
+    name = str(source)
+    if name == "-":
+        if stdin is None:
+            import sys
+
+            stdin = sys.stdin.buffer
+        data = stdin.read()
+        name = "<stdin>"
+    else:
+        try:
+            with open(source, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            raise InputError(f"no such file: {name}", "Check the path") from None
+        except OSError as exc:
+            raise InputError(f"cannot read {name}: {exc}", "Check the path and permissions") from None
+    return parse_transcript(data, name)
+
+
+def parse_transcript(data: bytes, name: str = "<input>") -> list[Record]:
+    """Parse transcript bytes in any of the formats read."""
+    stripped = data.lstrip()
+    if stripped.startswith(b"\xef\xbb\xbf"):
+        stripped = stripped[3:].lstrip()
+    if stripped.startswith(b"["):
+        return _parse_array(data, name)
+    return list(_parse_lines(data, name))
+
+
+def _decode(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{where}: invalid UTF-8 at byte {exc.start}", "Save the file as UTF-8"
+        ) from None
+
+
+def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        where = f"{name}:{number}"
+        text = _decode(raw, where).strip()
+        if number == 1:
+            text = text.lstrip("\ufeff")
+        if not text:
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: invalid JSON ({exc.msg})", "Each line must be one JSON object") from None
+        yield _record(obj, number, where)
+
+
+def _parse_array(data: bytes, name: str) -> list[Record]:
+    text = _decode(data, name).lstrip("\ufeff")
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{name}:{exc.lineno}: invalid JSON ({exc.msg})", "The file must be one JSON array"
+        ) from None
+    if not isinstance(items, list):
+        raise InputError(f"{name}: expected a JSON array of messages", "See `memcli import --help`")
+    return [_record(item, i, f"{name}: item {i}", in_array=True) for i, item in enumerate(items)]
+
+
+def _record(obj: Any, line: int, where: str, in_array: bool = False) -> Record:
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}", _FORMATS)
+    session = obj.get("session")
+    if session is not None and (not isinstance(session, str) or not session.strip()):
+        raise InputError(f"{where}: session must be a non-empty string", _FORMATS)
+    if "messages" in obj and not in_array:
+        items = obj["messages"]
+        if not isinstance(items, list):
+            raise InputError(f"{where}: messages must be a list", _FORMATS)
+        messages = [_message(item, f"{where}: message {i}") for i, item in enumerate(items)]
+        return Record(line, messages, session, is_conversation=True)
+    return Record(line, [_message(obj, where)], session)
+
+
+def _message(obj: Any, where: str) -> Message:
+    try:
+        return Message.from_dict(obj)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc.message}", exc.hint) from None
+
+
+_FORMATS = (
+    'Write one {"role": ..., "content": ...} per line, one {"messages": [...]} per line,'
+    " or a JSON array of messages"
+)
+
+
+def plan_calls(records: Iterable[Record], put: str = "call") -> list[list[Message]]:
+    """Group a transcript's messages into put calls.
+
+    `message`: one put per message; `batch`: one put_messages with everything; `call`: one call per
+    record (a conversation line is one put_messages call, a single-message line a call of one).
+    """
+    if put not in PUT_MODES:
+        raise InputError(f"unknown put mode {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
+    records = list(records)
+    if put == "batch":
+        everything = [m for r in records for m in r.messages]
+        return [everything] if everything else []
+    if put == "message":
+        return [[m] for r in records for m in r.messages]
+    return [list(r.messages) for r in records if r.messages]
+
+
+def export_lines(messages: Iterable[Message], *, with_status: bool = False) -> Iterator[dict[str, Any]]:
+    """Records that `read_transcript` reads back to the same messages."""
+    for m in messages:
+        record = m.to_dict()
+        if m.session_id is not None:
+            record["session"] = m.session_id
+        if with_status:
+            record["status"] = m.status
+        yield record
+
+
+@dataclass
+class ImportResult:
+    """What an import stored."""
+
+    sessions: dict[str, int]
+    new_sessions: list[str]
+    messages: int = 0
+    calls: int = 0
+    flushes: int = 0
+    archived: int = 0
+    tokens: int = 0
+
+
+def import_records(
+    records: list[Record],
+    *,
+    store: Any,
+    open_memory: Any,
+    session_id: str | None = None,
+    put: str = "call",
+    feed_blocks: bool = True,
+    progress: Any = None,
+) -> ImportResult:
+    """Put a transcript's messages through the engine, session by session, all or nothing.
+
+    `open_memory(session_id) -> Memory` opens (or creates) a session's memory; every session of
+    the import shares one store, and the whole import is one transaction: if any part fails,
+    nothing of it is stored. `progress(n)` is told how many messages were just put.
+    """
+    from memcli.memory import new_session_id
+
+    default_session = session_id or None
+    groups: dict[str, list[Record]] = {}
+    for record in records:
+        target = session_id or record.session or default_session
+        if target is None:
+            target = default_session = new_session_id()
+        groups.setdefault(target, []).append(record)
+    result = ImportResult(sessions={}, new_sessions=[])
+    with store.transaction():
+        for target, group in groups.items():
+            if store.get_session(target) is None:
+                result.new_sessions.append(target)
+            memory = open_memory(target)
+            count = 0
+            for call in plan_calls(group, put):
+                flushes = memory.put_messages(call, feed_blocks=feed_blocks)
+                result.calls += 1
+                result.flushes += len(flushes)
+                result.archived += sum(len(f.message_ids) for f in flushes)
+                count += len(call)
+                if progress is not None:
+                    progress(len(call))
+            result.sessions[target] = count
+            result.messages += count
+    return result
