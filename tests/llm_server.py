@@ -1,0 +1,168 @@
+"""A small OpenAI-compatible server on 127.0.0.1 with scripted replies, for tests.
+
+It speaks `POST /v1/chat/completions` (plain and streamed with server-sent events), so the real
+litellm client code is exercised. Script replies with `server.script(...)`; each request takes the
+next scripted reply, or the default reply when the script is empty. Every request body is kept in
+`server.requests`.
+
+A reply is a dict:
+- `{"content": "text"}`: a normal answer (streamed in small chunks when the client asks to stream);
+- `{"status": 500}` (or 401, 429, ...): an error response with that HTTP status;
+- `{"delay": 2.0, ...}`: wait that many seconds before answering (for timeouts);
+- `{"raw": "not json"}`: a 200 response whose body is that text.
+Or a callable taking the request body and returning such a dict.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Reply = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class LLMServer:
+    def __init__(self, default: Reply | None = None) -> None:
+        self.replies: deque[Reply] = deque()
+        self.default: Reply = default or {"content": "OK"}
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> LLMServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def script(self, *replies: Reply) -> None:
+        with self.lock:
+            self.replies.extend(replies)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.replies.clear()
+            self.requests.clear()
+
+    def _next(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.requests.append(body)
+            reply = self.replies.popleft() if self.replies else self.default
+        return reply(body) if callable(reply) else reply
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._send(200, {"object": "list", "data": [{"id": "test-model", "object": "model"}]})
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                reply = server._next(body)
+                if reply.get("delay"):
+                    time.sleep(float(reply["delay"]))
+                status = int(reply.get("status", 200))
+                if status != 200:
+                    self._send(
+                        status,
+                        {"error": {"message": reply.get("message", f"scripted {status}"), "type": "error"}},
+                    )
+                    return
+                if "raw" in reply:
+                    self._send_text(200, str(reply["raw"]))
+                    return
+                content = str(reply.get("content", ""))
+                if body.get("stream"):
+                    self._stream(body, content, float(reply.get("chunk_delay", 0.0)))
+                else:
+                    self._send(200, _completion(body, content))
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                self._send_text(status, json.dumps(payload), "application/json")
+
+            def _send_text(self, status: int, text: str, kind: str = "application/json") -> None:
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, body: dict[str, Any], content: str, chunk_delay: float) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                pieces = [content[i : i + 8] for i in range(0, len(content), 8)] or [""]
+                try:
+                    for i, piece in enumerate(pieces):
+                        delta: dict[str, Any] = {"content": piece}
+                        if i == 0:
+                            delta["role"] = "assistant"
+                        self._event(_chunk(body, delta, None))
+                        if chunk_delay:
+                            time.sleep(chunk_delay)
+                    self._event(_chunk(body, {}, "stop"))
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                self.close_connection = True
+
+            def _event(self, payload: dict[str, Any]) -> None:
+                self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+                self.wfile.flush()
+
+        return Handler
+
+
+def _completion(body: dict[str, Any], content: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "test-model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def _chunk(body: dict[str, Any], delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": body.get("model", "test-model"),
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
