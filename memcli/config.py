@@ -90,7 +90,16 @@ def _convert(value: Any, spec: Field, where: str) -> Any:
     if spec.kind is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        if isinstance(value, str) and value.lower() in (
+            "1",
+            "true",
+            "yes",
+            "on",
+            "0",
+            "false",
+            "no",
+            "off",
+        ):
             return value.lower() in ("1", "true", "yes", "on")
     elif spec.kind is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -125,9 +134,13 @@ def read_toml(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ConfigError(f"no config file at {path}", "Check --config or MEMCLI_CONFIG") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}", "Fix the file; see config.example.toml") from None
+        raise ConfigError(
+            f"{path}: invalid TOML: {exc}", "Fix the file; see config.example.toml"
+        ) from None
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}", "Check its permissions") from None
+        raise ConfigError(
+            f"cannot read config file {path}: {exc}", "Check its permissions"
+        ) from None
 
 
 def load_settings(
@@ -153,7 +166,9 @@ def load_settings(
     for spec in FIELDS:
         table = data if spec.section is None else data.get(spec.section, {})
         if not isinstance(table, dict):
-            raise ConfigError(f"{path}: [{spec.section}] must be a table", "See config.example.toml")
+            raise ConfigError(
+                f"{path}: [{spec.section}] must be a table", "See config.example.toml"
+            )
         value = spec.default
         if spec.key in table:
             value = _convert(table[spec.key], spec, str(path))
@@ -168,7 +183,9 @@ def load_settings(
     blocks = data.get("blocks")
     if blocks is not None:
         if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
-            raise ConfigError(f"{path}: blocks must be [[blocks]] tables", "See config.example.toml")
+            raise ConfigError(
+                f"{path}: blocks must be [[blocks]] tables", "See config.example.toml"
+            )
         blocks = tuple(blocks)
     known = {f.name for f in fields(Settings)}
     values = {k: v for k, v in values.items() if k in known}
@@ -199,4 +216,6 @@ def _check_known(data: dict[str, Any], path: Path | None) -> None:
                     f"Known settings in [{key}]: {', '.join(sorted(sections[key]))}",
                 )
             continue
-        raise ConfigError(f"{path}: unknown setting {key!r}", "See config.example.toml for every setting")
+        raise ConfigError(
+            f"{path}: unknown setting {key!r}", "See config.example.toml for every setting"
+        )

@@ -60,9 +60,17 @@ class StoreError(MemcliError):
 
 
 class ProviderError(MemcliError):
-    """The LLM provider failed: unreachable, timeout, refused, rate limited."""
+    """The LLM provider failed: `kind` is unreachable, timeout, auth, rate_limit, not_found,
+    bad_request, server or error; `status` the HTTP status when there was one."""
 
     exit_code = 1
+
+    def __init__(
+        self, message: str, hint: str | None = None, kind: str = "error", status: int | None = None
+    ) -> None:
+        super().__init__(message, hint)
+        self.kind = kind
+        self.status = status
 
 
 class ModelError(MemcliError):

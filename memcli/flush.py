@@ -91,7 +91,9 @@ class Batch:
 
     def describe(self) -> str:
         """Why the batch has its shape, in words."""
-        parts = ["reached the flush size" if self.reason == REASON_FLUSH_SIZE else "queue down to one"]
+        parts = [
+            "reached the flush size" if self.reason == REASON_FLUSH_SIZE else "queue down to one"
+        ]
         if self.extended:
             parts.append(f"extended by {self.extended} so the queue starts with a user message")
         if self.kept_turn:

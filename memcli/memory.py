@@ -72,9 +72,7 @@ class Memory:
         insert_method: str = "system",
     ) -> None:
         if insert_method not in INSERT_METHODS:
-            raise UsageError(
-                f"unknown insert_method {insert_method!r}", "Use 'system' or 'user'"
-            )
+            raise UsageError(f"unknown insert_method {insert_method!r}", "Use 'system' or 'user'")
         self.store = store
         self.tokenizer: Tokenizer = tokenizer or TiktokenTokenizer()
         self.insert_method = insert_method
@@ -129,7 +127,11 @@ class Memory:
         """A Memory as LlamaIndex builds one; `db=None` is an in-memory SQLite database."""
         from memcli.store.sqlite import SQLiteStore
 
-        store = db if db is not None and not isinstance(db, str | bytes) and hasattr(db, "transaction") else None
+        store = (
+            db
+            if db is not None and not isinstance(db, str | bytes) and hasattr(db, "transaction")
+            else None
+        )
         if store is None:
             store = SQLiteStore(db)  # type: ignore[arg-type]
         budget = Budget(token_limit, chat_history_token_ratio, token_flush_size)
@@ -297,7 +299,10 @@ class Memory:
         what: dict[str, str] = {}
         if over <= 0:
             return what
-        order = [self.memory_blocks[i] for i in truncation_order([b.priority for b in self.memory_blocks])]
+        order = [
+            self.memory_blocks[i]
+            for i in truncation_order([b.priority for b in self.memory_blocks])
+        ]
         for block in order:
             if over <= 0:
                 break
@@ -360,7 +365,9 @@ def render_memory(blocks: Sequence[tuple[str, str]]) -> str:
     return "\n".join(parts)
 
 
-def insert_memory(history: Sequence[Message], memory_text: str, insert_method: str) -> list[Message]:
+def insert_memory(
+    history: Sequence[Message], memory_text: str, insert_method: str
+) -> list[Message]:
     """Put the rendered memory into the messages, as the reference does."""
     result = list(history)
     if not memory_text:

@@ -75,11 +75,13 @@ class Message:
     def from_dict(cls, data: Any) -> Message:
         """Build a message from a JSON object; raises InputError naming what is wrong."""
         if not isinstance(data, dict):
-            raise InputError("a message must be a JSON object", "Write {\"role\": ..., \"content\": ...}")
+            raise InputError(
+                "a message must be a JSON object", 'Write {"role": ..., "content": ...}'
+            )
         if "role" not in data:
-            raise InputError("missing role", "Every message needs a \"role\"")
+            raise InputError("missing role", 'Every message needs a "role"')
         if "content" not in data:
-            raise InputError("missing content", "Every message needs a \"content\"")
+            raise InputError("missing content", 'Every message needs a "content"')
         role = data["role"]
         if not isinstance(role, str):
             raise InputError("role must be text", f"Use one of: {', '.join(ROLES)}")
@@ -109,7 +111,9 @@ def parse_time(value: Any) -> datetime:
     if not isinstance(value, str):
         raise InputError(f"invalid timestamp {value!r}", "Use ISO 8601, e.g. 2023-05-08T13:56:00Z")
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+        parsed = datetime.fromisoformat(
+            value.replace("Z", "+00:00") if value.endswith("Z") else value
+        )
     except ValueError:
         raise InputError(
             f"invalid timestamp {value!r}", "Use ISO 8601, e.g. 2023-05-08T13:56:00Z"

@@ -51,7 +51,9 @@ def read_transcript(source: str | Path, stdin: IO[bytes] | None = None) -> list[
         except FileNotFoundError:
             raise InputError(f"no such file: {name}", "Check the path") from None
         except OSError as exc:
-            raise InputError(f"cannot read {name}: {exc}", "Check the path and permissions") from None
+            raise InputError(
+                f"cannot read {name}: {exc}", "Check the path and permissions"
+            ) from None
     return parse_transcript(data, name)
 
 
@@ -85,7 +87,9 @@ def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: invalid JSON ({exc.msg})", "Each line must be one JSON object") from None
+            raise InputError(
+                f"{where}: invalid JSON ({exc.msg})", "Each line must be one JSON object"
+            ) from None
         yield _record(obj, number, where)
 
 
@@ -147,7 +151,9 @@ def plan_calls(records: Iterable[Record], put: str = "call") -> list[list[Messag
     return [list(r.messages) for r in records if r.messages]
 
 
-def export_lines(messages: Iterable[Message], *, with_status: bool = False) -> Iterator[dict[str, Any]]:
+def export_lines(
+    messages: Iterable[Message], *, with_status: bool = False
+) -> Iterator[dict[str, Any]]:
     """Records that `read_transcript` reads back to the same messages."""
     for m in messages:
         record = m.to_dict()

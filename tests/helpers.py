@@ -21,7 +21,12 @@ class Run:
         return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
 
 
-def memcli(*args: str, input: str | bytes | None = None, env: dict[str, str] | None = None, timeout: float = 120) -> Run:
+def memcli(
+    *args: str,
+    input: str | bytes | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> Run:
     """Run `python -m memcli ARGS` in a subprocess, as a shell would."""
     full_env = {**os.environ, **(env or {})}
     data = input.encode() if isinstance(input, str) else input

@@ -77,7 +77,9 @@ class LLMServer:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
-                self._send(200, {"object": "list", "data": [{"id": "test-model", "object": "model"}]})
+                self._send(
+                    200, {"object": "list", "data": [{"id": "test-model", "object": "model"}]}
+                )
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
@@ -89,7 +91,12 @@ class LLMServer:
                 if status != 200:
                     self._send(
                         status,
-                        {"error": {"message": reply.get("message", f"scripted {status}"), "type": "error"}},
+                        {
+                            "error": {
+                                "message": reply.get("message", f"scripted {status}"),
+                                "type": "error",
+                            }
+                        },
                     )
                     return
                 if "raw" in reply:

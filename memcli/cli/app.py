@@ -24,11 +24,16 @@ def _global(
     ctx: typer.Context,
     db: Annotated[
         str | None,
-        typer.Option("--db", help="The database file (default: $MEMCLI_DB, else $MEMCLI_HOME/memcli.db)."),
+        typer.Option(
+            "--db", help="The database file (default: $MEMCLI_DB, else $MEMCLI_HOME/memcli.db)."
+        ),
     ] = None,
     config: Annotated[
         str | None,
-        typer.Option("--config", help="A TOML config file (default: $MEMCLI_CONFIG, else the user config dir)."),
+        typer.Option(
+            "--config",
+            help="A TOML config file (default: $MEMCLI_CONFIG, else the user config dir).",
+        ),
     ] = None,
 ) -> None:
     ctx.obj = common.Globals(db=db, config=config)

@@ -21,10 +21,13 @@ TokenLimit = Annotated[
 ]
 Ratio = Annotated[
     float | None,
-    typer.Option("--ratio", help="Share of --token-limit the chat history may hold before it flushes."),
+    typer.Option(
+        "--ratio", help="Share of --token-limit the chat history may hold before it flushes."
+    ),
 ]
 FlushSize = Annotated[
-    int | None, typer.Option("--flush-size", help="Tokens moved out per flush (default: 10% of the limit).")
+    int | None,
+    typer.Option("--flush-size", help="Tokens moved out per flush (default: 10% of the limit)."),
 ]
 User = Annotated[str | None, typer.Option("--user", help="The user whose memory this is.")]
 Json = Annotated[bool, typer.Option("--json", help="JSON Lines on stdout (the default in a pipe).")]

@@ -12,7 +12,9 @@ from memcli.cli import common, output
 def export_command(
     ctx: typer.Context,
     session: Annotated[str, typer.Argument(help="The session id (see `memcli sessions`).")],
-    all_: Annotated[bool, typer.Option("--all", help="Include archived messages, with their status.")] = False,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Include archived messages, with their status.")
+    ] = False,
 ) -> None:
     """Write a session's messages as JSON Lines on stdout (active ones, or all with --all).
 

@@ -11,10 +11,15 @@ from memcli.cli import common, output
 
 def import_command(
     ctx: typer.Context,
-    file: Annotated[str, typer.Argument(help="A transcript: JSON Lines or a JSON array; - for stdin.")],
+    file: Annotated[
+        str, typer.Argument(help="A transcript: JSON Lines or a JSON array; - for stdin.")
+    ],
     session: Annotated[
         str | None,
-        typer.Option("--session", help="Put everything in this session (default: from the records, else new)."),
+        typer.Option(
+            "--session",
+            help="Put everything in this session (default: from the records, else new).",
+        ),
     ] = None,
     user: common.User = None,
     token_limit: common.TokenLimit = None,
@@ -29,7 +34,10 @@ def import_command(
     ] = "call",
     no_blocks: Annotated[
         bool,
-        typer.Option("--no-blocks", help="Store and flush without feeding long-term blocks (they catch up later)."),
+        typer.Option(
+            "--no-blocks",
+            help="Store and flush without feeding long-term blocks (they catch up later).",
+        ),
     ] = False,
     json_: common.Json = False,
 ) -> None:

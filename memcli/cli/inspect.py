@@ -81,8 +81,5 @@ def inspect_command(
         output.table(
             f"Flushes ({len(flushes)}{', last 20' if len(flushes) > 20 else ''})",
             ["id", "when", "messages", "tokens", "reason"],
-            [
-                (f.id, f.created_at.astimezone(), f.messages, f.tokens, f.reason)
-                for f in shown
-            ],
+            [(f.id, f.created_at.astimezone(), f.messages, f.tokens, f.reason) for f in shown],
         )

@@ -98,7 +98,17 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     out().print(grid)
 
 
-NUMERIC_COLUMNS = {"#", "id", "tokens", "active", "archived", "flushes", "messages", "rank", "score"}
+NUMERIC_COLUMNS = {
+    "#",
+    "id",
+    "tokens",
+    "active",
+    "archived",
+    "flushes",
+    "messages",
+    "rank",
+    "score",
+}
 
 
 def _cell(value: Any) -> Any:
@@ -130,9 +140,7 @@ def gauge(active: int, threshold: float, limit: int, width: int = 30) -> str:
             char = "┃" if i >= filled else "╋"
         cells.append(char)
     bar = "".join(cells)
-    return (
-        f"[{color}]{bar}[/] {active:,} / {threshold:,.0f} threshold / {limit:,} limit"
-    )
+    return f"[{color}]{bar}[/] {active:,} / {threshold:,.0f} threshold / {limit:,} limit"
 
 
 def print_error(error: MemcliError) -> None:

@@ -9,7 +9,9 @@ import typer
 from memcli.cli import common, output
 
 
-def sessions_command(ctx: typer.Context, user: common.User = None, json_: common.Json = False) -> None:
+def sessions_command(
+    ctx: typer.Context, user: common.User = None, json_: common.Json = False
+) -> None:
     """List sessions: user, active and archived messages, active tokens against the threshold.
 
     Example: memcli sessions --json | jq .session

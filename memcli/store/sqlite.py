@@ -23,7 +23,7 @@ Migration = Callable[["sqlite_utils.Database"], None]
 
 
 def _migration_1(db: sqlite_utils.Database) -> None:
-    db["sessions"].create(  # type: ignore[union-attr]
+    db.table("sessions").create(
         {
             "id": str,
             "user_id": str,
@@ -48,7 +48,7 @@ def _migration_1(db: sqlite_utils.Database) -> None:
             "flushes": 0,
         },
     )
-    db["flushes"].create(  # type: ignore[union-attr]
+    db.table("flushes").create(
         {
             "id": int,
             "session_id": str,
@@ -63,7 +63,7 @@ def _migration_1(db: sqlite_utils.Database) -> None:
         not_null={"session_id", "created_at", "messages", "tokens"},
         foreign_keys=[("session_id", "sessions", "id")],
     )
-    db["messages"].create(  # type: ignore[union-attr]
+    db.table("messages").create(
         {
             "id": int,
             "session_id": str,
@@ -83,11 +83,11 @@ def _migration_1(db: sqlite_utils.Database) -> None:
         foreign_keys=[("session_id", "sessions", "id"), ("flush_id", "flushes", "id")],
     )
     # The active window is read through this index alone: archived history is never scanned.
-    db["messages"].create_index(["session_id", "status", "seq"], index_name="messages_window")
-    db["messages"].create_index(["session_id", "seq"], index_name="messages_order", unique=True)
-    db["messages"].create_index(["flush_id"], index_name="messages_flush")
-    db["flushes"].create_index(["session_id", "id"], index_name="flushes_session")
-    db["sessions"].create_index(["user_id"], index_name="sessions_user")
+    db.table("messages").create_index(["session_id", "status", "seq"], index_name="messages_window")
+    db.table("messages").create_index(["session_id", "seq"], index_name="messages_order", unique=True)
+    db.table("messages").create_index(["flush_id"], index_name="messages_flush")
+    db.table("flushes").create_index(["session_id", "id"], index_name="flushes_session")
+    db.table("sessions").create_index(["user_id"], index_name="sessions_user")
 
 
 #: Numbered migrations; a database records the highest one applied. Append, never edit.
@@ -193,7 +193,9 @@ class SQLiteStore:
         try:
             return self.conn.execute(sql, params)
         except sqlite3.Error as exc:
-            raise StoreError(f"database error in {self.where}: {exc}", "Check the database file") from None
+            raise StoreError(
+                f"database error in {self.where}: {exc}", "Check the database file"
+            ) from None
 
     def close(self) -> None:
         self.conn.close()

@@ -1,0 +1,154 @@
+"""The only module that touches litellm (always inside functions: importing it takes seconds).
+
+`complete()` returns a whole reply, `stream()` yields a reply's text as it arrives. Every litellm
+error becomes a ProviderError whose `kind` says what went wrong (unreachable, timeout, auth,
+rate_limit, server, bad_request, error) and whose hint says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memcli.errors import ProviderError
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Which model to call and how. Extra keyword arguments go to litellm as they are."""
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout: float = 60.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_litellm() -> Any:
+    """Import litellm offline: its price table is read from the wheel, not fetched."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    return litellm
+
+
+def _kwargs(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "model": config.model,
+        "messages": list(messages),
+        "timeout": config.timeout,
+        "num_retries": 0,
+        "max_retries": 0,
+    }
+    if config.api_base:
+        kwargs["api_base"] = config.api_base
+        # OpenAI-compatible local servers take any key; the client refuses to send none.
+        kwargs["api_key"] = config.api_key or _env_key_for(config.model) or "not-needed"
+    elif config.api_key:
+        kwargs["api_key"] = config.api_key
+    kwargs.update(config.extra)
+    return kwargs
+
+
+def _env_key_for(model: str) -> str | None:
+    if model.startswith("openai/") or "/" not in model:
+        return os.environ.get("OPENAI_API_KEY")
+    return None
+
+
+def complete(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> str:
+    """The model's whole reply to these messages (`{"role", "content"}` dicts)."""
+    litellm = load_litellm()
+    try:
+        response = litellm.completion(**_kwargs(config, messages))
+        content = response.choices[0].message.content
+    except ProviderError:
+        raise
+    except Exception as exc:
+        raise provider_error(exc, config) from None
+    return content or ""
+
+
+def stream(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> Iterator[str]:
+    """The model's reply, piece by piece as it streams in."""
+    litellm = load_litellm()
+    try:
+        response = litellm.completion(stream=True, **_kwargs(config, messages))
+        for chunk in response:
+            choices = getattr(chunk, "choices", None) or []
+            if not choices:
+                continue
+            delta = getattr(choices[0], "delta", None)
+            text = getattr(delta, "content", None) if delta is not None else None
+            if text:
+                yield text
+    except ProviderError:
+        raise
+    except GeneratorExit:
+        raise
+    except Exception as exc:
+        raise provider_error(exc, config) from None
+
+
+def provider_error(exc: Exception, config: LLMConfig) -> ProviderError:
+    """Turn a litellm (or httpx, or openai) exception into a ProviderError with advice."""
+    name = type(exc).__name__
+    status = getattr(exc, "status_code", None)
+    text = str(exc).split("\n")[0][:300]
+    where = config.api_base or "the provider"
+    if (
+        name in ("Timeout", "APITimeoutError", "ReadTimeout", "ConnectTimeout")
+        or "timed out" in text.lower()
+    ):
+        kind, hint = (
+            "timeout",
+            f"{where} did not answer within {config.timeout:g} s; try again or raise [llm] timeout",
+        )
+    elif (
+        name in ("APIConnectionError", "ConnectError", "ConnectionError")
+        or "connection error" in text.lower()
+    ):
+        kind, hint = (
+            "unreachable",
+            f"Cannot reach {where}; check that the server runs and --api-base is right",
+        )
+    elif name == "AuthenticationError" or status == 401 or status == 403:
+        kind, hint = (
+            "auth",
+            "The provider refused the key; set the provider's API key variable (e.g. OPENAI_API_KEY)",
+        )
+    elif name == "RateLimitError" or status == 429:
+        kind, hint = "rate_limit", "The provider is rate limiting; wait a moment and retry"
+    elif name == "NotFoundError" or status == 404:
+        kind, hint = "not_found", f"Model {config.model!r} was not found; check --model"
+    elif name in ("BadRequestError", "UnprocessableEntityError") or status == 400:
+        kind, hint = (
+            "bad_request",
+            "The provider rejected the request; check the model name and settings",
+        )
+    elif (
+        isinstance(status, int)
+        and status >= 500
+        or name in ("InternalServerError", "ServiceUnavailableError")
+    ):
+        kind, hint = "server", "The provider failed (server error); retry in a moment"
+    else:
+        kind, hint = "error", "Check the model settings (--model, --api-base) and retry"
+    return ProviderError(
+        f"LLM call to {config.model} failed: {text}", hint, kind=kind, status=status
+    )
+
+
+PROVIDER_KEY_VARIABLES = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+    "OPENROUTER_API_KEY",
+    "DEEPSEEK_API_KEY",
+)
