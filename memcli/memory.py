@@ -110,6 +110,7 @@ class Memory:
         self._window: list[WindowEntry] = []
         self._window_tokens = 0
         self._version = -2
+        self._txn_serial = -1
 
     @classmethod
     def from_defaults(
@@ -188,7 +189,10 @@ class Memory:
         if not messages:
             return []
         with self.store.transaction():
-            self._sync()
+            nested = self.store.transaction_depth > 1
+            if self._txn_serial != self.store.txn_serial:
+                self._sync()  # another process may have written since this window was read
+                self._txn_serial = self.store.txn_serial
             tokens = [self.count_tokens(m) for m in messages]
             ids = self.store.append_messages(
                 self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
@@ -198,7 +202,8 @@ class Memory:
             )
             self._window_tokens += sum(tokens)
             flushes = self._flush()
-            self._version = self.store.session_version(self.session_id)
+            if not nested:
+                self._version = self.store.session_version(self.session_id)
         if feed_blocks and self.memory_blocks:
             for flush in flushes:
                 self.feed_blocks(flush)
@@ -340,11 +345,13 @@ class Memory:
                 self.session_id, [NewMessage(m, self.count_tokens(m)) for m in messages]
             )
         self._version = -2
+        self._txn_serial = -1
 
     def reset(self) -> int:
         """Delete the session's messages (active and archived); return how many. Blocks keep theirs."""
         count = self.store.delete_messages(self.session_id)
         self._version = -2
+        self._txn_serial = -1
         return count
 
 
