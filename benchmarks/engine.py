@@ -46,9 +46,15 @@ def startup(tmp: Path) -> None:
     data = tmp / "small.jsonl"
     data.write_text("".join(json.dumps(m) + "\n" for m in short_messages(50)))
     run([*memcli, "import", str(data), "--session", "s"], env)
-    for label, args in (("--help", ["--help"]), ("inspect", ["inspect", "s"]), ("sessions", ["sessions"])):
+    for label, args in (
+        ("--help", ["--help"]),
+        ("inspect", ["inspect", "s"]),
+        ("sessions", ["sessions"]),
+    ):
         times = [run([*memcli, *args], env) for _ in range(7)]
-        print(f"startup  memcli {label:<9} median {statistics.median(times) * 1000:6.0f} ms  (goal < 250 ms)")
+        print(
+            f"startup  memcli {label:<9} median {statistics.median(times) * 1000:6.0f} ms  (goal < 250 ms)"
+        )
 
 
 def bulk_import(tmp: Path, n: int) -> None:
@@ -56,9 +62,24 @@ def bulk_import(tmp: Path, n: int) -> None:
     data.write_text("".join(json.dumps(m) + "\n" for m in short_messages(n)))
     db = tmp / "bulk.db"
     seconds = run(
-        [sys.executable, "-m", "memcli", "--db", str(db), "import", str(data), "--no-blocks", "--session", "bulk", "--token-limit", "2000"]
+        [
+            sys.executable,
+            "-m",
+            "memcli",
+            "--db",
+            str(db),
+            "import",
+            str(data),
+            "--no-blocks",
+            "--session",
+            "bulk",
+            "--token-limit",
+            "2000",
+        ]
     )
-    print(f"import   --no-blocks {n:,} short messages: {seconds:.2f} s, {n / seconds:,.0f} messages/s  (goal >= 20,000/s; whole command)")
+    print(
+        f"import   --no-blocks {n:,} short messages: {seconds:.2f} s, {n / seconds:,.0f} messages/s  (goal >= 20,000/s; whole command)"
+    )
 
 
 def huge_archive(tmp: Path, archived: int) -> None:

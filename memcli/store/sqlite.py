@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,6 +101,21 @@ def now_utc() -> datetime:
     return datetime.now(tz=UTC)
 
 
+class _Transaction:
+    """The context manager behind `SQLiteStore.transaction()` (a class: puts call it a lot)."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store._begin()
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        self.store._finish(failed=kind is not None)
+
+
 class SQLiteStore:
     """The Store protocol over SQLite, WAL mode, with a busy timeout.
 
@@ -177,14 +191,13 @@ class SQLiteStore:
     def transaction_depth(self) -> int:
         return self._depth
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self) -> _Transaction:
+        """All writes inside happen together or not at all; nested calls join the outer one."""
+        return _Transaction(self)
+
+    def _begin(self) -> None:
         if self._depth:
             self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
             return
         try:
             self.conn.execute("BEGIN IMMEDIATE")
@@ -195,28 +208,38 @@ class SQLiteStore:
             ) from None
         self._depth = 1
         self.txn_serial += 1
-        try:
-            yield
-            self._apply_touches()
-            self._write_buffer()
-            if self._next_id is not None:
-                self.conn.execute(
-                    "INSERT INTO counters (name, value) VALUES ('message_id', ?)"
-                    " ON CONFLICT(name) DO UPDATE SET value = MAX(value, excluded.value)",
-                    (self._next_id - 1,),
-                )
-        except BaseException:
+
+    def _finish(self, failed: bool) -> None:
+        if self._depth > 1:
+            self._depth -= 1
+            return
+        if not failed:
+            try:
+                self._apply_touches()
+                self._write_buffer()
+                if self._next_id is not None:
+                    self.conn.execute(
+                        "INSERT INTO counters (name, value) VALUES ('message_id', ?)"
+                        " ON CONFLICT(name) DO UPDATE SET value = MAX(value, excluded.value)",
+                        (self._next_id - 1,),
+                    )
+            except BaseException:
+                self._rollback()
+                raise
             self._depth = 0
             self._end_transaction()
-            self.conn.execute("ROLLBACK")
-            raise
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self.conn.execute("ROLLBACK")
+                raise StoreError(f"cannot commit to {self.where}: {exc}", "Try again") from None
+            return
+        self._rollback()
+
+    def _rollback(self) -> None:
         self._depth = 0
         self._end_transaction()
-        try:
-            self.conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self.conn.execute("ROLLBACK")
-            raise StoreError(f"cannot commit to {self.where}: {exc}", "Try again") from None
+        self.conn.execute("ROLLBACK")
 
     def _stamp(self) -> str:
         """Now, as stored; one value per transaction (what it writes, it writes at once)."""
