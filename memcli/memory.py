@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from os import PathLike
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
@@ -128,16 +129,10 @@ class Memory:
         """A Memory as LlamaIndex builds one; `db=None` is an in-memory SQLite database."""
         from memcli.store.sqlite import SQLiteStore
 
-        store = (
-            db
-            if db is not None and not isinstance(db, str | bytes) and hasattr(db, "transaction")
-            else None
-        )
-        if store is None:
-            store = SQLiteStore(db)  # type: ignore[arg-type]
+        store: Store = SQLiteStore(db) if db is None or isinstance(db, str | PathLike) else db
         budget = Budget(token_limit, chat_history_token_ratio, token_flush_size)
         return cls(
-            store,  # type: ignore[arg-type]
+            store,
             session_id=session_id,
             user_id=user_id,
             budget=budget,
