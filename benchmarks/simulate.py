@@ -8,6 +8,7 @@ the replay itself, and the end-to-end CLI time with `--json` to /dev/null.
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -60,9 +61,11 @@ def write_transcript(path: Path, messages: int, seed: int = 7) -> None:
 
 
 def timed(label: str, fn):  # type: ignore[no-untyped-def]
-    start = time.perf_counter()
+    """Run fn; print its wall time and this process's CPU time (threads included)."""
+    wall, cpu = time.perf_counter(), time.process_time()
     result = fn()
-    print(f"{label:<44} {time.perf_counter() - start:7.3f} s")
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print(f"{label:<46} {wall:7.3f} s wall {cpu:7.3f} s CPU")
     return result
 
 
@@ -72,49 +75,33 @@ def main() -> None:
         path = Path(folder) / "long.jsonl"
         write_transcript(path, n)
         print(f"{n:,} messages ({path.stat().st_size / 1e6:.1f} MB)")
+        print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
         tokenizer = TiktokenTokenizer()
         tokenizer.count("warm up")  # loading the encoding is not the simulation
-        total_start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         records = timed("read the transcript", lambda: read_transcript(path))
         calls = plan_calls(records, "message")
-        replay = timed("count tokens", lambda: Replay.from_calls(calls, tokenizer))
+        replay = timed(
+            "count tokens (tiktoken cl100k_base)", lambda: Replay.from_calls(calls, tokenizer)
+        )
+        print(f"    {sum(replay.tokens):,} tokens")
         budget = Budget(4000, 0.7, 400)
         for put in ("message", "call", "batch"):
-            mode = (
-                replay
-                if put == "message"
-                else Replay(replay.roles, replay.tokens, [len(c) for c in plan_calls(records, put)])
-            )
+            sizes = [len(c) for c in plan_calls(records, put)]
+            mode = Replay(replay.roles, replay.tokens, sizes)
             sim = timed(
-                f"replay, --put {put} (limit 4000, flush 400)", lambda m=mode: run(m, budget)
+                f"replay --put {put} (limit 4000, flush 400)", lambda m=mode: run(m, budget)
             )
-            print(
-                f"    {sim.summary.flushes:,} flushes, {sim.summary.archived_messages:,} archived"
-            )
-        print(
-            f"{'library total (read + count + 3 replays)':<44} {time.perf_counter() - total_start:7.3f} s"
-        )
+            print(f"    {sim.summary.puts:,} puts, {sim.summary.flushes:,} flushes")
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        print(f"{'library total (read, count, 3 replays)':<46} {wall:7.3f} s wall {cpu:7.3f} s CPU")
+        command = [sys.executable, "-m", "memcli", "simulate", "flush", str(path), "--put"]
+        command += ["message", "--token-limit", "4000", "--flush-size", "400", "--json"]
         start = time.perf_counter()
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "memcli",
-                "simulate",
-                "flush",
-                str(path),
-                "--put",
-                "message",
-                "--token-limit",
-                "4000",
-                "--flush-size",
-                "400",
-                "--json",
-            ],
-            check=True,
-            stdout=subprocess.DEVNULL,
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        print(
+            f"{'CLI end to end, --json to /dev/null':<46} {time.perf_counter() - start:7.3f} s wall"
         )
-        print(f"{'CLI end to end: simulate flush --json':<44} {time.perf_counter() - start:7.3f} s")
 
 
 if __name__ == "__main__":

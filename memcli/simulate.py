@@ -12,20 +12,20 @@ calls no LLM, embeds nothing and writes nothing.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memcli.flush import REASON_FLUSH_SIZE, Budget, plan_flush
 from memcli.tokens import Tokenizer, message_tokens
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from memcli.messages import Message
 
 
-@dataclass(frozen=True, slots=True)
-class PutEvent:
+class PutEvent(NamedTuple):
     """One put call: its messages (0-based positions in the source) and the window around it.
 
     `active_tokens` is the window right after the put, before any flush; `kept_tokens` and
@@ -45,11 +45,10 @@ class PutEvent:
     over_threshold: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "put", **asdict(self)}
+        return {"type": "put", **self._asdict()}
 
 
-@dataclass(frozen=True, slots=True)
-class FlushEvent:
+class FlushEvent(NamedTuple):
     """One flush batch: the source positions `first`..`last` (inclusive) left short-term memory."""
 
     call: int
@@ -63,7 +62,7 @@ class FlushEvent:
     kept_turn: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "flush", **asdict(self)}
+        return {"type": "flush", **self._asdict()}
 
 
 Event = PutEvent | FlushEvent
@@ -155,124 +154,138 @@ class Replay:
 
 
 def count_tokens(messages: Sequence[Message], tokenizer: Tokenizer) -> list[int]:
-    """Each message's tokens, as `memcli.tokens.message_tokens` counts them, in one pass."""
+    """Each message's tokens, as `memcli.tokens.message_tokens` counts them, in one pass.
+
+    A text that repeats (a system prompt on every line, "ok", a tool's usual answer) is counted once.
+    """
     count_many = getattr(tokenizer, "count_many", None)
     if count_many is None:
         return [message_tokens(m, tokenizer) for m in messages]
-    tokens: list[int] = count_many([m.content for m in messages])
-    with_metadata = [i for i, m in enumerate(messages) if m.metadata]
-    if with_metadata:
-        extra = count_many([str(messages[i].metadata) for i in with_metadata])
-        for i, more in zip(with_metadata, extra, strict=True):
-            tokens[i] += more
+    texts = [m.content for m in messages]
+    for m in messages:
+        if m.metadata:
+            texts.append(str(m.metadata))
+    distinct = list(dict.fromkeys(texts))
+    counted = dict(zip(distinct, _count_parallel(count_many, distinct), strict=True))
+    tokens = [counted[m.content] for m in messages]
+    for i, m in enumerate(messages):
+        if m.metadata:
+            tokens[i] += counted[str(m.metadata)]
     return tokens
+
+
+#: Below this many texts one thread counts them all; above, each core takes a share.
+PARALLEL_TEXTS = 20_000
+
+
+def _count_parallel(count_many: Callable[[list[str]], list[int]], texts: list[str]) -> list[int]:
+    """`count_many` over shares of the texts on several threads (tiktoken releases the GIL)."""
+    workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+    if len(texts) < PARALLEL_TEXTS or workers < 2:
+        return count_many(texts)
+    from concurrent.futures import ThreadPoolExecutor
+
+    size = -(-len(texts) // workers)
+    shares = [texts[i : i + size] for i in range(0, len(texts), size)]
+    with ThreadPoolExecutor(workers) as pool:
+        return [n for counts in pool.map(count_many, shares) for n in counts]
 
 
 def run(replay: Replay, budget: Budget) -> Simulation:
     """Replay the calls under one budget, flushing after each call as `Memory.put_messages` does."""
     roles, tokens = replay.roles, replay.tokens
     threshold, flush_size = budget.threshold, budget.flush_size
+    before = [0, *itertools.accumulate(tokens)]  # before[i]: tokens of the messages before i
     events: list[Event] = []
-    stats = _Stats()
+    puts: list[PutEvent] = []
+    flushed: list[FlushEvent] = []
     total = 0  # active tokens
     start = 0  # the active window is the positions start..end-1: flushes take the oldest
     end = 0
     for call, size in enumerate(replay.calls):
         first = end
         end += size
-        added = sum(tokens[first:end])
+        added = before[end] - before[first]
         total += added
-        active = total
-        stats.see_active(active, end - start)
-        flushes: list[FlushEvent] = []
-        if total > threshold:
+        kept, kept_from = total, start
+        batches = []
+        if total > threshold:  # as Memory._flush: no plan while under the threshold
             batches = plan_flush(roles[start:end], tokens[start:end], threshold, flush_size)
-            for batch in batches:
-                flushes.append(
-                    FlushEvent(
-                        call,
-                        start + batch.start,
-                        start + batch.end - 1,
-                        batch.count,
-                        batch.tokens,
-                        batch.describe(),
-                        batch.reason == REASON_FLUSH_SIZE,
-                        batch.extended,
-                        batch.kept_turn,
-                    )
-                )
-                total -= batch.tokens
             if batches:
-                start += batches[-1].end
-        over = total > threshold
-        events.append(
-            PutEvent(
-                call, first, end - 1, size, added, active, len(flushes), total, end - start, over
+                kept -= sum(b.tokens for b in batches)
+                kept_from += batches[-1].end
+        put = PutEvent(
+            call,
+            first,
+            end - 1,
+            size,
+            added,
+            total,
+            len(batches),
+            kept,
+            end - kept_from,
+            kept > threshold,
+        )
+        events.append(put)
+        puts.append(put)
+        for batch in batches:
+            event = FlushEvent(
+                call,
+                start + batch.start,
+                start + batch.end - 1,
+                batch.count,
+                batch.tokens,
+                batch.describe(),
+                batch.reason == REASON_FLUSH_SIZE,
+                batch.extended,
+                batch.kept_turn,
             )
-        )
-        events.extend(flushes)
-        for event in flushes:
-            stats.see_flush(event)
-        stats.see_kept(total, over, end - 1)
-    return Simulation(budget, events, stats.summary(budget, replay, total, end - start))
+            events.append(event)
+            flushed.append(event)
+        total, start = kept, kept_from
+    return Simulation(budget, events, _summarize(budget, replay, puts, flushed))
 
 
-@dataclass
-class _Stats:
-    flushes: int = 0
-    archived_messages: int = 0
-    archived_tokens: int = 0
-    largest_batch_messages: int = 0
-    largest_batch_tokens: int = 0
-    largest_active_tokens: int = 0
-    largest_active_messages: int = 0
-    largest_kept_tokens: int = 0
-    over_threshold_puts: int = 0
-    first_over_threshold: int | None = None
+def _summarize(
+    budget: Budget, replay: Replay, puts: list[PutEvent], flushed: list[FlushEvent]
+) -> Summary:
+    n = len(flushed)
+    archived_messages = sum(f.messages for f in flushed)
+    archived_tokens = sum(f.tokens for f in flushed)
+    over = [p for p in puts if p.over_threshold]
+    last = puts[-1] if puts else None
+    return Summary(
+        token_limit=budget.token_limit,
+        ratio=budget.chat_history_token_ratio,
+        flush_size=budget.flush_size,
+        threshold=budget.threshold,
+        messages=len(replay.roles),
+        tokens=sum(replay.tokens),
+        puts=len(puts),
+        flushes=n,
+        archived_messages=archived_messages,
+        archived_tokens=archived_tokens,
+        average_batch_messages=round(archived_messages / n, 2) if n else 0.0,
+        average_batch_tokens=round(archived_tokens / n, 2) if n else 0.0,
+        largest_batch_messages=max((f.messages for f in flushed), default=0),
+        largest_batch_tokens=max((f.tokens for f in flushed), default=0),
+        largest_active_tokens=max((p.active_tokens for p in puts), default=0),
+        largest_active_messages=_largest_window(puts),
+        largest_kept_tokens=max((p.kept_tokens for p in puts), default=0),
+        active_messages=last.kept_messages if last else 0,
+        active_tokens=last.kept_tokens if last else 0,
+        over_threshold_puts=len(over),
+        first_over_threshold=over[0].last if over else None,
+    )
 
-    def see_active(self, tokens: int, messages: int) -> None:
-        self.largest_active_tokens = max(self.largest_active_tokens, tokens)
-        self.largest_active_messages = max(self.largest_active_messages, messages)
 
-    def see_flush(self, event: FlushEvent) -> None:
-        self.flushes += 1
-        self.archived_messages += event.messages
-        self.archived_tokens += event.tokens
-        self.largest_batch_messages = max(self.largest_batch_messages, event.messages)
-        self.largest_batch_tokens = max(self.largest_batch_tokens, event.tokens)
-
-    def see_kept(self, tokens: int, over: bool, position: int) -> None:
-        self.largest_kept_tokens = max(self.largest_kept_tokens, tokens)
-        if over:
-            self.over_threshold_puts += 1
-            if self.first_over_threshold is None:
-                self.first_over_threshold = position
-
-    def summary(self, budget: Budget, replay: Replay, active: int, kept: int) -> Summary:
-        n = self.flushes
-        return Summary(
-            token_limit=budget.token_limit,
-            ratio=budget.chat_history_token_ratio,
-            flush_size=budget.flush_size,
-            threshold=budget.threshold,
-            messages=len(replay.roles),
-            tokens=sum(replay.tokens),
-            puts=len(replay.calls),
-            flushes=n,
-            archived_messages=self.archived_messages,
-            archived_tokens=self.archived_tokens,
-            average_batch_messages=round(self.archived_messages / n, 2) if n else 0.0,
-            average_batch_tokens=round(self.archived_tokens / n, 2) if n else 0.0,
-            largest_batch_messages=self.largest_batch_messages,
-            largest_batch_tokens=self.largest_batch_tokens,
-            largest_active_tokens=self.largest_active_tokens,
-            largest_active_messages=self.largest_active_messages,
-            largest_kept_tokens=self.largest_kept_tokens,
-            active_messages=kept,
-            active_tokens=active,
-            over_threshold_puts=self.over_threshold_puts,
-            first_over_threshold=self.first_over_threshold,
-        )
+def _largest_window(puts: list[PutEvent]) -> int:
+    """The most messages active at once: right after a put, before its flushes."""
+    largest = kept = 0
+    for p in puts:
+        largest = max(largest, kept + p.messages)
+        kept = p.kept_messages
+    return largest
 
 
 def simulate(

@@ -180,3 +180,16 @@ def test_simulation_batches_equal_the_engines(
     active = [position[m.id] for m in memory.get_all(status="active")]
     assert active == list(sim.active_positions())
     assert memory.active_tokens() == sim.summary.active_tokens
+
+
+def test_many_texts_are_counted_on_threads_the_same() -> None:
+    from memcli.simulate import PARALLEL_TEXTS
+
+    tok = TiktokenTokenizer()
+    messages = [
+        Message("user" if i % 2 else "assistant", f"message {i} " + "word " * (i % 17))
+        for i in range(PARALLEL_TEXTS + 500)
+    ]
+    messages.append(Message("system", "<|endoftext|> special", metadata={"k": "v"}))
+    messages.append(Message("user", "message 3 " + "word " * 3))  # a repeat, counted once
+    assert count_tokens(messages, tok) == [message_tokens(m, tok) for m in messages]

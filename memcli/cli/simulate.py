@@ -207,14 +207,19 @@ def _label(b: Budget) -> str:
 
 
 def _emit_json(sims: Sequence[Simulation], put: str) -> None:
+    import json
+
+    # Events hold only numbers, booleans and text: one encoder, no fallbacks, for speed.
+    encode = json.JSONEncoder(ensure_ascii=False).encode
     write = sys.stdout.write
     for run, sim in enumerate(sims):
         lines = []
         for event in sim.events:
             record = event.to_dict()
             record["run"] = run
-            lines.append(output.json_line(record))
-        write("\n".join(lines) + "\n" if lines else "")
+            lines.append(encode(record))
+        if lines:
+            write("\n".join(lines) + "\n")
         summary = sim.summary.to_dict()
         summary["put"] = put
         summary["run"] = run
