@@ -29,7 +29,7 @@ LOCOMO = next(
 
 
 def write_transcript(path: Path, messages: int, seed: int = 7) -> None:
-    """Turns of a user message and one to three replies, as JSON Lines.
+    """Turns of a user message and one to three replies, as JSON Lines (a message or a turn a line).
 
     Each message is a real LoCoMo turn (conversation 26) with its words shuffled, so lengths and
     vocabulary are those of a real chat but no two messages are the same; a reply joins one to
@@ -52,12 +52,18 @@ def write_transcript(path: Path, messages: int, seed: int = 7) -> None:
     with path.open("w") as out:
         written = 0
         while written < messages:
+            turn = []
             for role in ["user"] + ["assistant"] * rng.randint(1, 3):
                 if written == messages:
                     break
-                content = text(1 if role == "user" else rng.randint(1, 3))
-                out.write(json.dumps({"role": role, "content": content}) + "\n")
+                turn.append(
+                    {"role": role, "content": text(1 if role == "user" else rng.randint(1, 3))}
+                )
                 written += 1
+            if rng.random() < 0.5:  # half the turns as one {"messages": [...]} line (one put call)
+                out.write(json.dumps({"messages": turn}) + "\n")
+            else:
+                out.writelines(json.dumps(m) + "\n" for m in turn)
 
 
 def timed(label: str, fn):  # type: ignore[no-untyped-def]

@@ -113,7 +113,8 @@ def write_png(
     one = len(shown) == 1
     for i, s in enumerate(shown):
         color = f"C{i}"
-        ax.plot(s.x, s.y, color=color, linewidth=0.8, label=s.label if not one else "active tokens")
+        label = "active tokens" if one else s.label
+        ax.step(s.x, s.y, where="post", color=color, linewidth=0.8, label=label)
         ax.axhline(
             s.threshold,
             color="C3" if one else color,

@@ -94,6 +94,7 @@ def flush_command(
     last are 0-based positions of messages in the source), and one {"type": "summary", ...} per
     parameter set with its parameters; "run" numbers the sets.
 
+    \b
     Examples:
       memcli simulate flush chat.jsonl --token-limit 2000,4000,8000 --ratio 0.5,0.7
       memcli simulate flush --session demo --flush-size 200 --png budget.png
@@ -124,6 +125,9 @@ def flush_command(
     if output.wants_json(json_):
         _emit_json(sims, put)
         return
+    if not replay.roles:
+        output.info("The source has no messages: nothing is put, nothing flushes.")
+        chart = timeline = False
     show_timeline = timeline if timeline is not None else len(sims) == 1
     if show_timeline:
         for i, sim in enumerate(sims):
