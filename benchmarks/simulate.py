@@ -99,8 +99,11 @@ def main() -> None:
                 f"replay --put {put} (limit 4000, flush 400)", lambda m=mode: run(m, budget)
             )
             print(f"    {sim.summary.puts:,} puts, {sim.summary.flushes:,} flushes")
+        agent = Replay(["user"] + ["tool"] * (n - 1), replay.tokens, [1] * n)
+        sim = timed("replay, one user message then only tool output", lambda: run(agent, budget))
+        print(f"    {sim.summary.flushes:,} flushes, {sim.summary.over_threshold_puts:,} puts over")
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        print(f"{'library total (read, count, 3 replays)':<46} {wall:7.3f} s wall {cpu:7.3f} s CPU")
+        print(f"{'library total (read, count, 4 replays)':<46} {wall:7.3f} s wall {cpu:7.3f} s CPU")
         command = [sys.executable, "-m", "memcli", "simulate", "flush", str(path), "--put"]
         command += ["message", "--token-limit", "4000", "--flush-size", "400", "--json"]
         start = time.perf_counter()

@@ -196,6 +196,7 @@ def run(replay: Replay, budget: Budget) -> Simulation:
     roles, tokens = replay.roles, replay.tokens
     threshold, flush_size = budget.threshold, budget.flush_size
     before = [0, *itertools.accumulate(tokens)]  # before[i]: tokens of the messages before i
+    last_user = _last_user_positions(roles)
     events: list[Event] = []
     puts: list[PutEvent] = []
     flushed: list[FlushEvent] = []
@@ -209,7 +210,10 @@ def run(replay: Replay, budget: Budget) -> Simulation:
         total += added
         kept, kept_from = total, start
         batches = []
-        if total > threshold:  # as Memory._flush: no plan while under the threshold
+        # As Memory._flush: no plan while under the threshold. And when the window is one turn
+        # (a user message, then only replies), plan_flush keeps that newest turn whole and
+        # returns nothing: skipping the call keeps an agent's long single turn linear, not O(n^2).
+        if total > threshold and last_user[end - 1] != start:
             batches = plan_flush(roles[start:end], tokens[start:end], threshold, flush_size)
             if batches:
                 kept -= sum(b.tokens for b in batches)
@@ -244,6 +248,17 @@ def run(replay: Replay, budget: Budget) -> Simulation:
             flushed.append(event)
         total, start = kept, kept_from
     return Simulation(budget, events, _summarize(budget, replay, puts, flushed))
+
+
+def _last_user_positions(roles: Sequence[str]) -> list[int]:
+    """For each position, the position of the last user message up to it (-1 if none)."""
+    positions = []
+    last = -1
+    for i, role in enumerate(roles):
+        if role == "user":
+            last = i
+        positions.append(last)
+    return positions
 
 
 def _summarize(

@@ -138,23 +138,13 @@ MESSAGE = st.tuples(ROLES, st.integers(min_value=0, max_value=30))
 CALLS = st.lists(st.lists(MESSAGE, min_size=1, max_size=5), min_size=1, max_size=25)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    calls=CALLS,
-    limit=st.integers(min_value=5, max_value=120),
-    ratio=st.sampled_from([0.3, 0.5, 0.7, 1.0]),
-    size_share=st.floats(min_value=0.01, max_value=1.0),
-)
-def test_simulation_batches_equal_the_engines(
-    calls: list[list[tuple[str, int]]], limit: int, ratio: float, size_share: float
-) -> None:
+def assert_engine_agrees(calls: list[list[tuple[str, int]]], budget: Budget) -> None:
+    """The simulation's flushes and final window equal what Memory does with the same calls."""
     tok = WordTokenizer()
-    budget = Budget(limit, ratio, max(1, int(limit * size_share)))
     message_calls = [
         [Message(role, " ".join(f"w{i}" for i in range(n))) for role, n in call] for call in calls
     ]
     sim = simulate(message_calls, budget, tok)
-
     memory = Memory.from_defaults(
         session_id="s",
         token_limit=budget.token_limit,
@@ -180,6 +170,56 @@ def test_simulation_batches_equal_the_engines(
     active = [position[m.id] for m in memory.get_all(status="active")]
     assert active == list(sim.active_positions())
     assert memory.active_tokens() == sim.summary.active_tokens
+
+
+BUDGETS = st.builds(
+    lambda limit, ratio, share: Budget(limit, ratio, max(1, int(limit * share))),
+    st.integers(min_value=5, max_value=120),
+    st.sampled_from([0.3, 0.5, 0.7, 1.0]),
+    st.floats(min_value=0.01, max_value=1.0),
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls=CALLS, budget=BUDGETS)
+def test_simulation_batches_equal_the_engines(
+    calls: list[list[tuple[str, int]]], budget: Budget
+) -> None:
+    assert_engine_agrees(calls, budget)
+
+
+# Agent-like logs: few user messages, long runs of replies and tool messages (one turn can outgrow
+# the budget and stay: the replay skips planning there, and must still agree with the engine).
+RARE_USER = st.sampled_from(["user"] + ["assistant"] * 6 + ["tool"] * 3)
+AGENT_CALLS = st.lists(
+    st.lists(st.tuples(RARE_USER, st.integers(min_value=0, max_value=30)), min_size=1, max_size=4),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls=AGENT_CALLS, budget=BUDGETS)
+def test_simulation_agrees_on_agent_logs(
+    calls: list[list[tuple[str, int]]], budget: Budget
+) -> None:
+    assert_engine_agrees(calls, budget)
+
+
+def test_one_long_turn_stays_whole_and_is_linear() -> None:
+    """A user message then 30,000 replies: nothing can flush; the window stays over the budget."""
+    n = 30_000
+    replay = Replay(["user"] + ["assistant"] * (n - 1), [5] * n, [1] * n)
+    from memcli.simulate import run
+
+    sim = run(replay, Budget(100, 0.7, 10))
+    assert sim.summary.flushes == 0
+    assert sim.summary.over_threshold_puts == n - 14  # over 70 tokens from the 15th message on
+    assert sim.summary.active_messages == n
+    # A user message ends the long turn: everything before it can go at last.
+    replay = Replay([*replay.roles, "user"], [*replay.tokens, 5], [*replay.calls, 1])
+    flushes = run(replay, Budget(100, 0.7, 10)).flushes
+    assert (flushes[0].first, flushes[-1].last) == (0, n - 1)
 
 
 def test_many_texts_are_counted_on_threads_the_same() -> None:
