@@ -343,3 +343,12 @@ def test_heavy_plotting_stays_out_of_the_cli_start() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_bad_budget_is_reported_before_the_transcript_is_read(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{oops\n")
+    run = memcli("simulate", "flush", str(bad), "--ratio", "2")
+    assert run.code == 2 and "chat_history_token_ratio must be in (0, 1], not 2.0" in said(
+        run.stderr
+    )

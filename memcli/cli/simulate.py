@@ -114,8 +114,11 @@ def flush_command(
     ratios = parse_list(ratio, float, "--ratio")
     sizes = parse_list(flush_size, int, "--flush-size")
     s = common.settings(ctx)
+    if session is None:  # bad values fail before a long transcript is read
+        budget_list = _budgets(s, None, limits, ratios, sizes)
     replay, info = _load(s, source, session, put)
-    budget_list = _budgets(s, info, limits, ratios, sizes)
+    if session is not None:  # values left out come from the session
+        budget_list = _budgets(s, info, limits, ratios, sizes)
     sims = simulate_many(replay, budget_list)
     if png is not None:
         from memcli.charts import write_png
