@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from memcli.cli import common, export, import_, inspect, rm, sessions
+from memcli.cli.simulate import app as simulate_app
 
 app = typer.Typer(
     name="memcli",
@@ -44,6 +45,7 @@ app.command("sessions")(sessions.sessions_command)
 app.command("inspect")(inspect.inspect_command)
 app.command("export")(export.export_command)
 app.command("rm")(rm.rm_command)
+app.add_typer(simulate_app, name="simulate")
 
 
 def main() -> None:
