@@ -110,6 +110,7 @@ class Memory:
                 )
         self._window: list[WindowEntry] = []
         self._window_tokens = 0
+        self._window_users = 0  # user messages in the window
         self._version = -2
         self._txn_serial = -1
 
@@ -162,6 +163,7 @@ class Memory:
         if version != self._version:
             self._window = self.store.active_window(self.session_id)
             self._window_tokens = sum(e.tokens for e in self._window)
+            self._window_users = sum(1 for e in self._window if e.role == "user")
             self._version = version
 
     def active_tokens(self) -> int:
@@ -196,6 +198,7 @@ class Memory:
                 WindowEntry(i, m.role, t) for i, m, t in zip(ids, messages, tokens, strict=True)
             )
             self._window_tokens += sum(tokens)
+            self._window_users += sum(1 for m in messages if m.role == "user")
             flushes = self._flush()
             if not nested:
                 self._version = self.store.session_version(self.session_id)
@@ -209,6 +212,10 @@ class Memory:
         if self._window_tokens <= self.budget.threshold:
             return []
         window = self._window
+        if len(window) <= 1 or (self._window_users == 1 and window[0].role == "user"):
+            # A single message or a single turn never flushes: skip planning (an agent's long
+            # turn would otherwise replan the whole window on every put).
+            return []
         batches = plan_flush(
             [e.role for e in window],
             [e.tokens for e in window],
@@ -227,6 +234,7 @@ class Memory:
         moved = batches[-1].end
         self._window = window[moved:]
         self._window_tokens -= sum(b.tokens for b in batches)
+        self._window_users -= sum(1 for e in window[:moved] if e.role == "user")
         if not self.memory_blocks:
             return flushes
         # Only blocks need the batches' messages: read them back as stored.
