@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.messages import Message
+from memcli.messages import ROLES, Message
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from pathlib import Path
 
 PUT_MODES = ("message", "batch", "call")
+_ROLES = frozenset(ROLES)
 
 
 @dataclass(frozen=True)
@@ -77,20 +78,33 @@ def _decode(raw: bytes, where: str) -> str:
 
 
 def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        where = f"{name}:{number}"
-        text = _decode(raw, where).strip()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        raise InputError(
+            f"{name}:{line}: invalid UTF-8 at byte {exc.start - start}", "Save the file as UTF-8"
+        ) from None
+    loads = json.loads
+    for number, raw in enumerate(text.split("\n"), start=1):
         if number == 1:
-            text = text.lstrip("\ufeff")
-        if not text:
+            raw = raw.lstrip("\ufeff")
+        if not raw or raw.isspace():
             continue
         try:
-            obj = json.loads(text)
+            obj = loads(raw)
         except json.JSONDecodeError as exc:
             raise InputError(
-                f"{where}: invalid JSON ({exc.msg})", "Each line must be one JSON object"
+                f"{name}:{number}: invalid JSON ({exc.msg})", "Each line must be one JSON object"
             ) from None
-        yield _record(obj, number, where)
+        if type(obj) is dict and len(obj) == 2:
+            # The common line, {"role": ..., "content": "..."}: no further checks needed.
+            role, content = obj.get("role"), obj.get("content")
+            if type(role) is str and role in _ROLES and type(content) is str:
+                yield Record(number, [Message(role, content)])
+                continue
+        yield _record(obj, number, f"{name}:{number}")
 
 
 def _parse_array(data: bytes, name: str) -> list[Record]:
