@@ -47,6 +47,16 @@ class PutEvent(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         return {"type": "put", **self._asdict()}
 
+    def to_json(self) -> str:
+        """`json.dumps(self.to_dict())`, written out by hand: a long replay has one per put."""
+        return (
+            f'{{"type": "put", "call": {self.call}, "first": {self.first}, "last": {self.last},'
+            f' "messages": {self.messages}, "tokens": {self.tokens},'
+            f' "active_tokens": {self.active_tokens}, "flushes": {self.flushes},'
+            f' "kept_tokens": {self.kept_tokens}, "kept_messages": {self.kept_messages},'
+            f' "over_threshold": {"true" if self.over_threshold else "false"}}}'
+        )
+
 
 class FlushEvent(NamedTuple):
     """One flush batch: the source positions `first`..`last` (inclusive) left short-term memory."""

@@ -233,3 +233,13 @@ def test_many_texts_are_counted_on_threads_the_same() -> None:
     messages.append(Message("system", "<|endoftext|> special", metadata={"k": "v"}))
     messages.append(Message("user", "message 3 " + "word " * 3))  # a repeat, counted once
     assert count_tokens(messages, tok) == [message_tokens(m, tok) for m in messages]
+
+
+def test_put_event_json_matches_json_dumps() -> None:
+    import json
+
+    from memcli.simulate import PutEvent
+
+    for flag in (True, False):
+        event = PutEvent(1, 2, 3, 2, 40, 90, 1, 30, 2, flag)
+        assert json.loads(event.to_json()) == event.to_dict()

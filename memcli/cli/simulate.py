@@ -216,15 +216,21 @@ def _label(b: Budget) -> str:
 def _emit_json(sims: Sequence[Simulation], put: str) -> None:
     import json
 
+    from memcli.simulate import PutEvent
+
     # Events hold only numbers, booleans and text: one encoder, no fallbacks, for speed.
     encode = json.JSONEncoder(ensure_ascii=False).encode
     write = sys.stdout.write
     for run, sim in enumerate(sims):
         lines = []
+        suffix = f', "run": {run}}}'
         for event in sim.events:
-            record = event.to_dict()
-            record["run"] = run
-            lines.append(encode(record))
+            if isinstance(event, PutEvent):
+                lines.append(event.to_json()[:-1] + suffix)
+            else:
+                record = event.to_dict()
+                record["run"] = run
+                lines.append(encode(record))
         if lines:
             write("\n".join(lines) + "\n")
         summary = sim.summary.to_dict()
