@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli import common, export, import_, inspect, rm, sessions
+from memcli.cli import chat, common, export, import_, inspect, rm, sessions
 
 app = typer.Typer(
     name="memcli",
@@ -44,6 +44,7 @@ app.command("sessions")(sessions.sessions_command)
 app.command("inspect")(inspect.inspect_command)
 app.command("export")(export.export_command)
 app.command("rm")(rm.rm_command)
+app.command("chat")(chat.chat_command)
 
 
 def main() -> None:
