@@ -74,16 +74,13 @@ def _strip_tags(line: str) -> str:
     return text.strip()
 
 
-def offline_answer(chat: Chat, text: str, *, first: bool = True) -> str:
-    """The reply when no model is configured: that none is, how to set one (in full the `first`
-    time), and what memory holds for `text`: block lines and stored messages sharing its words."""
-    if first:
-        lines = [
-            "No model is configured, so this reply comes from memory alone (nothing is sent).",
-            MODEL_HINT + ".",
-        ]
-    else:
-        lines = ["(Offline: no model is configured; `/model NAME` or --model sets one.)"]
+def offline_answer(chat: Chat, text: str) -> str:
+    """The reply when no model is configured: that none is, how to set one, and what memory holds
+    for `text`: lines of the blocks' contents and stored messages that share its words."""
+    lines = [
+        "(Offline: no model is configured, so this reply comes from memory alone; set one with "
+        "--model, MEMCLI_MODEL, `[llm] model` in the config, or /model NAME.)"
+    ]
     ready = chat.last_context
     blocks = [(b.name, b.content) for b in ready.context.blocks] if ready else []
     found = ranked_lines(text, blocks)

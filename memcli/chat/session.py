@@ -108,7 +108,6 @@ class Chat:
         self._stream = stream
         self.memory: Memory | None = None
         self.last_context: ContextReady | None = None
-        self.offline_replies = 0
 
     # -- sessions ---------------------------------------------------------------------------------
 
@@ -234,8 +233,7 @@ class Turn:
             from memcli.chat.offline import offline_answer
 
             asked = self.text or (chat.pending() or Message("user", "")).content
-            text = offline_answer(chat, asked, first=chat.offline_replies == 0)
-            chat.offline_replies += 1
+            text = offline_answer(chat, asked)
             yield ReplyPiece(text)
             yield ReplyDone(text, offline=True)
             self._done = True

@@ -65,7 +65,9 @@ def chat_command(
         raise typer.Exit(run_plain(chat, commands, is_new, json_))
     from memcli.cli.chat_ui import ChatApp
 
-    ChatApp(chat, commands, is_new, history_path=s.home / "chat_history").run()
+    ChatApp(
+        chat, commands, is_new, history_path=s.home / "chat_history", db_label=str(s.db_path)
+    ).run()
 
 
 def build_chat(

@@ -84,7 +84,9 @@ def _migration_1(db: sqlite_utils.Database) -> None:
     )
     # The active window is read through this index alone: archived history is never scanned.
     db.table("messages").create_index(["session_id", "status", "seq"], index_name="messages_window")
-    db.table("messages").create_index(["session_id", "seq"], index_name="messages_order", unique=True)
+    db.table("messages").create_index(
+        ["session_id", "seq"], index_name="messages_order", unique=True
+    )
     db.table("messages").create_index(["flush_id"], index_name="messages_flush")
     db.table("flushes").create_index(["session_id", "id"], index_name="flushes_session")
     db.table("sessions").create_index(["user_id"], index_name="sessions_user")
