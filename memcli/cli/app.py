@@ -52,7 +52,9 @@ def main() -> None:
     from memcli.errors import MemcliError
 
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns a typer.Exit's code instead of exiting
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except MemcliError as error:
         from memcli.cli.output import print_error
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ def _hit_line(hit: Any, width: int) -> str:
     ids = getattr(hit, "message_ids", None) or []
     span = f" #{ids[0]}-{ids[-1]}" if ids else ""
     head = f"{score:.2f} " if isinstance(score, int | float) else ""
-    return f"{head}{where}{span}: " + _flat(text.replace("<message role=", "<"), width)
+    text = re.sub(r"<message role=['\"]?(\w+)['\"]?>", r"\1: ", text).replace("</message>", " ")
+    return f"{head}{where}{span}: " + _flat(text, width)
 
 
 def _block_lines(block: BlockView, width: int) -> list[str]:
@@ -108,7 +110,7 @@ def _block_lines(block: BlockView, width: int) -> list[str]:
         for text in block.content.splitlines()[:3]:
             if text.strip():
                 lines.append(f"  [dim]{escape(_flat(text, width - 4))}[/]")
-    if block.computed and not block.content:
+    if block.computed and not block.content and block.truncated != "dropped":
         lines.append("  [dim](empty for this turn)[/]")
     return lines
 

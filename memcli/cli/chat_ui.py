@@ -141,6 +141,7 @@ class ChatApp:
                 self.post(lambda: self.loading.discard("litellm"))
 
             threading.Thread(target=load_litellm, name="memcli-litellm", daemon=True).start()
+
         def load_tokenizer() -> None:
             self.chat.mem.tokenizer.count("warm up")
 
@@ -332,8 +333,8 @@ class ChatApp:
         elif self.pending:
             state = "working…"
         return (
-            f" session {self.chat.session_id} · user {self.chat.user_id} · model {model}"
-            f" · db {self.db_label} · {state}"
+            f" {state} · session {self.chat.session_id} · user {self.chat.user_id}"
+            f" · model {model} · db {self.db_label}"
         )
 
     def drawn(self, name: str, width: int, height: int) -> Any:
