@@ -91,6 +91,7 @@ class ChatApp:
         self.turn: Turn | None = None  # the turn being played (set by the worker)
         self.pending = 0  # messages and commands submitted and not finished
         self.loading: set[str] = set()
+        self.warmed = threading.Event()  # set once litellm and the blocks are loaded
         self.scroll_back = 0
         self.timings: dict[str, float] = {}
         self._drawn: dict[str, tuple[Any, Any]] = {}
@@ -110,6 +111,12 @@ class ChatApp:
     def _started(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.worker.start()
+        self.app.after_render += self._first_render
+
+    def _first_render(self, _: Any) -> None:
+        """Start loading litellm and the blocks' models once the first screen is up, not before:
+        imports hold the interpreter's lock and would delay it."""
+        self.app.after_render -= self._first_render
         self._warm_up()
 
     def _stop(self) -> None:
@@ -135,10 +142,12 @@ class ChatApp:
             self.loading.add("litellm")
 
             def load_litellm() -> None:
-                from memcli.llm import load_litellm
+                from memcli.llm import warm_up
 
-                load_litellm()
-                self.post(lambda: self.loading.discard("litellm"))
+                try:
+                    warm_up(self.chat.llm)
+                finally:
+                    self.post(lambda: self._loaded("litellm"))
 
             threading.Thread(target=load_litellm, name="memcli-litellm", daemon=True).start()
 
@@ -154,9 +163,18 @@ class ChatApp:
                     self.chat.context()
                     self._refresh_panels()
                 finally:
-                    self.post(lambda: self.loading.discard("blocks"))
+                    self.post(lambda: self._loaded("blocks"))
 
             self.worker.submit(ask_blocks)
+        self.worker.submit(lambda: self.post(self._check_warm))
+
+    def _loaded(self, what: str) -> None:
+        self.loading.discard(what)
+        self._check_warm()
+
+    def _check_warm(self) -> None:
+        if not self.loading:
+            self.warmed.set()
 
     # -- input ------------------------------------------------------------------------------------
 
