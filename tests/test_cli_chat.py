@@ -306,3 +306,64 @@ def test_chat_in_a_real_terminal(tmp_path, llm, isolated):
         if line.strip()
     ]
     assert sum(1 for r in records if r.get("role") == "user") == 4
+
+
+def test_ctrl_c_in_plain_mode_keeps_the_partial_reply_marked_and_exits_130(llm):
+    import os
+    import signal
+
+    llm.script({"content": "word " * 200, "chunk_delay": 0.1})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcli", "chat", "--session", "cut", *model_args(llm)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"talk for a while\n")
+    proc.stdin.flush()
+    assert proc.stdout.read(10) == b"word word "  # the reply is streaming
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert b"partial reply is kept" in stderr
+    last = stored("cut")[-1]
+    assert last["role"] == "assistant" and last["metadata"] == {"cancelled": True}
+    assert last["content"].startswith("word word") and len(last["content"]) < len("word " * 200)
+
+
+def test_full_screen_quit_while_a_reply_streams_keeps_it_and_drops_queued_messages(tmp_path, llm):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat_ui import ChatApp
+    from memcli.llm import LLMConfig
+
+    chat = Chat(
+        SQLiteStore(tmp_path / "q.db"),
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=10),
+    )
+    chat.open("q")
+    llm.script({"content": "slow " * 100, "chunk_delay": 0.1})
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, None, pipe, DummyOutput())
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        pipe.send_text("first\r")
+        wait_for(lambda: ui.entries[-1].mark == "streaming")
+        pipe.send_text("second, queued\r")
+        wait_for(lambda: len(ui.queued) == 1)
+        pipe.send_text("draft")
+        wait_for(lambda: ui.app.current_buffer.text == "draft")
+        pipe.send_text("\x04")  # Ctrl-D with text deletes; the line is not empty
+        pipe.send_text("\x15")  # Ctrl-U empties it
+        wait_for(lambda: ui.app.current_buffer.text == "")
+        pipe.send_text("\x04")
+        runner.join(15)
+    assert not runner.is_alive()
+    messages = chat.mem.get_all()
+    assert [m.content for m in messages if m.role == "user"] == ["first"]
+    assert messages[-1].role == "assistant" and messages[-1].metadata == {"cancelled": True}
+    assert len(llm.requests) == 1

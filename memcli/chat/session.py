@@ -238,6 +238,11 @@ class Turn:
             yield ReplyDone(text, offline=True)
             self._done = True
             return
+        if self.cancelled:  # cancelled while it waited for its turn: the message stays, unsent
+            yield ready
+            self._done = True
+            yield ReplyDone("", cancelled=True)
+            return
         # The request starts before the UI is told about the context, so the two overlap.
         payload = [_wire(m) for m in ready.context.messages]
         threading.Thread(

@@ -146,6 +146,8 @@ def build_application(
         always_hide_cursor=True,
     )
 
+    ui.conversation_window = conversation
+
     def panel(name: str) -> Window:
         window: Window
 

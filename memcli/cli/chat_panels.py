@@ -8,9 +8,13 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
     from rich.console import Console
 
     from memcli.chat.view import BlockView, LongTerm, ShortTerm
+    from memcli.cli.chat_ui import Entry
 
 
 def _console(width: int) -> Console:
@@ -137,3 +141,56 @@ def render_long(view: LongTerm, width: int, loading: bool) -> str:
     for line in lines:
         console.print(line, overflow="ellipsis", no_wrap=True)
     return console.file.getvalue()  # type: ignore[attr-defined, no-any-return]
+
+
+MARKS = {
+    "waiting": ("class:mark", " …"),
+    "streaming": ("class:mark", "▌"),
+    "cancelled": ("class:mark", "  ⏹ cancelled: partial reply kept"),
+    "cancelled-empty": ("class:mark", "⏹ cancelled before any reply"),
+    "failed": ("class:error", "  ✗ failed"),
+}
+LABELS = {
+    "user": ("class:user.label", "you › "),
+    "assistant": ("class:assistant.label", "assistant › "),
+}
+
+
+def wrap(text: str, width: int, first: int = 0) -> str:
+    """Word-wrap `text` to `width` columns, the first line starting `first` columns in."""
+    import textwrap
+
+    width = max(10, width - 1)
+    out = []
+    for i, paragraph in enumerate(text.split("\n")):
+        indent = " " * first if i == 0 else ""
+        lines = textwrap.wrap(
+            paragraph, width, initial_indent=indent, break_on_hyphens=False, drop_whitespace=True
+        ) or [indent]
+        if i == 0:
+            lines[0] = lines[0][first:]
+        out.extend(lines)
+    return "\n".join(out)
+
+
+def conversation(
+    entries: Sequence[Entry], width: int, cache: dict[int, tuple[Any, StyleAndTextTuples]]
+) -> StyleAndTextTuples:
+    """The conversation as prompt-toolkit fragments, word-wrapped; each entry is wrapped again
+    only when its text, mark or the width changed."""
+    out: StyleAndTextTuples = []
+    for entry in entries:
+        key = (entry.text, entry.mark, width)
+        cached = cache.get(id(entry))
+        if cached is None or cached[0] != key:
+            label = LABELS.get(entry.kind)
+            style = {"user": "class:user", "assistant": ""}.get(entry.kind, f"class:{entry.kind}")
+            fragments: StyleAndTextTuples = [label] if label else []
+            fragments.append((style, wrap(entry.text, width, len(label[1]) if label else 0)))
+            if entry.kind == "assistant" and entry.mark in MARKS:
+                fragments.append(MARKS[entry.mark])
+            fragments.append(("", "\n\n"))
+            cached = (key, fragments)
+            cache[id(entry)] = cached
+        out.extend(cached[1])
+    return out

@@ -46,6 +46,7 @@ class Worker:
         self.on_error = on_error
         self.idle = threading.Event()
         self.idle.set()
+        self.running = False
         self.thread = threading.Thread(target=self._run, name="memcli-chat", daemon=True)
 
     def start(self) -> None:
@@ -55,15 +56,28 @@ class Worker:
         self.idle.clear()
         self.jobs.put(job)
 
+    def drop_queued(self) -> None:
+        """Forget the jobs not started yet."""
+        while True:
+            try:
+                self.jobs.get_nowait()
+            except queue.Empty:
+                break
+        if self.jobs.empty() and not self.running:
+            self.idle.set()
+
     def _run(self) -> None:
         while True:
             job = self.jobs.get()
             if job is None:
                 return
+            self.running = True
             try:
                 job()
             except BaseException as error:  # shown in the conversation; the chat goes on
                 self.on_error(error)
+            finally:
+                self.running = False
             if self.jobs.empty():
                 self.idle.set()
 
@@ -90,11 +104,14 @@ class ChatApp:
         self.session_ids = [i.id for i in chat.store.list_sessions(chat.user_id)]
         self.turn: Turn | None = None  # the turn being played (set by the worker)
         self.pending = 0  # messages and commands submitted and not finished
+        self.queued: list[Turn] = []  # turns submitted and not started
         self.loading: set[str] = set()
         self.warmed = threading.Event()  # set once litellm and the blocks are loaded
         self.scroll_back = 0
         self.timings: dict[str, float] = {}
         self._drawn: dict[str, tuple[Any, Any]] = {}
+        self._wrapped: dict[int, tuple[Any, StyleAndTextTuples]] = {}
+        self.conversation_window: Any = None  # set by the layout
         self._loop: asyncio.AbstractEventLoop | None = None
         self.worker = Worker(lambda e: self.post(lambda: self._failed_job(e)))
         self._welcome(is_new)
@@ -120,9 +137,13 @@ class ChatApp:
         self._warm_up()
 
     def _stop(self) -> None:
-        if self.turn is not None:
-            self.turn.cancel()  # the partial reply is stored, marked, before we leave
-        self.worker.idle.wait(timeout=5)
+        """Leaving: drop queued jobs; a reply being generated is cancelled and stored, marked."""
+        self.worker.drop_queued()
+        turn = self.turn
+        if turn is not None:
+            turn.cancel()
+        if turn is not None or self.pending:
+            self.worker.idle.wait(timeout=5)
 
     def post(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the UI thread (from any thread), then redraw."""
@@ -195,6 +216,7 @@ class ChatApp:
         self.timings["enter"] = time.perf_counter()
         self.timings.pop("first_piece", None)
         turn = self.chat.send(text)
+        self.queued.append(turn)
         self.entries.append(Entry("user", text))
         reply = Entry("assistant", "", "waiting")
         self.entries.append(reply)
@@ -205,6 +227,8 @@ class ChatApp:
         """Ctrl-C: cancel the reply being generated, else clear the line."""
         if self.turn is not None:
             self.turn.cancel()
+        elif self.queued:
+            self.queued[-1].cancel()  # the latest message still waiting for its turn
         elif buffer.text:
             buffer.reset()
         else:
@@ -244,6 +268,8 @@ class ChatApp:
 
     def _play(self, turn: Turn, reply: Entry) -> None:
         self.turn = turn
+        if turn in self.queued:
+            self.queued.remove(turn)
         try:
             for event in turn.events():
                 if isinstance(event, ReplyPiece):
@@ -374,25 +400,7 @@ class ChatApp:
         return value
 
     def conversation(self) -> StyleAndTextTuples:
-        marks = {
-            "waiting": ("class:mark", " …"),
-            "streaming": ("class:mark", "▌"),
-            "cancelled": ("class:mark", "  ⏹ cancelled: partial reply kept"),
-            "cancelled-empty": ("class:mark", "⏹ cancelled before any reply"),
-            "failed": ("class:error", "  ✗ failed"),
-            "offline": ("class:mark", ""),
-        }
-        out: StyleAndTextTuples = []
-        for entry in self.entries:
-            if entry.kind == "user":
-                out += [("class:user.label", "you › "), ("class:user", entry.text)]
-            elif entry.kind == "assistant":
-                out += [("class:assistant.label", "assistant › "), ("", entry.text)]
-                if entry.mark in marks:
-                    out.append(marks[entry.mark])
-            elif entry.kind == "command":
-                out.append(("class:command", entry.text))
-            else:
-                out.append((f"class:{entry.kind}", entry.text))
-            out.append(("", "\n\n"))
-        return out
+        window = self.conversation_window
+        info = window.render_info if window is not None else None
+        width = info.window_width if info else 80
+        return chat_panels.conversation(self.entries, width, self._wrapped)
