@@ -1,26 +1,41 @@
 """memcli: local memory for LLM conversations.
 
-`from memcli import Memory, Message` is the whole engine; nothing heavy is imported here.
+`from memcli import Memory, Message` is the whole engine. Names are loaded on first use, so that
+`memcli --help` does not pay for modules it does not need; nothing heavy is imported either way.
 """
 
-from memcli.blocks.base import BlockContext, MemoryBlock
-from memcli.errors import (
-    ConfigError,
-    InputError,
-    MemcliError,
-    ModelError,
-    ProviderError,
-    SessionNotFound,
-    StoreError,
-    UsageError,
-)
-from memcli.flush import Batch, Budget, plan_flush
-from memcli.memory import Context, Flush, Memory
-from memcli.messages import Message
-from memcli.store import SQLiteStore, Store
-from memcli.tokens import TiktokenTokenizer, Tokenizer, WordTokenizer
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "Batch": "memcli.flush",
+    "BlockContext": "memcli.blocks.base",
+    "Budget": "memcli.flush",
+    "ConfigError": "memcli.errors",
+    "Context": "memcli.memory",
+    "Flush": "memcli.memory",
+    "InputError": "memcli.errors",
+    "MemcliError": "memcli.errors",
+    "Memory": "memcli.memory",
+    "MemoryBlock": "memcli.blocks.base",
+    "Message": "memcli.messages",
+    "ModelError": "memcli.errors",
+    "ProviderError": "memcli.errors",
+    "SQLiteStore": "memcli.store.sqlite",
+    "SessionNotFound": "memcli.errors",
+    "Store": "memcli.store.base",
+    "StoreError": "memcli.errors",
+    "TiktokenTokenizer": "memcli.tokens",
+    "Tokenizer": "memcli.tokens",
+    "UsageError": "memcli.errors",
+    "WordTokenizer": "memcli.tokens",
+    "plan_flush": "memcli.flush",
+}
 
 __all__ = [
     "Batch",
@@ -46,3 +61,36 @@ __all__ = [
     "WordTokenizer",
     "plan_flush",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memcli' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:
+    from memcli.blocks.base import BlockContext, MemoryBlock
+    from memcli.errors import (
+        ConfigError,
+        InputError,
+        MemcliError,
+        ModelError,
+        ProviderError,
+        SessionNotFound,
+        StoreError,
+        UsageError,
+    )
+    from memcli.flush import Batch, Budget, plan_flush
+    from memcli.memory import Context, Flush, Memory
+    from memcli.messages import Message
+    from memcli.store.base import Store
+    from memcli.store.sqlite import SQLiteStore
+    from memcli.tokens import TiktokenTokenizer, Tokenizer, WordTokenizer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from os import PathLike
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
@@ -110,6 +111,7 @@ class Memory:
         self._window: list[WindowEntry] = []
         self._window_tokens = 0
         self._version = -2
+        self._txn_serial = -1
 
     @classmethod
     def from_defaults(
@@ -127,16 +129,10 @@ class Memory:
         """A Memory as LlamaIndex builds one; `db=None` is an in-memory SQLite database."""
         from memcli.store.sqlite import SQLiteStore
 
-        store = (
-            db
-            if db is not None and not isinstance(db, str | bytes) and hasattr(db, "transaction")
-            else None
-        )
-        if store is None:
-            store = SQLiteStore(db)  # type: ignore[arg-type]
+        store: Store = SQLiteStore(db) if db is None or isinstance(db, str | PathLike) else db
         budget = Budget(token_limit, chat_history_token_ratio, token_flush_size)
         return cls(
-            store,  # type: ignore[arg-type]
+            store,
             session_id=session_id,
             user_id=user_id,
             budget=budget,
@@ -188,7 +184,10 @@ class Memory:
         if not messages:
             return []
         with self.store.transaction():
-            self._sync()
+            nested = self.store.transaction_depth > 1
+            if self._txn_serial != self.store.txn_serial:
+                self._sync()  # another process may have written since this window was read
+                self._txn_serial = self.store.txn_serial
             tokens = [self.count_tokens(m) for m in messages]
             ids = self.store.append_messages(
                 self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
@@ -198,7 +197,8 @@ class Memory:
             )
             self._window_tokens += sum(tokens)
             flushes = self._flush()
-            self._version = self.store.session_version(self.session_id)
+            if not nested:
+                self._version = self.store.session_version(self.session_id)
         if feed_blocks and self.memory_blocks:
             for flush in flushes:
                 self.feed_blocks(flush)
@@ -352,11 +352,13 @@ class Memory:
                 self.session_id, [NewMessage(m, self.count_tokens(m)) for m in messages]
             )
         self._version = -2
+        self._txn_serial = -1
 
     def reset(self) -> int:
         """Delete the session's messages (active and archived); return how many. Blocks keep theirs."""
         count = self.store.delete_messages(self.session_id)
         self._version = -2
+        self._txn_serial = -1
         return count
 
 

@@ -73,11 +73,13 @@ class TiktokenTokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return len(self._get().encode(text, allowed_special="all"))
+        encoding = self._encoding or self._get()
+        if "<|" in text:  # every special token starts so; the ordinary path is twice as fast
+            return len(encoding.encode(text, allowed_special="all"))
+        return len(encoding.encode_ordinary(text))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
-        encoding = self._get()
-        return [len(encoding.encode(t, allowed_special="all")) if t else 0 for t in texts]
+        return [self.count(t) for t in texts]
 
 
 class WordTokenizer:

@@ -77,7 +77,7 @@ def emit_all(records: Iterable[dict[str, Any]]) -> None:
 
 def info(message: str) -> None:
     """A message for the person (stderr)."""
-    err().print(message, markup=False, highlight=False)
+    err().print(message, markup=False, highlight=False, soft_wrap=True)
 
 
 def note(message: str) -> None:
@@ -150,7 +150,7 @@ def print_error(error: MemcliError) -> None:
         text = f"{text}. {error.hint}"
     if not text.endswith((".", "!", "?")):
         text += "."
-    err().print(f"[bold red]Error:[/] {_escape(text)}")
+    err().print(f"[bold red]Error:[/] {_escape(text)}", soft_wrap=True)
 
 
 def _escape(text: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -48,8 +48,7 @@ class FlushRecord:
     reason: str
 
 
-@dataclass(frozen=True)
-class WindowEntry:
+class WindowEntry(NamedTuple):
     """What the flush policy needs of an active message."""
 
     id: int
@@ -57,8 +56,7 @@ class WindowEntry:
     tokens: int
 
 
-@dataclass(frozen=True)
-class NewMessage:
+class NewMessage(NamedTuple):
     """A message about to be stored, with its token count."""
 
     message: Message
@@ -67,6 +65,14 @@ class NewMessage:
 
 class Store(Protocol):
     """What the engine needs of a backend. Every SQL statement lives behind it."""
+
+    #: Counts outermost transactions; nothing else writes while one is open.
+    txn_serial: int
+
+    @property
+    def transaction_depth(self) -> int:
+        """0 outside a transaction, 1 in an outermost one, more when nested."""
+        ...
 
     def transaction(self) -> AbstractContextManager[None]:
         """All writes inside happen together or not at all (nested calls join the outer one)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +89,8 @@ def _migration_1(db: sqlite_utils.Database) -> None:
     db.table("messages").create_index(["flush_id"], index_name="messages_flush")
     db.table("flushes").create_index(["session_id", "id"], index_name="flushes_session")
     db.table("sessions").create_index(["user_id"], index_name="sessions_user")
+    # High-water marks, so that ids of deleted rows are never given out again.
+    db.table("counters").create({"name": str, "value": int}, pk="name", not_null={"value"})
 
 
 #: Numbered migrations; a database records the highest one applied. Append, never edit.
@@ -98,6 +99,21 @@ MIGRATIONS: list[tuple[int, Migration]] = [(1, _migration_1)]
 
 def now_utc() -> datetime:
     return datetime.now(tz=UTC)
+
+
+class _Transaction:
+    """The context manager behind `SQLiteStore.transaction()` (a class: puts call it a lot)."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store._begin()
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        self.store._finish(failed=kind is not None)
 
 
 class SQLiteStore:
@@ -130,6 +146,17 @@ class SQLiteStore:
             ) from None
         self.conn = conn
         self._depth = 0
+        #: Counts outermost transactions: a cache made inside one is good until it ends.
+        self.txn_serial = 0
+        # Within a transaction: session counters not yet written, and each session's next seq.
+        self._pending: dict[str, dict[str, int]] = {}
+        self._next_seq: dict[str, int] = {}
+        # New message rows not yet inserted: written in one executemany before any other statement
+        # (or the commit), so that a bulk import does not pay one INSERT per message. A flush of
+        # buffered messages marks them archived in the buffer itself.
+        self._buffer: dict[int, list[Any]] = {}
+        self._next_id: int | None = None
+        self._txn_stamp: str | None = None
         self._migrate()
 
     @property
@@ -160,14 +187,17 @@ class SQLiteStore:
                         (version, format_time(now_utc())),
                     )
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
+    @property
+    def transaction_depth(self) -> int:
+        return self._depth
+
+    def transaction(self) -> _Transaction:
+        """All writes inside happen together or not at all; nested calls join the outer one."""
+        return _Transaction(self)
+
+    def _begin(self) -> None:
         if self._depth:
             self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
             return
         try:
             self.conn.execute("BEGIN IMMEDIATE")
@@ -177,21 +207,73 @@ class SQLiteStore:
                 "Another process may hold the database; try again",
             ) from None
         self._depth = 1
-        try:
-            yield
-        except BaseException:
+        self.txn_serial += 1
+
+    def _finish(self, failed: bool) -> None:
+        if self._depth > 1:
+            self._depth -= 1
+            return
+        if not failed:
+            try:
+                self._apply_touches()
+                self._write_buffer()
+                if self._next_id is not None:
+                    self.conn.execute(
+                        "INSERT INTO counters (name, value) VALUES ('message_id', ?)"
+                        " ON CONFLICT(name) DO UPDATE SET value = MAX(value, excluded.value)",
+                        (self._next_id - 1,),
+                    )
+            except BaseException:
+                self._rollback()
+                raise
             self._depth = 0
-            self.conn.execute("ROLLBACK")
-            raise
+            self._end_transaction()
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self.conn.execute("ROLLBACK")
+                raise StoreError(f"cannot commit to {self.where}: {exc}", "Try again") from None
+            return
+        self._rollback()
+
+    def _rollback(self) -> None:
         self._depth = 0
+        self._end_transaction()
+        self.conn.execute("ROLLBACK")
+
+    def _stamp(self) -> str:
+        """Now, as stored; one value per transaction (what it writes, it writes at once)."""
+        if self._txn_stamp is None:
+            self._txn_stamp = format_time(now_utc())
+        return self._txn_stamp
+
+    def _end_transaction(self) -> None:
+        self._txn_stamp = None
+        self._pending.clear()
+        self._next_seq.clear()
+        self._buffer.clear()
+        self._next_id = None
+
+    def _write_buffer(self) -> None:
+        if not self._buffer:
+            return
+        rows = list(self._buffer.values())
+        self._buffer.clear()
         try:
-            self.conn.execute("COMMIT")
+            self.conn.executemany(
+                "INSERT INTO messages (id, session_id, seq, role, content, name, metadata, tokens,"
+                " status, flush_id, timestamp, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
         except sqlite3.Error as exc:
-            self.conn.execute("ROLLBACK")
-            raise StoreError(f"cannot commit to {self.where}: {exc}", "Try again") from None
+            raise StoreError(
+                f"cannot store messages in {self.where}: {exc}", "Check the database file"
+            ) from None
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
-        """Run one statement, turning sqlite errors into StoreError."""
+        """Run one statement (after any buffered inserts), turning sqlite errors into StoreError."""
+        if self._buffer:
+            self._write_buffer()
         try:
             return self.conn.execute(sql, params)
         except sqlite3.Error as exc:
@@ -225,6 +307,7 @@ class SQLiteStore:
     )
 
     def get_session(self, session_id: str) -> SessionInfo | None:
+        self._apply_touches()
         row = self.execute(
             f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
         ).fetchone()
@@ -254,6 +337,7 @@ class SQLiteStore:
             )
 
     def list_sessions(self, user_id: str | None = None) -> list[SessionInfo]:
+        self._apply_touches()
         sql = f"SELECT {self._SESSION_COLUMNS} FROM sessions"
         params: tuple[Any, ...] = ()
         if user_id is not None:
@@ -269,56 +353,72 @@ class SQLiteStore:
         return count
 
     def session_version(self, session_id: str) -> int:
+        self._apply_touches()
         row = self.execute("SELECT version FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return row[0] if row else -1
 
     def _touch(self, session_id: str, **deltas: int) -> None:
-        sets = ", ".join(f"{column} = {column} + :{column}" for column in deltas)
-        self.execute(
-            f"UPDATE sessions SET version = version + 1, updated_at = :now"
-            f"{', ' + sets if sets else ''} WHERE id = :id",
-            {"now": format_time(now_utc()), "id": session_id, **deltas},
-        )
+        """Count a change to the session; written once, before the transaction commits."""
+        pending = self._pending.setdefault(session_id, {})
+        for column, delta in deltas.items():
+            pending[column] = pending.get(column, 0) + delta
+
+    def _apply_touches(self) -> None:
+        if not self._pending:
+            return
+        now = self._stamp()
+        for session_id, deltas in self._pending.items():
+            sets = "".join(f", {column} = {column} + :{column}" for column in deltas)
+            self.execute(
+                f"UPDATE sessions SET version = version + 1, updated_at = :now{sets} WHERE id = :id",
+                {"now": now, "id": session_id, **deltas},
+            )
+        self._pending.clear()
 
     # -- messages ---------------------------------------------------------------------------------
 
     def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:
         if not messages:
             return []
-        stamp = format_time(now_utc())
         with self.transaction():
-            row = self.execute(
-                "SELECT MAX(seq) FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            seq = -1 if row[0] is None else row[0]
-            first_id_row = self.execute("SELECT MAX(id) FROM messages").fetchone()
-            rows = []
+            stamp = self._stamp()
+            seq = self._next_seq.get(session_id)
+            if seq is None:
+                row = self.execute(
+                    "SELECT MAX(seq) FROM messages WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                seq = 0 if row[0] is None else row[0] + 1
+            if self._next_id is None:
+                row = self.execute(
+                    "SELECT MAX(COALESCE((SELECT MAX(id) FROM messages), 0),"
+                    " COALESCE((SELECT value FROM counters WHERE name = 'message_id'), 0))"
+                ).fetchone()
+                self._next_id = row[0] + 1
+            ids = []
             for item in messages:
-                seq += 1
                 m = item.message
-                rows.append(
-                    (
-                        session_id,
-                        seq,
-                        m.role,
-                        m.content,
-                        m.name,
-                        metadata_json(m.metadata),
-                        item.tokens,
-                        format_time(m.timestamp) if m.timestamp else None,
-                        stamp,
-                    )
-                )
-            self.conn.executemany(
-                "INSERT INTO messages (session_id, seq, role, content, name, metadata, tokens,"
-                " status, timestamp, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 'active', ?, ?)",
-                rows,
-            )
-            start = (first_id_row[0] or 0) + 1
-            ids = list(range(start, start + len(rows)))
+                message_id = self._next_id
+                self._next_id += 1
+                ids.append(message_id)
+                self._buffer[message_id] = [
+                    message_id,
+                    session_id,
+                    seq,
+                    m.role,
+                    m.content,
+                    m.name,
+                    metadata_json(m.metadata),
+                    item.tokens,
+                    "active",
+                    None,
+                    format_time(m.timestamp) if m.timestamp else None,
+                    stamp,
+                ]
+                seq += 1
+            self._next_seq[session_id] = seq
             self._touch(
                 session_id,
-                active_messages=len(rows),
+                active_messages=len(messages),
                 active_tokens=sum(item.tokens for item in messages),
             )
         return ids
@@ -379,12 +479,12 @@ class SQLiteStore:
 
     def archive(self, session_id: str, message_ids: Sequence[int], tokens: int, reason: str) -> int:
         with self.transaction():
-            cursor = self.execute(
+            cursor = self.conn.execute(
                 "INSERT INTO flushes (session_id, created_at, messages, tokens, first_message_id,"
                 " last_message_id, reason) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     session_id,
-                    format_time(now_utc()),
+                    self._stamp(),
                     len(message_ids),
                     tokens,
                     message_ids[0],
@@ -394,8 +494,20 @@ class SQLiteStore:
             )
             flush_id = cursor.lastrowid
             assert flush_id is not None
-            for chunk_start in range(0, len(message_ids), 500):
-                chunk = list(message_ids[chunk_start : chunk_start + 500])
+            stored = []
+            for message_id in message_ids:
+                row = self._buffer.get(message_id)
+                if row is None:
+                    stored.append(message_id)
+                elif row[1] != session_id or row[8] != "active":
+                    raise StoreError(
+                        f"message {message_id} is not active in {session_id!r}", "Try again"
+                    )
+                else:
+                    row[8] = "archived"
+                    row[9] = flush_id
+            for chunk_start in range(0, len(stored), 500):
+                chunk = stored[chunk_start : chunk_start + 500]
                 marks = ", ".join("?" for _ in chunk)
                 changed = self.execute(
                     f"UPDATE messages SET status = 'archived', flush_id = ? WHERE session_id = ?"

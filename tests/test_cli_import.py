@@ -1,0 +1,139 @@
+"""`memcli import`: formats, sessions, budgets, and bad input that stores nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import memcli
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def turns(n: int, session: str | None = None) -> list[dict]:
+    out = []
+    for i in range(n):
+        out.append({"role": "user", "content": f"message {i} from the user about cats"})
+        out.append({"role": "assistant", "content": f"reply {i} from the assistant about dogs"})
+    if session:
+        for r in out:
+            r["session"] = session
+    return out
+
+
+def test_import_new_session_printed_on_stderr(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", turns(3))
+    run = memcli("import", str(path))
+    assert run.code == 0, run.stderr
+    assert "New session:" in run.stderr and "Imported 6 messages" in run.stderr
+    assert run.stdout == ""
+    sessions = memcli("sessions", "--json").records()
+    assert len(sessions) == 1 and sessions[0]["active_messages"] == 6
+
+
+def test_import_json_summary_and_flushes(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", turns(20))
+    run = memcli(
+        "import",
+        str(path),
+        "--session",
+        "demo",
+        "--token-limit",
+        "60",
+        "--flush-size",
+        "10",
+        "--json",
+    )
+    assert run.code == 0, run.stderr
+    (summary,) = run.records()
+    assert summary["type"] == "summary" and summary["sessions"] == {"demo": 40}
+    assert summary["flushes"] > 0 and summary["archived_messages"] > 0
+    inspect = memcli("inspect", "demo", "--json").records()
+    total = inspect[-1]
+    assert total["active_messages"] + total["archived_messages"] == 40
+    assert total["token_limit"] == 60 and total["flushes"] == summary["flushes"]
+
+
+def test_sessions_from_records_and_stdin(tmp_path: Path) -> None:
+    data = "".join(json.dumps(r) + "\n" for r in turns(2, "alpha") + turns(1, "beta"))
+    run = memcli("import", "-", "--user", "ana", input=data)
+    assert run.code == 0, run.stderr
+    sessions = {s["session"]: s for s in memcli("sessions", "--json").records()}
+    assert set(sessions) == {"alpha", "beta"}
+    assert sessions["alpha"]["active_messages"] == 4 and sessions["alpha"]["user"] == "ana"
+
+
+def test_conversation_lines_and_array(tmp_path: Path) -> None:
+    convo = tmp_path / "c.jsonl"
+    convo.write_text(
+        json.dumps({"messages": turns(2)}) + "\n" + json.dumps({"messages": turns(1)}) + "\n"
+    )
+    assert memcli("import", str(convo), "--session", "c").code == 0
+    array = tmp_path / "a.json"
+    array.write_text(json.dumps(turns(2)))
+    assert memcli("import", str(array), "--session", "a").code == 0
+    counts = {s["session"]: s["active_messages"] for s in memcli("sessions", "--json").records()}
+    assert counts == {"c": 6, "a": 4}
+
+
+def test_session_remembers_its_budget(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", turns(1))
+    assert memcli("import", str(path), "--session", "b", "--token-limit", "500").code == 0
+    assert memcli("import", str(path), "--session", "b").code == 0
+    summary = memcli("inspect", "b", "--json").records()[-1]
+    assert summary["token_limit"] == 500 and summary["flush_size"] == 50
+    assert memcli("import", str(path), "--session", "b", "--token-limit", "900").code == 0
+    assert memcli("inspect", "b", "--json").records()[-1]["token_limit"] == 900
+
+
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [
+        (
+            b'{"role": "user", "content": "ok"}\n{"role": "user", "content": "ok"}\n{bad json\n',
+            "t.jsonl:3",
+        ),
+        (b'{"role": "user", "content": "ok"}\n{"content": "no role"}\n', "t.jsonl:2: missing role"),
+        (b'{"role": "wizard", "content": "x"}\n', "t.jsonl:1: unknown role"),
+        (b'{"role": "user", "content": ["a"]}\n', "t.jsonl:1: content must be text"),
+        (
+            b'{"role": "user", "content": "ok"}\n{"role": "user", "content": "\xfe\xff"}\n',
+            "t.jsonl:2: invalid UTF-8",
+        ),
+    ],
+)
+def test_malformed_input_stores_nothing(tmp_path: Path, content: bytes, where: str) -> None:
+    good = write_jsonl(tmp_path / "good.jsonl", turns(2))
+    assert memcli("import", str(good), "--session", "keep").code == 0
+    before = memcli("export", "keep", "--all").stdout
+    bad = tmp_path / "t.jsonl"
+    bad.write_bytes(content)
+    run = memcli("import", str(bad), "--session", "keep")
+    assert run.code == 2
+    assert where in run.stderr and run.stderr.startswith("Error:")
+    assert memcli("export", "keep", "--all").stdout == before
+    assert [s["session"] for s in memcli("sessions", "--json").records()] == ["keep"]
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", turns(1))
+    run = memcli("import", str(path), "--token-limit", "100", "--flush-size", "500")
+    assert run.code == 2 and "larger than token_limit" in run.stderr
+    run = memcli("import", str(path), "--put", "sometimes")
+    assert run.code == 2 and "--put" in run.stderr
+    run = memcli("import", str(tmp_path / "missing.jsonl"))
+    assert run.code == 2 and "no such file" in run.stderr
+    run = memcli("import", str(path), "--token-limit", "many")
+    assert run.code == 2
+
+
+def test_no_blocks_flag(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", turns(10))
+    run = memcli("import", str(path), "--no-blocks", "--token-limit", "50", "--json")
+    assert run.code == 0, run.stderr
+    summary = run.records()[0]
+    assert summary["blocks_fed"] is False and summary["flushes"] > 0

@@ -1,0 +1,180 @@
+"""`memcli sessions`, `inspect`, `export`, `rm`: output, exit codes, round trips, pipes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import memcli
+
+
+def seed(tmp_path: Path, session: str = "demo", n: int = 10, limit: str = "60") -> None:
+    records = []
+    for i in range(n):
+        records.append(
+            {
+                "role": "user",
+                "content": f"user line {i} about the garden",
+                "name": "Ana",
+                "timestamp": f"2023-05-0{1 + i % 9}T10:00:00Z",
+            }
+        )
+        records.append(
+            {
+                "role": "assistant",
+                "content": f"assistant line {i} about roses",
+                "metadata": {"turn": i},
+            }
+        )
+    path = tmp_path / f"{session}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = memcli(
+        "import", str(path), "--session", session, "--token-limit", limit, "--flush-size", "10"
+    )
+    assert run.code == 0, run.stderr
+
+
+def test_sessions_empty_and_listed(tmp_path: Path) -> None:
+    run = memcli("sessions")
+    assert run.code == 0 and run.stdout == ""
+    seed(tmp_path, "one")
+    seed(tmp_path, "two", n=2, limit="1000")
+    records = memcli("sessions").records()  # a pipe: JSON Lines without asking
+    assert {r["session"] for r in records} == {"one", "two"}
+    two = next(r for r in records if r["session"] == "two")
+    assert two["active_messages"] == 4 and two["archived_messages"] == 0 and two["threshold"] == 700
+
+
+def test_inspect_json(tmp_path: Path) -> None:
+    seed(tmp_path)
+    records = memcli("inspect", "demo", "--json").records()
+    messages = [r for r in records if r["type"] == "message"]
+    flushes = [r for r in records if r["type"] == "flush"]
+    summary = records[-1]
+    assert summary["type"] == "summary" and summary["session"] == "demo"
+    for key in (
+        "active_messages",
+        "archived_messages",
+        "active_tokens",
+        "threshold",
+        "token_limit",
+        "flushes",
+    ):
+        assert key in summary
+    assert len(messages) == summary["active_messages"]
+    assert all(
+        {"id", "role", "content", "tokens", "status", "flush_id"} <= set(m) for m in messages
+    )
+    assert all(m["status"] == "active" for m in messages)
+    assert len(flushes) == summary["flushes"] > 0
+    every = memcli("inspect", "demo", "--all", "--json").records()
+    archived = [r for r in every if r["type"] == "message" and r["status"] == "archived"]
+    assert len(archived) == summary["archived_messages"]
+    assert all(r["flush_id"] is not None for r in archived)
+
+
+def test_inspect_table_on_a_terminal(tmp_path: Path) -> None:
+    """With a terminal, a table and the gauge (rich; forced to think stdout is a TTY)."""
+    seed(tmp_path)
+    code = (
+        "import sys; sys.stdout.isatty = lambda: True; sys.argv = ['memcli', 'inspect', 'demo'];"
+        "from memcli.cli.app import main; main()"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "Session demo" in proc.stdout
+        and "threshold" in proc.stdout
+        and "Active window" in proc.stdout
+    )
+    assert "Flushes" in proc.stdout
+
+
+def test_unknown_session(tmp_path: Path) -> None:
+    seed(tmp_path)
+    for command in ("inspect", "export", "rm"):
+        run = memcli(command, "nope")
+        assert run.code == 1
+        assert "no session 'nope'" in run.stderr and "memcli sessions" in run.stderr
+
+
+def test_no_database_yet() -> None:
+    run = memcli("inspect", "x")
+    assert run.code == 1 and "no database" in run.stderr
+
+
+def test_export_round_trip(tmp_path: Path) -> None:
+    seed(tmp_path)
+    exported = memcli("export", "demo", "--all")
+    assert exported.code == 0
+    records = exported.records()
+    assert len(records) == 20 and {r["status"] for r in records} == {"active", "archived"}
+    path = tmp_path / "export.jsonl"
+    path.write_text(exported.stdout)
+    run = memcli(
+        "import", str(path), "--session", "copy", "--token-limit", "60", "--flush-size", "10"
+    )
+    assert run.code == 0, run.stderr
+    original = memcli("inspect", "demo", "--all", "--json").records()
+    copy = memcli("inspect", "copy", "--all", "--json").records()
+
+    def shape(records: list[dict]) -> list[tuple]:
+        return [
+            (
+                r["role"],
+                r["content"],
+                r.get("name"),
+                r.get("metadata"),
+                r.get("timestamp"),
+                r["status"],
+                r["tokens"],
+            )
+            for r in records
+            if r["type"] == "message"
+        ]
+
+    assert shape(copy) == shape(original)
+    active_only = memcli("export", "demo").records()
+    assert all("status" not in r for r in active_only)
+    assert len(active_only) == original[-1]["active_messages"]
+
+
+def test_rm(tmp_path: Path) -> None:
+    seed(tmp_path, "a", n=1)
+    seed(tmp_path, "b", n=1)
+    run = memcli("rm", "a", "--json")
+    assert run.code == 0 and run.records() == [{"type": "deleted", "session": "a", "messages": 2}]
+    assert [s["session"] for s in memcli("sessions").records()] == ["b"]
+
+
+def test_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    seed(tmp_path, n=200, limit="100000")
+    proc = subprocess.run(
+        f"{sys.executable} -m memcli inspect demo --json | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["type"] == "message"
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_global_db_option(tmp_path: Path) -> None:
+    db = tmp_path / "elsewhere.db"
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"role": "user", "content": "hi"}) + "\n")
+    assert memcli("--db", str(db), "import", str(path), "--session", "x").code == 0
+    assert db.exists()
+    assert memcli("sessions").records() == []
+    assert [r["session"] for r in memcli("--db", str(db), "sessions").records()] == ["x"]
+    assert [r["session"] for r in memcli("sessions", env={"MEMCLI_DB": str(db)}).records()] == ["x"]
+
+
+def test_bad_config_is_a_usage_error(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[memory]\ntoken_limit = 'x'\n")
+    run = memcli("--config", str(config), "sessions")
+    assert run.code == 2 and str(config) in run.stderr

@@ -1,0 +1,63 @@
+"""Start-up discipline: the light commands never import the heavy modules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = (
+    "torch",
+    "sentence_transformers",
+    "transformers",
+    "litellm",
+    "faiss",
+    "sklearn",
+    "scipy",
+    "onnxruntime",
+)
+
+
+def imported(args: list[str]) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *args], capture_output=True, text=True
+    )
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-m", "memcli", "--help"],
+        ["-m", "memcli", "sessions"],
+        ["-m", "memcli", "inspect", "nope"],
+        [
+            "-c",
+            "from memcli import Memory, Message; Memory.from_defaults().put(Message('user', 'hi'))",
+        ],
+    ],
+)
+def test_no_heavy_imports(args: list[str]) -> None:
+    names = imported(args)
+    assert "memcli" in names
+    assert not names & set(HEAVY), f"{args} imported {sorted(names & set(HEAVY))}"
+
+
+def test_public_api_names_resolve() -> None:
+    import memcli
+
+    for name in memcli.__all__:
+        assert getattr(memcli, name) is not None
+    with pytest.raises(AttributeError):
+        memcli.NoSuchThing  # noqa: B018
+
+
+def test_all_lists_every_export() -> None:
+    import memcli
+
+    assert sorted(memcli.__all__) == sorted(memcli._EXPORTS)

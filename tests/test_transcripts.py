@@ -1,0 +1,91 @@
+"""Reading transcripts: three formats, and errors that name the line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memcli.errors import InputError
+from memcli.transcripts import parse_transcript, plan_calls
+
+
+def lines(*records: object) -> bytes:
+    return "\n".join(json.dumps(r) for r in records).encode()
+
+
+def test_message_per_line() -> None:
+    data = lines(
+        {"role": "user", "content": "hi", "name": "Ana", "timestamp": "2023-05-08T13:56:00"},
+        {"role": "assistant", "content": "hello", "session": "s1", "metadata": {"k": 1}},
+    )
+    records = parse_transcript(data)
+    assert [r.line for r in records] == [1, 2]
+    first = records[0].messages[0]
+    assert first.name == "Ana" and first.timestamp is not None and first.timestamp.hour == 13
+    assert records[1].session == "s1" and records[1].messages[0].metadata == {"k": 1}
+
+
+def test_conversation_per_line_and_array() -> None:
+    convo = lines(
+        {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}
+    )
+    records = parse_transcript(convo)
+    assert len(records) == 1 and records[0].is_conversation and len(records[0].messages) == 2
+    array = json.dumps([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    assert [r.messages[0].content for r in parse_transcript(array.encode())] == ["a", "b"]
+
+
+def test_blank_lines_and_bom_are_fine() -> None:
+    data = b"\xef\xbb\xbf" + lines({"role": "user", "content": "x"}) + b"\n\n"
+    assert len(parse_transcript(data)) == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            b'{"role": "user", "content": "ok"}\n{"role": "user", "content": ',
+            "t.jsonl:2: invalid JSON",
+        ),
+        (b'{"role": "user", "content": "ok"}\n{"content": "x"}', "t.jsonl:2: missing role"),
+        (b'{"role": "robot", "content": "x"}', "t.jsonl:1: unknown role 'robot'"),
+        (b'{"role": "user", "content": 5}', "t.jsonl:1: content must be text"),
+        (b'{"role": "user"}', "t.jsonl:1: missing content"),
+        (
+            b'{"role": "user", "content": "x"}\n{"role": "user", "content": "\xff"}',
+            "t.jsonl:2: invalid UTF-8",
+        ),
+        (
+            b'[{"role": "user", "content": "x"}, {"role": 3, "content": "y"}]',
+            "t.jsonl: item 1: role must be text",
+        ),
+        (
+            b'{"messages": [{"role": "user", "content": "x"}, {"role": "user"}]}',
+            "t.jsonl:1: message 1: missing content",
+        ),
+        (b'"just a string"', "t.jsonl:1: expected a JSON object"),
+        (
+            b'{"role": "user", "content": "x", "timestamp": "yesterday"}',
+            "t.jsonl:1: invalid timestamp",
+        ),
+    ],
+)
+def test_errors_name_the_line(data: bytes, message: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_transcript(data, "t.jsonl")
+    assert message in str(info.value)
+
+
+def test_plan_calls() -> None:
+    records = parse_transcript(
+        lines(
+            {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
+            {"role": "user", "content": "c"},
+        )
+    )
+    assert [len(c) for c in plan_calls(records, "call")] == [2, 1]
+    assert [len(c) for c in plan_calls(records, "message")] == [1, 1, 1]
+    assert [len(c) for c in plan_calls(records, "batch")] == [3]
+    with pytest.raises(InputError):
+        plan_calls(records, "sometimes")
