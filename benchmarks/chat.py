@@ -143,6 +143,16 @@ def terminal_turns_and_idle(server: LLMServer, home: Path, turns: int, idle: flo
                 times.append(time.perf_counter() - sent)
             wait(lambda: status().startswith(" ready"), step=0.01)
         summary("Enter → reply on screen, real terminal (tmux)", times)
+        echo = []
+        for i in range(10):  # the floor: a key typed until it shows (tmux and polling latency)
+            mark = f"zq{i}x"
+            sent = time.perf_counter()
+            tmux("send-keys", "-t", name, mark)
+            wait(lambda m=mark: m in tmux("capture-pane", "-p", "-t", name), step=0.002)
+            echo.append(time.perf_counter() - sent)
+            tmux("send-keys", "-t", name, "C-u")
+            time.sleep(0.05)
+        summary("  baseline: a typed key until it shows (tmux)", echo)
         time.sleep(1.0)
         before, t0 = cpu_seconds(pid), time.perf_counter()
         time.sleep(idle)

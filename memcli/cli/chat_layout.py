@@ -28,7 +28,6 @@ from prompt_toolkit.layout.controls import BufferControl, FormattedTextControl
 from prompt_toolkit.layout.dimension import Dimension
 from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.styles import Style
-from prompt_toolkit.widgets import Frame
 
 from memcli.chat.commands import complete
 
@@ -140,53 +139,81 @@ def build_application(
         lines = sum(fragment[1].count("\n") for fragment in ui.conversation())
         return Point(0, max(0, lines - 1 - ui.scroll_back))
 
-    conversation = Window(
-        FormattedTextControl(ui.conversation, get_cursor_position=cursor, focusable=False),
-        wrap_lines=True,
-        always_hide_cursor=True,
-    )
+    # Every size is given exactly: prompt-toolkit shares out free space one cell at a time, which
+    # costs more than the rest of a redraw together.
+    def size() -> tuple[int, int, int]:
+        screen = app.output.get_size()
+        return screen.columns, max(4, screen.rows - 1), _panel_width(app)
 
-    ui.conversation_window = conversation
+    def editor_height() -> int:
+        return min(8, max(1, buffer.document.line_count))
 
-    def panel(name: str) -> Window:
+    def panel_height(name: str) -> int:
+        rows = size()[1]
+        short = max(3, rows // 2)
+        return short if name == "short" else max(3, rows - short)
+
+    def panel(name: str, title: str) -> HSplit:
+        """A titled panel: a title rule, then the panel's text (cheaper to draw than a Frame)."""
         window: Window
 
         def text() -> Any:
             info = window.render_info
-            width = info.window_width if info else _panel_width(app) - 2
-            height = info.window_height if info else 12
+            width = info.window_width if info else size()[2] - 1
+            height = info.window_height if info else panel_height(name) - 1
             return ui.drawn(name, width, height)
 
-        window = Window(FormattedTextControl(text, focusable=False), wrap_lines=False)
-        return window
+        def rule() -> Any:
+            head = f"─ {title} "
+            return [("class:frame.label", head), ("class:note", "─" * (size()[2] - 1 - len(head)))]
 
-    prompt = Window(FormattedTextControl([("class:prompt", "› ")]), width=2, dont_extend_width=True)
+        window = Window(
+            FormattedTextControl(text, focusable=False),
+            wrap_lines=False,
+            width=lambda: Dimension.exact(size()[2] - 1),
+            height=lambda: Dimension.exact(panel_height(name) - 1),
+        )
+        heading = Window(
+            FormattedTextControl(rule), height=1, width=lambda: Dimension.exact(size()[2] - 1)
+        )
+        return HSplit([heading, window])
+
+    conversation = Window(
+        FormattedTextControl(ui.conversation, get_cursor_position=cursor, focusable=False),
+        wrap_lines=True,
+        always_hide_cursor=True,
+        width=lambda: Dimension.exact(size()[0] - size()[2]),
+        height=lambda: Dimension.exact(size()[1] - 1 - editor_height()),
+    )
+    ui.conversation_window = conversation
+    prompt = Window(FormattedTextControl([("class:prompt", "› ")]), width=2, height=1)
     editor = VSplit(
         [
             prompt,
             Window(
                 BufferControl(buffer),
-                height=Dimension(min=1, max=8),
-                dont_extend_height=True,
+                height=lambda: Dimension.exact(editor_height()),
+                width=lambda: Dimension.exact(size()[0] - size()[2] - 2),
                 wrap_lines=True,
             ),
         ]
     )
-    left = HSplit([conversation, Window(height=1, char="─", style="class:note"), editor])
-    right = HSplit(
-        [
-            Frame(panel("short"), title="Short-term"),
-            Frame(panel("long"), title="Long-term"),
-        ],
-        width=lambda: Dimension.exact(_panel_width(app)),
+    rule = Window(
+        height=1, width=lambda: Dimension.exact(size()[0] - size()[2]), char="─", style="class:note"
+    )
+    left = HSplit([conversation, rule, editor])
+    right = HSplit([panel("short", "Short-term"), panel("long", "Long-term")])
+    separator = Window(
+        width=1, height=lambda: Dimension.exact(size()[1]), char="│", style="class:note"
     )
     status = Window(
         FormattedTextControl(lambda: [("class:status", ui.status())]),
         height=1,
+        width=lambda: Dimension.exact(size()[0]),
         style="class:status",
     )
     body = FloatContainer(
-        HSplit([VSplit([left, right]), status]),
+        HSplit([VSplit([left, separator, right]), status]),
         floats=[
             Float(
                 xcursor=True,

@@ -293,7 +293,8 @@ class ChatApp:
 
     def _context_ready(self, event: ContextReady) -> None:
         longs = view.long_term(self.chat)
-        self.post(lambda: setattr(self, "panels", view.Panels(self.panels.short, longs)))
+        if longs != self.panels.long:  # unchanged (static blocks): no redraw in the reply's way
+            self.post(lambda: setattr(self, "panels", view.Panels(self.panels.short, longs)))
 
     def _flushed(self, flushes: Iterable[Any]) -> None:
         marks = view.flush_marks(list(flushes), live=True)
@@ -387,9 +388,9 @@ class ChatApp:
 
         data = self.panels.short if name == "short" else self.panels.long
         loading = "blocks" in self.loading
-        key = (id(data), width, height, loading)
+        key = (data, width, height, loading)
         cached = self._drawn.get(name)
-        if cached is not None and cached[0] == key:
+        if cached is not None and (cached[0] is key or cached[0] == key):
             return cached[1]
         if name == "short":
             text = chat_panels.render_short(self.panels.short, width, height)
