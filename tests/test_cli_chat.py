@@ -367,3 +367,37 @@ def test_full_screen_quit_while_a_reply_streams_keeps_it_and_drops_queued_messag
     assert [m.content for m in messages if m.role == "user"] == ["first"]
     assert messages[-1].role == "assistant" and messages[-1].metadata == {"cancelled": True}
     assert len(llm.requests) == 1
+
+
+def test_full_screen_resume_and_switch_show_the_sessions_messages(tmp_path):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat_ui import ChatApp
+
+    store = SQLiteStore(tmp_path / "r.db")
+    earlier = Chat(store)
+    earlier.open("old")
+    earlier.mem.put_messages(
+        [Message("user", "an earlier question"), Message("assistant", "an answer")]
+    )
+    earlier.open("other")
+    earlier.mem.put(Message("user", "in the other session"))
+    chat = Chat(store)
+    chat.open("old")
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), False, None, pipe, DummyOutput())
+        assert [(e.kind, e.text) for e in ui.entries[:2]] == [
+            ("user", "an earlier question"),
+            ("assistant", "an answer"),
+        ]
+        assert "Resumed session old" in ui.entries[2].text
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        pipe.send_text("/session other\r")
+        wait_for(lambda: any(e.text == "in the other session" for e in ui.entries))
+        wait_for(lambda: ui.panels.short.session_id == "other" and not ui.pending)
+        pipe.send_text("\x04")
+        runner.join(10)
+    assert chat.session_id == "other"

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from memcli.chat.commands import Commands, Result
     from memcli.chat.session import Chat, ContextReady, Turn
+    from memcli.messages import Message
 
 
 @dataclass
@@ -36,6 +37,21 @@ class Entry:
     kind: str
     text: str
     mark: str = ""
+
+
+def history_entries(messages: list[Message], keep: int = 20) -> list[Entry]:
+    """A resumed session's latest active messages, as conversation entries."""
+    shown = messages[-keep:]
+    entries = []
+    if len(messages) > len(shown):
+        entries.append(Entry("note", f"… {len(messages) - len(shown)} earlier active messages"))
+    for m in shown:
+        if m.role in ("user", "assistant"):
+            cut = m.role == "assistant" and bool(m.metadata and m.metadata.get("cancelled"))
+            entries.append(Entry(m.role, m.content, "cancelled" if cut else ""))
+        else:
+            entries.append(Entry("note", f"[{m.role}] {m.content}"))
+    return entries
 
 
 class Worker:
@@ -248,7 +264,9 @@ class ChatApp:
             if result.switched:
                 ids = [i.id for i in self.chat.store.list_sessions(self.chat.user_id)]
                 self.live_flushes = []
+                earlier = history_entries(self.chat.mem.get_all(status="active"))
                 self.post(lambda: setattr(self, "session_ids", ids))
+                self.post(lambda: self.entries.extend(earlier))
             if result.changed or result.switched:
                 self._refresh_panels()
         except MemcliError as error:
@@ -355,6 +373,8 @@ class ChatApp:
 
     def _welcome(self, is_new: bool) -> None:
         sid = self.chat.session_id
+        if not is_new:
+            self.entries.extend(history_entries(self.panels.short.messages))
         state = "New session" if is_new else "Resumed session"
         self.note(
             f"{state} {sid} · resume it later with `memcli chat --session {sid}` · /help lists commands"
