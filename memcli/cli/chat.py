@@ -146,8 +146,9 @@ def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
         try:
             if line.startswith("/"):
                 result = commands.run(line)
-                if result.text:
-                    output.info(result.text)
+                if result.text:  # unwrapped: /context shows exactly what is sent
+                    sys.stderr.write(result.text + "\n")
+                    sys.stderr.flush()
                 if result.exit:
                     break
                 if result.turn is None:

@@ -142,8 +142,13 @@ def build_application(
     # Every size is given exactly: prompt-toolkit shares out free space one cell at a time, which
     # costs more than the rest of a redraw together.
     def size() -> tuple[int, int, int]:
+        """Columns, rows above the status line, panel width (a tiny terminal is clipped)."""
         screen = app.output.get_size()
-        return screen.columns, max(4, screen.rows - 1), _panel_width(app)
+        panel = _panel_width(app)
+        return max(screen.columns, panel + 20), max(8, screen.rows - 1), panel
+
+    def exact(cells: int) -> Dimension:
+        return Dimension.exact(max(1, cells))
 
     def editor_height() -> int:
         return min(8, max(1, buffer.document.line_count))
@@ -170,20 +175,18 @@ def build_application(
         window = Window(
             FormattedTextControl(text, focusable=False),
             wrap_lines=False,
-            width=lambda: Dimension.exact(size()[2] - 1),
-            height=lambda: Dimension.exact(panel_height(name) - 1),
+            width=lambda: exact(size()[2] - 1),
+            height=lambda: exact(panel_height(name) - 1),
         )
-        heading = Window(
-            FormattedTextControl(rule), height=1, width=lambda: Dimension.exact(size()[2] - 1)
-        )
+        heading = Window(FormattedTextControl(rule), height=1, width=lambda: exact(size()[2] - 1))
         return HSplit([heading, window])
 
     conversation = Window(
         FormattedTextControl(ui.conversation, get_cursor_position=cursor, focusable=False),
         wrap_lines=True,
         always_hide_cursor=True,
-        width=lambda: Dimension.exact(size()[0] - size()[2]),
-        height=lambda: Dimension.exact(size()[1] - 1 - editor_height()),
+        width=lambda: exact(size()[0] - size()[2]),
+        height=lambda: exact(size()[1] - 1 - editor_height()),
     )
     ui.conversation_window = conversation
     prompt = Window(FormattedTextControl([("class:prompt", "› ")]), width=2, height=1)
@@ -192,24 +195,22 @@ def build_application(
             prompt,
             Window(
                 BufferControl(buffer),
-                height=lambda: Dimension.exact(editor_height()),
-                width=lambda: Dimension.exact(size()[0] - size()[2] - 2),
+                height=lambda: exact(editor_height()),
+                width=lambda: exact(size()[0] - size()[2] - 2),
                 wrap_lines=True,
             ),
         ]
     )
     rule = Window(
-        height=1, width=lambda: Dimension.exact(size()[0] - size()[2]), char="─", style="class:note"
+        height=1, width=lambda: exact(size()[0] - size()[2]), char="─", style="class:note"
     )
     left = HSplit([conversation, rule, editor])
     right = HSplit([panel("short", "Short-term"), panel("long", "Long-term")])
-    separator = Window(
-        width=1, height=lambda: Dimension.exact(size()[1]), char="│", style="class:note"
-    )
+    separator = Window(width=1, height=lambda: exact(size()[1]), char="│", style="class:note")
     status = Window(
         FormattedTextControl(lambda: [("class:status", ui.status())]),
         height=1,
-        width=lambda: Dimension.exact(size()[0]),
+        width=lambda: exact(size()[0]),
         style="class:status",
     )
     body = FloatContainer(
