@@ -398,6 +398,10 @@ def test_full_screen_resume_and_switch_show_the_sessions_messages(tmp_path):
         pipe.send_text("/session other\r")
         wait_for(lambda: any(e.text == "in the other session" for e in ui.entries))
         wait_for(lambda: ui.panels.short.session_id == "other" and not ui.pending)
+        pipe.send_text("a draft")
+        wait_for(lambda: ui.app.current_buffer.text == "a draft")
+        pipe.send_text("\x03")  # Ctrl-C with no reply running clears the line
+        wait_for(lambda: ui.app.current_buffer.text == "")
         pipe.send_text("\x04")
         runner.join(10)
     assert chat.session_id == "other"
