@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -65,9 +68,29 @@ def chat_command(
         raise typer.Exit(run_plain(chat, commands, is_new, json_))
     from memcli.cli.chat_ui import ChatApp
 
-    ChatApp(
-        chat, commands, is_new, history_path=s.home / "chat_history", db_label=str(s.db_path)
-    ).run()
+    with stderr_to(s.home / "chat.log"):
+        ChatApp(
+            chat, commands, is_new, history_path=s.home / "chat_history", db_label=str(s.db_path)
+        ).run()
+
+
+@contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Send file descriptor 2 to a log file while the full-screen app runs: a library warning
+    (litellm, the embedding model) written to the terminal would tear the screen."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("a", encoding="utf-8") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+    if path.stat().st_size == 0:
+        path.unlink()  # nothing was said
 
 
 def build_chat(
