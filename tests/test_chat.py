@@ -245,3 +245,21 @@ def test_flush_now_moves_one_batch_and_keeps_the_newest_turn(tmp_path):
     while chat.mem.flush_now():
         pass
     assert [m.content for m in chat.mem.get_all(status="active")] == ["question 2", "answer 2"]
+
+
+def test_warm_up_loads_block_embedders_and_asks_the_blocks(tmp_path):
+    class Embedder:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            self.calls.append(list(texts))
+            return [[0.0] for _ in texts]
+
+    block = StaticText("<fact>x</fact>")
+    block.embedder = Embedder()  # type: ignore[attr-defined]
+    chat = make_chat(tmp_path, blocks=[block])
+    ready = chat.warm_up()
+    assert block.embedder.calls == [["warm up"]]  # type: ignore[attr-defined]
+    assert ready.context.blocks[0].content == "<fact>x</fact>"
+    assert chat.last_context is ready

@@ -162,6 +162,17 @@ class Chat:
             return active[-1]
         return None
 
+    def warm_up(self) -> ContextReady:
+        """Load what the blocks need (an embedding model loads on first use: seconds), then ask
+        them once, so that the first message does not wait. Blocks with an `embedder` (the
+        Embedder protocol) get it loaded; others are just asked."""
+        for block in self.blocks:
+            embedder = getattr(block, "embedder", None)
+            embed = getattr(embedder, "embed", None)
+            if callable(embed):
+                embed(["warm up"])
+        return self.context()
+
     def context(self) -> ContextReady:
         """Assemble the context now (the blocks see the active window); remember it for the panels."""
         ctx = self.mem.context()

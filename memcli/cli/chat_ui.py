@@ -197,7 +197,7 @@ class ChatApp:
 
             def ask_blocks() -> None:
                 try:
-                    self.chat.context()
+                    self.chat.warm_up()
                     self._refresh_panels()
                 finally:
                     self.post(lambda: self._loaded("blocks"))
