@@ -151,6 +151,7 @@ class ChatApp:
         imports hold the interpreter's lock and would delay it."""
         self.app.after_render -= self._first_render
         self._warm_up()
+        self.app.invalidate()  # the status line says what is loading
 
     def _stop(self) -> None:
         """Leaving: drop queued jobs; a reply being generated is cancelled and stored, marked."""
