@@ -3,6 +3,7 @@ through prompt-toolkit's pipe input, and the real thing in a terminal (tmux)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import socket
@@ -267,15 +268,25 @@ def tmux(*args: str) -> str:
     shutil.which("tmux") is None, reason="tmux is not installed (./run installs it)"
 )
 def test_chat_in_a_real_terminal(tmp_path, llm, isolated):
-    """Types messages into `memcli chat` in tmux and reads the screen. The long-term block comes from
-    a launcher that configures one (a config file's [[blocks]] will do once block kinds exist)."""
-    launcher = tmp_path / "launch.py"
-    launcher.write_text(LAUNCHER)
+    """Types messages into `memcli chat` in tmux and reads the screen. The long-term block is a
+    static block from a config file's [[blocks]], or, while block kinds do not exist yet, from a
+    launcher that patches `make_blocks`."""
     root = Path(__file__).resolve().parents[1]
+    if importlib.util.find_spec("memcli.blocks.static") is not None:
+        config = tmp_path / "config.toml"  # block kinds exist: a static block from the config
+        config.write_text(
+            '[[blocks]]\nkind = "static"\nname = "profile"\npriority = 0\n'
+            'content = "The user prefers short answers."\n'
+        )
+        program = f"-m memcli --config {config}"
+    else:
+        launcher = tmp_path / "launch.py"
+        launcher.write_text(LAUNCHER)
+        program = str(launcher)
     name = f"memcli-test-{tmp_path.name}"
     command = (
         f"cd {root} && env MEMCLI_HOME={isolated} NO_COLOR=1 PYTHONPATH={root} {sys.executable} "
-        f"{launcher} chat --session tty --token-limit 60 --model openai/test --api-base {llm.api_base}"
+        f"{program} chat --session tty --token-limit 60 --model openai/test --api-base {llm.api_base}"
     )
     tmux("new-session", "-d", "-s", name, "-x", "150", "-y", "40", command)
     try:
