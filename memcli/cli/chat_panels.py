@@ -1,10 +1,12 @@
-"""Drawing the chat's "Short-term" and "Long-term" panels with rich, as ANSI text for prompt-toolkit."""
+"""Drawing the chat: the conversation as prompt-toolkit fragments, and the "Short-term" and
+"Long-term" panels with rich, as ANSI text."""
 
 from __future__ import annotations
 
 import io
 import os
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -14,7 +16,31 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from memcli.chat.view import BlockView, LongTerm, ShortTerm
-    from memcli.cli.chat_ui import Entry
+    from memcli.messages import Message
+
+
+@dataclass
+class Entry:
+    """One item of the conversation: a user message, a reply, a note, an error or a flush."""
+
+    kind: str
+    text: str
+    mark: str = ""
+
+
+def history_entries(messages: list[Message], keep: int = 20) -> list[Entry]:
+    """A resumed session's latest active messages, as conversation entries."""
+    shown = messages[-keep:]
+    entries = []
+    if len(messages) > len(shown):
+        entries.append(Entry("note", f"… {len(messages) - len(shown)} earlier active messages"))
+    for m in shown:
+        if m.role in ("user", "assistant"):
+            cut = m.role == "assistant" and bool(m.metadata and m.metadata.get("cancelled"))
+            entries.append(Entry(m.role, m.content, "cancelled" if cut else ""))
+        else:
+            entries.append(Entry("note", f"[{m.role}] {m.content}"))
+    return entries
 
 
 def _console(width: int) -> Console:

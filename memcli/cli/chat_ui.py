@@ -13,13 +13,13 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.chat import view
 from memcli.chat.session import ReplyDone, ReplyFailed, ReplyPiece, UserStored
 from memcli.cli import chat_panels
+from memcli.cli.chat_panels import Entry, history_entries
 from memcli.errors import MemcliError
 
 if TYPE_CHECKING:
@@ -27,31 +27,6 @@ if TYPE_CHECKING:
 
     from memcli.chat.commands import Commands, Result
     from memcli.chat.session import Chat, ContextReady, Turn
-    from memcli.messages import Message
-
-
-@dataclass
-class Entry:
-    """One item of the conversation: a user message, a reply, a note, an error or a flush."""
-
-    kind: str
-    text: str
-    mark: str = ""
-
-
-def history_entries(messages: list[Message], keep: int = 20) -> list[Entry]:
-    """A resumed session's latest active messages, as conversation entries."""
-    shown = messages[-keep:]
-    entries = []
-    if len(messages) > len(shown):
-        entries.append(Entry("note", f"… {len(messages) - len(shown)} earlier active messages"))
-    for m in shown:
-        if m.role in ("user", "assistant"):
-            cut = m.role == "assistant" and bool(m.metadata and m.metadata.get("cancelled"))
-            entries.append(Entry(m.role, m.content, "cancelled" if cut else ""))
-        else:
-            entries.append(Entry("note", f"[{m.role}] {m.content}"))
-    return entries
 
 
 class Worker:
