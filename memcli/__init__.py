@@ -16,6 +16,7 @@ _EXPORTS = {
     "Batch": "memcli.flush",
     "BlockContext": "memcli.blocks.base",
     "Budget": "memcli.flush",
+    "Chat": "memcli.chat.session",
     "ConfigError": "memcli.errors",
     "Context": "memcli.memory",
     "Flush": "memcli.memory",
@@ -41,6 +42,7 @@ __all__ = [
     "Batch",
     "BlockContext",
     "Budget",
+    "Chat",
     "ConfigError",
     "Context",
     "Flush",
@@ -78,6 +80,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from memcli.blocks.base import BlockContext, MemoryBlock
+    from memcli.chat.session import Chat
     from memcli.errors import (
         ConfigError,
         InputError,

@@ -207,9 +207,21 @@ class Memory:
                 self.feed_blocks(flush)
         return flushes
 
-    def _flush(self) -> list[Flush]:
+    def flush_now(self) -> list[Flush]:
+        """Flush one batch now, whatever the budget (the newest complete turn still stays)."""
+        with self.store.transaction():
+            self._sync()
+            flushes = self._flush(threshold=0, max_batches=1)
+            self._version = self.store.session_version(self.session_id)
+        if self.memory_blocks:
+            for flush in flushes:
+                self.feed_blocks(flush)
+        return flushes
+
+    def _flush(self, threshold: float | None = None, max_batches: int | None = None) -> list[Flush]:
         """Archive the batches the flush policy picks (each one a transaction)."""
-        if self._window_tokens <= self.budget.threshold:
+        threshold = self.budget.threshold if threshold is None else threshold
+        if self._window_tokens <= threshold:
             return []
         window = self._window
         if len(window) <= 1 or (self._window_users == 1 and window[0].role == "user"):
@@ -219,9 +231,9 @@ class Memory:
         batches = plan_flush(
             [e.role for e in window],
             [e.tokens for e in window],
-            self.budget.threshold,
+            threshold,
             self.budget.flush_size,
-        )
+        )[:max_batches]
         if not batches:
             return []
         flushes = []

@@ -573,3 +573,20 @@ class SQLiteStore:
             )
             for r in rows
         ]
+
+    def search_messages(
+        self, query: str, user_id: str | None = None, limit: int = 20
+    ) -> list[Message]:
+        """Messages whose content holds `query` (case-insensitive for ASCII), newest first."""
+        pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        sql = (
+            f"SELECT {', '.join('m.' + c.strip() for c in self._MESSAGE_COLUMNS.split(','))}"
+            " FROM messages m JOIN sessions s ON s.id = m.session_id"
+            " WHERE m.content LIKE ? ESCAPE '\\'"
+        )
+        params: tuple[Any, ...] = (pattern,)
+        if user_id is not None:
+            sql += " AND s.user_id = ?"
+            params += (user_id,)
+        sql += " ORDER BY m.id DESC LIMIT ?"
+        return [self._message(row) for row in self.execute(sql, (*params, limit))]
