@@ -4,6 +4,9 @@
 """
 
 from memcli.blocks.base import BlockContext, MemoryBlock
+from memcli.blocks.facts import FactBlock
+from memcli.blocks.static import StaticBlock
+from memcli.blocks.vector import VectorBlock
 from memcli.errors import (
     ConfigError,
     InputError,
@@ -28,6 +31,7 @@ __all__ = [
     "Budget",
     "ConfigError",
     "Context",
+    "FactBlock",
     "Flush",
     "InputError",
     "MemcliError",
@@ -38,11 +42,13 @@ __all__ = [
     "ProviderError",
     "SQLiteStore",
     "SessionNotFound",
+    "StaticBlock",
     "Store",
     "StoreError",
     "TiktokenTokenizer",
     "Tokenizer",
     "UsageError",
+    "VectorBlock",
     "WordTokenizer",
     "plan_flush",
 ]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
+from memcli.store.longterm import forget_session_flushes, migration_2
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -84,14 +85,16 @@ def _migration_1(db: sqlite_utils.Database) -> None:
     )
     # The active window is read through this index alone: archived history is never scanned.
     db.table("messages").create_index(["session_id", "status", "seq"], index_name="messages_window")
-    db.table("messages").create_index(["session_id", "seq"], index_name="messages_order", unique=True)
+    db.table("messages").create_index(
+        ["session_id", "seq"], index_name="messages_order", unique=True
+    )
     db.table("messages").create_index(["flush_id"], index_name="messages_flush")
     db.table("flushes").create_index(["session_id", "id"], index_name="flushes_session")
     db.table("sessions").create_index(["user_id"], index_name="sessions_user")
 
 
 #: Numbered migrations; a database records the highest one applied. Append, never edit.
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _migration_1)]
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _migration_1), (2, migration_2)]
 
 
 def now_utc() -> datetime:
@@ -431,6 +434,7 @@ class SQLiteStore:
             count = self.execute(
                 "DELETE FROM messages WHERE session_id = ?", (session_id,)
             ).rowcount
+            forget_session_flushes(self, session_id)
             self.execute("DELETE FROM flushes WHERE session_id = ?", (session_id,))
             self.execute(
                 "UPDATE sessions SET active_messages = 0, archived_messages = 0,"
