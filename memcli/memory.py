@@ -48,6 +48,7 @@ class BlockContent:
     tokens: int
     original_tokens: int
     truncated: str | None = None  # None, "cut" or "dropped"
+    original_content: str = ""  # the block's content before truncation
 
 
 @dataclass(frozen=True)
@@ -322,6 +323,7 @@ def assemble(
         text = block.get(shown, ctx)
         if text:
             contents[block.name] = text
+    full = dict(contents)
     original = {name: tokenizer.count(text) for name, text in contents.items()}
     truncated = truncate_blocks(blocks, contents, original, history_tokens, token_limit, tokenizer)
     out = []
@@ -337,6 +339,7 @@ def assemble(
                 tokens=tokenizer.count(text) if text else 0,
                 original_tokens=original[block.name],
                 truncated=truncated.get(block.name),
+                original_content=full[block.name],
             )
         )
     memory_text = render_memory([(b.name, b.content) for b in out if b.content])

@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli import common, export, import_, inspect, rm, sessions
+from memcli.cli import (
+    blocks_cmd,
+    common,
+    dump,
+    export,
+    facts,
+    import_,
+    inspect,
+    rm,
+    search,
+    sessions,
+)
 
 app = typer.Typer(
     name="memcli",
@@ -44,6 +55,10 @@ app.command("sessions")(sessions.sessions_command)
 app.command("inspect")(inspect.inspect_command)
 app.command("export")(export.export_command)
 app.command("rm")(rm.rm_command)
+app.command("search")(search.search_command)
+app.add_typer(dump.app, name="dump")
+app.add_typer(facts.app, name="facts")
+app.add_typer(blocks_cmd.app, name="blocks")
 
 
 def main() -> None:
