@@ -88,6 +88,20 @@ class MemoryBlock:
             return f"session:{ctx.session_id}"
         return f"user:{ctx.user_id}"
 
+    def load_state(self, ctx: BlockContext, default: Any = None) -> Any:
+        """The JSON value this block saved for the context's scope (user or session), or `default`.
+        A small place for a custom block to keep its state in the store."""
+        from memcli.store import longterm
+
+        value = longterm.load_state(ctx.store, self.name, self.scope_key(ctx))
+        return default if value is None else value
+
+    def save_state(self, ctx: BlockContext, value: Any) -> None:
+        """Save a JSON-ready value for the context's scope, replacing the last one."""
+        from memcli.store import longterm
+
+        longterm.save_state(ctx.store, self.name, self.scope_key(ctx), value)
+
     def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
         """Receive a flushed batch of messages (oldest first). Raise Deferred to retry it later."""
         return None

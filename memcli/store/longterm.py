@@ -32,6 +32,11 @@ def migration_2(db: sqlite_utils.Database) -> None:
         pk=("block", "scope_key", "flush_id"),
         not_null={"status", "updated_at"},
     )
+    db.table("block_state").create(
+        {"block": str, "scope_key": str, "value": str, "updated_at": str},
+        pk=("block", "scope_key"),
+        not_null={"value", "updated_at"},
+    )
     db.table("facts").create(
         {
             "id": int,
@@ -157,6 +162,28 @@ def forget_session_flushes(store: Any, session_id: str) -> None:
         " (SELECT id FROM flushes WHERE session_id = ?)",
         (session_id,),
     )
+
+
+# -- a custom block's own state -----------------------------------------------------------------
+
+
+def load_state(store: Any, block: str, scope_key: str) -> Any:
+    """The JSON value a block saved for a scope, or None."""
+    row = store.execute(
+        "SELECT value FROM block_state WHERE block = ? AND scope_key = ?", (block, scope_key)
+    ).fetchone()
+    return json.loads(row[0]) if row else None
+
+
+def save_state(store: Any, block: str, scope_key: str, value: Any) -> None:
+    """Save a JSON-ready value for a block and scope (replacing the last one)."""
+    with store.transaction():
+        store.execute(
+            "INSERT INTO block_state (block, scope_key, value, updated_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (block, scope_key) DO UPDATE SET value = excluded.value,"
+            " updated_at = excluded.updated_at",
+            (block, scope_key, json.dumps(value, ensure_ascii=False), _now()),
+        )
 
 
 # -- facts ----------------------------------------------------------------------------------------
