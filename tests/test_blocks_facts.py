@@ -106,8 +106,8 @@ def test_failed_extraction_keeps_facts_and_is_retried(llm, tmp_path: Path, failu
     llm.script(
         {"content": "<facts><fact>Ana likes tea</fact></facts>"},
         failure,
-        {"content": "<facts><fact>Ana lives in Porto</fact></facts>"},  # the retry
         {"content": "<facts></facts>"},  # the next batch
+        {"content": "<facts><fact>Ana lives in Porto</fact></facts>"},  # then the retry
     )
     memory = facts_memory(llm, tmp_path / "m.db", timeout=1)
     turn(memory, "one")
@@ -119,7 +119,7 @@ def test_failed_extraction_keeps_facts_and_is_retried(llm, tmp_path: Path, failu
     assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == [
         (second[0].id, "s1")
     ]
-    turn(memory, "four")  # retries "two" first, then extracts "three"
+    turn(memory, "four")  # extracts "three", then retries "two"
     assert facts(memory) == ["Ana likes tea", "Ana lives in Porto"]
     assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == []
     porto = longterm.list_facts(memory.store, "extracted_info", "user:ana")[1]

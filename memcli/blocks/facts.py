@@ -151,14 +151,15 @@ class FactBlock(MemoryBlock):
     # -- receiving flushes ------------------------------------------------------------------------
 
     def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
-        """Retry up to `retry_pending` pending batches, then extract this one (Deferred if it fails)."""
+        """Extract this batch (Deferred if that fails); when it worked, the LLM is answering again:
+        retry up to `retry_pending` batches that failed before."""
+        reason = self.extract(batch, ctx)
+        if reason is not None:
+            raise Deferred(reason)
         if self.retry_pending:
             self.retry(
                 ctx.store, self.scope_key(ctx), ctx.tokenizer, self.retry_pending, ctx.flush_id
             )
-        reason = self.extract(batch, ctx)
-        if reason is not None:
-            raise Deferred(reason)
 
     def retry(
         self,
