@@ -148,3 +148,14 @@ def test_custom_block_unknown_argument(tmp_path: Path, monkeypatch: pytest.Monke
     )
     with pytest.raises(ConfigError, match=r"Strict takes no argument 'size'"):
         build_blocks(s.blocks, Defaults())
+
+
+def test_config_example_blocks_build() -> None:
+    example = Path(__file__).resolve().parents[1] / "config.example.toml"
+    s = load_settings({"MEMCLI_HOME": "/tmp/unused"}, {}, example)
+    blocks = build_blocks(s.blocks, Defaults(s.model, s.api_base, s.llm_timeout))
+    assert [(type(b).__name__, b.name, b.priority) for b in blocks] == [
+        ("StaticBlock", "core_info", 0),
+        ("FactBlock", "extracted_info", 1),
+        ("VectorBlock", "vector_memory", 2),
+    ]
