@@ -202,9 +202,8 @@ class Memory:
             self._window_tokens += sum(tokens)
             flushes = self._flush()
             self._version = self.store.session_version(self.session_id)
-        if feed_blocks and self.memory_blocks:
-            for flush in flushes:
-                self.feed_blocks(flush)
+        if feed_blocks and self.memory_blocks and flushes:
+            self.feed_blocks_many(flushes)
         return flushes
 
     def _flush(self) -> list[Flush]:

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from memcli.messages import Message
 
 DEFAULT_BLOCK = "vector_memory"
+#: New pieces added to a loaded index are written to its file once there are this many (or 10% more):
+#: until then a new process adds them from SQLite, which is cheap.
+SAVE_EVERY = 2000
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class VectorIndex:
         self._sessions: Any = None
         self._codes: dict[str, dict[str, int]] = {"user": {}, "session": {}}
         self.rebuilt = False  # whether the last refresh rebuilt the index from SQLite
+        self._unsaved = 0
 
     @property
     def path(self) -> Path | None:
@@ -120,17 +124,26 @@ class VectorIndex:
         return None if path is None else path.with_suffix(".faiss.json")
 
     def refresh(self) -> None:
-        """Bring the index up to date with SQLite: load the file, extend it, or rebuild it."""
-        count, max_id = longterm.piece_stats(self.store, self.block)
+        """Bring the index up to date with SQLite: load the file, extend it, or rebuild it.
+
+        Once loaded, only new pieces are looked for (one index lookup); the full check (count and
+        highest id against the sidecar) happens when the index is first loaded in a process.
+        """
         self.rebuilt = False
-        if self.index is not None and (count, max_id) == (self.count, self.max_id):
+        if self.index is not None:
+            if longterm.max_piece_id(self.store, self.block) == self.max_id:
+                return
+            added = self._add_rows(longterm.iter_pieces(self.store, self.block, self.max_id))
+            self._unsaved += added
+            if self._unsaved >= max(SAVE_EVERY, self.count // 10):
+                self._save()
             return
-        if self.index is None:
-            self._load_file()
+        count, max_id = longterm.piece_stats(self.store, self.block)
+        self._load_file()
         if self.index is not None and count >= self.count and max_id >= self.max_id:
             added = self._add_rows(longterm.iter_pieces(self.store, self.block, self.max_id))
             if (self.count, self.max_id) == (count, max_id):
-                if added:
+                if added >= SAVE_EVERY:
                     self._save()
                 return
         self._reset()
@@ -242,6 +255,7 @@ class VectorIndex:
             side_tmp = sidecar.with_name(sidecar.name + f".{os.getpid()}.tmp")
             side_tmp.write_text(json.dumps(meta))
             os.replace(side_tmp, sidecar)
+            self._unsaved = 0
         except OSError:
             pass  # the index is a cache: SQLite still has everything
 

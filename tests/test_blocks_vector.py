@@ -213,3 +213,57 @@ def test_search_filters_by_user_and_session_with_many_users(tmp_path: Path) -> N
     hits = search(store, embedder, "text", session_id="s4", k=100)
     assert len(hits) == 50 and all(h.session_id == "s4" for h in hits)
     assert search(store, embedder, "text", user_id="nobody", k=3) == []
+
+
+def test_stale_index_file_is_extended_or_rebuilt(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=16)
+    store = SQLiteStore(tmp_path / "m.db")
+
+    def add(text: str) -> None:
+        entry = longterm.NewEntry("u", "s", None, text, [], embedder.embed([text]))
+        longterm.add_entries(store, "vector_memory", [entry])
+
+    add("alpha beta")
+    add("gamma delta")
+    first = VectorIndex(store, "vector_memory")
+    first.refresh()
+    assert first.rebuilt and first.count == 2
+    add("epsilon zeta")  # the file now covers less than SQLite
+    second = VectorIndex(store, "vector_memory")
+    hits = search(store, embedder, "epsilon zeta", user_id="u", k=1, index=second)
+    assert hits[0].text == "epsilon zeta" and not second.rebuilt and second.count == 3
+    # Rows gone from SQLite that the file still has: the file is stale, rebuilt.
+    store.execute("DELETE FROM vector_pieces WHERE id = 1")
+    store.execute("DELETE FROM vector_entries WHERE id = 1")
+    third = VectorIndex(store, "vector_memory")
+    hits = search(store, embedder, "alpha beta", user_id="u", k=3, index=third)
+    assert third.rebuilt and third.count == 2
+    assert "alpha beta" not in [h.text for h in hits]
+
+
+def test_reset_keeps_block_memory_and_reused_flush_ids_are_processed(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=32)
+    block = VectorBlock(embedder=embedder, similarity_top_k=5)
+    memory = Memory.from_defaults(
+        session_id="s",
+        token_limit=40,
+        token_flush_size=10,
+        db=tmp_path / "m.db",
+        memory_blocks=[block],
+    )
+    for i in range(4):
+        memory.put_messages(
+            [Message("user", f"apples and pears {i} " * 3), Message("assistant", "ok")]
+        )
+    stored = longterm.piece_stats(memory.store, "vector_memory")[0]
+    assert stored > 0
+    memory.reset()  # messages and flushes go; block memory stays (as the reference)
+    assert search(memory.store, embedder, "apples", user_id="default", k=1)
+    for i in range(4):
+        memory.put_messages(
+            [Message("user", f"kiwis and plums {i} " * 3), Message("assistant", "ok")]
+        )
+    # The new flushes (their ids may be reused) were all stored, not mistaken for processed ones.
+    hits = search(memory.store, embedder, "kiwis plums", user_id="default", k=1)
+    assert "kiwis" in hits[0].text
+    assert longterm.piece_stats(memory.store, "vector_memory")[0] > stored

@@ -463,6 +463,12 @@ def piece_stats(store: Any, block: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+def max_piece_id(store: Any, block: str) -> int:
+    """The highest piece id of `block` (cheap: one index lookup)."""
+    row = store.execute("SELECT MAX(id) FROM vector_pieces WHERE block = ?", (block,)).fetchone()
+    return int(row[0] or 0)
+
+
 def iter_pieces(store: Any, block: str, after_id: int = 0) -> Any:
     """(piece id, entry id, user id, session id, dim, embedding bytes) rows, by piece id."""
     return store.execute(
