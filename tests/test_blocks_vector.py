@@ -267,3 +267,33 @@ def test_reset_keeps_block_memory_and_reused_flush_ids_are_processed(tmp_path: P
     hits = search(memory.store, embedder, "kiwis plums", user_id="default", k=1)
     assert "kiwis" in hits[0].text
     assert longterm.piece_stats(memory.store, "vector_memory")[0] > stored
+
+
+def test_import_embeds_in_bulk(tmp_path: Path) -> None:
+    from memcli.transcripts import Record, import_records
+
+    embedder = HashEmbedder(dim=32)
+    block = VectorBlock(embedder=embedder)
+    store = SQLiteStore(tmp_path / "m.db")
+    records = [
+        Record(i, [Message("user" if i % 2 == 0 else "assistant", f"message number {i} " * 4)], "s")
+        for i in range(400)
+    ]
+    totals: list[int] = []
+    progress: list[int] = []
+    result = import_records(
+        records,
+        store=store,
+        open_memory=lambda sid: Memory.from_defaults(
+            session_id=sid, token_limit=100, token_flush_size=20, db=store, memory_blocks=[block]
+        ),
+        block_total=totals.append,
+        block_progress=progress.append,
+    )
+    assert result.flushes > 50 and result.blocks_done == result.flushes
+    assert totals == [result.flushes] and sum(progress) == result.flushes
+    # One embedding call per chunk of 256 batches, not one per flushed batch.
+    assert len(embedder.calls) == -(-result.flushes // 256)
+    assert longterm.entries_with_flush(
+        store, "vector_memory", [f.id for f in store.list_flushes("s")]
+    ) == {f.id for f in store.list_flushes("s")}
