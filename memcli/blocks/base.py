@@ -84,9 +84,11 @@ class MemoryBlock:
 
     def scope_key(self, ctx: BlockContext) -> str:
         """Whose memory this is: `user:ID` or `session:ID`."""
-        if self.scope == "session":
-            return f"session:{ctx.session_id}"
-        return f"user:{ctx.user_id}"
+        return self.key_for(ctx.session_id, ctx.user_id)
+
+    def key_for(self, session_id: str, user_id: str) -> str:
+        """The scope key of this block for a session of a user."""
+        return f"session:{session_id}" if self.scope == "session" else f"user:{user_id}"
 
     def load_state(self, ctx: BlockContext, default: Any = None) -> Any:
         """The JSON value this block saved for the context's scope (user or session), or `default`.

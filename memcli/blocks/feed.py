@@ -97,8 +97,8 @@ def unprocessed(
             continue
         todo[block.name] = []
         for info in sessions:
-            ctx = BlockContext(info.id, info.user_id, store, _NoTokenizer())
-            statuses = longterm.flush_statuses(store, block.name, block.scope_key(ctx), info.id)
+            key = block.key_for(info.id, info.user_id)
+            statuses = longterm.flush_statuses(store, block.name, key, info.id)
             for record in store.list_flushes(info.id):
                 if statuses.get(record.id) == "done":
                     continue
@@ -134,8 +134,3 @@ def backfill(
         result.done.update(part.done)
         result.pending.update(part.pending)
     return result
-
-
-class _NoTokenizer:
-    def count(self, text: str) -> int:
-        return len(text.split())

@@ -253,11 +253,7 @@ def extract_command(
     if pending:
         for block in blocks:
             sessions = store.list_sessions(s.user)
-            keys = (
-                {f"user:{s.user}"}
-                if block.scope == "user"
-                else {f"session:{i.id}" for i in sessions}
-            )
+            keys = {block.key_for(i.id, i.user_id) for i in sessions}
             for key in sorted(keys):
                 d, f = block.retry(store, key, tokenizer)
                 done, still = done + d, still + f
