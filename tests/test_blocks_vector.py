@@ -270,6 +270,7 @@ def test_reset_keeps_block_memory_and_reused_flush_ids_are_processed(tmp_path: P
 
 
 def test_import_embeds_in_bulk(tmp_path: Path) -> None:
+    from memcli.blocks.feed import CHUNK
     from memcli.transcripts import Record, import_records
 
     embedder = HashEmbedder(dim=32)
@@ -292,8 +293,27 @@ def test_import_embeds_in_bulk(tmp_path: Path) -> None:
     )
     assert result.flushes > 50 and result.blocks_done == result.flushes
     assert totals == [result.flushes] and sum(progress) == result.flushes
-    # One embedding call per chunk of 256 batches, not one per flushed batch.
-    assert len(embedder.calls) == -(-result.flushes // 256)
+    # One embedding call per chunk of CHUNK batches, not one per flushed batch.
+    assert len(embedder.calls) == -(-result.flushes // CHUNK)
     assert longterm.entries_with_flush(
         store, "vector_memory", [f.id for f in store.list_flushes("s")]
     ) == {f.id for f in store.list_flushes("s")}
+
+
+def test_quantised_index_finds_the_exact_top_k(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(3000, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    entries = [
+        longterm.NewEntry("u", "s", None, f"batch {i}", [], vectors[i : i + 1]) for i in range(3000)
+    ]
+    ids = longterm.add_entries(store, "vector_memory", entries)
+    index = VectorIndex(store, "vector_memory")
+    for q in range(20):
+        query = vectors[q * 7] + rng.normal(scale=0.05, size=384).astype(np.float32)
+        query /= np.linalg.norm(query)
+        exact = np.argsort(-(vectors @ query))[:5]
+        found = index.search(query, user_id="u", k=5)
+        assert [entry for entry, _ in found] == [ids[i] for i in exact]
+        assert np.allclose([score for _, score in found], (vectors @ query)[exact], atol=1e-5)

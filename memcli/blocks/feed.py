@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from memcli.tokens import Tokenizer
 
 #: How many batches a block is given per put_many call.
-CHUNK = 256
+CHUNK = 1024
 
 
 @dataclass(frozen=True)

@@ -469,6 +469,22 @@ def max_piece_id(store: Any, block: str) -> int:
     return int(row[0] or 0)
 
 
+def piece_embeddings(store: Any, piece_ids: Sequence[int]) -> dict[int, Any]:
+    """The stored embeddings (float32 numpy rows) of these pieces."""
+    import numpy as np
+
+    out: dict[int, Any] = {}
+    for start in range(0, len(piece_ids), 500):
+        chunk = list(piece_ids[start : start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        rows = store.execute(
+            f"SELECT id, embedding FROM vector_pieces WHERE id IN ({marks})", chunk
+        )
+        for piece_id, blob in rows:
+            out[piece_id] = np.frombuffer(blob, dtype=np.float32)
+    return out
+
+
 def iter_pieces(store: Any, block: str, after_id: int = 0) -> Any:
     """(piece id, entry id, user id, session id, dim, embedding bytes) rows, by piece id."""
     return store.execute(
