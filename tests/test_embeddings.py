@@ -61,6 +61,10 @@ def test_minilm(minilm) -> None:
     assert rows.shape == (3, 384) and minilm.dim == 384 and minilm.max_tokens == 254
     assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
     assert rows[0] @ rows[1] > rows[0] @ rows[2]
+    # The few-texts path (queries) gives what encode() gives.
+    many = minilm.embed(["The cat sat on the mat."] * 5)
+    encoded = minilm.model.encode(["The cat sat on the mat."], normalize_embeddings=True)
+    assert np.allclose(rows[0], encoded[0], atol=1e-5) and np.allclose(many[0], rows[0], atol=1e-5)
     long = "\n".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(100))
     (pieces,) = minilm.split([long])
     assert len(pieces) > 1 and "".join(pieces) == long
