@@ -19,6 +19,8 @@ _EXPORTS = {
     "Chat": "memcli.chat.session",
     "ConfigError": "memcli.errors",
     "Context": "memcli.memory",
+    "Deferred": "memcli.blocks.base",
+    "FactBlock": "memcli.blocks.facts",
     "Flush": "memcli.memory",
     "InputError": "memcli.errors",
     "MemcliError": "memcli.errors",
@@ -29,11 +31,13 @@ _EXPORTS = {
     "ProviderError": "memcli.errors",
     "SQLiteStore": "memcli.store.sqlite",
     "SessionNotFound": "memcli.errors",
+    "StaticBlock": "memcli.blocks.static",
     "Store": "memcli.store.base",
     "StoreError": "memcli.errors",
     "TiktokenTokenizer": "memcli.tokens",
     "Tokenizer": "memcli.tokens",
     "UsageError": "memcli.errors",
+    "VectorBlock": "memcli.blocks.vector",
     "WordTokenizer": "memcli.tokens",
     "plan_flush": "memcli.flush",
 }
@@ -45,6 +49,8 @@ __all__ = [
     "Chat",
     "ConfigError",
     "Context",
+    "Deferred",
+    "FactBlock",
     "Flush",
     "InputError",
     "MemcliError",
@@ -55,11 +61,13 @@ __all__ = [
     "ProviderError",
     "SQLiteStore",
     "SessionNotFound",
+    "StaticBlock",
     "Store",
     "StoreError",
     "TiktokenTokenizer",
     "Tokenizer",
     "UsageError",
+    "VectorBlock",
     "WordTokenizer",
     "plan_flush",
 ]
@@ -79,7 +87,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from memcli.blocks.base import BlockContext, MemoryBlock
+    from memcli.blocks.base import BlockContext, Deferred, MemoryBlock
+    from memcli.blocks.facts import FactBlock
+    from memcli.blocks.static import StaticBlock
+    from memcli.blocks.vector import VectorBlock
     from memcli.chat.session import Chat
     from memcli.errors import (
         ConfigError,

@@ -189,6 +189,8 @@ class ImportResult:
     flushes: int = 0
     archived: int = 0
     tokens: int = 0
+    blocks_done: int = 0
+    blocks_pending: int = 0
 
 
 def import_records(
@@ -200,12 +202,19 @@ def import_records(
     put: str = "call",
     feed_blocks: bool = True,
     progress: Any = None,
+    block_total: Any = None,
+    block_progress: Any = None,
 ) -> ImportResult:
     """Put a transcript's messages through the engine, session by session, all or nothing.
 
     `open_memory(session_id) -> Memory` opens (or creates) a session's memory; every session of
     the import shares one store, and the whole import is one transaction: if any part fails,
     nothing of it is stored. `progress(n)` is told how many messages were just put.
+
+    With `feed_blocks`, the flushed batches are handed to the blocks after the messages are stored,
+    in bulk (one embedding call for many batches): `block_total(n)` is told how many (block, batch)
+    pairs there are and `block_progress(n)` how many were just handed over. A block that fails there
+    leaves its batches unprocessed; `memcli blocks backfill` catches up.
     """
     from memcli.memory import new_session_id
 
@@ -217,6 +226,7 @@ def import_records(
             target = default_session = new_session_id()
         groups.setdefault(target, []).append(record)
     result = ImportResult(sessions={}, new_sessions=[])
+    to_feed: list[tuple[Any, list[Any]]] = []
     with store.transaction():
         for target, group in groups.items():
             if store.get_session(target) is None:
@@ -224,7 +234,11 @@ def import_records(
             memory = open_memory(target)
             count = 0
             for call in plan_calls(group, put):
-                flushes = memory.put_messages(call, feed_blocks=feed_blocks)
+                flushes = memory.put_messages(call, feed_blocks=False)
+                if feed_blocks and flushes and memory.memory_blocks:
+                    if not to_feed or to_feed[-1][0] is not memory:
+                        to_feed.append((memory, []))
+                    to_feed[-1][1].extend(flushes)
                 result.calls += 1
                 result.flushes += len(flushes)
                 result.archived += sum(len(f.message_ids) for f in flushes)
@@ -233,4 +247,12 @@ def import_records(
                     progress(len(call))
             result.sessions[target] = count
             result.messages += count
+    if block_total is not None:
+        block_total(
+            sum(len(fs) for m, fs in to_feed for b in m.memory_blocks if b.receives_flushes)
+        )
+    for memory, flushes in to_feed:
+        fed = memory.feed_blocks_many(flushes, progress=block_progress)
+        result.blocks_done += sum(fed.done.values())
+        result.blocks_pending += sum(fed.pending.values())
     return result

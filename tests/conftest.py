@@ -83,3 +83,13 @@ def conformance_dir() -> Path:
 @pytest.fixture(scope="session")
 def locomo_dir() -> Path:
     return LOCOMO
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The bundled all-MiniLM-L6-v2 embedder, loaded once for the whole test session."""
+    from memcli.embeddings import SentenceTransformerEmbedder
+
+    embedder = SentenceTransformerEmbedder()
+    embedder.embed(["warm up"])
+    return embedder

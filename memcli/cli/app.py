@@ -7,7 +7,19 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli import chat, common, export, import_, inspect, rm, sessions
+from memcli.cli import (
+    blocks_cmd,
+    chat,
+    common,
+    dump,
+    export,
+    facts,
+    import_,
+    inspect,
+    rm,
+    search,
+    sessions,
+)
 from memcli.cli.simulate import app as simulate_app
 
 app = typer.Typer(
@@ -46,6 +58,10 @@ app.command("inspect")(inspect.inspect_command)
 app.command("export")(export.export_command)
 app.command("rm")(rm.rm_command)
 app.command("chat")(chat.chat_command)
+app.command("search")(search.search_command)
+app.add_typer(dump.app, name="dump")
+app.add_typer(facts.app, name="facts")
+app.add_typer(blocks_cmd.app, name="blocks")
 app.add_typer(simulate_app, name="simulate")
 
 

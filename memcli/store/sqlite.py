@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
+from memcli.store.longterm import forget_session_flushes, migration_2
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -94,7 +95,7 @@ def _migration_1(db: sqlite_utils.Database) -> None:
 
 
 #: Numbered migrations; a database records the highest one applied. Append, never edit.
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _migration_1)]
+MIGRATIONS: list[tuple[int, Migration]] = [(1, _migration_1), (2, migration_2)]
 
 
 def now_utc() -> datetime:
@@ -545,6 +546,7 @@ class SQLiteStore:
             count = self.execute(
                 "DELETE FROM messages WHERE session_id = ?", (session_id,)
             ).rowcount
+            forget_session_flushes(self, session_id)
             self.execute("DELETE FROM flushes WHERE session_id = ?", (session_id,))
             self.execute(
                 "UPDATE sessions SET active_messages = 0, archived_messages = 0,"
