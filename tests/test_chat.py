@@ -263,3 +263,17 @@ def test_warm_up_loads_block_embedders_and_asks_the_blocks(tmp_path):
     assert block.embedder.calls == [["warm up"]]  # type: ignore[attr-defined]
     assert ready.context.blocks[0].content == "<fact>x</fact>"
     assert chat.last_context is ready
+
+
+def test_facts_command_lists_the_fact_blocks_facts_with_ids(tmp_path, llm):
+    """/facts shows what a real FactBlock extracted (over HTTP) when the session flushed."""
+    from memcli import FactBlock
+
+    llm.script({"content": "<facts><fact>The user lives in Porto</fact></facts>"})
+    facts = FactBlock(model="openai/test", api_base=llm.api_base, timeout=5)
+    chat = make_chat(tmp_path, blocks=[facts], budget_for=lambda info: Budget(20, 0.5, 5))
+    for text in ("I live in Porto with my cat", "I work nights", "I like tea", "and cake"):
+        play(chat.send(text))
+    out = Commands(chat).run("/facts").text
+    assert llm.requests, "a flush must have asked the LLM for facts"
+    assert out.startswith("[extracted_info] #") and out.endswith("The user lives in Porto")

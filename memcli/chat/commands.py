@@ -151,10 +151,22 @@ class Commands:
         return Result("\n".join(parts), changed=True)
 
     def facts(self, arg: str) -> Result:
+        """Every fact the session's fact blocks hold (with ids, for `memcli facts edit|rm`)."""
+        from memcli.blocks.facts import FactBlock
         from memcli.chat.view import facts_in
+        from memcli.store import longterm
 
-        ready = self.chat.context()
-        lines = [f"[{b.name}] {fact}" for b in ready.context.blocks for fact in facts_in(b.content)]
+        chat = self.chat
+        lines = []
+        for block in chat.blocks:
+            if isinstance(block, FactBlock):
+                key = block.key_for(chat.mem.session_id, chat.user_id)
+                for fact in longterm.list_facts(chat.store, block.name, key):
+                    lines.append(f"[{block.name}] #{fact.id} {fact.text}")
+        if not lines:
+            # Custom blocks may render <fact> lines too.
+            ready = chat.context()
+            lines = [f"[{b.name}] {f}" for b in ready.context.blocks for f in facts_in(b.content)]
         if not lines:
             return Result("No facts yet: facts come from a fact block as messages are flushed.")
         return Result("\n".join(lines), changed=True)
