@@ -209,6 +209,51 @@ class Memory:
             self.feed_blocks_many(flushes)
         return flushes
 
+    def put_calls(
+        self,
+        calls: Sequence[Sequence[Message]],
+        *,
+        feed_blocks: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[list[Flush]]:
+        """Put several calls in order, exactly as that many `put_messages` calls would.
+
+        One transaction, tokens counted and rows written in bulk: the fast path for imports.
+        Returns each call's flushes; `progress(n)` is told how many messages each call put.
+        """
+        calls = [[_as_message(m) for m in call] for call in calls]
+        messages = [m for call in calls for m in call]
+        if not messages:
+            return [[] for _ in calls]
+        out: list[list[Flush]] = []
+        with self.store.transaction():
+            nested = self.store.transaction_depth > 1
+            if self._txn_serial != self.store.txn_serial:
+                self._sync()
+                self._txn_serial = self.store.txn_serial
+            tokens = [self.count_tokens(m) for m in messages]
+            ids = self.store.append_messages(
+                self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
+            )
+            start = 0
+            for call in calls:
+                end = start + len(call)
+                self._window.extend(
+                    WindowEntry(ids[i], messages[i].role, tokens[i]) for i in range(start, end)
+                )
+                self._window_tokens += sum(tokens[start:end])
+                self._window_users += sum(1 for m in call if m.role == "user")
+                out.append(self._flush())
+                if progress is not None:
+                    progress(len(call))
+                start = end
+            if not nested:
+                self._version = self.store.session_version(self.session_id)
+        flushes = [f for call_flushes in out for f in call_flushes]
+        if feed_blocks and self.memory_blocks and flushes:
+            self.feed_blocks_many(flushes)
+        return out
+
     def flush_now(self) -> list[Flush]:
         """Flush one batch now, whatever the budget (the newest complete turn still stays)."""
         with self.store.transaction():

@@ -232,19 +232,17 @@ def import_records(
             if store.get_session(target) is None:
                 result.new_sessions.append(target)
             memory = open_memory(target)
+            calls = plan_calls(group, put)
             count = 0
-            for call in plan_calls(group, put):
-                flushes = memory.put_messages(call, feed_blocks=False)
+            for flushes in memory.put_calls(calls, feed_blocks=False, progress=progress):
                 if feed_blocks and flushes and memory.memory_blocks:
                     if not to_feed or to_feed[-1][0] is not memory:
                         to_feed.append((memory, []))
                     to_feed[-1][1].extend(flushes)
-                result.calls += 1
                 result.flushes += len(flushes)
                 result.archived += sum(len(f.message_ids) for f in flushes)
-                count += len(call)
-                if progress is not None:
-                    progress(len(call))
+            result.calls += len(calls)
+            count = sum(len(call) for call in calls)
             result.sessions[target] = count
             result.messages += count
     if block_total is not None:

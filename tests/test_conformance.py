@@ -67,3 +67,26 @@ def test_doc_example_figures() -> None:
     assert len(memory.get_all(status="archived")) == 396
     assert len(memory.get()) == 4
     assert len(everything) == 400
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_reference_case_through_put_calls(name: str) -> None:
+    """The bulk path (`put_calls`, what `memcli import` uses) gives the same flushes and window."""
+    case = json.loads((CONFORMANCE / f"{name}.json").read_text())
+    p = case["params"]
+    memory = Memory.from_defaults(
+        token_limit=p["token_limit"],
+        token_flush_size=p["token_flush_size"],
+        chat_history_token_ratio=p["chat_history_token_ratio"],
+    )
+    calls = []
+    for call in case["calls"]:
+        messages = [Message(**m) for m in call["messages"]]
+        calls.extend([[m] for m in messages] if call["method"] == "put" else [messages])
+    memory.put_calls(calls)
+    everything = memory.get_all()
+    position = {m.id: i for i, m in enumerate(everything)}
+    assert [position[m.id] for m in memory.get_all(status="active")] == case["expected"]["active"]
+    flushes = memory.store.list_flushes(memory.session_id)
+    ranges = [[position[f.first_message_id], position[f.last_message_id]] for f in flushes]
+    assert ranges == case["expected"]["flushes"]
