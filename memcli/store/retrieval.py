@@ -1,0 +1,299 @@
+"""SQL of the message-level retrieval index: the FTS5 table, the message vectors, their queries.
+
+Every message is in the full-text index from the moment it is stored (triggers on `messages` keep
+it in step, so a put pays one FTS insert and nothing else). Vectors are added later, in batches:
+`retrieval_state` records the highest message id up to which every message has been embedded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from memcli.messages import parse_time
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    import sqlite_utils
+
+FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def migration_10(db: sqlite_utils.Database) -> None:
+    """The FTS5 index over messages (speaker name and content), its triggers, the vectors table."""
+    db.execute(
+        "CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages',"
+        f" content_rowid='id', tokenize='{FTS_TOKENIZER}')"
+    )
+    db.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('rebuild')")
+    db.table("retrieval_vectors").create(
+        {
+            "id": int,
+            "message_id": int,
+            "piece": int,
+            "model": str,
+            "dim": int,
+            "vector": bytes,
+        },
+        pk="id",
+        not_null={"message_id", "piece", "model", "dim", "vector"},
+    )
+    db.table("retrieval_vectors").create_index(["message_id"], index_name="retrieval_vectors_msg")
+    db.table("retrieval_state").create({"key": str, "value": str}, pk="key")
+    # Messages whose text changed after they were embedded: embedded again with the next batch.
+    db.table("retrieval_redo").create({"message_id": int}, pk="message_id")
+    db.execute(
+        "CREATE TRIGGER retrieval_insert AFTER INSERT ON messages BEGIN"
+        " INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content);"
+        " END"
+    )
+    db.execute(
+        "CREATE TRIGGER retrieval_delete AFTER DELETE ON messages BEGIN"
+        " INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
+        " VALUES ('delete', old.id, old.name, old.content);"
+        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
+        " END"
+    )
+    db.execute(
+        "CREATE TRIGGER retrieval_update AFTER UPDATE OF name, content ON messages BEGIN"
+        " INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
+        " VALUES ('delete', old.id, old.name, old.content);"
+        " INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content);"
+        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
+        " INSERT OR IGNORE INTO retrieval_redo (message_id) VALUES (old.id);"
+        " END"
+    )
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which messages a search may return: a user's, a session's, within a time range."""
+
+    user_id: str | None = None
+    session_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+#: A message's time: its own timestamp, else when it was stored.
+_TIME = "COALESCE(m.timestamp, m.created_at)"
+
+
+def _julian(value: datetime) -> float:
+    return value.timestamp() / 86400.0 + 2440587.5
+
+
+def _filters(scope: Scope) -> tuple[str, list[Any]]:
+    sql = ""
+    params: list[Any] = []
+    if scope.user_id is not None:
+        sql += " AND s.user_id = ?"
+        params.append(scope.user_id)
+    if scope.session_id is not None:
+        sql += " AND m.session_id = ?"
+        params.append(scope.session_id)
+    if scope.since is not None:
+        sql += f" AND julianday({_TIME}) >= ?"
+        params.append(_julian(scope.since))
+    if scope.until is not None:
+        sql += f" AND julianday({_TIME}) < ?"
+        params.append(_julian(scope.until))
+    return sql, params
+
+
+def lexical_search(store: Any, match: str, scope: Scope, limit: int) -> list[tuple[int, float]]:
+    """(message id, BM25 score: higher is better) of the best `limit` matches of an FTS5 query."""
+    where, params = _filters(scope)
+    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+    if not where:
+        rows = store.execute(
+            "SELECT rowid, bm25(retrieval_fts) AS rank FROM retrieval_fts"
+            " WHERE retrieval_fts MATCH ? ORDER BY rank LIMIT ?",
+            (match, limit),
+        )
+    else:
+        rows = store.execute(
+            "SELECT f.rowid, bm25(retrieval_fts) AS rank FROM retrieval_fts f"
+            f" JOIN messages m ON m.id = f.rowid{join}"
+            f" WHERE retrieval_fts MATCH ?{where} ORDER BY rank LIMIT ?",
+            (match, *params, limit),
+        )
+    return [(int(r[0]), -float(r[1])) for r in rows]
+
+
+def count_messages(store: Any, scope: Scope) -> int:
+    where, params = _filters(scope)
+    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+    row = store.execute(f"SELECT COUNT(*) FROM messages m{join} WHERE 1{where}", params).fetchone()
+    return int(row[0])
+
+
+# -- vectors ---------------------------------------------------------------------------------------
+
+
+def embedded_through(store: Any, model: str) -> int:
+    """Every message with an id up to this one has its vectors for `model`."""
+    row = store.execute(
+        "SELECT value FROM retrieval_state WHERE key = ?", (f"embedded:{model}",)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def pending_count(store: Any, model: str) -> int:
+    """How many messages have no vectors yet."""
+    row = store.execute(
+        "SELECT (SELECT COUNT(*) FROM messages WHERE id > ?)"
+        " + (SELECT COUNT(*) FROM retrieval_redo)",
+        (embedded_through(store, model),),
+    ).fetchone()
+    return int(row[0])
+
+
+@dataclass(frozen=True)
+class UnitRow:
+    """What a message's vector is made from: the message, and its previous one in the session."""
+
+    id: int
+    session_id: str
+    seq: int
+    role: str
+    name: str | None
+    content: str
+
+
+def pending_units(store: Any, model: str, limit: int) -> list[UnitRow]:
+    """The next `limit` messages without vectors: changed ones first, then in id order."""
+    redo = store.execute(
+        "SELECT m.id, m.session_id, m.seq, m.role, m.name, m.content FROM retrieval_redo r"
+        " JOIN messages m ON m.id = r.message_id ORDER BY m.id LIMIT ?",
+        (limit,),
+    ).fetchall()
+    rows = store.execute(
+        "SELECT id, session_id, seq, role, name, content FROM messages WHERE id > ?"
+        " ORDER BY id LIMIT ?",
+        (embedded_through(store, model), limit - len(redo)),
+    ).fetchall()
+    return [UnitRow(*r) for r in [*redo, *rows]]
+
+
+def add_vectors(
+    store: Any,
+    model: str,
+    rows: Sequence[tuple[int, int, int, bytes]],
+    through: int,
+    cleared: Sequence[int] = (),
+) -> None:
+    """Store (message id, piece, dim, float32 bytes) rows and move the embedded mark to `through`
+    (`cleared`: messages handled that got no vector, e.g. empty ones)."""
+    import sqlite3
+
+    from memcli.errors import StoreError
+
+    with store.transaction():
+        store.execute(
+            "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (f"embedded:{model}", str(max(through, embedded_through(store, model)))),
+        )
+        try:
+            store.conn.executemany(
+                "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(m, p, model, d, v) for m, p, d, v in rows],
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot store vectors: {exc}", "Check the database file") from None
+        done = sorted({r[0] for r in rows} | set(cleared))
+        for start in range(0, len(done), 500):
+            chunk = done[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            store.execute(f"DELETE FROM retrieval_redo WHERE message_id IN ({marks})", chunk)
+
+
+def drop_other_models(store: Any, model: str) -> int:
+    """Delete vectors made by another model (they cannot be searched with this one)."""
+    with store.transaction():
+        count = store.execute("DELETE FROM retrieval_vectors WHERE model != ?", (model,)).rowcount
+        store.execute(
+            "DELETE FROM retrieval_state WHERE key LIKE 'embedded:%' AND key != ?",
+            (f"embedded:{model}",),
+        )
+    return int(count)
+
+
+def vector_stats(store: Any, model: str) -> tuple[int, int]:
+    """(how many vectors, the highest vector id) of a model: what an index file must cover."""
+    row = store.execute(
+        "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM retrieval_vectors WHERE model = ?", (model,)
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def iter_vectors(store: Any, model: str, after: int) -> Iterator[tuple[Any, ...]]:
+    """(vector id, message id, session, user, unix time, dim, bytes) after a vector id, in order."""
+    return iter(
+        store.execute(
+            "SELECT v.id, v.message_id, m.session_id, s.user_id,"
+            f" (julianday({_TIME}) - 2440587.5) * 86400.0, v.dim, v.vector"
+            " FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id"
+            " JOIN sessions s ON s.id = m.session_id WHERE v.model = ? AND v.id > ? ORDER BY v.id",
+            (model, after),
+        )
+    )
+
+
+# -- hits ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A message as a hit shows it."""
+
+    id: int
+    session_id: str
+    seq: int
+    role: str
+    name: str | None
+    content: str
+    tokens: int
+    timestamp: datetime | None
+    status: str
+
+
+_ROW = "id, session_id, seq, role, name, content, tokens, timestamp, status"
+
+
+def _row(r: tuple[Any, ...]) -> MessageRow:
+    return MessageRow(
+        id=r[0],
+        session_id=r[1],
+        seq=r[2],
+        role=r[3],
+        name=r[4],
+        content=r[5],
+        tokens=r[6],
+        timestamp=parse_time(r[7]) if r[7] else None,
+        status=r[8],
+    )
+
+
+def message_rows(store: Any, ids: Sequence[int]) -> dict[int, MessageRow]:
+    out: dict[int, MessageRow] = {}
+    ids = list(ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ", ".join("?" for _ in chunk)
+        for r in store.execute(f"SELECT {_ROW} FROM messages WHERE id IN ({marks})", chunk):
+            out[r[0]] = _row(r)
+    return out
+
+
+def session_span(store: Any, session_id: str, first: int, last: int) -> list[MessageRow]:
+    """A session's messages with seq in [first, last], in order."""
+    rows = store.execute(
+        f"SELECT {_ROW} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+        (session_id, first, last),
+    )
+    return [_row(r) for r in rows]
