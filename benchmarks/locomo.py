@@ -196,8 +196,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for i, variant in keys:
         times = sorted(latency[i, variant])
         name = variant if len(option_sets) == 1 else f"{variant}#{i}"
-        if i and variant != "hybrid" and any(
-            tallies[j, variant][0].row() == tallies[i, variant][0].row() for j in range(i)
+        if (
+            i
+            and variant != "hybrid"
+            and any(tallies[j, variant][0].row() == tallies[i, variant][0].row() for j in range(i))
         ):
             continue  # the same baseline again
         report["variants"][name] = {
@@ -237,7 +239,9 @@ def print_report(report: dict[str, Any], args_brief: bool = False) -> None:
                 row["tokens_per_hit"],
             ]
             print("  ".join(f"{c!s:>11}" for c in cells))
-        print(f"{variant:>11}  latency mean {data['latency_ms']['mean']} ms, p95 {data['latency_ms']['p95']} ms")
+        print(
+            f"{variant:>11}  latency mean {data['latency_ms']['mean']} ms, p95 {data['latency_ms']['p95']} ms"
+        )
     if report["unknown_evidence_ids"]:
         print(f"evidence ids not in the conversation: {report['unknown_evidence_ids']}")
 

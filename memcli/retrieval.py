@@ -15,14 +15,12 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memcli.dense import MessageVectors
 from memcli.errors import UsageError
 from memcli.messages import format_time
 from memcli.store import retrieval as sql
@@ -31,7 +29,6 @@ from memcli.store.retrieval import MessageRow, Scope
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    import numpy as np
 
 MODES = ("hybrid", "lexical", "vector")
 
@@ -171,9 +168,7 @@ def fts_query(text: str) -> str | None:
     return " OR ".join(f'"{w}"' for w in unique)
 
 
-def fuse(
-    ranked: Sequence[tuple[float, Sequence[int]]], rrf_k: int = 60
-) -> list[tuple[int, float]]:
+def fuse(ranked: Sequence[tuple[float, Sequence[int]]], rrf_k: int = 60) -> list[tuple[int, float]]:
     """Weighted reciprocal rank fusion: each list is (weight, ids best first); an id scores
     sum(weight / (rrf_k + rank)) with ranks from 1. Best first; ties keep first-seen order."""
     scores: dict[int, float] = {}
@@ -188,217 +183,6 @@ def fuse(
 def unit_text(name: str | None, role: str, content: str) -> str:
     """What a message's vector is made from: the speaker, then the text."""
     return f"{name or role}: {content}"
-
-
-class MessageVectors:
-    """The FAISS index over message vectors, kept in step with SQLite.
-
-    Files beside the database: `<db>.retrieval.faiss` (the vectors), `<db>.retrieval.npz` (per
-    row: message id, session and user codes, unix time) and `<db>.retrieval.json` (what the files
-    cover); an in-memory database keeps the index in memory only.
-    """
-
-    def __init__(self, store: Any, model: str) -> None:
-        self.store = store
-        self.model = model
-        self.index: Any = None
-        self.count = self.max_id = self.dim = 0
-        self.rebuilt = False
-        self._arrays: dict[str, Any] = {}
-        self._codes: dict[str, dict[str, int]] = {"session": {}, "user": {}}
-
-    def _file(self, suffix: str) -> Path | None:
-        db = getattr(self.store, "path", None)
-        return None if db is None else Path(f"{db}.retrieval.{suffix}")
-
-    def refresh(self) -> None:
-        """Load the file, extend it with new vectors, or rebuild it from SQLite."""
-        count, max_id = sql.vector_stats(self.store, self.model)
-        self.rebuilt = False
-        if self.index is not None and (count, max_id) == (self.count, self.max_id):
-            return
-        if self.index is None:
-            self._load()
-        if self.index is not None and count > self.count and max_id > self.max_id:
-            added = self._add(sql.iter_vectors(self.store, self.model, self.max_id))
-            if (self.count, self.max_id) == (count, max_id):
-                if added:
-                    self._save()
-                return
-        elif self.index is not None and (count, max_id) == (self.count, self.max_id):
-            return
-        self._reset()
-        self._add(sql.iter_vectors(self.store, self.model, 0))
-        self.rebuilt = True
-        self._save()
-
-    def _reset(self) -> None:
-        import numpy as np
-
-        self.index = None
-        self.count = self.max_id = self.dim = 0
-        self._arrays = {
-            "message_ids": np.zeros(0, dtype=np.int64),
-            "sessions": np.zeros(0, dtype=np.int32),
-            "users": np.zeros(0, dtype=np.int32),
-            "times": np.zeros(0, dtype=np.float64),
-        }
-        self._codes = {"session": {}, "user": {}}
-
-    def _code(self, kind: str, value: str) -> int:
-        return self._codes[kind].setdefault(value, len(self._codes[kind]))
-
-    def _add(self, rows: Any) -> int:
-        import faiss
-        import numpy as np
-
-        added = 0
-        while True:
-            chunk = [r for _, r in zip(range(20_000), rows, strict=False)]
-            if not chunk:
-                return added
-            dim = chunk[0][5]
-            if self.dim and dim != self.dim or any(r[5] != dim for r in chunk):
-                self._reset()
-                raise _Stale()
-            self.dim = dim
-            matrix = np.frombuffer(b"".join(r[6] for r in chunk), dtype=np.float32)
-            if self.index is None:
-                self.index = faiss.IndexFlatIP(dim)
-            self.index.add(matrix.reshape(len(chunk), dim))
-            new = {
-                "message_ids": np.asarray([r[1] for r in chunk], dtype=np.int64),
-                "sessions": np.asarray([self._code("session", r[2]) for r in chunk], np.int32),
-                "users": np.asarray([self._code("user", r[3]) for r in chunk], dtype=np.int32),
-                "times": np.asarray([r[4] for r in chunk], dtype=np.float64),
-            }
-            for key, values in new.items():
-                self._arrays[key] = np.concatenate([self._arrays[key], values])
-            self.count += len(chunk)
-            self.max_id = int(chunk[-1][0])
-            added += len(chunk)
-
-    def _load(self) -> None:
-        import numpy as np
-
-        self._reset()
-        path, arrays, meta = self._file("faiss"), self._file("npz"), self._file("json")
-        if path is None or arrays is None or meta is None:
-            return
-        try:
-            import faiss
-
-            info = json.loads(meta.read_text())
-            if info.get("model") != self.model:
-                return
-            index = faiss.read_index(str(path))
-            with np.load(str(arrays)) as data:
-                loaded = {key: data[key] for key in self._arrays}
-            if any(len(v) != info["count"] for v in loaded.values()):
-                return
-            if index.ntotal != info["count"] or index.d != info["dim"]:
-                return
-        except Exception:
-            return  # missing or unreadable: rebuilt from SQLite
-        self.index = index
-        self._arrays = loaded
-        self.count, self.max_id, self.dim = info["count"], info["max_id"], info["dim"]
-        self._codes = {"session": dict(info["sessions"]), "user": dict(info["users"])}
-
-    def _save(self) -> None:
-        """Write the files, each through a temporary name; the description last."""
-        import faiss
-        import numpy as np
-
-        path, arrays, meta = self._file("faiss"), self._file("npz"), self._file("json")
-        if path is None or arrays is None or meta is None or self.index is None:
-            return
-        tag = f".{os.getpid()}.tmp"
-        try:
-            if meta.exists():
-                meta.unlink()  # files being replaced: not valid until the description is back
-            faiss.write_index(self.index, str(path) + tag)
-            os.replace(str(path) + tag, path)
-            np.savez(str(arrays) + tag + ".npz", **self._arrays)
-            os.replace(str(arrays) + tag + ".npz", arrays)
-            info = {
-                "model": self.model,
-                "count": self.count,
-                "max_id": self.max_id,
-                "dim": self.dim,
-                "sessions": list(self._codes["session"].items()),
-                "users": list(self._codes["user"].items()),
-            }
-            Path(str(meta) + tag).write_text(json.dumps(info))
-            os.replace(str(meta) + tag, meta)
-        except OSError:
-            pass  # a cache: SQLite still has everything, the next search rebuilds it
-
-    def search(self, vector: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
-        """(message id, cosine) of the best `n` messages in scope, each once, best first."""
-        import numpy as np
-
-        try:
-            self.refresh()
-        except _Stale:
-            self._add(sql.iter_vectors(self.store, self.model, 0))
-            self.rebuilt = True
-            self._save()
-        if self.index is None or self.count == 0 or n <= 0:
-            return []
-        mask = self._mask(scope)
-        total = self.count if mask is None else int(mask.sum())
-        if total == 0:
-            return []
-        query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
-        want = min(total, n * 2)
-        while True:
-            scores, rows = self._rows(query, want, mask)
-            best: dict[int, float] = {}
-            for score, row in zip(scores, rows, strict=True):
-                if row >= 0:
-                    best.setdefault(int(self._arrays["message_ids"][row]), float(score))
-            if len(best) >= n or want >= total:
-                return list(best.items())[:n]
-            want = min(total, want * 4)
-
-    def _mask(self, scope: Scope) -> Any:
-        import numpy as np
-
-        mask = None
-
-        def narrow(condition: Any) -> None:
-            nonlocal mask
-            mask = condition if mask is None else mask & condition
-
-        if scope.user_id is not None:
-            narrow(self._arrays["users"] == self._codes["user"].get(scope.user_id, -1))
-        if scope.session_id is not None:
-            narrow(self._arrays["sessions"] == self._codes["session"].get(scope.session_id, -1))
-        if scope.since is not None:
-            narrow(self._arrays["times"] >= scope.since.timestamp())
-        if scope.until is not None:
-            narrow(self._arrays["times"] < scope.until.timestamp())
-        if mask is not None and bool(np.all(mask)):
-            return None
-        return mask
-
-    def _rows(self, query: Any, want: int, mask: Any) -> tuple[Any, Any]:
-        import faiss
-        import numpy as np
-
-        if mask is None:
-            scores, rows = self.index.search(query, want)
-            return scores[0], rows[0]
-        bitmap = np.packbits(mask.astype(np.uint8), bitorder="little")
-        selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bitmap))
-        params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
-        scores, rows = self.index.search(query, want, params=params)
-        return scores[0], rows[0]
-
-
-class _Stale(Exception):
-    """The stored vectors changed dimension: the index is rebuilt."""
 
 
 class Retriever:
@@ -424,6 +208,8 @@ class Retriever:
     ) -> int:
         """Embed messages that have no vectors, `batch` at a time; return how many were done."""
         done = 0
+        if sql.embedded_through(self.store, self.model) == 0:
+            sql.drop_other_models(self.store, self.model)  # made another way: of no use now
         while limit is None or done < limit:
             size = batch if limit is None else min(batch, limit - done)
             rows = sql.pending_units(self.store, self.model, size)

@@ -44,6 +44,13 @@ def migration_10(db: sqlite_utils.Database) -> None:
     db.table("retrieval_state").create({"key": str, "value": str}, pk="key")
     # Messages whose text changed after they were embedded: embedded again with the next batch.
     db.table("retrieval_redo").create({"message_id": int}, pk="message_id")
+    # Deleted vectors are counted, so that an index file knows it must be rebuilt.
+    db.execute(
+        "CREATE TRIGGER retrieval_vector_delete AFTER DELETE ON retrieval_vectors BEGIN"
+        " INSERT INTO retrieval_state (key, value) VALUES ('vectors_deleted', '1')"
+        " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;"
+        " END"
+    )
     db.execute(
         "CREATE TRIGGER retrieval_insert AFTER INSERT ON messages BEGIN"
         " INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content);"
@@ -197,6 +204,11 @@ def add_vectors(
             " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (f"embedded:{model}", str(max(through, embedded_through(store, model)))),
         )
+        store.execute(
+            "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + excluded.value",
+            (f"vectors_added:{model}", len(rows)),
+        )
         try:
             store.conn.executemany(
                 "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
@@ -224,11 +236,15 @@ def drop_other_models(store: Any, model: str) -> int:
 
 
 def vector_stats(store: Any, model: str) -> tuple[int, int]:
-    """(how many vectors, the highest vector id) of a model: what an index file must cover."""
-    row = store.execute(
-        "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM retrieval_vectors WHERE model = ?", (model,)
-    ).fetchone()
-    return int(row[0]), int(row[1])
+    """(vectors ever added for `model`, vectors ever deleted): an index file built when both
+    were the same is up to date; one built when only fewer were added can be extended."""
+    rows = dict(
+        store.execute(
+            "SELECT key, value FROM retrieval_state WHERE key IN (?, 'vectors_deleted')",
+            (f"vectors_added:{model}",),
+        ).fetchall()
+    )
+    return int(rows.get(f"vectors_added:{model}", 0)), int(rows.get("vectors_deleted", 0))
 
 
 def iter_vectors(store: Any, model: str, after: int) -> Iterator[tuple[Any, ...]]:
