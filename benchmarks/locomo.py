@@ -151,6 +151,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         qas = conv_all.get("qa", conv.get("qa", []))
         user = f"locomo-{path.stem}"
         records, dia_ids = transcript(conv, user)
+        if args.turns:
+            records, dia_ids = records[: args.turns], dia_ids[: args.turns]
         data = "\n".join(json.dumps(r) for r in records).encode()
         started = time.perf_counter()
         parsed = parse_transcript(data, path.name)
@@ -170,6 +172,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             retriever.index()
         build["index_s"] += time.perf_counter() - started
         asked = [q for q in qas if q.get("category") in CATEGORIES]
+        if args.turns:  # a slice: only the questions it can answer
+            asked = [q for q in asked if evidence_of(q) <= set(dia_ids)]
         if args.questions:
             asked = asked[: args.questions]
         for qa in asked:
@@ -251,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of LoCoMo *.json")
     parser.add_argument("--conversations", help="comma-separated file stems (default: all)")
     parser.add_argument("--questions", type=int, default=0, help="first N questions per file")
+    parser.add_argument(
+        "--turns", type=int, default=0, help="only the first N turns (and their questions)"
+    )
     parser.add_argument("--depth", type=int, default=60, help="hits asked per query")
     parser.add_argument("--options", help="SearchOptions overrides as JSON")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -2,7 +2,7 @@
 
 SQLite holds the vectors (the source of truth). The index lives in files beside the database:
 `<db>.retrieval.faiss` (the vectors), `<db>.retrieval.npz` (per row: message id, session and user
-codes, unix time) and `<db>.retrieval.json` (what the files cover, written last). They are
+codes, unix time in ms) and `<db>.retrieval.json` (what the files cover, written last). They are
 loaded by a query, extended when vectors were only added since, and rebuilt from SQLite when they
 are missing, stale or unreadable. An in-memory database keeps its index in memory only.
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
     from memcli.store.retrieval import Scope
 
+#: Bumped when the files' layout changes, so that older files are rebuilt.
+FORMAT = 2
 IVF_FROM = 200_000
 NPROBE = 48
 _KEYS = ("message_ids", "sessions", "users", "times")
@@ -110,7 +112,7 @@ class MessageVectors:
             "message_ids": np.zeros(0, dtype=np.int64),
             "sessions": np.zeros(0, dtype=np.int32),
             "users": np.zeros(0, dtype=np.int32),
-            "times": np.zeros(0, dtype=np.float64),
+            "times": np.zeros(0, dtype=np.int64),
         }
         self._codes = {"session": {}, "user": {}}
 
@@ -134,7 +136,7 @@ class MessageVectors:
             "message_ids": np.asarray([r[1] for r in rows], dtype=np.int64),
             "sessions": np.asarray([self._code("session", r[2]) for r in rows], dtype=np.int32),
             "users": np.asarray([self._code("user", r[3]) for r in rows], dtype=np.int32),
-            "times": np.asarray([r[4] for r in rows], dtype=np.float64),
+            "times": np.asarray([r[4] for r in rows], dtype=np.int64),
         }
         for key, values in new.items():
             self._arrays[key] = np.concatenate([self._arrays[key], values])
@@ -152,7 +154,7 @@ class MessageVectors:
             import faiss
 
             info = json.loads(meta.read_text())
-            if info.get("model") != self.model:
+            if info.get("model") != self.model or info.get("format") != FORMAT:
                 return
             flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if info.get("ivf") else 0
             index = faiss.read_index(str(path), flags)
@@ -191,6 +193,7 @@ class MessageVectors:
             os.replace(str(arrays) + tag + ".npz", arrays)
             info = {
                 "model": self.model,
+                "format": FORMAT,
                 "count": self.count,
                 "added": self.added,
                 "deleted": self.deleted,
@@ -246,9 +249,9 @@ class MessageVectors:
         if scope.session_id is not None:
             mask &= self._arrays["sessions"] == self._codes["session"].get(scope.session_id, -1)
         if scope.since is not None:
-            mask &= self._arrays["times"] >= scope.since.timestamp()
+            mask &= self._arrays["times"] >= sql.unix_ms(scope.since)
         if scope.until is not None:
-            mask &= self._arrays["times"] < scope.until.timestamp()
+            mask &= self._arrays["times"] < sql.unix_ms(scope.until)
         return None if bool(mask.all()) else mask
 
     def _rows(self, query: Any, want: int, mask: Any, total: int) -> tuple[Any, Any]:

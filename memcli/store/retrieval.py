@@ -84,12 +84,15 @@ class Scope:
     until: datetime | None = None
 
 
-#: A message's time: its own timestamp, else when it was stored.
-_TIME = "COALESCE(m.timestamp, m.created_at)"
+#: A message's time in unix milliseconds: its own timestamp, else when it was stored.
+_TIME_MS = (
+    "CAST(ROUND((julianday(COALESCE(m.timestamp, m.created_at)) - 2440587.5) * 86400000.0)"
+    " AS INTEGER)"
+)
 
 
-def _julian(value: datetime) -> float:
-    return value.timestamp() / 86400.0 + 2440587.5
+def unix_ms(value: datetime) -> int:
+    return round(value.timestamp() * 1000)
 
 
 def _filters(scope: Scope) -> tuple[str, list[Any]]:
@@ -102,11 +105,11 @@ def _filters(scope: Scope) -> tuple[str, list[Any]]:
         sql += " AND m.session_id = ?"
         params.append(scope.session_id)
     if scope.since is not None:
-        sql += f" AND julianday({_TIME}) >= ?"
-        params.append(_julian(scope.since))
+        sql += f" AND {_TIME_MS} >= ?"
+        params.append(unix_ms(scope.since))
     if scope.until is not None:
-        sql += f" AND julianday({_TIME}) < ?"
-        params.append(_julian(scope.until))
+        sql += f" AND {_TIME_MS} < ?"
+        params.append(unix_ms(scope.until))
     return sql, params
 
 
@@ -248,11 +251,11 @@ def vector_stats(store: Any, model: str) -> tuple[int, int]:
 
 
 def iter_vectors(store: Any, model: str, after: int) -> Iterator[tuple[Any, ...]]:
-    """(vector id, message id, session, user, unix time, dim, bytes) after a vector id, in order."""
+    """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order."""
     return iter(
         store.execute(
             "SELECT v.id, v.message_id, m.session_id, s.user_id,"
-            f" (julianday({_TIME}) - 2440587.5) * 86400.0, v.dim, v.vector"
+            f" {_TIME_MS}, v.dim, v.vector"
             " FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id"
             " JOIN sessions s ON s.id = m.session_id WHERE v.model = ? AND v.id > ? ORDER BY v.id",
             (model, after),
