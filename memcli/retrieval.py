@@ -4,7 +4,8 @@
   it in its session (`vector_context`), so that a short reply carries what it answers. A unit is
   short, so the model reads it whole; one longer than the model's window is cut into pieces, each
   embedded, and the message scores as its best piece: nothing is cut off silently.
-- Lexical: every message is in the FTS5 index as soon as it is stored (a trigger does it).
+- Lexical: an FTS5 index over every message (speaker name and text); messages stored since the
+  last search are added to it in one statement before the next, so a put pays nothing.
 - Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing)
   and stored in SQLite, the source of truth; a FAISS index in a file beside the database is
   loaded for queries and rebuilt from SQLite when it is missing, stale or unreadable.
@@ -270,6 +271,7 @@ class Retriever:
             return result
         scope = Scope(user_id=user_id, session_id=session_id, since=since, until=until)
         o = self.options
+        sql.catch_up(self.store)
         lexical: list[tuple[int, float]] = []
         dense: list[tuple[int, float]] = []
         if mode != "vector" and o.lexical_weight > 0:

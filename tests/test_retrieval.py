@@ -285,3 +285,20 @@ def test_in_memory_store_keeps_its_index_in_memory() -> None:
     add(store, "s1", "u1", CHAT)
     hits = Retriever(store, WordsEmbedder()).search("cello", k=1).hits
     assert "cello" in hits[0].text
+
+
+def test_full_text_index_catches_up_and_stays_consistent(store: SQLiteStore) -> None:
+    from memcli.store import retrieval as sql
+
+    add(store, "s1", "u1", ["the cello is red", "kites fly high"])
+    add(store, "s2", "u1", ["the cello is blue"])
+    assert sql.catch_up(store) == 3
+    assert sql.catch_up(store) == 0  # nothing new: nothing to do
+    store.delete_session("s1")  # indexed: leaves the index
+    add(store, "s3", "u1", ["a cello of glass"])
+    store.delete_session("s3")  # never indexed: nothing to take out
+    add(store, "s4", "u1", ["cello again"])
+    retriever = Retriever(store, WordsEmbedder())
+    hits = retriever.search("cello", k=10, mode="lexical").hits
+    assert sorted(h.session_id for h in hits) == ["s2", "s4"]
+    store.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')")

@@ -1,8 +1,9 @@
 """SQL of the message-level retrieval index: the FTS5 table, the message vectors, their queries.
 
-Every message is in the full-text index from the moment it is stored (triggers on `messages` keep
-it in step, so a put pays one FTS insert and nothing else). Vectors are added later, in batches:
-`retrieval_state` records the highest message id up to which every message has been embedded.
+A put pays nothing here: new messages reach the full-text index in one statement before the next
+search (`catch_up`), and their vectors later, in batches. `retrieval_state` records how far each
+has got (the highest message id up to which every message is indexed, or embedded); triggers
+take deleted or changed messages out of both.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ def migration_10(db: sqlite_utils.Database) -> None:
         "CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages',"
         f" content_rowid='id', tokenize='{FTS_TOKENIZER}')"
     )
-    db.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('rebuild')")
     db.table("retrieval_vectors").create(
         {
             "id": int,
@@ -51,27 +51,63 @@ def migration_10(db: sqlite_utils.Database) -> None:
         " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;"
         " END"
     )
+    # Messages reach the full-text index in bulk (`catch_up`, before every search), so a put
+    # pays nothing for it; a message already indexed leaves the index with its row.
+    indexed = "(SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state"
+    indexed += " WHERE key = 'fts_through')"
     db.execute(
-        "CREATE TRIGGER retrieval_insert AFTER INSERT ON messages BEGIN"
-        " INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content);"
+        "CREATE TRIGGER retrieval_delete AFTER DELETE ON messages BEGIN"
+        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
         " END"
     )
     db.execute(
-        "CREATE TRIGGER retrieval_delete AFTER DELETE ON messages BEGIN"
-        " INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
+        f"CREATE TRIGGER retrieval_fts_delete AFTER DELETE ON messages WHEN old.id <= {indexed}"
+        " BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
         " VALUES ('delete', old.id, old.name, old.content);"
-        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
         " END"
     )
     db.execute(
         "CREATE TRIGGER retrieval_update AFTER UPDATE OF name, content ON messages BEGIN"
-        " INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
-        " VALUES ('delete', old.id, old.name, old.content);"
-        " INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content);"
         " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
         " INSERT OR IGNORE INTO retrieval_redo (message_id) VALUES (old.id);"
         " END"
     )
+    db.execute(
+        "CREATE TRIGGER retrieval_fts_update AFTER UPDATE OF name, content ON messages"
+        f" WHEN old.id <= {indexed} BEGIN"
+        " INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
+        " VALUES ('delete', old.id, old.name, old.content);"
+        " INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content);"
+        " END"
+    )
+
+
+def catch_up(store: Any) -> int:
+    """Add the messages stored since the last call to the full-text index; return how many."""
+    row = store.execute(
+        "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
+        " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
+    ).fetchone()
+    if row[0] <= row[1]:
+        return 0
+    with store.transaction():
+        top, mark = store.execute(
+            "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
+            " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
+        ).fetchone()
+        if top <= mark:
+            return 0
+        count = store.execute(
+            "INSERT INTO retrieval_fts (rowid, name, content)"
+            " SELECT id, name, content FROM messages WHERE id > ? AND id <= ?",
+            (mark, top),
+        ).rowcount
+        store.execute(
+            "INSERT INTO retrieval_state (key, value) VALUES ('fts_through', ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (str(top),),
+        )
+    return int(count)
 
 
 @dataclass(frozen=True)
