@@ -57,9 +57,9 @@ class MessageVectors:
     def refresh(self) -> None:
         """Load the files, extend the index with new vectors, or rebuild it from SQLite."""
         added, deleted = sql.vector_stats(self.store, self.model)
-        self.rebuilt = False
         if self.index is not None and (added, deleted) == (self.added, self.deleted):
-            return
+            return  # up to date (`rebuilt` still tells what the last change was)
+        self.rebuilt = False
         if self.index is None:
             self._load()
             if self.index is not None and (added, deleted) == (self.added, self.deleted):

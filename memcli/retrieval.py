@@ -60,6 +60,10 @@ class SearchOptions:
     context_after: int = 1
     #: A hit grows by neighbours only while it stays within this many tokens.
     context_tokens: int = 60
+    #: A word found in more messages than this is left out of the BM25 query (when the query has
+    #: rarer ones): it says little, and ranking its every message would cost seconds on a
+    #: store of millions. Below this many messages in the store, nothing is left out.
+    common_term_messages: int = 20_000
     #: At most this many messages are embedded at search time; more are left to `index`.
     embed_limit: int = 5000
     #: Earlier messages of the session put before a message when its vector is made.
@@ -159,14 +163,19 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
 
 
-def fts_query(text: str) -> str | None:
-    """A natural-language query as an FTS5 query: its informative words, any of them."""
+def query_terms(text: str) -> list[str]:
+    """A natural-language query's informative words (all its words when none is), once each."""
     words = [w for w in re.findall(r"\w+", text.lower()) if w]
     kept = [w for w in words if w not in STOPWORDS and len(w) > 1] or words
-    unique = list(dict.fromkeys(kept))
-    if not unique:
+    return list(dict.fromkeys(kept))
+
+
+def fts_query(text: str | Sequence[str]) -> str | None:
+    """A query (or its terms) as an FTS5 query: any of its informative words."""
+    terms = query_terms(text) if isinstance(text, str) else list(text)
+    if not terms:
         return None
-    return " OR ".join(f'"{w}"' for w in unique)
+    return " OR ".join(f'"{w}"' for w in terms)
 
 
 def fuse(ranked: Sequence[tuple[float, Sequence[int]]], rrf_k: int = 60) -> list[tuple[int, float]]:
@@ -274,19 +283,20 @@ class Retriever:
         sql.catch_up(self.store)
         lexical: list[tuple[int, float]] = []
         dense: list[tuple[int, float]] = []
+        dense_wanted = mode != "lexical" and o.vector_weight > 0
+        # The model loads (a cold process spends most of its time there) while SQLite works.
+        embedding = _Background(self._query_vector, query) if dense_wanted else None
         if mode != "vector" and o.lexical_weight > 0:
-            match = fts_query(query)
+            match = fts_query(self._lexical_terms(query))
             if match is not None:
                 lexical = sql.lexical_search(self.store, match, scope, o.candidates)
-        if mode != "lexical" and o.vector_weight > 0:
+        if embedding is not None:
             pending = self.pending()
             if pending:
                 result.embedded = self.index(limit=o.embed_limit)
                 result.pending = pending - result.embedded
-            pieces = self.embedder.split([query])[0]
-            vectors = self.embedder.embed(pieces)
-            vector = vectors.mean(axis=0) if len(pieces) > 1 else vectors[0]
-            dense = self.vectors.search(vector, scope, o.candidates)
+            self.vectors.refresh()
+            dense = self.vectors.search(embedding.result(), scope, o.candidates)
         weights = {
             "hybrid": (o.lexical_weight, o.vector_weight),
             "lexical": (1.0, 0.0),
@@ -297,6 +307,32 @@ class Retriever:
         )
         result.hits = self._hits(fused, lexical, dense, k)
         return result
+
+    def _lexical_terms(self, query: str) -> list[str]:
+        """The query's terms, less those in more than `common_term_messages` messages; when all
+        are that common, the rarest few whose messages add up to at most five times that."""
+        terms = query_terms(query)
+        cap = self.options.common_term_messages
+        counts = sql.term_counts(self.store, terms, cap * 5)
+        rare = [t for t in terms if counts[t] <= cap]
+        if rare or not terms:
+            return rare
+        chosen: list[str] = []
+        total = 0
+        for term in sorted(terms, key=lambda t: counts[t]):
+            if chosen and total + counts[term] > cap * 5:
+                break
+            chosen.append(term)
+            total += counts[term]
+        return chosen
+
+    def _query_vector(self, query: str) -> Any:
+        pieces = self.embedder.split([query])[0]
+        vectors = self.embedder.embed(pieces)
+        if len(pieces) == 1:
+            return vectors[0]
+        mean = vectors.mean(axis=0)  # a long query: the normalised mean of its pieces
+        return mean / max(float((mean**2).sum()) ** 0.5, 1e-12)
 
     def _hits(
         self,
@@ -361,3 +397,28 @@ class Retriever:
                 chosen.append(m)
                 total += m.tokens
         return sorted(chosen, key=lambda m: m.seq)
+
+
+class _Background:
+    """Run a function in a thread; `result()` waits for it and re-raises what it raised."""
+
+    def __init__(self, function: Callable[..., Any], *args: Any) -> None:
+        import threading
+
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = function(*args)
+            except BaseException as exc:  # handed to the caller
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

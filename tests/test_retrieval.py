@@ -261,9 +261,7 @@ def test_index_file_is_written_reused_and_extended(store: SQLiteStore, tmp_path:
 
 
 @pytest.mark.parametrize("damage", ["delete", "corrupt", "truncate_arrays"])
-def test_index_file_rebuilt_when_missing_or_unreadable(
-    store: SQLiteStore, damage: str
-) -> None:
+def test_index_file_rebuilt_when_missing_or_unreadable(store: SQLiteStore, damage: str) -> None:
     add(store, "s1", "u1", CHAT)
     Retriever(store, WordsEmbedder()).search("puppy", k=1)
     faiss_file, arrays, _ = index_files(store.path)
@@ -302,3 +300,13 @@ def test_full_text_index_catches_up_and_stays_consistent(store: SQLiteStore) -> 
     hits = retriever.search("cello", k=10, mode="lexical").hits
     assert sorted(h.session_id for h in hits) == ["s2", "s4"]
     store.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')")
+
+
+def test_words_in_very_many_messages_are_left_out_of_bm25(store: SQLiteStore) -> None:
+    ids = add(store, "s1", "u1", ["cello one", "cello two", "cello three", "kite and cello"])
+    options = SearchOptions(common_term_messages=2, context_before=0, context_after=0)
+    retriever = Retriever(store, WordsEmbedder(), options)
+    hits = retriever.search("cello kite", k=10, mode="lexical").hits
+    assert [h.anchor_id for h in hits] == [ids[3]]  # only "kite" was asked
+    hits = retriever.search("cello", k=10, mode="lexical").hits
+    assert len(hits) == 4  # every word common: the rarest are still asked

@@ -149,6 +149,18 @@ def _filters(scope: Scope) -> tuple[str, list[Any]]:
     return sql, params
 
 
+def term_counts(store: Any, terms: Sequence[str], cap: int) -> dict[str, int]:
+    """In how many messages each term occurs, counted up to cap + 1 (so it stays cheap)."""
+    counts = {}
+    for term in terms:
+        row = store.execute(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM retrieval_fts WHERE retrieval_fts MATCH ? LIMIT ?)",
+            (f'"{term}"', cap + 1),
+        ).fetchone()
+        counts[term] = int(row[0])
+    return counts
+
+
 def lexical_search(store: Any, match: str, scope: Scope, limit: int) -> list[tuple[int, float]]:
     """(message id, BM25 score: higher is better) of the best `limit` matches of an FTS5 query."""
     where, params = _filters(scope)
