@@ -210,6 +210,11 @@ class Retriever:
         """How many stored messages have no vectors yet."""
         return sql.pending_count(self.store, self.model)
 
+    def prune(self) -> int:
+        """Delete vectors made by another model or with other unit settings (`vector_context`);
+        return how many. They are kept until asked, since two configurations may share a store."""
+        return sql.drop_other_models(self.store, self.model)
+
     def index(
         self,
         limit: int | None = None,
@@ -218,8 +223,6 @@ class Retriever:
     ) -> int:
         """Embed messages that have no vectors, `batch` at a time; return how many were done."""
         done = 0
-        if sql.embedded_through(self.store, self.model) == 0:
-            sql.drop_other_models(self.store, self.model)  # made another way: of no use now
         while limit is None or done < limit:
             size = batch if limit is None else min(batch, limit - done)
             rows = sql.pending_units(self.store, self.model, size)

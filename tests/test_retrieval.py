@@ -310,3 +310,13 @@ def test_words_in_very_many_messages_are_left_out_of_bm25(store: SQLiteStore) ->
     assert [h.anchor_id for h in hits] == [ids[3]]  # only "kite" was asked
     hits = retriever.search("cello", k=10, mode="lexical").hits
     assert len(hits) == 4  # every word common: the rarest are still asked
+
+
+def test_prune_drops_vectors_of_other_settings_only(store: SQLiteStore) -> None:
+    add(store, "s1", "u1", CHAT)
+    one = Retriever(store, WordsEmbedder(), SearchOptions(vector_context=1))
+    two = Retriever(store, WordsEmbedder(), SearchOptions(vector_context=2))
+    assert one.index() == len(CHAT) and two.index() == len(CHAT)
+    assert two.prune() == len(CHAT)  # the vector_context=1 ones
+    assert two.pending() == 0 and one.pending() == len(CHAT)
+    assert two.search("cello", k=1, mode="vector").hits
