@@ -235,6 +235,9 @@ class MessageVectors:
             for score, row in zip(scores, rows, strict=True):
                 if row >= 0:
                     best.setdefault(int(self._arrays["message_ids"][row]), float(score))
+            if scope.archived_only:  # a message's status changes: asked of SQLite, not the file
+                archived = sql.archived_ids(self.store, list(best))
+                best = {item: score for item, score in best.items() if item in archived}
             found = int((rows >= 0).sum())
             if len(best) >= n or want >= total or found < want:  # found < want: no more there
                 return list(best.items())[:n]

@@ -272,8 +272,12 @@ class Retriever:
         since: datetime | None = None,
         until: datetime | None = None,
         mode: str = "hybrid",
+        archived_only: bool = False,
     ) -> SearchResult:
-        """The best `k` hits for `query` among the messages in scope, best first."""
+        """The best `k` hits for `query` among the messages in scope, best first.
+
+        `since`/`until` bound each message's time (its timestamp, else when it was stored;
+        `until` excluded); `archived_only` leaves out what is still in short-term memory."""
         if mode not in MODES:
             raise UsageError(f"unknown search mode {mode!r}", f"Use one of: {', '.join(MODES)}")
         if since is not None and until is not None and since >= until:
@@ -281,7 +285,13 @@ class Retriever:
         result = SearchResult(hits=[])
         if k <= 0 or not query.strip():
             return result
-        scope = Scope(user_id=user_id, session_id=session_id, since=since, until=until)
+        scope = Scope(
+            user_id=user_id,
+            session_id=session_id,
+            since=since,
+            until=until,
+            archived_only=archived_only,
+        )
         o = self.options
         sql.catch_up(self.store)
         lexical: list[tuple[int, float]] = []
@@ -308,7 +318,7 @@ class Retriever:
         fused = fuse(
             [(weights[0], [i for i, _ in lexical]), (weights[1], [i for i, _ in dense])], o.rrf_k
         )
-        result.hits = self._hits(fused, lexical, dense, k)
+        result.hits = self._hits(fused, lexical, dense, k, scope)
         return result
 
     def _lexical_terms(self, query: str) -> list[str]:
@@ -343,6 +353,7 @@ class Retriever:
         lexical: list[tuple[int, float]],
         dense: list[tuple[int, float]],
         k: int,
+        scope: Scope,
     ) -> list[Hit]:
         lex = {item: (rank, score) for rank, (item, score) in enumerate(lexical, start=1)}
         vec = {item: (rank, score) for rank, (item, score) in enumerate(dense, start=1)}
@@ -357,7 +368,7 @@ class Retriever:
             row = rows.get(item)
             if row is None or item in taken:
                 continue
-            messages = self._with_context(row, taken)
+            messages = self._with_context(row, taken, scope)
             taken.update(m.id for m in messages)
             hits.append(
                 Hit(
@@ -374,9 +385,10 @@ class Retriever:
             )
         return hits
 
-    def _with_context(self, row: MessageRow, taken: set[int]) -> list[MessageRow]:
+    def _with_context(self, row: MessageRow, taken: set[int], scope: Scope) -> list[MessageRow]:
         """The message plus its nearest neighbours, alternating before and after, while the
-        hit stays within `context_tokens`; a message already in an earlier hit stops that side."""
+        hit stays within `context_tokens`; a message already in an earlier hit, or out of the
+        search's scope, stops that side."""
         o = self.options
         if (o.context_before == 0 and o.context_after == 0) or row.tokens >= o.context_tokens:
             return [row]
@@ -394,12 +406,24 @@ class Retriever:
                 if not open_sides[side] or step >= len(sides[side]):
                     continue
                 m = sides[side][step]
-                if m.id in taken or total + m.tokens > o.context_tokens:
+                if m.id in taken or total + m.tokens > o.context_tokens or not _within(m, scope):
                     open_sides[side] = False
                     continue
                 chosen.append(m)
                 total += m.tokens
         return sorted(chosen, key=lambda m: m.seq)
+
+
+def _within(m: MessageRow, scope: Scope) -> bool:
+    """Whether a neighbouring message may join a hit under the search's scope."""
+    if scope.archived_only and m.status != "archived":
+        return False
+    if m.timestamp is not None:
+        if scope.since is not None and m.timestamp < scope.since:
+            return False
+        if scope.until is not None and m.timestamp >= scope.until:
+            return False
+    return True
 
 
 class _Background:

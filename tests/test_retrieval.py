@@ -320,3 +320,13 @@ def test_prune_drops_vectors_of_other_settings_only(store: SQLiteStore) -> None:
     assert two.prune() == len(CHAT)  # the vector_context=1 ones
     assert two.pending() == 0 and one.pending() == len(CHAT)
     assert two.search("cello", k=1, mode="vector").hits
+
+
+@pytest.mark.parametrize("mode", ["lexical", "vector"])
+def test_archived_only_leaves_short_term_messages_out(store: SQLiteStore, mode: str) -> None:
+    ids = add(store, "s1", "u1", ["cello one", "cello two", "cello three"])
+    retriever = Retriever(store, WordsEmbedder(), SearchOptions(context_before=0, context_after=0))
+    assert len(retriever.search("cello", k=5, mode=mode).hits) == 3
+    store.archive("s1", ids[:2], 4, "size")
+    hits = retriever.search("cello", k=5, mode=mode, archived_only=True).hits
+    assert sorted(h.anchor_id for h in hits) == ids[:2]

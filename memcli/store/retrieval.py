@@ -118,6 +118,8 @@ class Scope:
     session_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    #: Only messages that have left short-term memory (what a block adds to the context).
+    archived_only: bool = False
 
 
 #: A message's time in unix milliseconds: its own timestamp, else when it was stored.
@@ -140,6 +142,8 @@ def _filters(scope: Scope) -> tuple[str, list[Any]]:
     if scope.session_id is not None:
         sql += " AND m.session_id = ?"
         params.append(scope.session_id)
+    if scope.archived_only:
+        sql += " AND m.status = 'archived'"
     if scope.since is not None:
         sql += f" AND {_TIME_MS} >= ?"
         params.append(unix_ms(scope.since))
@@ -344,6 +348,20 @@ def _row(r: tuple[Any, ...]) -> MessageRow:
         timestamp=parse_time(r[7]) if r[7] else None,
         status=r[8],
     )
+
+
+def archived_ids(store: Any, ids: Sequence[int]) -> set[int]:
+    """Which of these messages are archived."""
+    out: set[int] = set()
+    ids = list(ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ", ".join("?" for _ in chunk)
+        rows = store.execute(
+            f"SELECT id FROM messages WHERE id IN ({marks}) AND status = 'archived'", chunk
+        )
+        out.update(r[0] for r in rows)
+    return out
 
 
 def message_rows(store: Any, ids: Sequence[int]) -> dict[int, MessageRow]:
