@@ -65,7 +65,7 @@ class SearchOptions:
     #: store of millions. Below this many messages in the store, nothing is left out.
     common_term_messages: int = 20_000
     #: At most this many messages are embedded at search time; more are left to `index`.
-    embed_limit: int = 5000
+    embed_limit: int = 1000
     #: Earlier messages of the session put before a message when its vector is made.
     vector_context: int = 1
 
