@@ -16,8 +16,11 @@ _EXPORTS = {
     "Batch": "memcli.flush",
     "BlockContext": "memcli.blocks.base",
     "Budget": "memcli.flush",
+    "Chat": "memcli.chat.session",
     "ConfigError": "memcli.errors",
     "Context": "memcli.memory",
+    "Deferred": "memcli.blocks.base",
+    "FactBlock": "memcli.blocks.facts",
     "Flush": "memcli.memory",
     "InputError": "memcli.errors",
     "MemcliError": "memcli.errors",
@@ -31,11 +34,13 @@ _EXPORTS = {
     "SQLiteStore": "memcli.store.sqlite",
     "SearchOptions": "memcli.retrieval",
     "SessionNotFound": "memcli.errors",
+    "StaticBlock": "memcli.blocks.static",
     "Store": "memcli.store.base",
     "StoreError": "memcli.errors",
     "TiktokenTokenizer": "memcli.tokens",
     "Tokenizer": "memcli.tokens",
     "UsageError": "memcli.errors",
+    "VectorBlock": "memcli.blocks.vector",
     "WordTokenizer": "memcli.tokens",
     "plan_flush": "memcli.flush",
 }
@@ -44,8 +49,11 @@ __all__ = [
     "Batch",
     "BlockContext",
     "Budget",
+    "Chat",
     "ConfigError",
     "Context",
+    "Deferred",
+    "FactBlock",
     "Flush",
     "InputError",
     "MemcliError",
@@ -59,11 +67,13 @@ __all__ = [
     "SQLiteStore",
     "SearchOptions",
     "SessionNotFound",
+    "StaticBlock",
     "Store",
     "StoreError",
     "TiktokenTokenizer",
     "Tokenizer",
     "UsageError",
+    "VectorBlock",
     "WordTokenizer",
     "plan_flush",
 ]
@@ -83,7 +93,11 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from memcli.blocks.base import BlockContext, MemoryBlock
+    from memcli.blocks.base import BlockContext, Deferred, MemoryBlock
+    from memcli.blocks.facts import FactBlock
+    from memcli.blocks.static import StaticBlock
+    from memcli.blocks.vector import VectorBlock
+    from memcli.chat.session import Chat
     from memcli.errors import (
         ConfigError,
         InputError,

@@ -36,6 +36,36 @@ def load_litellm() -> Any:
     return litellm
 
 
+def warm_up(config: LLMConfig | None = None) -> None:
+    """Import litellm and what its first call imports lazily (the OpenAI client's resources, the
+    HTTP transport, a tokenizer: ~2 s), so that a chat's first message starts at once. Sends
+    nothing; a module missing from another litellm version is skipped."""
+    import importlib
+
+    litellm = load_litellm()
+    for name in (
+        "openai.resources",
+        "httpcore",
+        "litellm.litellm_core_utils.default_encoding",  # loads tiktoken's cl100k_base
+        "litellm.proxy.openai_files_endpoints.common_utils",
+    ):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    if config is not None:
+        # A mocked call (litellm answers it itself) builds the models a real call needs.
+        try:
+            for _ in litellm.completion(
+                stream=True,
+                mock_response="ok",
+                **_kwargs(config, [{"role": "user", "content": "hi"}]),
+            ):
+                pass
+        except Exception:  # warming up is best effort; the real call reports real errors
+            pass
+
+
 def _kwargs(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "model": config.model,

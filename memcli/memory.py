@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from os import PathLike
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
@@ -14,8 +15,10 @@ from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
 from memcli.tokens import TiktokenTokenizer, Tokenizer, message_tokens
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
+
+    from memcli.blocks.feed import FeedResult
 
 INSERT_METHODS = ("system", "user")
 
@@ -46,6 +49,7 @@ class BlockContent:
     tokens: int
     original_tokens: int
     truncated: str | None = None  # None, "cut" or "dropped"
+    original_content: str = ""  # the block's content before truncation
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,7 @@ class Memory:
                 )
         self._window: list[WindowEntry] = []
         self._window_tokens = 0
+        self._window_users = 0  # user messages in the window
         self._version = -2
         self._txn_serial = -1
 
@@ -128,16 +133,10 @@ class Memory:
         """A Memory as LlamaIndex builds one; `db=None` is an in-memory SQLite database."""
         from memcli.store.sqlite import SQLiteStore
 
-        store = (
-            db
-            if db is not None and not isinstance(db, str | bytes) and hasattr(db, "transaction")
-            else None
-        )
-        if store is None:
-            store = SQLiteStore(db)  # type: ignore[arg-type]
+        store: Store = SQLiteStore(db) if db is None or isinstance(db, str | PathLike) else db
         budget = Budget(token_limit, chat_history_token_ratio, token_flush_size)
         return cls(
-            store,  # type: ignore[arg-type]
+            store,
             session_id=session_id,
             user_id=user_id,
             budget=budget,
@@ -167,6 +166,7 @@ class Memory:
         if version != self._version:
             self._window = self.store.active_window(self.session_id)
             self._window_tokens = sum(e.tokens for e in self._window)
+            self._window_users = sum(1 for e in self._window if e.role == "user")
             self._version = version
 
     def active_tokens(self) -> int:
@@ -201,25 +201,41 @@ class Memory:
                 WindowEntry(i, m.role, t) for i, m, t in zip(ids, messages, tokens, strict=True)
             )
             self._window_tokens += sum(tokens)
+            self._window_users += sum(1 for m in messages if m.role == "user")
             flushes = self._flush()
             if not nested:
                 self._version = self.store.session_version(self.session_id)
-        if feed_blocks and self.memory_blocks:
+        if feed_blocks and self.memory_blocks and flushes:
+            self.feed_blocks_many(flushes)
+        return flushes
+
+    def flush_now(self) -> list[Flush]:
+        """Flush one batch now, whatever the budget (the newest complete turn still stays)."""
+        with self.store.transaction():
+            self._sync()
+            flushes = self._flush(threshold=0, max_batches=1)
+            self._version = self.store.session_version(self.session_id)
+        if self.memory_blocks:
             for flush in flushes:
                 self.feed_blocks(flush)
         return flushes
 
-    def _flush(self) -> list[Flush]:
+    def _flush(self, threshold: float | None = None, max_batches: int | None = None) -> list[Flush]:
         """Archive the batches the flush policy picks (each one a transaction)."""
-        if self._window_tokens <= self.budget.threshold:
+        threshold = self.budget.threshold if threshold is None else threshold
+        if self._window_tokens <= threshold:
             return []
         window = self._window
+        if len(window) <= 1 or (self._window_users == 1 and window[0].role == "user"):
+            # A single message or a single turn never flushes: skip planning (an agent's long
+            # turn would otherwise replan the whole window on every put).
+            return []
         batches = plan_flush(
             [e.role for e in window],
             [e.tokens for e in window],
-            self.budget.threshold,
+            threshold,
             self.budget.flush_size,
-        )
+        )[:max_batches]
         if not batches:
             return []
         flushes = []
@@ -232,6 +248,7 @@ class Memory:
         moved = batches[-1].end
         self._window = window[moved:]
         self._window_tokens -= sum(b.tokens for b in batches)
+        self._window_users -= sum(1 for e in window[:moved] if e.role == "user")
         if not self.memory_blocks:
             return flushes
         # Only blocks need the batches' messages: read them back as stored.
@@ -241,9 +258,19 @@ class Memory:
         ]
 
     def feed_blocks(self, flush: Flush) -> None:
-        """Hand a flushed batch to every block."""
-        for block in self.memory_blocks:
-            block.put(list(flush.messages), self.block_context(flush.id))
+        """Hand a flushed batch to every block, recording which processed it."""
+        self.feed_blocks_many([flush])
+
+    def feed_blocks_many(
+        self, flushes: Sequence[Flush], progress: Callable[[int], None] | None = None
+    ) -> FeedResult:
+        """Hand flushed batches to the blocks in bulk (one embedding call for many batches)."""
+        from memcli.blocks.feed import FlushedBatch, feed
+
+        batches = [
+            FlushedBatch(f.id, self.session_id, self.user_id, list(f.messages)) for f in flushes
+        ]
+        return feed(self.store, self.memory_blocks, batches, self.tokenizer, progress)
 
     def block_context(self, flush_id: int | None = None) -> BlockContext:
         return BlockContext(self.session_id, self.user_id, self.store, self.tokenizer, flush_id)
@@ -263,76 +290,14 @@ class Memory:
     def context(self, input: str | Message | None = None) -> Context:
         """Assemble what `get()` returns, with each block's content and what truncation cut."""
         history = self.store.get_messages(self.session_id, status="active")
-        history_tokens = sum(m.tokens or 0 for m in history)
-        if not self.memory_blocks:
-            return Context(list(history), [], history_tokens, "")
-        shown = list(history)
-        if input is not None:
-            shown.append(input if isinstance(input, Message) else Message("user", input))
-        ctx = self.block_context()
-        contents: dict[str, str] = {}
-        for block in self.memory_blocks:
-            text = block.get(shown, ctx)
-            if text:
-                contents[block.name] = text
-        original = {name: self.tokenizer.count(text) for name, text in contents.items()}
-        truncated = self._truncate(contents, original, history_tokens)
-        blocks = []
-        for block in self.memory_blocks:
-            if block.name not in original:
-                continue
-            text = contents.get(block.name, "")
-            blocks.append(
-                BlockContent(
-                    name=block.name,
-                    priority=block.priority,
-                    content=text,
-                    tokens=self.tokenizer.count(text) if text else 0,
-                    original_tokens=original[block.name],
-                    truncated=truncated.get(block.name),
-                )
-            )
-        memory_text = render_memory([(b.name, b.content) for b in blocks if b.content])
-        messages = insert_memory(history, memory_text, self.insert_method)
-        return Context(messages, blocks, history_tokens, memory_text)
-
-    def _truncate(
-        self, contents: dict[str, str], original: dict[str, int], history_tokens: int
-    ) -> dict[str, str]:
-        """Cut block contents in place until blocks + history fit the token limit."""
-        over = sum(original.values()) + history_tokens - self.budget.token_limit
-        what: dict[str, str] = {}
-        if over <= 0:
-            return what
-        order = [
-            self.memory_blocks[i]
-            for i in truncation_order([b.priority for b in self.memory_blocks])
-        ]
-        for block in order:
-            if over <= 0:
-                break
-            text = contents.get(block.name)
-            if not text:
-                continue
-            shorter = block.truncate(text, over)
-            before = self.tokenizer.count(text)
-            if shorter:
-                over -= before - self.tokenizer.count(shorter)
-                if shorter != text:
-                    contents[block.name] = shorter
-                    what[block.name] = "cut"
-            else:
-                over -= before
-                del contents[block.name]
-                what[block.name] = "dropped"
-        for block in order:
-            if over <= 0:
-                break
-            text = contents.pop(block.name, None)
-            if text:
-                over -= self.tokenizer.count(text)
-                what[block.name] = "dropped"
-        return what
+        return assemble(
+            self.memory_blocks,
+            history,
+            input,
+            self.block_context(),
+            self.budget.token_limit,
+            self.insert_method,
+        )
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -353,6 +318,96 @@ class Memory:
         self._version = -2
         self._txn_serial = -1
         return count
+
+
+def assemble(
+    blocks: Sequence[MemoryBlock],
+    history: Sequence[Message],
+    input: str | Message | None,
+    ctx: BlockContext,
+    token_limit: int,
+    insert_method: str = "system",
+) -> Context:
+    """The context for `history` plus `input`: block contents, truncated by priority to fit
+    `token_limit`, rendered into the messages."""
+    tokenizer = ctx.tokenizer
+    history_tokens = sum(
+        m.tokens if m.tokens is not None else message_tokens(m, tokenizer) for m in history
+    )
+    if not blocks:
+        return Context(list(history), [], history_tokens, "")
+    shown = list(history)
+    if input is not None:
+        shown.append(input if isinstance(input, Message) else Message("user", input))
+    contents: dict[str, str] = {}
+    for block in blocks:
+        text = block.get(shown, ctx)
+        if text:
+            contents[block.name] = text
+    full = dict(contents)
+    original = {name: tokenizer.count(text) for name, text in contents.items()}
+    truncated = truncate_blocks(blocks, contents, original, history_tokens, token_limit, tokenizer)
+    out = []
+    for block in blocks:
+        if block.name not in original:
+            continue
+        text = contents.get(block.name, "")
+        out.append(
+            BlockContent(
+                name=block.name,
+                priority=block.priority,
+                content=text,
+                tokens=tokenizer.count(text) if text else 0,
+                original_tokens=original[block.name],
+                truncated=truncated.get(block.name),
+                original_content=full[block.name],
+            )
+        )
+    memory_text = render_memory([(b.name, b.content) for b in out if b.content])
+    messages = insert_memory(history, memory_text, insert_method)
+    return Context(messages, out, history_tokens, memory_text)
+
+
+def truncate_blocks(
+    blocks: Sequence[MemoryBlock],
+    contents: dict[str, str],
+    original: dict[str, int],
+    history_tokens: int,
+    token_limit: int,
+    tokenizer: Tokenizer,
+) -> dict[str, str]:
+    """Cut block contents in place until blocks + history fit the token limit; return, per block
+    touched, "cut" or "dropped". Priority 0 and the history are never cut."""
+    over = sum(original.values()) + history_tokens - token_limit
+    what: dict[str, str] = {}
+    if over <= 0:
+        return what
+    order = [blocks[i] for i in truncation_order([b.priority for b in blocks])]
+    for block in order:
+        if over <= 0:
+            break
+        text = contents.get(block.name)
+        if not text:
+            continue
+        shorter = block.truncate(text, over)
+        before = tokenizer.count(text)
+        if shorter:
+            over -= before - tokenizer.count(shorter)
+            if shorter != text:
+                contents[block.name] = shorter
+                what[block.name] = "cut"
+        else:
+            over -= before
+            del contents[block.name]
+            what[block.name] = "dropped"
+    for block in order:
+        if over <= 0:
+            break
+        text = contents.pop(block.name, None)
+        if text:
+            over -= tokenizer.count(text)
+            what[block.name] = "dropped"
+    return what
 
 
 def _as_message(value: Message | dict[str, object]) -> Message:

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.messages import Message
+from memcli.messages import ROLES, Message
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
     from pathlib import Path
 
 PUT_MODES = ("message", "batch", "call")
+_ROLES = frozenset(ROLES)
 
 
 @dataclass(frozen=True)
@@ -77,20 +78,33 @@ def _decode(raw: bytes, where: str) -> str:
 
 
 def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        where = f"{name}:{number}"
-        text = _decode(raw, where).strip()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        raise InputError(
+            f"{name}:{line}: invalid UTF-8 at byte {exc.start - start}", "Save the file as UTF-8"
+        ) from None
+    loads = json.loads
+    for number, raw in enumerate(text.split("\n"), start=1):
         if number == 1:
-            text = text.lstrip("\ufeff")
-        if not text:
+            raw = raw.lstrip("\ufeff")
+        if not raw or raw.isspace():
             continue
         try:
-            obj = json.loads(text)
+            obj = loads(raw)
         except json.JSONDecodeError as exc:
             raise InputError(
-                f"{where}: invalid JSON ({exc.msg})", "Each line must be one JSON object"
+                f"{name}:{number}: invalid JSON ({exc.msg})", "Each line must be one JSON object"
             ) from None
-        yield _record(obj, number, where)
+        if type(obj) is dict and len(obj) == 2:
+            # The common line, {"role": ..., "content": "..."}: no further checks needed.
+            role, content = obj.get("role"), obj.get("content")
+            if type(role) is str and role in _ROLES and type(content) is str:
+                yield Record(number, [Message(role, content)])
+                continue
+        yield _record(obj, number, f"{name}:{number}")
 
 
 def _parse_array(data: bytes, name: str) -> list[Record]:
@@ -175,6 +189,8 @@ class ImportResult:
     flushes: int = 0
     archived: int = 0
     tokens: int = 0
+    blocks_done: int = 0
+    blocks_pending: int = 0
 
 
 def import_records(
@@ -186,12 +202,19 @@ def import_records(
     put: str = "call",
     feed_blocks: bool = True,
     progress: Any = None,
+    block_total: Any = None,
+    block_progress: Any = None,
 ) -> ImportResult:
     """Put a transcript's messages through the engine, session by session, all or nothing.
 
     `open_memory(session_id) -> Memory` opens (or creates) a session's memory; every session of
     the import shares one store, and the whole import is one transaction: if any part fails,
     nothing of it is stored. `progress(n)` is told how many messages were just put.
+
+    With `feed_blocks`, the flushed batches are handed to the blocks after the messages are stored,
+    in bulk (one embedding call for many batches): `block_total(n)` is told how many (block, batch)
+    pairs there are and `block_progress(n)` how many were just handed over. A block that fails there
+    leaves its batches unprocessed; `memcli blocks backfill` catches up.
     """
     from memcli.memory import new_session_id
 
@@ -203,6 +226,7 @@ def import_records(
             target = default_session = new_session_id()
         groups.setdefault(target, []).append(record)
     result = ImportResult(sessions={}, new_sessions=[])
+    to_feed: list[tuple[Any, list[Any]]] = []
     with store.transaction():
         for target, group in groups.items():
             if store.get_session(target) is None:
@@ -210,7 +234,11 @@ def import_records(
             memory = open_memory(target)
             count = 0
             for call in plan_calls(group, put):
-                flushes = memory.put_messages(call, feed_blocks=feed_blocks)
+                flushes = memory.put_messages(call, feed_blocks=False)
+                if feed_blocks and flushes and memory.memory_blocks:
+                    if not to_feed or to_feed[-1][0] is not memory:
+                        to_feed.append((memory, []))
+                    to_feed[-1][1].extend(flushes)
                 result.calls += 1
                 result.flushes += len(flushes)
                 result.archived += sum(len(f.message_ids) for f in flushes)
@@ -219,4 +247,12 @@ def import_records(
                     progress(len(call))
             result.sessions[target] = count
             result.messages += count
+    if block_total is not None:
+        block_total(
+            sum(len(fs) for m, fs in to_feed for b in m.memory_blocks if b.receives_flushes)
+        )
+    for memory, flushes in to_feed:
+        fed = memory.feed_blocks_many(flushes, progress=block_progress)
+        result.blocks_done += sum(fed.done.values())
+        result.blocks_pending += sum(fed.pending.values())
     return result

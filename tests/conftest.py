@@ -13,8 +13,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from llm_server import LLMServer  # noqa: E402
 
-CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance"
-LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
+# ../shared from the main checkout, ../../shared from a worktree under /work/wt.
+SHARED = next(
+    (
+        p / "shared"
+        for p in Path(__file__).resolve().parents
+        if (p / "shared" / "conformance").is_dir()
+    ),
+    Path(__file__).resolve().parents[2] / "shared",
+)
+CONFORMANCE = SHARED / "conformance"
+LOCOMO = SHARED / "data" / "locomo"
 PROVIDER_KEYS = (
     "OPENAI_API_KEY",
     "ANTHROPIC_API_KEY",
@@ -74,3 +83,13 @@ def conformance_dir() -> Path:
 @pytest.fixture(scope="session")
 def locomo_dir() -> Path:
     return LOCOMO
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The bundled all-MiniLM-L6-v2 embedder, loaded once for the whole test session."""
+    from memcli.embeddings import SentenceTransformerEmbedder
+
+    embedder = SentenceTransformerEmbedder()
+    embedder.embed(["warm up"])
+    return embedder

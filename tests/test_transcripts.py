@@ -89,3 +89,8 @@ def test_plan_calls() -> None:
     assert [len(c) for c in plan_calls(records, "batch")] == [3]
     with pytest.raises(InputError):
         plan_calls(records, "sometimes")
+
+
+def test_unhashable_role_is_an_error_not_a_crash() -> None:
+    with pytest.raises(InputError, match="t.jsonl:1: role must be text"):
+        parse_transcript(b'{"role": ["user"], "content": "x"}', "t.jsonl")

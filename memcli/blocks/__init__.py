@@ -1,5 +1,8 @@
-"""Long-term memory blocks."""
+"""Long-term memory blocks. Light imports only: models and litellm load when first used."""
 
-from memcli.blocks.base import BlockContext, MemoryBlock
+from memcli.blocks.base import BlockContext, Deferred, MemoryBlock
+from memcli.blocks.facts import FactBlock
+from memcli.blocks.static import StaticBlock
+from memcli.blocks.vector import VectorBlock
 
-__all__ = ["BlockContext", "MemoryBlock"]
+__all__ = ["BlockContext", "Deferred", "FactBlock", "MemoryBlock", "StaticBlock", "VectorBlock"]

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from memcli.store.base import Store
     from memcli.tokens import Tokenizer
 
+SCOPES = ("user", "session")
+
 
 @dataclass(frozen=True)
 class BlockContext:
@@ -24,33 +26,100 @@ class BlockContext:
     flush_id: int | None = None
 
 
+class Deferred(Exception):  # noqa: N818 (a signal, not an error)
+    """Raised by `put` when a batch could not be processed now (an LLM failed): it stays pending
+    and is handed to the block again later. The flush itself does not fail."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class MemoryBlock:
     """Base class for long-term memory blocks.
 
     Subclasses set `name` and `priority` (0 = never truncated; among the others the highest number
     is cut first) and override `get`, and usually `put` and `truncate`. A block never mutates the
     messages it is given, and keeps its state in the store so that a fresh process sees it.
+    `scope` is "user" (the default: every session of the user shares the block's memory) or
+    "session". A block that ignores flushes sets `receives_flushes = False`.
     """
 
     name: str = "block"
     priority: int = 1
+    scope: str = "user"
+    receives_flushes: bool = True
 
-    def __init__(self, name: str | None = None, priority: int | None = None, **_: Any) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        priority: int | None = None,
+        scope: str | None = None,
+        **_: Any,
+    ) -> None:
+        from memcli.errors import ConfigError
+
         if name is not None:
             self.name = name
         if priority is not None:
             self.priority = priority
-        if not isinstance(self.priority, int) or self.priority < 0:
-            from memcli.errors import ConfigError
-
+        if scope is not None:
+            self.scope = scope
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError(f"block name must be non-empty text, not {self.name!r}", "Name it")
+        if (
+            not isinstance(self.priority, int)
+            or isinstance(self.priority, bool)
+            or self.priority < 0
+        ):
             raise ConfigError(
                 f"block {self.name!r}: priority must be a whole number >= 0, not {self.priority!r}",
                 "0 means never truncated; higher numbers are cut first",
             )
+        if self.scope not in SCOPES:
+            raise ConfigError(
+                f"block {self.name!r}: scope must be 'user' or 'session', not {self.scope!r}",
+                "'user' shares the memory across the user's sessions; 'session' isolates it",
+            )
+
+    def scope_key(self, ctx: BlockContext) -> str:
+        """Whose memory this is: `user:ID` or `session:ID`."""
+        return self.key_for(ctx.session_id, ctx.user_id)
+
+    def key_for(self, session_id: str, user_id: str) -> str:
+        """The scope key of this block for a session of a user."""
+        return f"session:{session_id}" if self.scope == "session" else f"user:{user_id}"
+
+    def load_state(self, ctx: BlockContext, default: Any = None) -> Any:
+        """The JSON value this block saved for the context's scope (user or session), or `default`.
+        A small place for a custom block to keep its state in the store."""
+        from memcli.store import longterm
+
+        value = longterm.load_state(ctx.store, self.name, self.scope_key(ctx))
+        return default if value is None else value
+
+    def save_state(self, ctx: BlockContext, value: Any) -> None:
+        """Save a JSON-ready value for the context's scope, replacing the last one."""
+        from memcli.store import longterm
+
+        longterm.save_state(ctx.store, self.name, self.scope_key(ctx), value)
 
     def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
-        """Receive a flushed batch of messages (oldest first)."""
+        """Receive a flushed batch of messages (oldest first). Raise Deferred to retry it later."""
         return None
+
+    def put_many(self, items: Sequence[tuple[Sequence[Message], BlockContext]]) -> list[str | None]:
+        """Receive several flushed batches at once (an import, a backfill); for each, None when
+        processed or the reason it stays pending. Override to batch work (one embedding call)."""
+        results: list[str | None] = []
+        for batch, ctx in items:
+            try:
+                self.put(batch, ctx)
+            except Deferred as deferred:
+                results.append(deferred.reason or "deferred")
+            else:
+                results.append(None)
+        return results
 
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
         """The block's content for a context whose latest messages are `messages`."""

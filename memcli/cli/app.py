@@ -7,7 +7,20 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli import common, export, import_, inspect, rm, sessions
+from memcli.cli import (
+    blocks_cmd,
+    chat,
+    common,
+    dump,
+    export,
+    facts,
+    import_,
+    inspect,
+    rm,
+    search,
+    sessions,
+)
+from memcli.cli.simulate import app as simulate_app
 
 app = typer.Typer(
     name="memcli",
@@ -44,6 +57,12 @@ app.command("sessions")(sessions.sessions_command)
 app.command("inspect")(inspect.inspect_command)
 app.command("export")(export.export_command)
 app.command("rm")(rm.rm_command)
+app.command("chat")(chat.chat_command)
+app.command("search")(search.search_command)
+app.add_typer(dump.app, name="dump")
+app.add_typer(facts.app, name="facts")
+app.add_typer(blocks_cmd.app, name="blocks")
+app.add_typer(simulate_app, name="simulate")
 
 
 def main() -> None:
@@ -51,7 +70,9 @@ def main() -> None:
     from memcli.errors import MemcliError
 
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # click returns a typer.Exit's code instead of exiting
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except MemcliError as error:
         from memcli.cli.output import print_error
 

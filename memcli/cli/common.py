@@ -110,6 +110,16 @@ def tokenizer(s: Settings) -> Any:
     return TiktokenTokenizer(s.encoding)
 
 
-def make_blocks(s: Settings, store: SQLiteStore) -> list[Any]:
-    """The long-term blocks the configuration asks for (none until blocks are configured)."""
-    return []
+def make_blocks(s: Settings, store: SQLiteStore | None = None) -> list[Any]:
+    """The long-term blocks: the `[[blocks]]` tables of the config file, or without them a vector
+    block plus a fact block when a model is configured. Models load only when first used."""
+    from memcli.blocks.registry import Defaults, build_blocks
+    from memcli.embeddings import SentenceTransformerEmbedder
+
+    defaults = Defaults(
+        model=s.model,
+        api_base=s.api_base,
+        llm_timeout=s.llm_timeout,
+        embedder=SentenceTransformerEmbedder(),
+    )
+    return build_blocks(s.blocks, defaults)

@@ -79,7 +79,7 @@ def import_command(
             insert_method=s.insert_method,
         )
 
-    with _progress(total) as advance:
+    with _progress(total) as advance, output.progress("Long-term memory") as bar:
         result = import_records(
             records,
             store=store,
@@ -88,6 +88,8 @@ def import_command(
             put=put,
             feed_blocks=not no_blocks,
             progress=advance,
+            block_total=bar.total,
+            block_progress=bar.advance,
         )
     for new in result.new_sessions:
         if session is None:
@@ -101,12 +103,19 @@ def import_command(
         "flushes": result.flushes,
         "archived_messages": result.archived,
         "blocks_fed": not no_blocks and bool(blocks),
+        "block_batches": result.blocks_done,
+        "block_batches_pending": result.blocks_pending,
     }
     names = ", ".join(result.sessions) or "no session"
     output.info(
         f"Imported {result.messages:,} messages into {names}: "
         f"{result.flushes:,} flushes, {result.archived:,} messages archived."
     )
+    if result.blocks_pending:
+        output.info(
+            f"{result.blocks_pending:,} batches are pending in a block (the LLM failed); "
+            "retry with `memcli facts extract --pending` or `memcli blocks backfill`."
+        )
     if json_:
         output.emit_all([summary])
 

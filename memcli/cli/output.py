@@ -157,3 +157,34 @@ def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
+
+
+class progress:  # noqa: N801 (used as a context manager, like open)
+    """A progress bar on stderr, only on a terminal: `with progress("Embedding") as bar:` then
+    `bar.total(n)` and `bar.advance(k)`."""
+
+    def __init__(self, label: str, min_total: int = 1) -> None:
+        self.label = label
+        self.min_total = min_total
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> progress:
+        return self
+
+    def total(self, n: int) -> None:
+        if n < self.min_total or not stderr_is_tty() or self.bar is not None:
+            return
+        from rich.progress import Progress
+
+        self.bar = Progress(console=err(), transient=True)
+        self.bar.start()
+        self.task = self.bar.add_task(self.label, total=n)
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

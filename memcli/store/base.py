@@ -128,3 +128,9 @@ class Store(Protocol):
     def delete_messages(self, session_id: str) -> int: ...
 
     def list_flushes(self, session_id: str) -> list[FlushRecord]: ...
+
+    def search_messages(
+        self, query: str, user_id: str | None = None, limit: int = 20
+    ) -> list[Message]:
+        """Messages (of one user's sessions, or all) whose content holds `query`, newest first."""
+        ...

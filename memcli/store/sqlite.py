@@ -13,6 +13,7 @@ from memcli.errors import StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store import retrieval
 from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
+from memcli.store.longterm import forget_session_flushes, migration_2
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -95,7 +96,11 @@ def _migration_1(db: sqlite_utils.Database) -> None:
 
 
 #: Numbered migrations; a database records the highest one applied. Append, never edit.
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _migration_1), (10, retrieval.migration_10)]
+MIGRATIONS: list[tuple[int, Migration]] = [
+    (1, _migration_1),
+    (2, migration_2),
+    (10, retrieval.migration_10),
+]
 
 
 def now_utc() -> datetime:
@@ -546,6 +551,7 @@ class SQLiteStore:
             count = self.execute(
                 "DELETE FROM messages WHERE session_id = ?", (session_id,)
             ).rowcount
+            forget_session_flushes(self, session_id)
             self.execute("DELETE FROM flushes WHERE session_id = ?", (session_id,))
             self.execute(
                 "UPDATE sessions SET active_messages = 0, archived_messages = 0,"
@@ -574,3 +580,20 @@ class SQLiteStore:
             )
             for r in rows
         ]
+
+    def search_messages(
+        self, query: str, user_id: str | None = None, limit: int = 20
+    ) -> list[Message]:
+        """Messages whose content holds `query` (case-insensitive for ASCII), newest first."""
+        pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        sql = (
+            f"SELECT {', '.join('m.' + c.strip() for c in self._MESSAGE_COLUMNS.split(','))}"
+            " FROM messages m JOIN sessions s ON s.id = m.session_id"
+            " WHERE m.content LIKE ? ESCAPE '\\'"
+        )
+        params: tuple[Any, ...] = (pattern,)
+        if user_id is not None:
+            sql += " AND s.user_id = ?"
+            params += (user_id,)
+        sql += " ORDER BY m.id DESC LIMIT ?"
+        return [self._message(row) for row in self.execute(sql, (*params, limit))]

@@ -1,0 +1,268 @@
+"""FactBlock: an LLM extracts the facts the user disclosed from each flushed batch.
+
+As the reference: the LLM is asked for concrete facts not already known, answered as
+`<facts><fact>...</fact></facts>`; over `max_facts` it is asked for a condensed replacement list.
+Beyond it: facts persist in the store with provenance and a history, duplicates are caught after
+normalising case and white space, and a failed, empty or malformed reply never touches the facts:
+the batch stays pending and is retried on the next flush or with `memcli facts extract --pending`.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import TYPE_CHECKING, Any
+
+from memcli.blocks.base import BlockContext, Deferred, MemoryBlock
+from memcli.errors import ConfigError, ProviderError
+from memcli.llm import LLMConfig
+from memcli.store import longterm
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from memcli.messages import Message
+    from memcli.tokens import Tokenizer
+
+EXTRACT_PROMPT = """You are a precise fact extraction system that finds key information in conversations.
+
+INSTRUCTIONS:
+1. Read the conversation segment in the next message.
+2. Extract the specific, concrete facts the user disclosed, and important information discovered.
+3. Focus on facts such as preferences, personal details, requirements, constraints and context.
+4. Write each fact as a separate <fact> XML tag.
+5. No opinions, summaries or interpretations: only explicit information.
+6. Do not repeat facts that are already in the existing facts.
+
+<existing_facts>
+{existing}
+</existing_facts>
+
+Answer ONLY with the new facts, in exactly this format:
+<facts>
+  <fact>Specific fact 1</fact>
+  <fact>Specific fact 2</fact>
+</facts>
+
+If there are no new facts, answer: <facts></facts>"""
+
+CONDENSE_PROMPT = """You are a precise fact condensing system.
+
+INSTRUCTIONS:
+1. Read the existing facts below.
+2. Condense them into a shorter list of at most {max_facts} facts that keeps the important ones.
+3. Focus on facts such as preferences, personal details, requirements, constraints and context.
+4. Write each fact as a separate <fact> XML tag.
+5. No opinions, summaries or interpretations: only explicit information.
+6. No duplicates.
+
+<existing_facts>
+{existing}
+</existing_facts>
+
+Answer ONLY with the complete condensed list, in exactly this format:
+<facts>
+  <fact>Specific fact 1</fact>
+  <fact>Specific fact 2</fact>
+</facts>"""
+
+_FACTS = re.compile(r"<facts>(.*?)</facts>", re.S)
+_FACT = re.compile(r"\s*<fact>(.*?)</fact>\s*", re.S)
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+
+
+def parse_facts(reply: str) -> list[str] | None:
+    """The facts of a `<facts><fact>...</fact></facts>` reply, or None when it is not one.
+
+    Strict: exactly one `<facts>` element holding only `<fact>` elements (and white space or
+    comments); each fact non-empty. Text around the `<facts>` element (a code fence, a preamble)
+    is ignored. `<facts></facts>` and `<facts/>` are an empty list.
+    """
+    text = reply.strip()
+    if not text:
+        return None
+    blocks = _FACTS.findall(text)
+    if not blocks:
+        return [] if re.fullmatch(r"(?s).*<facts\s*/>.*", text) and "<fact>" not in text else None
+    if len(blocks) != 1:
+        return None
+    inner = _COMMENT.sub("", blocks[0])
+    facts = []
+    position = 0
+    for match in _FACT.finditer(inner):
+        if match.start() != position:
+            return None
+        position = match.end()
+        fact = html.unescape(match.group(1)).strip()
+        if not fact or "<fact" in fact or "</fact" in fact:
+            return None
+        facts.append(" ".join(fact.split()))
+    if inner[position:].strip():
+        return None
+    return facts
+
+
+def _conversation(messages: Sequence[Message]) -> str:
+    lines = [f"<message role='{m.role}'>{m.content}</message>" for m in messages]
+    return "<conversation>\n" + "\n".join(lines) + "\n</conversation>"
+
+
+class FactBlock(MemoryBlock):
+    """Facts extracted by an LLM (through litellm), kept in the store, rendered as `<fact>` lines.
+
+    Extra keyword arguments go to litellm as they are (temperature=0, ...).
+    """
+
+    name = "extracted_info"
+    priority = 1
+
+    def __init__(
+        self,
+        name: str | None = None,
+        model: str | None = None,
+        max_facts: int = 50,
+        priority: int | None = None,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        scope: str | None = None,
+        retry_pending: int = 3,
+        llm: LLMConfig | None = None,
+        **litellm_kwargs: Any,
+    ) -> None:
+        super().__init__(name=name, priority=priority, scope=scope)
+        if llm is None:
+            if not model or not isinstance(model, str):
+                raise ConfigError(
+                    f"block {self.name!r}: a fact block needs a model",
+                    'Set model = "..." on the block, or [llm] model (--model)',
+                )
+            llm = LLMConfig(model, api_base, api_key, float(timeout), dict(litellm_kwargs))
+        if not isinstance(max_facts, int) or isinstance(max_facts, bool) or max_facts < 1:
+            raise ConfigError(
+                f"block {self.name!r}: max_facts must be a whole number >= 1, not {max_facts!r}",
+                "The default is 50",
+            )
+        self.llm = llm
+        self.max_facts = max_facts
+        self.retry_pending = retry_pending
+        self._tokenizer: Tokenizer | None = None
+
+    # -- receiving flushes ------------------------------------------------------------------------
+
+    def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
+        """Extract this batch (Deferred if that fails); when it worked, the LLM is answering again:
+        retry up to `retry_pending` batches that failed before."""
+        reason = self.extract(batch, ctx)
+        if reason is not None:
+            raise Deferred(reason)
+        if self.retry_pending:
+            self.retry(
+                ctx.store, self.scope_key(ctx), ctx.tokenizer, self.retry_pending, ctx.flush_id
+            )
+
+    def retry(
+        self,
+        store: Any,
+        scope_key: str,
+        tokenizer: Tokenizer,
+        limit: int | None = None,
+        skip: int | None = None,
+    ) -> tuple[int, int]:
+        """Extract from pending batches again; return (now done, still pending)."""
+        pending = [p for p in longterm.pending_flushes(store, self.name, scope_key) if p[0] != skip]
+        done = failed = 0
+        for flush_id, session_id in pending[:limit] if limit is not None else pending:
+            info = store.get_session(session_id)
+            if info is None:
+                continue
+            ctx = BlockContext(session_id, info.user_id, store, tokenizer, flush_id)
+            reason = self.extract(longterm.flush_messages(store, flush_id), ctx)
+            status = "done" if reason is None else "pending"
+            longterm.mark_flushes(store, self.name, scope_key, [flush_id], status, reason)
+            done += reason is None
+            failed += reason is not None
+        return done, failed
+
+    def extract(self, batch: Sequence[Message], ctx: BlockContext) -> str | None:
+        """Ask the LLM for the batch's new facts and store them; the reason it failed, or None."""
+        from memcli.llm import complete
+
+        key = self.scope_key(ctx)
+        existing = longterm.list_facts(ctx.store, self.name, key)
+        prompt = EXTRACT_PROMPT.format(existing=self._render(existing))
+        try:
+            reply = complete(
+                self.llm,
+                [
+                    {"role": "system", "content": prompt},
+                    {"role": "user", "content": _conversation(batch)},
+                ],
+            )
+        except ProviderError as error:
+            return f"{error.kind}: {error.message}"
+        facts = parse_facts(reply)
+        if facts is None:
+            return f"malformed reply: {reply.strip()[:200]!r}"
+        longterm.add_facts(
+            ctx.store,
+            self.name,
+            key,
+            facts,
+            session_id=ctx.session_id,
+            flush_id=ctx.flush_id,
+            message_ids=[m.id for m in batch if m.id is not None],
+        )
+        self.condense(ctx.store, key, ctx.flush_id)
+        return None
+
+    def condense(self, store: Any, scope_key: str, flush_id: int | None = None) -> bool:
+        """Over max_facts, replace the facts with the LLM's condensed list; a bad reply is ignored."""
+        from memcli.llm import complete
+
+        facts = longterm.list_facts(store, self.name, scope_key)
+        if len(facts) <= self.max_facts:
+            return False
+        prompt = CONDENSE_PROMPT.format(max_facts=self.max_facts, existing=self._render(facts))
+        try:
+            reply = complete(self.llm, [{"role": "user", "content": prompt}])
+        except ProviderError:
+            return False
+        condensed = parse_facts(reply)
+        if not condensed or len(condensed) > self.max_facts:
+            return False
+        keep = {longterm.normalize_fact(t) for t in condensed}
+        have = {longterm.normalize_fact(f.text) for f in facts}
+        with store.transaction():
+            for fact in facts:
+                if longterm.normalize_fact(fact.text) not in keep:
+                    longterm.delete_fact(store, fact.id, action="condensed", flush_id=flush_id)
+            longterm.add_facts(
+                store,
+                self.name,
+                scope_key,
+                [t for t in condensed if longterm.normalize_fact(t) not in have],
+                origin="condensed",
+                action="condensed",
+                flush_id=flush_id,
+            )
+        return True
+
+    # -- the context ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _render(facts: Sequence[longterm.Fact]) -> str:
+        return "\n".join(f"<fact>{f.text}</fact>" for f in facts)
+
+    def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
+        self._tokenizer = ctx.tokenizer
+        return self._render(longterm.list_facts(ctx.store, self.name, self.scope_key(ctx)))
+
+    def truncate(self, content: str, tokens_over: int) -> str | None:
+        """Drop the oldest facts until `tokens_over` tokens are gone; None when none are left."""
+        lines = content.split("\n")
+        count = self._tokenizer.count if self._tokenizer else (lambda t: len(t.split()))
+        cut = 0
+        while lines and cut < tokens_over:
+            cut += count(lines.pop(0))
+        return "\n".join(lines) or None

@@ -1,0 +1,189 @@
+"""The registry of block kinds: building blocks from `[[blocks]]` tables of the config file.
+
+Kinds: static, facts, vector, and python (`path = "package.module:ClassName"`, a MemoryBlock
+subclass whose constructor takes the table's other keys). Every key is checked; errors name the
+block and the key.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memcli.blocks.base import MemoryBlock
+from memcli.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What blocks take from the rest of the settings: the LLM and the embedder."""
+
+    model: str | None = None
+    api_base: str | None = None
+    llm_timeout: float = 60.0
+    embedder: Any = None
+
+
+#: Per kind: the keys a table may have besides `kind`, with the type each must be.
+KINDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "static": {"name": (str,), "priority": (int,), "content": (str,), "file": (str,)},
+    "facts": {
+        "name": (str,),
+        "priority": (int,),
+        "scope": (str,),
+        "model": (str,),
+        "api_base": (str,),
+        "timeout": (int, float),
+        "max_facts": (int,),
+        "temperature": (int, float),
+        "max_tokens": (int,),
+    },
+    "vector": {
+        "name": (str,),
+        "priority": (int,),
+        "scope": (str,),
+        "similarity_top_k": (int,),
+        "retrieval_context_window": (int,),
+    },
+}
+
+
+def _where(index: int, table: Mapping[str, Any]) -> str:
+    name = table.get("name")
+    return f"[[blocks]] #{index + 1}" + (f" ({name!r})" if isinstance(name, str) else "")
+
+
+def _check_keys(where: str, kind: str, table: Mapping[str, Any]) -> None:
+    allowed = KINDS[kind]
+    for key, value in table.items():
+        if key == "kind":
+            continue
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}: unknown key {key!r} for kind {kind!r}",
+                f"Known keys: kind, {', '.join(allowed)}",
+            )
+        types = allowed[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            names = " or ".join("number" if t is float else t.__name__ for t in types)
+            raise ConfigError(
+                f"{where}: {key} must be {names}, not {value!r}", "See config.example.toml"
+            )
+
+
+def load_class(path: str, where: str = "block") -> type[MemoryBlock]:
+    """Import `package.module:ClassName` and check that it is a MemoryBlock subclass."""
+    module_name, _, class_name = path.partition(":")
+    if not module_name or not class_name:
+        raise ConfigError(
+            f"{where}: path must be 'package.module:ClassName', not {path!r}",
+            "Point it at a MemoryBlock subclass importable from the Python path",
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{where}: cannot import module {module_name!r}: {exc}",
+            "Check the path and that the module is on PYTHONPATH",
+        ) from None
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, MemoryBlock)):
+        raise ConfigError(
+            f"{where}: {path!r} is not a MemoryBlock subclass",
+            "Subclass memcli.MemoryBlock and point path at the class",
+        )
+    return cls
+
+
+def _python_block(where: str, table: Mapping[str, Any]) -> MemoryBlock:
+    path = table.get("path")
+    if not isinstance(path, str):
+        raise ConfigError(
+            f"{where}: kind 'python' needs path = \"package.module:ClassName\"", "Add it"
+        )
+    cls = load_class(path, where)
+    kwargs = {k: v for k, v in table.items() if k not in ("kind", "path")}
+    params = inspect.signature(cls).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if not takes_any:
+        for key in kwargs:
+            if key not in params:
+                raise ConfigError(
+                    f"{where}: {cls.__name__} takes no argument {key!r}",
+                    f"Its arguments: {', '.join(params) or 'none'}",
+                )
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
+    except TypeError as exc:
+        raise ConfigError(
+            f"{where}: cannot create {cls.__name__}: {exc}", "Check its keys"
+        ) from None
+
+
+def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> MemoryBlock:
+    """One block from one `[[blocks]]` table."""
+    from memcli.blocks.facts import FactBlock
+    from memcli.blocks.static import StaticBlock
+    from memcli.blocks.vector import VectorBlock
+
+    where = _where(index, table)
+    kind = table.get("kind")
+    if kind == "python":
+        return _python_block(where, table)
+    if kind not in KINDS:
+        raise ConfigError(
+            f"{where}: kind must be one of static, facts, vector, python, not {kind!r}",
+            'Set kind = "static" | "facts" | "vector" | "python"',
+        )
+    _check_keys(where, kind, table)
+    kwargs = {k: v for k, v in table.items() if k != "kind"}
+    makers: dict[str, Callable[..., MemoryBlock]] = {
+        "static": StaticBlock,
+        "vector": lambda **kw: VectorBlock(embedder=defaults.embedder, **kw),
+        "facts": lambda **kw: FactBlock(
+            **{
+                "model": defaults.model,
+                "api_base": defaults.api_base,
+                "timeout": defaults.llm_timeout,
+                **kw,
+            }
+        ),
+    }
+    try:
+        return makers[kind](**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
+
+
+def build_blocks(
+    tables: Sequence[Mapping[str, Any]] | None, defaults: Defaults
+) -> list[MemoryBlock]:
+    """The blocks of `[[blocks]]` tables; without tables, a vector block, plus a fact block when a
+    model is configured."""
+    from memcli.blocks.facts import FactBlock
+    from memcli.blocks.vector import VectorBlock
+
+    if tables is None:
+        blocks: list[MemoryBlock] = [VectorBlock(embedder=defaults.embedder)]
+        if defaults.model:
+            blocks.append(
+                FactBlock(
+                    model=defaults.model, api_base=defaults.api_base, timeout=defaults.llm_timeout
+                )
+            )
+        return blocks
+    blocks = [build_block(i, table, defaults) for i, table in enumerate(tables)]
+    seen: set[str] = set()
+    for i, block in enumerate(blocks):
+        if block.name in seen:
+            raise ConfigError(
+                f"{_where(i, tables[i])}: a block named {block.name!r} is already configured",
+                "Give each block its own name",
+            )
+        seen.add(block.name)
+    return blocks

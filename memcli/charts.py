@@ -1,0 +1,155 @@
+"""Charts of a flush simulation: active tokens over the transcript, with the threshold and limit.
+
+`terminal_chart` draws with plotext and returns the text; `write_png` draws the same chart with
+matplotlib (Agg, no display). Both libraries are imported only when a chart is drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from memcli.errors import MemcliError, UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from memcli.simulate import Simulation
+
+#: Most sets drawn in one chart; the others are left out of it (the summary table has them all).
+MAX_SETS = 6
+
+
+@dataclass(frozen=True)
+class Series:
+    """What a chart draws for one simulation, thinned to at most a few thousand points.
+
+    `x` counts the messages put so far; `y` is the active tokens: right after each put, then what
+    the put's flushes left (the saw teeth). `flush_x`/`flush_y` mark the puts that flushed.
+    """
+
+    label: str
+    x: list[int]
+    y: list[int]
+    flush_x: list[int]
+    flush_y: list[int]
+    threshold: float
+    token_limit: int
+
+
+def series(sim: Simulation, max_points: int = 2000, label: str | None = None) -> Series:
+    """The chart's points for a simulation: every put, or the envelope of groups of puts."""
+    puts = sim.puts
+    group = max(1, -(-len(puts) // max(1, max_points // 2)))
+    x: list[int] = []
+    y: list[int] = []
+    flush_x: list[int] = []
+    flush_y: list[int] = []
+    for i in range(0, len(puts), group):
+        chunk = puts[i : i + group]
+        peak = max(chunk, key=lambda p: p.active_tokens)
+        last = chunk[-1]
+        x.append(peak.last + 1)
+        y.append(peak.active_tokens)
+        if last is not peak or peak.flushes:
+            x.append(last.last + 1)
+            y.append(last.kept_tokens)
+        flushed = [p for p in chunk if p.flushes]
+        if flushed:
+            top = max(flushed, key=lambda p: p.active_tokens)
+            flush_x.append(top.last + 1)
+            flush_y.append(top.active_tokens)
+    b = sim.budget
+    name = label or (
+        f"limit {b.token_limit:,} · ratio {b.chat_history_token_ratio:g} · flush {b.flush_size:,}"
+    )
+    return Series(name, x, y, flush_x, flush_y, b.threshold, b.token_limit)
+
+
+def terminal_chart(
+    sims: Sequence[Simulation], width: int = 100, height: int = 20, color: bool = True
+) -> str:
+    """The chart as text for a terminal (ANSI colours unless `color` is False)."""
+    import plotext
+
+    figure = plotext.figure
+    figure.clear()
+    figure.plot_size(max(40, width), max(10, height))
+    figure.theme("simple" if color else "colorless")
+    shown = [series(s, max_points=max(40, width) * 2) for s in sims[:MAX_SETS]]
+    one = len(shown) == 1
+    for s in shown:
+        label = "active tokens" if one else s.label
+        figure.draw(figure.signal(s.x, s.y, marker="braille").lines().label(label))
+    for s in shown:
+        figure.line(s.threshold, label=f"threshold {s.threshold:,.0f}" if one else None)
+    if one:
+        s = shown[0]
+        figure.line(s.token_limit, style="dotted", label=f"token_limit {s.token_limit:,}")
+        if s.flush_x:
+            figure.draw(figure.signal(s.flush_x, s.flush_y, marker="x").label("a put that flushed"))
+    top = max([s.token_limit for s in shown] + [max(s.y, default=0) for s in shown])
+    right = max([max(s.x, default=1) for s in shown])
+    figure.ruler("y").lim(0, top * 1.1)
+    # Bottom right, in data units: the active window rarely drops to zero.
+    figure.legend(x=right, y=0, ha="right", va="bottom", relative=True)
+    figure.title(_title(sims))
+    figure.label("messages put", "x")
+    return str(figure.build().string(colorless=not color))
+
+
+def write_png(
+    sims: Sequence[Simulation], path: str | Path, width: float = 10, height: float = 5
+) -> None:
+    """The same chart as a PNG image (matplotlib, Agg backend)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    shown = [series(s, max_points=20000) for s in sims[:MAX_SETS]]
+    one = len(shown) == 1
+    for i, s in enumerate(shown):
+        color = f"C{i}"
+        label = "active tokens" if one else s.label
+        ax.step(s.x, s.y, where="post", color=color, linewidth=0.8, label=label)
+        ax.axhline(
+            s.threshold,
+            color="C3" if one else color,
+            linestyle="--",
+            linewidth=1,
+            label=f"threshold {s.threshold:,.0f}",
+        )
+        if one:
+            ax.axhline(
+                s.token_limit,
+                color="black",
+                linestyle=":",
+                linewidth=1,
+                label=f"token_limit {s.token_limit:,}",
+            )
+            if s.flush_x:
+                ax.scatter(
+                    s.flush_x, s.flush_y, marker="v", s=12, color="C1", label="flush", zorder=3
+                )
+    ax.set_title(_title(sims))
+    ax.set_xlabel("messages put")
+    ax.set_ylabel("active tokens")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    if str(path) in ("", "-"):
+        raise UsageError("--png needs a file name", "Pass e.g. --png budget.png")
+    try:
+        fig.savefig(str(path), format="png")
+    except OSError as exc:
+        raise MemcliError(f"cannot write {path}: {exc}", "Check the path and permissions") from None
+
+
+def _title(sims: Sequence[Simulation]) -> str:
+    text = "Active tokens (short-term memory) as the transcript is put"
+    if len(sims) > MAX_SETS:
+        text += f": first {MAX_SETS} of {len(sims)} parameter sets"
+    return text

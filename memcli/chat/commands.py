@@ -1,0 +1,221 @@
+"""The chat's slash commands, UI-free: each returns text to show, and maybe a turn to run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from memcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from memcli.chat.session import Chat, Turn
+
+#: Every command with its arguments and what it does (the completion menu shows these).
+COMMANDS: dict[str, str] = {
+    "/help": "show the commands and keys",
+    "/session": "[ID] show the session, or switch to (or start) session ID",
+    "/new": "start a new session",
+    "/sessions": "list your sessions",
+    "/context": "show exactly what the LLM is sent",
+    "/blocks": "show each long-term block's content",
+    "/facts": "show the facts long-term memory holds",
+    "/search": "QUERY find stored messages that contain QUERY",
+    "/flush": "flush one batch out of short-term memory now",
+    "/model": "[NAME] show the model, or use NAME from now on",
+    "/retry": "send the unanswered message again",
+    "/reset": "delete this session's messages (asks to confirm)",
+    "/exit": "quit (Ctrl-D too)",
+}
+
+KEYS = (
+    "Enter sends · Alt+Enter or Esc Enter adds a line · Ctrl-C cancels a reply or clears the line · "
+    "Ctrl-D or /exit quits · PageUp/PageDown scroll · Up/Down history"
+)
+
+
+@dataclass
+class Result:
+    """What a command did: text to show, a turn to run, whether the session changed or chat ends."""
+
+    text: str = ""
+    turn: Turn | None = None
+    exit: bool = False
+    switched: bool = False
+    changed: bool = False  # the memory changed (refresh the panels)
+
+
+class Commands:
+    """Runs slash commands against a Chat (on the chat's thread)."""
+
+    def __init__(self, chat: Chat) -> None:
+        self.chat = chat
+        self._reset_armed: str | None = None
+        self._table: dict[str, Callable[[str], Result]] = {
+            "/help": self.help,
+            "/session": self.session,
+            "/new": self.new,
+            "/sessions": self.sessions,
+            "/context": self.context,
+            "/blocks": self.blocks,
+            "/facts": self.facts,
+            "/search": self.search,
+            "/flush": self.flush,
+            "/model": self.model,
+            "/retry": self.retry,
+            "/reset": self.reset,
+            "/exit": self.exit,
+            "/quit": self.exit,
+        }
+
+    def run(self, line: str) -> Result:
+        name, _, arg = line.strip().partition(" ")
+        handler = self._table.get(name.lower())
+        if handler is None:
+            raise UsageError(f"unknown command {name!r}", "Type /help to see the commands")
+        if handler != self.reset:
+            self._reset_armed = None
+        return handler(arg.strip())
+
+    def help(self, arg: str) -> Result:
+        width = max(len(c) for c in COMMANDS)
+        lines = [f"{name.ljust(width)}  {text}" for name, text in COMMANDS.items()]
+        return Result("\n".join([*lines, "", KEYS]))
+
+    def session(self, arg: str) -> Result:
+        chat = self.chat
+        if not arg:
+            info = chat.mem.session()
+            return Result(
+                f"Session {info.id} (user {info.user_id}): {info.active_messages} active messages, "
+                f"{info.active_tokens:,} tokens of {info.threshold:,.0f} threshold, "
+                f"{info.archived_messages} archived in {info.flushes} flushes"
+            )
+        other = chat.store.get_session(arg)
+        if other is not None and other.user_id != chat.user_id:
+            raise UsageError(
+                f"session {arg!r} belongs to user {other.user_id!r}",
+                f"Run `memcli chat --user {other.user_id} --session {arg}`",
+            )
+        is_new = chat.open(arg)
+        return Result(
+            f"{'Started new' if is_new else 'Resumed'} session {chat.session_id}",
+            switched=True,
+            changed=True,
+        )
+
+    def new(self, arg: str) -> Result:
+        self.chat.open(None)
+        return Result(f"Started new session {self.chat.session_id}", switched=True, changed=True)
+
+    def sessions(self, arg: str) -> Result:
+        infos = self.chat.store.list_sessions(self.chat.user_id)
+        if not infos:
+            return Result("No sessions yet.")
+        lines = [
+            f"{'*' if i.id == self.chat.session_id else ' '} {i.id}  {i.active_messages} active, "
+            f"{i.archived_messages} archived, {i.active_tokens:,} / {i.threshold:,.0f} tokens, "
+            f"last {i.updated_at.astimezone():%Y-%m-%d %H:%M}"
+            for i in infos
+        ]
+        return Result("\n".join(lines))
+
+    def context(self, arg: str) -> Result:
+        ready = self.chat.context()
+        messages = ready.context.messages
+        tokens = self.chat.mem.tokenizer
+        parts = [f"{len(messages)} messages go to the LLM:"]
+        for m in messages:
+            parts.append(f"── {m.role} ({tokens.count(m.content):,} tokens) ──")
+            parts.append(m.content)
+        return Result("\n".join(parts), changed=True)
+
+    def blocks(self, arg: str) -> Result:
+        chat = self.chat
+        if not chat.blocks:
+            return Result("No long-term blocks are configured (see [[blocks]] in the config).")
+        ready = chat.context()
+        got = {b.name: b for b in ready.context.blocks}
+        parts = []
+        for block in chat.blocks:
+            content = got.get(block.name)
+            head = f"── {block.name} ({type(block).__name__}, priority {block.priority})"
+            if content is None:
+                parts.append(f"{head}: empty ──")
+                continue
+            cut = f", {content.truncated} by truncation" if content.truncated else ""
+            parts.append(
+                f"{head}: {content.tokens:,} of {content.original_tokens:,} tokens{cut} ──"
+            )
+            parts.append(content.content)
+        return Result("\n".join(parts), changed=True)
+
+    def facts(self, arg: str) -> Result:
+        from memcli.chat.view import facts_in
+
+        ready = self.chat.context()
+        lines = [f"[{b.name}] {fact}" for b in ready.context.blocks for fact in facts_in(b.content)]
+        if not lines:
+            return Result("No facts yet: facts come from a fact block as messages are flushed.")
+        return Result("\n".join(lines), changed=True)
+
+    def search(self, arg: str) -> Result:
+        if not arg:
+            raise UsageError("/search needs a query", "Example: /search green tea")
+        found = self.chat.store.search_messages(arg, self.chat.user_id, limit=20)
+        if not found:
+            return Result(f"No stored message contains {arg!r}.")
+        verb = "messages contain" if len(found) != 1 else "message contains"
+        lines = [f"{len(found)} {verb} {arg!r}:"]
+        for m in found:
+            flat = " ".join(m.content.split())
+            text = flat if len(flat) <= 100 else flat[:99] + "…"
+            lines.append(f"{m.session_id} #{m.id} {m.role} ({m.status}): {text}")
+        return Result("\n".join(lines))
+
+    def flush(self, arg: str) -> Result:
+        flushes = self.chat.mem.flush_now()
+        if not flushes:
+            return Result("Nothing to flush: the newest complete turn always stays.")
+        f = flushes[0]
+        return Result(
+            f"Flushed {len(f.message_ids)} messages ({f.tokens:,} tokens): {f.reason}", changed=True
+        )
+
+    def model(self, arg: str) -> Result:
+        chat = self.chat
+        if not arg:
+            if chat.llm is None:
+                from memcli.chat.offline import MODEL_HINT
+
+                return Result(f"No model is configured (offline). {MODEL_HINT}.")
+            where = f" at {chat.llm.api_base}" if chat.llm.api_base else ""
+            return Result(f"Model: {chat.llm.model}{where}")
+        chat.set_model(arg)
+        return Result(f"Model set to {arg} for this chat.")
+
+    def retry(self, arg: str) -> Result:
+        return Result(turn=self.chat.retry())
+
+    def reset(self, arg: str) -> Result:
+        chat = self.chat
+        if self._reset_armed != chat.session_id:
+            info = chat.mem.session()
+            self._reset_armed = chat.session_id
+            total = info.active_messages + info.archived_messages
+            return Result(
+                f"/reset deletes the {total} messages of session {info.id} (long-term blocks keep "
+                "theirs). Type /reset again to confirm."
+            )
+        self._reset_armed = None
+        count = chat.mem.reset()
+        chat.last_context = None
+        return Result(f"Deleted {count} messages of session {chat.session_id}.", changed=True)
+
+    def exit(self, arg: str) -> Result:
+        return Result(exit=True)
+
+
+def complete(prefix: str) -> list[tuple[str, str]]:
+    """The commands starting with `prefix`, with what each does."""
+    return [(name, text) for name, text in COMMANDS.items() if name.startswith(prefix.lower())]

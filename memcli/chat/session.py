@@ -1,0 +1,322 @@
+"""A chat over memory, free of any UI: turns, streaming, cancel, retry and session switching.
+
+A turn puts the user message through the engine (flushes happen as in the library), sends exactly
+what `memory.get()` returns to the LLM, streams the reply, then puts the assistant message. The
+turn is a generator of events, so a UI can update its panels at each step. Everything that touches
+the store runs on the thread that iterates the turn; only the LLM stream runs on a helper thread, so
+that `Turn.cancel()` takes effect at once even while the network is silent.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import ProviderError, UsageError
+from memcli.memory import Context, Flush, Memory
+from memcli.messages import Message
+
+if TYPE_CHECKING:
+    from memcli.blocks.base import MemoryBlock
+    from memcli.flush import Budget
+    from memcli.llm import LLMConfig
+    from memcli.store.base import SessionInfo, Store
+    from memcli.tokens import Tokenizer
+
+StreamFn = Callable[["LLMConfig", Sequence[dict[str, Any]]], Iterator[str]]
+BudgetFn = Callable[["SessionInfo | None"], "Budget | None"]
+
+CANCELLED = "cancelled"  # the metadata key that marks a reply cut short by the user
+
+
+@dataclass(frozen=True)
+class UserStored:
+    """The user message is in short-term memory; `flushes` are what putting it caused."""
+
+    message: Message
+    flushes: list[Flush] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ContextReady:
+    """The context is assembled: `context.messages` is exactly what the LLM is sent.
+
+    `hits` maps a block's name to what it retrieved for this turn (its `last_hits`), when it says.
+    """
+
+    context: Context
+    hits: dict[str, list[Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReplyPiece:
+    """A piece of the reply, as it streams in."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplyDone:
+    """The turn is over. `message` is the stored reply (None when nothing was stored)."""
+
+    text: str
+    message: Message | None = None
+    flushes: list[Flush] = field(default_factory=list)
+    offline: bool = False
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class ReplyFailed:
+    """The LLM call failed; the user message stays in memory and `/retry` sends it again."""
+
+    error: ProviderError
+    partial: str = ""
+
+
+Event = UserStored | ContextReady | ReplyPiece | ReplyDone | ReplyFailed
+
+_CANCEL = object()
+_END = object()
+
+
+class Chat:
+    """One user's chat: the current session's Memory, the model, and the turns."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        user_id: str = "default",
+        blocks: Sequence[MemoryBlock] = (),
+        tokenizer: Tokenizer | None = None,
+        budget_for: BudgetFn | None = None,
+        insert_method: str = "system",
+        llm: LLMConfig | None = None,
+        stream: StreamFn | None = None,
+    ) -> None:
+        self.store = store
+        self.user_id = user_id
+        self.blocks = list(blocks)
+        self.tokenizer = tokenizer
+        self.budget_for: BudgetFn = budget_for or (lambda info: None)
+        self.insert_method = insert_method
+        self.llm = llm
+        self._stream = stream
+        self.memory: Memory | None = None
+        self.last_context: ContextReady | None = None
+
+    # -- sessions ---------------------------------------------------------------------------------
+
+    def open(self, session_id: str | None = None) -> bool:
+        """Open (resume) a session, or start one; return True when it is new."""
+        info = self.store.get_session(session_id) if session_id else None
+        self.memory = Memory(
+            self.store,
+            session_id=session_id,
+            user_id=self.user_id,
+            budget=self.budget_for(info),
+            tokenizer=self.tokenizer,
+            memory_blocks=self.blocks,
+            insert_method=self.insert_method,
+        )
+        self.last_context = None
+        return info is None
+
+    @property
+    def mem(self) -> Memory:
+        if self.memory is None:
+            self.open()
+        assert self.memory is not None
+        return self.memory
+
+    @property
+    def session_id(self) -> str:
+        return self.mem.session_id
+
+    @property
+    def offline(self) -> bool:
+        return self.llm is None
+
+    @property
+    def model(self) -> str | None:
+        return self.llm.model if self.llm else None
+
+    def set_model(
+        self, name: str, api_base: str | None = None, timeout: float | None = None
+    ) -> None:
+        """Use another model from the next turn on (the endpoint is kept unless given)."""
+        from memcli.llm import LLMConfig
+
+        base = api_base if api_base is not None else (self.llm.api_base if self.llm else None)
+        wait = timeout if timeout is not None else (self.llm.timeout if self.llm else 60.0)
+        self.llm = LLMConfig(model=name, api_base=base, timeout=wait)
+
+    def pending(self) -> Message | None:
+        """The last active message when it is a user message with no reply yet (what /retry sends)."""
+        active = self.mem.get_all(status="active")
+        if active and active[-1].role == "user":
+            return active[-1]
+        return None
+
+    def warm_up(self) -> ContextReady:
+        """Load what the blocks need (an embedding model loads on first use: seconds), then ask
+        them once, so that the first message does not wait. Blocks with an `embedder` (the
+        Embedder protocol) get it loaded; others are just asked."""
+        for block in self.blocks:
+            embedder = getattr(block, "embedder", None)
+            embed = getattr(embedder, "embed", None)
+            if callable(embed):
+                embed(["warm up"])
+        return self.context()
+
+    def context(self) -> ContextReady:
+        """Assemble the context now (the blocks see the active window); remember it for the panels."""
+        ctx = self.mem.context()
+        hits: dict[str, list[Any]] = {}
+        for block in self.blocks:
+            found = getattr(block, "last_hits", None)
+            if found is not None:
+                hits[block.name] = list(found)
+        self.last_context = ContextReady(ctx, hits)
+        return self.last_context
+
+    # -- turns ------------------------------------------------------------------------------------
+
+    def send(self, text: str) -> Turn:
+        """A turn for a new user message (nothing happens until its events are read)."""
+        if not text.strip():
+            raise UsageError("the message is empty", "Type something to send")
+        return Turn(self, text)
+
+    def retry(self) -> Turn:
+        """A turn that sends the unanswered user message again, without storing it twice."""
+        if self.pending() is None:
+            raise UsageError(
+                "nothing to retry: the last message already has a reply",
+                "Type a new message instead",
+            )
+        return Turn(self, None)
+
+    def stream_fn(self) -> StreamFn:
+        if self._stream is not None:
+            return self._stream
+        from memcli.llm import stream
+
+        return stream
+
+
+class Turn:
+    """One exchange. Iterate `events()` on one thread; `cancel()` may be called from any other."""
+
+    def __init__(self, chat: Chat, text: str | None) -> None:
+        self.chat = chat
+        self.text = text
+        self.is_retry = text is None
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._cancelled = threading.Event()
+        self.pieces: list[str] = []
+        self._streaming = False
+        self._done = False
+
+    def cancel(self) -> None:
+        """Stop the reply: what arrived so far is stored, marked as cancelled."""
+        self._cancelled.set()
+        self._queue.put((_CANCEL, None))
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def events(self) -> Iterator[Event]:
+        chat = self.chat
+        memory = chat.mem
+        if self.text is not None:
+            message = Message("user", self.text)
+            flushes = memory.put(message)
+            yield UserStored(message, flushes)
+        ready = chat.context()
+        if chat.llm is None:
+            yield ready
+            from memcli.chat.offline import offline_answer
+
+            asked = self.text or (chat.pending() or Message("user", "")).content
+            text = offline_answer(chat, asked)
+            yield ReplyPiece(text)
+            yield ReplyDone(text, offline=True)
+            self._done = True
+            return
+        if self.cancelled:  # cancelled while it waited for its turn: the message stays, unsent
+            yield ready
+            self._done = True
+            yield ReplyDone("", cancelled=True)
+            return
+        # The request starts before the UI is told about the context, so the two overlap.
+        payload = [_wire(m) for m in ready.context.messages]
+        threading.Thread(
+            target=self._pump, args=(chat.stream_fn(), chat.llm, payload), daemon=True
+        ).start()
+        self._streaming = True
+        yield ready
+        while True:
+            kind, value = self._queue.get()
+            if kind is _CANCEL:
+                yield self._finish(cancelled=True)
+                return
+            if kind is _END:
+                yield self._finish(cancelled=False)
+                return
+            if isinstance(value, ProviderError):
+                self._done = True
+                yield ReplyFailed(value, "".join(self.pieces))
+                return
+            self.pieces.append(value)
+            yield ReplyPiece(value)
+
+    def interrupt(self) -> ReplyDone | None:
+        """After a KeyboardInterrupt stopped `events()`: keep what arrived, marked as cancelled."""
+        self._cancelled.set()
+        if not self._streaming or self._done:
+            return None
+        return self._finish(cancelled=True)
+
+    def _pump(self, stream: StreamFn, config: LLMConfig, payload: list[dict[str, Any]]) -> None:
+        """On a helper thread: read the stream into the queue until it ends or the turn is cancelled."""
+        try:
+            pieces = stream(config, payload)
+            try:
+                for piece in pieces:
+                    if self._cancelled.is_set():
+                        return
+                    self._queue.put(("piece", piece))
+            finally:
+                close = getattr(pieces, "close", None)
+                if close is not None:
+                    close()
+        except ProviderError as error:
+            self._queue.put(("error", error))
+            return
+        except Exception as error:  # a stream that fails oddly is still a provider failure
+            self._queue.put(("error", ProviderError(f"the LLM stream failed: {error}", "Retry")))
+            return
+        self._queue.put((_END, None))
+
+    def _finish(self, *, cancelled: bool) -> ReplyDone:
+        self._done = True
+        text = "".join(self.pieces)
+        if not text:
+            return ReplyDone("", cancelled=cancelled)
+        message = Message("assistant", text, metadata={CANCELLED: True} if cancelled else None)
+        flushes = self.chat.mem.put(message)
+        return ReplyDone(text, message, flushes, cancelled=cancelled)
+
+
+def _wire(message: Message) -> dict[str, Any]:
+    """A message as the LLM API takes it."""
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.name:
+        out["name"] = message.name
+    return out

@@ -1,0 +1,238 @@
+"""The chat's prompt-toolkit layout, keys and completion (imported only when the REPL starts)."""
+# ruff: noqa: TID253  (imported only when the REPL starts, from chat_ui)
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prompt_toolkit.application import Application
+from prompt_toolkit.buffer import Buffer
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.data_structures import Point
+from prompt_toolkit.document import Document
+from prompt_toolkit.filters import has_focus
+from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.layout import (
+    ConditionalContainer,
+    Float,
+    FloatContainer,
+    HSplit,
+    Layout,
+    VSplit,
+    Window,
+)
+from prompt_toolkit.layout.controls import BufferControl, FormattedTextControl
+from prompt_toolkit.layout.dimension import Dimension
+from prompt_toolkit.layout.menus import CompletionsMenu
+from prompt_toolkit.styles import Style
+
+from memcli.chat.commands import complete
+
+if TYPE_CHECKING:
+    from memcli.cli.chat_ui import ChatApp
+
+STYLE = Style.from_dict(
+    {
+        "user.label": "bold ansicyan",
+        "user": "ansicyan",
+        "assistant.label": "bold ansigreen",
+        "mark": "italic ansiyellow",
+        "note": "ansibrightblack",
+        "command": "bold",
+        "flush": "bold ansimagenta",
+        "error": "bold ansired",
+        "status": "reverse",
+        "prompt": "bold",
+        "frame.label": "bold",
+    }
+)
+
+
+class SlashCompleter(Completer):
+    """Completes slash commands, then session ids after /session and models after /model."""
+
+    def __init__(self, ui: ChatApp) -> None:
+        self.ui = ui
+
+    def get_completions(self, document: Document, event: CompleteEvent) -> Iterator[Completion]:
+        text = document.text_before_cursor
+        if not text.startswith("/") or "\n" in text:
+            return
+        if " " not in text:
+            for name, meta in complete(text):
+                yield Completion(name, start_position=-len(text), display_meta=meta)
+            return
+        command, _, arg = text.partition(" ")
+        options: list[str] = []
+        if command == "/session":
+            options = self.ui.session_ids
+        elif command == "/model":
+            from memcli.chat.offline import DEFAULT_MODELS
+
+            options = [m for m in (self.ui.chat.model,) if m] + list(DEFAULT_MODELS.values())
+        for option in dict.fromkeys(options):
+            if option.startswith(arg):
+                yield Completion(option, start_position=-len(arg))
+
+
+def _panel_width(app: Application[Any]) -> int:
+    columns = app.output.get_size().columns
+    return max(34, min(64, columns * 2 // 5))
+
+
+def build_application(
+    ui: ChatApp, history_path: Path | None, input: Any, output: Any
+) -> Application[Any]:
+    if history_path is not None:
+        history_path.parent.mkdir(parents=True, exist_ok=True)
+    history = FileHistory(str(history_path)) if history_path else InMemoryHistory()
+    buffer = Buffer(
+        multiline=True,
+        history=history,
+        completer=SlashCompleter(ui),
+        complete_while_typing=True,
+        name="input",
+    )
+    keys = KeyBindings()
+    typing = has_focus(buffer)
+
+    @keys.add("enter", filter=typing)
+    def _send(event: Any) -> None:
+        state = buffer.complete_state
+        if state is not None and state.current_completion is not None:
+            buffer.apply_completion(state.current_completion)
+            return
+        if ui.submit(buffer.text):
+            buffer.reset(append_to_history=True)
+
+    @keys.add("escape", "enter", filter=typing)
+    def _newline(event: Any) -> None:
+        buffer.insert_text("\n")
+
+    @keys.add("c-c")
+    def _cancel(event: Any) -> None:
+        ui.cancel_or_clear(buffer)
+
+    @keys.add("c-d")
+    def _quit(event: Any) -> None:
+        if buffer.text:
+            buffer.delete()
+        else:
+            event.app.exit()
+
+    @keys.add("pageup")
+    def _up(event: Any) -> None:
+        ui.scroll(
+            max(3, conversation.render_info.window_height - 2 if conversation.render_info else 10)
+        )
+
+    @keys.add("pagedown")
+    def _down(event: Any) -> None:
+        ui.scroll(
+            -max(3, conversation.render_info.window_height - 2 if conversation.render_info else 10)
+        )
+
+    def cursor() -> Point:
+        lines = sum(fragment[1].count("\n") for fragment in ui.conversation())
+        return Point(0, max(0, lines - 1 - ui.scroll_back))
+
+    # Every size is given exactly: prompt-toolkit shares out free space one cell at a time, which
+    # costs more than the rest of a redraw together.
+    def size() -> tuple[int, int, int]:
+        """Columns, rows above the status line, panel width (a tiny terminal is clipped)."""
+        screen = app.output.get_size()
+        panel = _panel_width(app)
+        return max(screen.columns, panel + 20), max(8, screen.rows - 1), panel
+
+    def exact(cells: int) -> Dimension:
+        return Dimension.exact(max(1, cells))
+
+    def editor_height() -> int:
+        return min(8, max(1, buffer.document.line_count))
+
+    def panel_height(name: str) -> int:
+        rows = size()[1]
+        short = max(3, rows // 2)
+        return short if name == "short" else max(3, rows - short)
+
+    def panel(name: str, title: str) -> HSplit:
+        """A titled panel: a title rule, then the panel's text (cheaper to draw than a Frame)."""
+        window: Window
+
+        def text() -> Any:
+            info = window.render_info
+            width = info.window_width if info else size()[2] - 1
+            height = info.window_height if info else panel_height(name) - 1
+            return ui.drawn(name, width, height)
+
+        def rule() -> Any:
+            head = f"─ {title} "
+            return [("class:frame.label", head), ("class:note", "─" * (size()[2] - 1 - len(head)))]
+
+        window = Window(
+            FormattedTextControl(text, focusable=False),
+            wrap_lines=False,
+            width=lambda: exact(size()[2] - 1),
+            height=lambda: exact(panel_height(name) - 1),
+        )
+        heading = Window(FormattedTextControl(rule), height=1, width=lambda: exact(size()[2] - 1))
+        return HSplit([heading, window])
+
+    conversation = Window(
+        FormattedTextControl(ui.conversation, get_cursor_position=cursor, focusable=False),
+        wrap_lines=True,
+        always_hide_cursor=True,
+        width=lambda: exact(size()[0] - size()[2]),
+        height=lambda: exact(size()[1] - 1 - editor_height()),
+    )
+    ui.conversation_window = conversation
+    prompt = Window(FormattedTextControl([("class:prompt", "› ")]), width=2, height=1)
+    editor = VSplit(
+        [
+            prompt,
+            Window(
+                BufferControl(buffer),
+                height=lambda: exact(editor_height()),
+                width=lambda: exact(size()[0] - size()[2] - 2),
+                wrap_lines=True,
+            ),
+        ]
+    )
+    rule = Window(
+        height=1, width=lambda: exact(size()[0] - size()[2]), char="─", style="class:note"
+    )
+    left = HSplit([conversation, rule, editor])
+    right = HSplit([panel("short", "Short-term"), panel("long", "Long-term")])
+    separator = Window(width=1, height=lambda: exact(size()[1]), char="│", style="class:note")
+    status = Window(
+        FormattedTextControl(lambda: [("class:status", ui.status())]),
+        height=1,
+        width=lambda: exact(size()[0]),
+        style="class:status",
+    )
+    body = FloatContainer(
+        HSplit([VSplit([left, separator, right]), status]),
+        floats=[
+            Float(
+                xcursor=True,
+                ycursor=True,
+                content=ConditionalContainer(
+                    CompletionsMenu(max_height=12, scroll_offset=1), filter=typing
+                ),
+            )
+        ],
+    )
+    app: Application[Any] = Application(
+        layout=Layout(body, focused_element=buffer),
+        key_bindings=keys,
+        style=STYLE,
+        full_screen=True,
+        mouse_support=False,
+        input=input,
+        output=output,
+        min_redraw_interval=0.01,
+    )
+    return app

@@ -1,0 +1,403 @@
+"""The full-screen chat: prompt-toolkit layout and keys, a worker thread for everything that touches
+the store, and the conversation as formatted text. The panels are drawn by chat_panels (rich).
+
+The UI thread never touches the store: jobs (turns, commands, the warm-up that loads litellm and
+the blocks' models) run in order on one worker thread, and post their results back to the event
+loop. Nothing polls: the screen is redrawn when an event arrives or a key is pressed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memcli.chat import view
+from memcli.chat.session import ReplyDone, ReplyFailed, ReplyPiece, UserStored
+from memcli.cli import chat_panels
+from memcli.cli.chat_panels import Entry, history_entries
+from memcli.errors import MemcliError
+
+if TYPE_CHECKING:
+    from prompt_toolkit.formatted_text import StyleAndTextTuples
+
+    from memcli.chat.commands import Commands, Result
+    from memcli.chat.session import Chat, ContextReady, Turn
+
+
+class Worker:
+    """One daemon thread that runs jobs in order (every job that touches the store)."""
+
+    def __init__(self, on_error: Callable[[BaseException], None]) -> None:
+        self.jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self.on_error = on_error
+        self.idle = threading.Event()
+        self.idle.set()
+        self.running = False
+        self.thread = threading.Thread(target=self._run, name="memcli-chat", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self.idle.clear()
+        self.jobs.put(job)
+
+    def drop_queued(self) -> None:
+        """Forget the jobs not started yet."""
+        while True:
+            try:
+                self.jobs.get_nowait()
+            except queue.Empty:
+                break
+        if self.jobs.empty() and not self.running:
+            self.idle.set()
+
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            self.running = True
+            try:
+                job()
+            except BaseException as error:  # shown in the conversation; the chat goes on
+                self.on_error(error)
+            finally:
+                self.running = False
+            if self.jobs.empty():
+                self.idle.set()
+
+
+class ChatApp:
+    """The prompt-toolkit application around a Chat."""
+
+    def __init__(
+        self,
+        chat: Chat,
+        commands: Commands,
+        is_new: bool,
+        history_path: Path | None = None,
+        input: Any = None,
+        output: Any = None,
+        db_label: str | None = None,
+    ) -> None:
+        self.chat = chat
+        self.commands = commands
+        self.db_label = db_label or str(getattr(chat.store, "where", ""))
+        self.entries: list[Entry] = []
+        self.live_flushes: list[view.FlushMark] = []
+        self.panels = view.panels(chat)  # read before the worker starts: the first screen has it
+        self.session_ids = [i.id for i in chat.store.list_sessions(chat.user_id)]
+        self.turn: Turn | None = None  # the turn being played (set by the worker)
+        self.pending = 0  # messages and commands submitted and not finished
+        self.queued: list[Turn] = []  # turns submitted and not started
+        self.loading: set[str] = set()
+        self.warmed = threading.Event()  # set once litellm and the blocks are loaded
+        self.scroll_back = 0
+        self.timings: dict[str, float] = {}
+        self._drawn: dict[str, tuple[Any, Any]] = {}
+        self._wrapped: dict[int, tuple[Any, StyleAndTextTuples]] = {}
+        self.conversation_window: Any = None  # set by the layout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.worker = Worker(lambda e: self.post(lambda: self._failed_job(e)))
+        self._welcome(is_new)
+        from memcli.cli.chat_layout import build_application
+
+        self.app = build_application(self, history_path, input, output)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.app.run(pre_run=self._started, handle_sigint=False)
+        self._stop()
+
+    def _started(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.worker.start()
+        self.app.after_render += self._first_render
+
+    def _first_render(self, _: Any) -> None:
+        """Start loading litellm and the blocks' models once the first screen is up, not before:
+        imports hold the interpreter's lock and would delay it."""
+        self.app.after_render -= self._first_render
+        self._warm_up()
+        self.app.invalidate()  # the status line says what is loading
+
+    def _stop(self) -> None:
+        """Leaving: drop queued jobs; a reply being generated is cancelled and stored, marked."""
+        self.worker.drop_queued()
+        turn = self.turn
+        if turn is not None:
+            turn.cancel()
+        if turn is not None or self.pending:
+            self.worker.idle.wait(timeout=5)
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the UI thread (from any thread), then redraw."""
+
+        def apply() -> None:
+            fn()
+            self.app.invalidate()
+
+        if self._loop is None or self._loop.is_closed():
+            fn()
+            return
+        self._loop.call_soon_threadsafe(apply)
+
+    def _warm_up(self) -> None:
+        """Import litellm and ask the blocks once (loading their models) in the background."""
+        if not self.chat.offline:
+            self.loading.add("litellm")
+
+            def load_litellm() -> None:
+                from memcli.llm import warm_up
+
+                try:
+                    warm_up(self.chat.llm)
+                finally:
+                    self.post(lambda: self._loaded("litellm"))
+
+            threading.Thread(target=load_litellm, name="memcli-litellm", daemon=True).start()
+
+        def load_tokenizer() -> None:
+            self.chat.mem.tokenizer.count("warm up")
+
+        self.worker.submit(load_tokenizer)
+        if self.chat.blocks:
+            self.loading.add("blocks")
+
+            def ask_blocks() -> None:
+                try:
+                    self.chat.warm_up()
+                    self._refresh_panels()
+                finally:
+                    self.post(lambda: self._loaded("blocks"))
+
+            self.worker.submit(ask_blocks)
+        self.worker.submit(lambda: self.post(self._check_warm))
+
+    def _loaded(self, what: str) -> None:
+        self.loading.discard(what)
+        self._check_warm()
+
+    def _check_warm(self) -> None:
+        if not self.loading:
+            self.warmed.set()
+
+    # -- input ------------------------------------------------------------------------------------
+
+    def submit(self, text: str) -> bool:
+        """Enter: send a message or run a command (queued behind the one running, if any)."""
+        text = text.strip()
+        if not text:
+            return False
+        self.scroll_back = 0
+        if text.split()[0].lower() in ("/exit", "/quit"):
+            self.app.exit()
+            return True
+        self.pending += 1
+        if text.startswith("/"):
+            self.entries.append(Entry("command", text))
+            self.worker.submit(lambda: self._command(text))
+            return True
+        self.timings["enter"] = time.perf_counter()
+        self.timings.pop("first_piece", None)
+        turn = self.chat.send(text)
+        self.queued.append(turn)
+        self.entries.append(Entry("user", text))
+        reply = Entry("assistant", "", "waiting")
+        self.entries.append(reply)
+        self.worker.submit(lambda: self._play(turn, reply))
+        return True
+
+    def cancel_or_clear(self, buffer: Any) -> None:
+        """Ctrl-C: cancel the reply being generated, else clear the line."""
+        if self.turn is not None:
+            self.turn.cancel()
+        elif self.queued:
+            self.queued[-1].cancel()  # the latest message still waiting for its turn
+        elif buffer.text:
+            buffer.reset()
+        else:
+            self.note("Ctrl-D or /exit quits.")
+
+    def scroll(self, lines: int) -> None:
+        self.scroll_back = max(0, self.scroll_back + lines)
+
+    def note(self, text: str, kind: str = "note") -> None:
+        self.entries.append(Entry(kind, text))
+
+    # -- jobs (worker thread) ---------------------------------------------------------------------
+
+    def _command(self, line: str) -> None:
+        try:
+            result = self.commands.run(line)
+            if result.switched:
+                ids = [i.id for i in self.chat.store.list_sessions(self.chat.user_id)]
+                self.live_flushes = []
+                earlier = history_entries(self.chat.mem.get_all(status="active"))
+                self.post(lambda: setattr(self, "session_ids", ids))
+                self.post(lambda: self.entries.extend(earlier))
+            if result.changed or result.switched:
+                self._refresh_panels()
+        except MemcliError as error:
+            self.post(lambda e=error: self._error(e))  # type: ignore[misc]
+            self.post(self._finished)
+            return
+        except BaseException:
+            self.post(self._finished)
+            raise
+        self.post(lambda: self._command_done(result))
+        if result.turn is None:
+            self.post(self._finished)
+            return
+        reply = Entry("assistant", "", "waiting")
+        self.post(lambda: self.entries.append(reply))
+        self._play(result.turn, reply)
+
+    def _play(self, turn: Turn, reply: Entry) -> None:
+        self.turn = turn
+        if turn in self.queued:
+            self.queued.remove(turn)
+        try:
+            for event in turn.events():
+                if isinstance(event, ReplyPiece):
+                    self.post(lambda t=event.text: self._piece(reply, t))  # type: ignore[misc]
+                elif isinstance(event, UserStored):
+                    self._flushed(event.flushes)
+                    short = view.short_term(self.chat, self.live_flushes)
+                    self.post(lambda s=short: self._set_short(s))  # type: ignore[misc]
+                elif isinstance(event, ReplyDone):
+                    self.post(lambda e=event: self._reply_done(reply, e))  # type: ignore[misc]
+                    self._flushed(event.flushes)
+                    self._refresh_panels()
+                elif isinstance(event, ReplyFailed):
+                    self.post(lambda e=event: self._reply_failed(reply, e))  # type: ignore[misc]
+                    self._refresh_panels()
+                else:
+                    self._context_ready(event)
+        finally:
+            self.turn = None
+            self.post(self._finished)
+
+    def _context_ready(self, event: ContextReady) -> None:
+        longs = view.long_term(self.chat)
+        if longs != self.panels.long:  # unchanged (static blocks): no redraw in the reply's way
+            self.post(lambda: setattr(self, "panels", view.Panels(self.panels.short, longs)))
+
+    def _flushed(self, flushes: Iterable[Any]) -> None:
+        marks = view.flush_marks(list(flushes), live=True)
+        if not marks:
+            return
+        self.live_flushes.extend(marks)
+        for m in marks:
+            text = f"⇣ flushed {m.messages} messages ({m.tokens:,} tokens) to long-term memory"
+            self.post(lambda t=text: self.note(t, "flush"))  # type: ignore[misc]
+
+    def _refresh_panels(self) -> None:
+        fresh = view.panels(self.chat, self.live_flushes)
+        self.post(lambda: setattr(self, "panels", fresh))
+
+    # -- applying results (UI thread) -------------------------------------------------------------
+
+    def _set_short(self, short: view.ShortTerm) -> None:
+        self.panels = view.Panels(short, self.panels.long)
+
+    def _piece(self, reply: Entry, text: str) -> None:
+        if "first_piece" not in self.timings:
+            self.timings["first_piece"] = time.perf_counter()
+        reply.text += text
+        reply.mark = "streaming"
+
+    def _reply_done(self, reply: Entry, event: ReplyDone) -> None:
+        reply.text = event.text
+        if event.cancelled:
+            reply.mark = "cancelled" if event.text else "cancelled-empty"
+        else:
+            reply.mark = "offline" if event.offline else ""
+
+    def _reply_failed(self, reply: Entry, event: ReplyFailed) -> None:
+        reply.text = event.partial
+        reply.mark = "failed"
+        self._error(event.error)
+        self.note("Your message is kept in memory; type /retry to send it again.")
+
+    def _command_done(self, result: Result) -> None:
+        if result.text:
+            self.note(result.text)
+        if result.exit:
+            self.app.exit()
+
+    def _error(self, error: MemcliError) -> None:
+        text = error.message + (f". {error.hint}" if error.hint else "")
+        self.note(text if text.endswith(".") else text + ".", "error")
+
+    def _failed_job(self, error: BaseException) -> None:
+        if isinstance(error, MemcliError):
+            self._error(error)
+        else:
+            self.note(f"Internal error: {type(error).__name__}: {error}", "error")
+        self.turn = None
+
+    def _finished(self) -> None:
+        self.pending = max(0, self.pending - 1)
+
+    def _welcome(self, is_new: bool) -> None:
+        sid = self.chat.session_id
+        if not is_new:
+            self.entries.extend(history_entries(self.panels.short.messages))
+        state = "New session" if is_new else "Resumed session"
+        self.note(
+            f"{state} {sid} · resume it later with `memcli chat --session {sid}` · /help lists commands"
+        )
+        if self.chat.offline:
+            from memcli.chat.offline import MODEL_HINT
+
+            self.note(
+                f"No model is configured: chat runs offline and replies from memory. {MODEL_HINT}."
+            )
+
+    # -- drawing ----------------------------------------------------------------------------------
+
+    def status(self) -> str:
+        model = self.chat.model or "offline (no model)"
+        state = "ready"
+        if self.loading:
+            state = "loading " + " and ".join(sorted(self.loading)) + "…"
+        if self.turn is not None:
+            state = "replying… Ctrl-C cancels"
+        elif self.pending:
+            state = "working…"
+        return (
+            f" {state} · session {self.chat.session_id} · user {self.chat.user_id}"
+            f" · model {model} · db {self.db_label}"
+        )
+
+    def drawn(self, name: str, width: int, height: int) -> Any:
+        """A panel as prompt-toolkit text, redrawn with rich only when its data or size changed."""
+        from prompt_toolkit.formatted_text import ANSI
+
+        data = self.panels.short if name == "short" else self.panels.long
+        loading = "blocks" in self.loading
+        key = (data, width, height, loading)
+        cached = self._drawn.get(name)
+        if cached is not None and (cached[0] is key or cached[0] == key):
+            return cached[1]
+        if name == "short":
+            text = chat_panels.render_short(self.panels.short, width, height)
+        else:
+            text = chat_panels.render_long(self.panels.long, width, loading)
+        value = ANSI(text)
+        self._drawn[name] = (key, value)
+        return value
+
+    def conversation(self) -> StyleAndTextTuples:
+        window = self.conversation_window
+        info = window.render_info if window is not None else None
+        width = info.window_width if info else 80
+        return chat_panels.conversation(self.entries, width, self._wrapped)

@@ -1,0 +1,138 @@
+"""`memcli dump blocks|context`: what long-term memory holds and what the LLM would be sent."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from memcli.cli import common, output
+
+app = typer.Typer(
+    help="Show long-term memory blocks, or the exact context get() would return.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+Input = Annotated[
+    str | None,
+    typer.Option("--input", help="A user message to assemble the context for (not stored)."),
+]
+
+
+@app.command("blocks")
+def blocks_command(
+    ctx: typer.Context,
+    session: Annotated[
+        str | None, typer.Argument(help="The session (default: none, an empty chat history).")
+    ] = None,
+    block: Annotated[str | None, typer.Option("--block", help="Only this block.")] = None,
+    input_: Input = None,
+    user: common.User = None,
+    json_: common.Json = False,
+) -> None:
+    """Each block's content with its priority and tokens, and what truncation would cut.
+
+    Example: memcli dump blocks demo --input "what do you know about me?"
+    """
+    from memcli.blocks.base import BlockContext
+    from memcli.errors import UsageError
+    from memcli.memory import assemble
+
+    s = common.settings(ctx, user=user)
+    store = common.open_store(s, must_exist=True)
+    blocks = common.make_blocks(s, store)
+    names = [b.name for b in blocks]
+    if block is not None and block not in names:
+        raise UsageError(
+            f"no block named {block!r}", f"Configured blocks: {', '.join(names) or 'none'}"
+        )
+    if session is not None:
+        memory = _memory(s, store, session, blocks)
+        context = memory.context(input_)
+    else:
+        tokenizer = common.tokenizer(s)
+        context = assemble(
+            blocks, [], input_, BlockContext("", s.user, store, tokenizer), s.token_limit
+        )
+    shown = {b.name: b for b in context.blocks}
+    records: list[dict[str, Any]] = []
+    for b in blocks:
+        if block is not None and b.name != block:
+            continue
+        content = shown.get(b.name)
+        records.append(
+            {
+                "type": "block",
+                "name": b.name,
+                "kind": type(b).__name__,
+                "priority": b.priority,
+                "scope": b.scope,
+                "tokens": content.original_tokens if content else 0,
+                "content": content_text(content),
+                "truncated": content.truncated if content else None,
+                "tokens_after_truncation": content.tokens if content else 0,
+            }
+        )
+    if output.wants_json(json_):
+        output.emit_all(records)
+        return
+    console = output.out()
+    for r in records:
+        cut = (
+            f"  truncation: {r['truncated']} to {r['tokens_after_truncation']}"
+            if r["truncated"]
+            else ""
+        )
+        console.print(
+            f"[bold]{r['name']}[/] ({r['kind']}, {r['scope']} scope)  priority {r['priority']}"
+            f"  {r['tokens']:,} tokens{cut}"
+        )
+        console.print(r["content"] or "(empty)", markup=False, highlight=False)
+        console.print()
+
+
+def content_text(content: Any) -> str:
+    """A block's full content before truncation (what the block holds)."""
+    if content is None:
+        return ""
+    return str(content.original_content or content.content)
+
+
+@app.command("context")
+def context_command(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(help="The session.")],
+    input_: Input = None,
+    json_: common.Json = False,
+) -> None:
+    """Exactly the messages get() would return: the active window with long-term memory inserted.
+
+    Example: memcli dump context demo --input "what's my dog called?" --json
+    """
+    s = common.settings(ctx)
+    store = common.open_store(s, must_exist=True)
+    memory = _memory(s, store, session, common.make_blocks(s, store))
+    messages = memory.get(input_)
+    if output.wants_json(json_):
+        output.emit_all({"type": "message", **m.to_dict()} for m in messages)
+        return
+    console = output.out()
+    for m in messages:
+        console.print(f"[bold]{m.role}[/]")
+        console.print(m.content, markup=False, highlight=False)
+        console.print()
+
+
+def _memory(s: Any, store: Any, session: str, blocks: list[Any]) -> Any:
+    from memcli.memory import Memory
+
+    info = common.require_session(store, session)
+    return Memory(
+        store,
+        session,
+        user_id=info.user_id,
+        tokenizer=common.tokenizer(s),
+        memory_blocks=blocks,
+        insert_method=s.insert_method,
+    )

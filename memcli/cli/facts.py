@@ -1,0 +1,268 @@
+"""`memcli facts`: list, add, edit, remove facts and see their history; retry pending extraction."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from memcli.cli import common, output
+
+app = typer.Typer(
+    help="The facts long-term memory holds about a user: list, add, edit, rm, history, extract.",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+)
+
+Session = Annotated[
+    str | None,
+    typer.Option("--session", help="The facts of a session-scoped block (default: the user's)."),
+]
+Block = Annotated[
+    str | None, typer.Option("--block", help="The fact block (default: the first configured).")
+]
+
+
+def _scope(ctx: typer.Context, user: str | None, session: str | None) -> tuple[Any, Any, str]:
+    s = common.settings(ctx, user=user)
+    store = common.open_store(s)
+    if session is not None:
+        common.require_session(store, session)
+        return s, store, f"session:{session}"
+    return s, store, f"user:{s.user}"
+
+
+def _block_name(s: Any, block: str | None) -> str:
+    if block is not None:
+        return block
+    for table in s.blocks or ():
+        if table.get("kind") == "facts":
+            return str(table.get("name", "extracted_info"))
+    return "extracted_info"
+
+
+def _fact_record(f: Any) -> dict[str, Any]:
+    return {
+        "type": "fact",
+        "id": f.id,
+        "block": f.block,
+        "text": f.text,
+        "origin": f.origin,
+        "session": f.session_id,
+        "flush_id": f.flush_id,
+        "message_ids": f.message_ids,
+        "created_at": f.created_at,
+        "updated_at": f.updated_at,
+    }
+
+
+def _show(facts: list[Any], json_: bool) -> None:
+    records = [_fact_record(f) for f in facts]
+    if output.wants_json(json_):
+        output.emit_all(records)
+        return
+    output.table(
+        None,
+        ["id", "block", "fact", "origin", "session", "updated"],
+        [(f.id, f.block, f.text, f.origin, f.session_id, f.updated_at.astimezone()) for f in facts],
+    )
+
+
+@app.callback()
+def facts_command(
+    ctx: typer.Context,
+    user: common.User = None,
+    session: Session = None,
+    block: Annotated[str | None, typer.Option("--block", help="Only this block's facts.")] = None,
+    json_: common.Json = False,
+) -> None:
+    """List the facts of a user (or of a session-scoped block), oldest first.
+
+    Example: memcli facts --user alice
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from memcli.store import longterm
+
+    _, store, key = _scope(ctx, user, session)
+    facts = longterm.list_facts(store, block, key)
+    if not facts:
+        output.info("No facts.")
+    _show(facts, json_)
+
+
+@app.command("add")
+def add_command(
+    ctx: typer.Context,
+    text: Annotated[str, typer.Argument(help="The fact.")],
+    user: common.User = None,
+    session: Session = None,
+    block: Block = None,
+    json_: common.Json = False,
+) -> None:
+    """Add a fact by hand (a duplicate, ignoring case and spaces, is not added).
+
+    Example: memcli facts add "Ana is vegetarian" --user ana
+    """
+    from memcli.errors import UsageError
+    from memcli.store import longterm
+
+    s, store, key = _scope(ctx, user, session)
+    if not text.strip():
+        raise UsageError("the fact is empty", "Give the fact's text")
+    added = longterm.add_facts(store, _block_name(s, block), key, [text], origin="manual")
+    if not added:
+        output.info("Already known; nothing added.")
+        return
+    output.info(f"Added fact {added[0].id}.")
+    _show(added, json_)
+
+
+def _live(store: Any, fact_id: int) -> Any:
+    from memcli.errors import UsageError
+    from memcli.store import longterm
+
+    fact = longterm.get_fact(store, fact_id)
+    if fact is None or fact.deleted_at is not None:
+        raise UsageError(f"no fact {fact_id}", "Run `memcli facts` to see the facts and their ids")
+    return fact
+
+
+@app.command("edit")
+def edit_command(
+    ctx: typer.Context,
+    fact_id: Annotated[int, typer.Argument(help="The fact's id (see `memcli facts`).")],
+    text: Annotated[str, typer.Argument(help="Its new text.")],
+    json_: common.Json = False,
+) -> None:
+    """Change a fact's text; the old text stays in its history.
+
+    Example: memcli facts edit 12 "Ana lives in Lisbon"
+    """
+    from memcli.errors import UsageError
+    from memcli.store import longterm
+
+    s = common.settings(ctx)
+    store = common.open_store(s)
+    _live(store, fact_id)
+    if not text.strip():
+        raise UsageError("the fact is empty", "Give the new text, or use `memcli facts rm`")
+    changed = longterm.edit_fact(store, fact_id, text)
+    assert changed is not None
+    output.info(f"Edited fact {fact_id}.")
+    _show([changed[1]], json_)
+
+
+@app.command("rm")
+def rm_command(
+    ctx: typer.Context,
+    fact_ids: Annotated[list[int], typer.Argument(help="The ids of the facts to remove.")],
+) -> None:
+    """Remove facts (kept in the history as deleted).
+
+    Example: memcli facts rm 12 13
+    """
+    from memcli.store import longterm
+
+    s = common.settings(ctx)
+    store = common.open_store(s)
+    with store.transaction():
+        for fact_id in fact_ids:
+            _live(store, fact_id)
+            longterm.delete_fact(store, fact_id)
+    output.info(f"Removed {len(fact_ids)} fact{'s' if len(fact_ids) != 1 else ''}.")
+
+
+@app.command("history")
+def history_command(
+    ctx: typer.Context,
+    fact_id: Annotated[
+        int | None, typer.Argument(help="One fact's history (default: all).")
+    ] = None,
+    user: common.User = None,
+    session: Session = None,
+    json_: common.Json = False,
+) -> None:
+    """Every change to the facts: added, condensed, edited, deleted, oldest first.
+
+    Example: memcli facts history 12
+    """
+    from memcli.store import longterm
+
+    _, store, key = _scope(ctx, user, session)
+    if fact_id is not None:
+        fact = longterm.get_fact(store, fact_id)
+        if fact is None:
+            from memcli.errors import UsageError
+
+            raise UsageError(f"no fact {fact_id}", "Run `memcli facts` to see the ids")
+        key = fact.scope_key
+    changes = longterm.fact_history(store, key, fact_id=fact_id)
+    records = [
+        {
+            "type": "change",
+            "id": c.id,
+            "fact_id": c.fact_id,
+            "action": c.action,
+            "text": c.text,
+            "old_text": c.old_text,
+            "flush_id": c.flush_id,
+            "at": c.at,
+        }
+        for c in changes
+    ]
+    if output.wants_json(json_):
+        output.emit_all(records)
+        return
+    output.table(
+        None,
+        ["id", "fact", "action", "text", "before", "when"],
+        [(c.id, c.fact_id, c.action, c.text, c.old_text, c.at.astimezone()) for c in changes],
+    )
+
+
+@app.command("extract")
+def extract_command(
+    ctx: typer.Context,
+    pending: Annotated[
+        bool,
+        typer.Option("--pending", help="Only retry batches whose extraction failed before."),
+    ] = False,
+    user: common.User = None,
+    json_: common.Json = False,
+) -> None:
+    """Run fact extraction on the user's batches that no fact block has processed, or with
+    --pending only on those whose extraction failed (the LLM was down or answered badly).
+
+    Example: memcli facts extract --pending
+    """
+    from memcli.blocks.facts import FactBlock
+    from memcli.blocks.feed import backfill
+    from memcli.errors import UsageError
+
+    s = common.settings(ctx, user=user)
+    store = common.open_store(s, must_exist=True)
+    blocks = [b for b in common.make_blocks(s, store) if isinstance(b, FactBlock)]
+    if not blocks:
+        raise UsageError(
+            "no fact block is configured",
+            'Set [llm] model (--model via MEMCLI_MODEL), or add a [[blocks]] kind = "facts"',
+        )
+    tokenizer = common.tokenizer(s)
+    done = still = 0
+    if pending:
+        for block in blocks:
+            sessions = store.list_sessions(s.user)
+            keys = {block.key_for(i.id, i.user_id) for i in sessions}
+            for key in sorted(keys):
+                d, f = block.retry(store, key, tokenizer)
+                done, still = done + d, still + f
+    else:
+        with output.progress("Extracting facts") as bar:
+            result = backfill(
+                store, blocks, store.list_sessions(s.user), tokenizer, bar.advance, bar.total
+            )
+        done, still = sum(result.done.values()), sum(result.pending.values())
+    output.info(f"Extracted from {done} batches; {still} still pending.")
+    if output.wants_json(json_):
+        output.emit_all([{"type": "summary", "done": done, "pending": still}])

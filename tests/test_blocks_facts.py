@@ -1,0 +1,217 @@
+"""FactBlock: litellm over HTTP to the loopback server with scripted replies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memcli import FactBlock, Memory, Message, SQLiteStore, WordTokenizer
+from memcli.blocks.facts import parse_facts
+from memcli.store import longterm
+
+
+def facts_memory(llm, db, session="s1", user="ana", **kw) -> Memory:
+    block = FactBlock(
+        model="openai/test", api_base=llm.api_base, timeout=kw.pop("timeout", 10), **kw
+    )
+    return Memory.from_defaults(
+        session_id=session,
+        user_id=user,
+        token_limit=100,
+        chat_history_token_ratio=0.1,
+        token_flush_size=5,
+        db=db,
+        memory_blocks=[block],
+        tokenizer=WordTokenizer(),
+    )
+
+
+def turn(memory: Memory, text: str) -> list:
+    """A turn of 8 words: from the second on, each turn flushes the one before."""
+    return memory.put_messages(
+        [Message("user", f"{text} is what I say today"), Message("assistant", "ok noted")]
+    )
+
+
+def facts(memory: Memory) -> list[str]:
+    return [f.text for f in longterm.list_facts(memory.store, "extracted_info", "user:ana")]
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("<facts><fact>A</fact><fact> B  c </fact></facts>", ["A", "B c"]),
+        ("Here you go:\n<facts>\n  <fact>A &amp; B</fact>\n  <!-- more -->\n</facts>", ["A & B"]),
+        ("```xml\n<facts></facts>\n```", []),
+        ("<facts/>", []),
+        ("", None),
+        ("   ", None),
+        ("I could not find any facts.", None),
+        ("<facts><fact>A</fact>stray text</facts>", None),
+        ("<facts><fact>A</fact><fact></fact></facts>", None),
+        ("<facts><fact>A</facts>", None),
+        ("<fact>A</fact>", None),
+        ("<facts><fact>A</fact></facts><facts><fact>B</fact></facts>", None),
+    ],
+)
+def test_parse_facts(reply: str, expected) -> None:
+    assert parse_facts(reply) == expected
+
+
+def test_extracts_facts_with_provenance(llm, tmp_path: Path) -> None:
+    llm.script({"content": "<facts><fact>Ana has a dog named Rex</fact></facts>"})
+    memory = facts_memory(llm, tmp_path / "m.db")
+    flushes = turn(memory, "my dog is Rex") + turn(memory, "and I like tea")
+    assert len(flushes) == 1 and len(flushes[0].message_ids) == 2
+    assert facts(memory) == ["Ana has a dog named Rex"]
+    fact = longterm.list_facts(memory.store, "extracted_info", "user:ana")[0]
+    assert fact.flush_id == flushes[0].id
+    assert fact.message_ids == flushes[0].message_ids
+    assert fact.session_id == "s1" and fact.origin == "extracted"
+    request = llm.requests[0]
+    assert request["model"] == "test"
+    assert "my dog is Rex" in request["messages"][-1]["content"]
+    assert "<existing_facts>" in request["messages"][0]["content"]
+    # Rendered as <fact> lines in the context.
+    assert "<fact>Ana has a dog named Rex</fact>" in memory.context().memory_text
+
+
+def test_duplicates_after_normalising_are_not_added(llm, tmp_path: Path) -> None:
+    llm.script(
+        {"content": "<facts><fact>Ana likes tea</fact></facts>"},
+        {"content": "<facts><fact>ana   LIKES tea</fact><fact>Ana lives in Porto</fact></facts>"},
+    )
+    memory = facts_memory(llm, tmp_path / "m.db")
+    for text in ("one", "two", "three"):
+        turn(memory, text)
+    assert facts(memory) == ["Ana likes tea", "Ana lives in Porto"]
+    # The second request told the LLM what is already known.
+    assert "<fact>Ana likes tea</fact>" in llm.requests[1]["messages"][0]["content"]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        {"content": ""},
+        {"content": "Sure! The user likes tea."},
+        {"raw": "this is not json"},
+        {"status": 500},
+        {"status": 429},
+        {"delay": 3, "content": "<facts><fact>late</fact></facts>"},
+    ],
+    ids=["empty", "malformed", "junk", "http500", "http429", "timeout"],
+)
+def test_failed_extraction_keeps_facts_and_is_retried(llm, tmp_path: Path, failure) -> None:
+    llm.script(
+        {"content": "<facts><fact>Ana likes tea</fact></facts>"},
+        failure,
+        {"content": "<facts></facts>"},  # the next batch
+        {"content": "<facts><fact>Ana lives in Porto</fact></facts>"},  # then the retry
+    )
+    memory = facts_memory(llm, tmp_path / "m.db", timeout=1)
+    turn(memory, "one")
+    first = turn(memory, "two")  # flushes "one": tea
+    assert facts(memory) == ["Ana likes tea"]
+    second = turn(memory, "three")  # flushes "two": the failure; the flush itself succeeds
+    assert len(second) == 1 and second[0].id != first[0].id
+    assert facts(memory) == ["Ana likes tea"]
+    assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == [
+        (second[0].id, "s1")
+    ]
+    turn(memory, "four")  # extracts "three", then retries "two"
+    assert facts(memory) == ["Ana likes tea", "Ana lives in Porto"]
+    assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == []
+    porto = longterm.list_facts(memory.store, "extracted_info", "user:ana")[1]
+    assert porto.flush_id == second[0].id
+
+
+def test_condense_over_max_facts(llm, tmp_path: Path) -> None:
+    llm.script(
+        {"content": "<facts><fact>F1</fact><fact>F2</fact></facts>"},
+        {"content": "<facts><fact>F3</fact><fact>F4</fact></facts>"},
+        {"content": "<facts><fact>F1</fact><fact>F3 and F4</fact></facts>"},  # condensed
+    )
+    memory = facts_memory(llm, tmp_path / "m.db", max_facts=3)
+    for text in ("one", "two", "three"):
+        turn(memory, text)
+    assert facts(memory) == ["F1", "F3 and F4"]
+    assert "at most 3" in llm.requests[2]["messages"][0]["content"]
+    history = longterm.fact_history(memory.store, "user:ana")
+    actions = [(c.action, c.text or c.old_text) for c in history]
+    assert actions == [
+        ("added", "F1"),
+        ("added", "F2"),
+        ("added", "F3"),
+        ("added", "F4"),
+        ("condensed", "F2"),
+        ("condensed", "F3"),
+        ("condensed", "F4"),
+        ("condensed", "F3 and F4"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"content": ""},
+        {"content": "<facts></facts>"},
+        {"content": "nonsense"},
+        {"status": 500},
+        {"content": "<facts><fact>a</fact><fact>b</fact><fact>c</fact><fact>d</fact></facts>"},
+    ],
+)
+def test_bad_condense_reply_is_ignored(llm, tmp_path: Path, bad) -> None:
+    llm.script(
+        {"content": "<facts><fact>F1</fact><fact>F2</fact></facts>"},
+        {"content": "<facts><fact>F3</fact><fact>F4</fact></facts>"},
+        bad,
+    )
+    memory = facts_memory(llm, tmp_path / "m.db", max_facts=3)
+    for text in ("one", "two", "three"):
+        turn(memory, text)
+    assert facts(memory) == ["F1", "F2", "F3", "F4"]
+    assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == []
+
+
+def test_facts_survive_a_restart_and_are_shared_by_the_users_sessions(llm, tmp_path: Path) -> None:
+    llm.script({"content": "<facts><fact>Ana is vegetarian</fact></facts>"})
+    db = tmp_path / "m.db"
+    memory = facts_memory(llm, db)
+    turn(memory, "one")
+    turn(memory, "two")
+    memory.store.close()
+    again = facts_memory(llm, db, session="s2")
+    again.put(Message("user", "hello"))
+    assert "<fact>Ana is vegetarian</fact>" in again.context().memory_text
+    other = facts_memory(llm, db, session="s3", user="bob")
+    other.put(Message("user", "hello"))
+    assert other.context().memory_text == ""
+
+
+def test_fact_block_needs_a_model() -> None:
+    from memcli import ConfigError
+
+    with pytest.raises(ConfigError, match="needs a model"):
+        FactBlock()
+    with pytest.raises(ConfigError, match="max_facts"):
+        FactBlock(model="x", max_facts=0)
+
+
+def test_edit_and_delete_keep_history(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    added = longterm.add_facts(
+        store, "extracted_info", "user:ana", ["A", "B", " a "], origin="manual"
+    )
+    assert [f.text for f in added] == ["A", "B"]
+    before, after = longterm.edit_fact(store, added[0].id, "A2")
+    assert (before.text, after.text) == ("A", "A2")
+    assert longterm.delete_fact(store, added[1].id) is not None
+    assert longterm.delete_fact(store, added[1].id) is None
+    assert [f.text for f in longterm.list_facts(store, None, "user:ana")] == ["A2"]
+    assert [(c.action, c.text, c.old_text) for c in longterm.fact_history(store, "user:ana")] == [
+        ("added", "A", None),
+        ("added", "B", None),
+        ("edited", "A2", "A"),
+        ("deleted", None, "B"),
+    ]

@@ -1,0 +1,319 @@
+"""VectorBlock and vector search: real MiniLM, real FAISS, real SQLite files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcli import Memory, Message, SQLiteStore, VectorBlock
+from memcli.embeddings import HashEmbedder
+from memcli.store import longterm
+from memcli.vectors import VectorIndex, batch_text, search
+
+pytestmark = pytest.mark.slow
+
+FACTS = [
+    ("My dog is called Rex and he chases tennis balls in the park.", "What a good dog!"),
+    ("I moved to Porto last year, I live near the Douro river.", "Porto is beautiful."),
+    ("I work night shifts as a nurse in the children's hospital.", "That is demanding work."),
+    ("I have been learning to play the cello for three years.", "Music is a great hobby."),
+]
+
+
+def chat(db: Path | str | None, session: str, embedder, user: str = "ana", **kw) -> Memory:
+    block = VectorBlock(embedder=embedder, similarity_top_k=1, **kw)
+    return Memory.from_defaults(
+        session_id=session,
+        user_id=user,
+        token_limit=400,
+        chat_history_token_ratio=0.15,
+        token_flush_size=20,
+        db=db,
+        memory_blocks=[block],
+    )
+
+
+def fill(memory: Memory) -> None:
+    for user, reply in FACTS:
+        memory.put_messages([Message("user", user), Message("assistant", reply)])
+    # Push the facts out of short-term memory.
+    for i in range(6):
+        memory.put_messages([Message("user", f"small talk {i}"), Message("assistant", "sure")])
+
+
+def test_batches_are_stored_and_recalled(tmp_path: Path, minilm) -> None:
+    db = tmp_path / "m.db"
+    memory = chat(db, "s1", minilm)
+    fill(memory)
+    context = memory.context("What instrument am I learning?")
+    block = memory.memory_blocks[0]
+    assert [h.text for h in block.last_hits] == [h.text for h in block.last_hits[:1]]
+    assert "cello" in block.last_hits[0].text
+    assert block.last_hits[0].session_id == "s1"
+    assert block.last_hits[0].message_ids
+    assert 0 < block.last_hits[0].score <= 1.0001
+    assert "cello" in context.memory_text
+    assert context.messages[0].role == "system"
+    stored = memory.store.get_messages("s1", ids=block.last_hits[0].message_ids)
+    assert "cello" in " ".join(m.content for m in stored)
+
+
+def test_second_session_of_the_same_user_recalls_the_first(tmp_path: Path, minilm) -> None:
+    db = tmp_path / "m.db"
+    fill(chat(db, "first", minilm))
+    second = chat(db, "second", minilm)
+    second.put(Message("user", "Hello again"))
+    text = second.context("What's the name of my dog?").memory_text
+    assert "Rex" in text
+    # Another user sees nothing of it.
+    other = chat(db, "other", minilm, user="bob")
+    other.put(Message("user", "Hello"))
+    assert other.context("What's the name of my dog?").memory_text == ""
+
+
+def test_session_scope_isolates(tmp_path: Path, minilm) -> None:
+    db = tmp_path / "m.db"
+    fill(chat(db, "first", minilm, scope="session"))
+    second = chat(db, "second", minilm, scope="session")
+    second.put(Message("user", "Hello again"))
+    assert second.context("What's the name of my dog?").memory_text == ""
+
+
+def test_memory_survives_a_restart_in_a_new_process(tmp_path: Path, minilm) -> None:
+    db = tmp_path / "m.db"
+    fill(chat(db, "s1", minilm))
+    code = (
+        "from memcli import Memory, VectorBlock\n"
+        f"m = Memory.from_defaults(session_id='s1', db={str(db)!r}, memory_blocks=[VectorBlock()])\n"
+        "print(m.context('Which city do I live in?').memory_text)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "Porto" in out.stdout
+
+
+def test_index_file_missing_or_corrupt_is_rebuilt(tmp_path: Path, minilm) -> None:
+    db = tmp_path / "m.db"
+    fill(chat(db, "s1", minilm))
+    store = SQLiteStore(db)
+    index = VectorIndex(store, "vector_memory")
+    assert index.path is not None and index.sidecar is not None
+    hits = search(store, minilm, "cello lessons", user_id="ana", k=1, index=index)
+    assert index.path.is_file() and index.sidecar.is_file()
+    assert "cello" in hits[0].text
+    count = json.loads(index.sidecar.read_text())["count"]
+    assert count == longterm.piece_stats(store, "vector_memory")[0]
+
+    index.path.unlink()
+    fresh = VectorIndex(store, "vector_memory")
+    assert (
+        "cello" in search(store, minilm, "cello lessons", user_id="ana", k=1, index=fresh)[0].text
+    )
+    assert fresh.rebuilt and index.path.is_file()
+
+    index.path.write_bytes(b"this is not a faiss index")
+    fresh = VectorIndex(store, "vector_memory")
+    assert (
+        "cello" in search(store, minilm, "cello lessons", user_id="ana", k=1, index=fresh)[0].text
+    )
+    assert fresh.rebuilt
+
+    # Stale: a new batch stored by someone else is picked up (extended, not rebuilt).
+    longterm.add_entries(
+        store,
+        "vector_memory",
+        [
+            longterm.NewEntry(
+                "ana",
+                "s9",
+                None,
+                "I collect vintage typewriters",
+                [],
+                minilm.embed(["I collect vintage typewriters"]),
+            )
+        ],
+    )
+    hits = search(store, minilm, "typewriter collection", user_id="ana", k=1, index=fresh)
+    assert hits[0].text == "I collect vintage typewriters" and not fresh.rebuilt
+
+
+def test_in_memory_database(minilm) -> None:
+    memory = chat(None, "s1", minilm)
+    fill(memory)
+    assert "Rex" in memory.context("my dog's name?").memory_text
+
+
+def test_long_batch_is_split_and_its_tail_is_searchable(tmp_path: Path, minilm) -> None:
+    filler = " ".join(f"The weather report number {i} said it was cloudy." for i in range(60))
+    tail = "By the way, my passport number ends in 4471 and it expires in March."
+    store = SQLiteStore(tmp_path / "m.db")
+    store.create_session("s", "ana", 30000, 0.7, 3000)
+    from memcli.vectors import Batch, store_batches
+
+    messages = [Message("user", filler), Message("user", tail)]
+    assert store_batches(store, minilm, "vector_memory", [Batch("ana", "s", 1, messages)]) == 1
+    pieces = longterm.piece_stats(store, "vector_memory")[0]
+    assert pieces >= 3  # far beyond the model's 256-token window
+    split = minilm.split([batch_text(messages)])[0]
+    assert "".join(split) == batch_text(messages)
+    tokenizer = minilm.model.tokenizer
+    assert all(len(tokenizer(p, add_special_tokens=False)["input_ids"]) <= 254 for p in split)
+    hits = search(store, minilm, "when does my passport expire", user_id="ana", k=1)
+    assert len(hits) == 1 and hits[0].text.endswith("expires in March.</message>")
+    # Same flush again: not stored twice.
+    assert store_batches(store, minilm, "vector_memory", [Batch("ana", "s", 1, messages)]) == 0
+
+
+def test_put_many_embeds_in_one_call_and_search_dedups_batches(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=32, max_tokens=8)
+    block = VectorBlock(embedder=embedder, similarity_top_k=3)
+    memory = Memory.from_defaults(
+        session_id="s",
+        token_limit=40,
+        token_flush_size=10,
+        db=tmp_path / "m.db",
+        memory_blocks=[block],
+    )
+    flushes = []
+    for i in range(20):
+        flushes += memory.put_messages(
+            [Message("user", f"apple banana cherry number {i} " * 3), Message("assistant", "ok")],
+            feed_blocks=False,
+        )
+    assert len(flushes) > 3
+    embedder.calls.clear()
+    result = memory.feed_blocks_many(flushes)
+    assert embedder.calls == [
+        sum(len(p) for p in embedder.split([batch_text(f.messages) for f in flushes]))
+    ]
+    assert result.done == {"vector_memory": len(flushes)}
+    hits = search(memory.store, embedder, "apple banana", user_id="default", k=3)
+    assert len({h.entry_id for h in hits}) == len(hits) == 3
+    assert hits == sorted(hits, key=lambda h: -h.score)
+
+
+def test_search_filters_by_user_and_session_with_many_users(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=16)
+    store = SQLiteStore(tmp_path / "m.db")
+    rng = np.random.default_rng(0)
+    entries = []
+    for i in range(300):
+        vector = rng.normal(size=(1, 16)).astype("float32")
+        vector /= np.linalg.norm(vector)
+        entries.append(longterm.NewEntry(f"u{i % 3}", f"s{i % 6}", None, f"text {i}", [], vector))
+    longterm.add_entries(store, "vector_memory", entries)
+    hits = search(store, embedder, "text", user_id="u1", k=10)
+    assert len(hits) == 10 and all(int(h.text.split()[1]) % 3 == 1 for h in hits)
+    hits = search(store, embedder, "text", session_id="s4", k=100)
+    assert len(hits) == 50 and all(h.session_id == "s4" for h in hits)
+    assert search(store, embedder, "text", user_id="nobody", k=3) == []
+
+
+def test_stale_index_file_is_extended_or_rebuilt(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=16)
+    store = SQLiteStore(tmp_path / "m.db")
+
+    def add(text: str) -> None:
+        entry = longterm.NewEntry("u", "s", None, text, [], embedder.embed([text]))
+        longterm.add_entries(store, "vector_memory", [entry])
+
+    add("alpha beta")
+    add("gamma delta")
+    first = VectorIndex(store, "vector_memory")
+    first.refresh()
+    assert first.rebuilt and first.count == 2
+    add("epsilon zeta")  # the file now covers less than SQLite
+    second = VectorIndex(store, "vector_memory")
+    hits = search(store, embedder, "epsilon zeta", user_id="u", k=1, index=second)
+    assert hits[0].text == "epsilon zeta" and not second.rebuilt and second.count == 3
+    # Rows gone from SQLite that the file still has: the file is stale, rebuilt.
+    store.execute("DELETE FROM vector_pieces WHERE id = 1")
+    store.execute("DELETE FROM vector_entries WHERE id = 1")
+    third = VectorIndex(store, "vector_memory")
+    hits = search(store, embedder, "alpha beta", user_id="u", k=3, index=third)
+    assert third.rebuilt and third.count == 2
+    assert "alpha beta" not in [h.text for h in hits]
+
+
+def test_reset_keeps_block_memory_and_reused_flush_ids_are_processed(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=32)
+    block = VectorBlock(embedder=embedder, similarity_top_k=5)
+    memory = Memory.from_defaults(
+        session_id="s",
+        token_limit=40,
+        token_flush_size=10,
+        db=tmp_path / "m.db",
+        memory_blocks=[block],
+    )
+    for i in range(4):
+        memory.put_messages(
+            [Message("user", f"apples and pears {i} " * 3), Message("assistant", "ok")]
+        )
+    stored = longterm.piece_stats(memory.store, "vector_memory")[0]
+    assert stored > 0
+    memory.reset()  # messages and flushes go; block memory stays (as the reference)
+    assert search(memory.store, embedder, "apples", user_id="default", k=1)
+    for i in range(4):
+        memory.put_messages(
+            [Message("user", f"kiwis and plums {i} " * 3), Message("assistant", "ok")]
+        )
+    # The new flushes (their ids may be reused) were all stored, not mistaken for processed ones.
+    hits = search(memory.store, embedder, "kiwis plums", user_id="default", k=1)
+    assert "kiwis" in hits[0].text
+    assert longterm.piece_stats(memory.store, "vector_memory")[0] > stored
+
+
+def test_import_embeds_in_bulk(tmp_path: Path) -> None:
+    from memcli.blocks.feed import CHUNK
+    from memcli.transcripts import Record, import_records
+
+    embedder = HashEmbedder(dim=32)
+    block = VectorBlock(embedder=embedder)
+    store = SQLiteStore(tmp_path / "m.db")
+    records = [
+        Record(i, [Message("user" if i % 2 == 0 else "assistant", f"message number {i} " * 4)], "s")
+        for i in range(400)
+    ]
+    totals: list[int] = []
+    progress: list[int] = []
+    result = import_records(
+        records,
+        store=store,
+        open_memory=lambda sid: Memory.from_defaults(
+            session_id=sid, token_limit=100, token_flush_size=20, db=store, memory_blocks=[block]
+        ),
+        block_total=totals.append,
+        block_progress=progress.append,
+    )
+    assert result.flushes > 50 and result.blocks_done == result.flushes
+    assert totals == [result.flushes] and sum(progress) == result.flushes
+    # One embedding call per chunk of CHUNK batches, not one per flushed batch.
+    assert len(embedder.calls) == -(-result.flushes // CHUNK)
+    assert longterm.entries_with_flush(
+        store, "vector_memory", [f.id for f in store.list_flushes("s")]
+    ) == {f.id for f in store.list_flushes("s")}
+
+
+def test_quantised_index_finds_the_exact_top_k(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(3000, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    entries = [
+        longterm.NewEntry("u", "s", None, f"batch {i}", [], vectors[i : i + 1]) for i in range(3000)
+    ]
+    ids = longterm.add_entries(store, "vector_memory", entries)
+    index = VectorIndex(store, "vector_memory")
+    for q in range(20):
+        query = vectors[q * 7] + rng.normal(scale=0.05, size=384).astype(np.float32)
+        query /= np.linalg.norm(query)
+        exact = np.argsort(-(vectors @ query))[:5]
+        found = index.search(query, user_id="u", k=5)
+        assert [entry for entry, _ in found] == [ids[i] for i in exact]
+        assert np.allclose([score for _, score in found], (vectors @ query)[exact], atol=1e-5)

@@ -1,0 +1,265 @@
+"""The chat library (memcli.chat): turns through the engine, errors and /retry, cancel, offline
+replies, slash commands; against the loopback LLM server with real litellm and tiktoken."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from memcli import MemoryBlock, Message, SQLiteStore, UsageError
+from memcli.blocks.base import BlockContext
+from memcli.chat import (
+    Chat,
+    Commands,
+    ContextReady,
+    ReplyDone,
+    ReplyFailed,
+    ReplyPiece,
+    UserStored,
+    default_model,
+)
+from memcli.chat.view import facts_in, panels
+from memcli.flush import Budget
+from memcli.llm import LLMConfig
+
+
+class StaticText(MemoryBlock):
+    """A test block with fixed content."""
+
+    def __init__(self, text: str, name: str = "notes", priority: int = 0) -> None:
+        super().__init__(name=name, priority=priority)
+        self.text = text
+
+    def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
+        return self.text
+
+
+class Retrieving(MemoryBlock):
+    """A test block that reports what it retrieved, as the vector block does."""
+
+    name = "recall"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_hits: list[Any] = []
+
+    def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
+        hit = type(
+            "Hit", (), {"score": 0.9, "text": "earlier", "session_id": "s", "message_ids": [1]}
+        )
+        self.last_hits = [hit()]
+        return "earlier"
+
+
+def make_chat(
+    tmp_path: Any, llm: Any = None, blocks: Sequence[MemoryBlock] = (), **kwargs: Any
+) -> Chat:
+    store = SQLiteStore(tmp_path / "chat.db")
+    config = LLMConfig("openai/test", api_base=llm.api_base, timeout=5) if llm else None
+    chat = Chat(store, blocks=blocks, llm=config, **kwargs)
+    chat.open("s1")
+    return chat
+
+
+def play(turn: Any) -> list[Any]:
+    return list(turn.events())
+
+
+def test_a_turn_sends_exactly_what_get_returns_and_stores_both_messages(tmp_path, llm):
+    llm.script({"content": "Hello Ana, nice to meet you."})
+    chat = make_chat(tmp_path, llm, blocks=[StaticText("The user is called Ana.")])
+    events = play(chat.send("Hi, I am Ana"))
+    kinds = [type(e) for e in events]
+    assert kinds[0] is UserStored and kinds[1] is ContextReady and kinds[-1] is ReplyDone
+    assert "".join(e.text for e in events if isinstance(e, ReplyPiece)) == events[-1].text
+    assert events[-1].text == "Hello Ana, nice to meet you."
+    sent = llm.requests[0]["messages"]
+    expected = [{"role": m.role, "content": m.content} for m in events[1].context.messages]
+    assert sent == expected
+    assert sent[0]["role"] == "system" and "The user is called Ana." in sent[0]["content"]
+    stored = chat.mem.get_all()
+    assert [(m.role, m.content) for m in stored] == [
+        ("user", "Hi, I am Ana"),
+        ("assistant", "Hello Ana, nice to meet you."),
+    ]
+    assert llm.requests[0]["stream"] is True
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind"),
+    [({"status": 500}, "server"), ({"status": 429}, "rate_limit"), ({"status": 401}, "auth")],
+)
+def test_a_provider_error_keeps_the_user_message_and_retry_does_not_store_it_twice(
+    tmp_path, llm, reply, kind
+):
+    llm.script(reply, {"content": "Second time lucky."})
+    chat = make_chat(tmp_path, llm)
+    events = play(chat.send("Are you there?"))
+    assert isinstance(events[-1], ReplyFailed)
+    assert events[-1].error.kind == kind
+    assert [m.content for m in chat.mem.get_all()] == ["Are you there?"]
+    assert chat.pending() is not None
+    events = play(chat.retry())
+    assert not any(isinstance(e, UserStored) for e in events)
+    assert isinstance(events[-1], ReplyDone) and events[-1].text == "Second time lucky."
+    assert [(m.role, m.content) for m in chat.mem.get_all()] == [
+        ("user", "Are you there?"),
+        ("assistant", "Second time lucky."),
+    ]
+    assert llm.requests[1]["messages"] == [{"role": "user", "content": "Are you there?"}]
+    with pytest.raises(UsageError, match="nothing to retry"):
+        chat.retry()
+
+
+def test_cancel_keeps_the_partial_reply_marked(tmp_path):
+    release = threading.Event()
+
+    def stream(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> Iterator[str]:
+        yield "The first half"
+        release.wait(5)  # the network goes quiet
+        yield " and the rest"
+
+    chat = make_chat(tmp_path, stream=stream)
+    chat.set_model("openai/test")
+    turn = chat.send("Tell me a story")
+    seen = []
+    for event in turn.events():
+        seen.append(event)
+        if isinstance(event, ReplyPiece):
+            turn.cancel()
+    release.set()
+    done = seen[-1]
+    assert isinstance(done, ReplyDone) and done.cancelled
+    assert done.text == "The first half"
+    last = chat.mem.get_all()[-1]
+    assert (last.role, last.content, last.metadata) == (
+        "assistant",
+        "The first half",
+        {"cancelled": True},
+    )
+
+
+def test_offline_reply_says_how_to_set_a_model_and_answers_from_memory(tmp_path):
+    chat = make_chat(tmp_path, blocks=[StaticText("<fact>likes green tea</fact>", name="facts")])
+    play(chat.send("I play chess on Sundays"))
+    events = play(chat.send("which tea do I like?"))
+    done = events[-1]
+    assert isinstance(done, ReplyDone) and done.offline and done.message is None
+    assert "no model is configured" in done.text
+    assert "--model" in done.text
+    assert "[facts] likes green tea" in done.text
+    assert "chess" not in done.text  # not related to the question
+    assert [m.role for m in chat.mem.get_all()] == ["user", "user"]
+
+
+def test_offline_reply_finds_earlier_messages_of_the_user(tmp_path):
+    chat = make_chat(tmp_path)
+    play(chat.send("My cat is called Miso"))
+    chat.open("s2")
+    done = play(chat.send("what is my cat called?"))[-1]
+    assert "My cat is called Miso" in done.text
+
+
+def test_default_model_follows_the_provider_key_that_is_set():
+    assert default_model([]) is None
+    assert default_model(["ANTHROPIC_API_KEY"]).startswith("anthropic/")
+    assert default_model(["GROQ_API_KEY", "OPENAI_API_KEY"]) == "gpt-4o-mini"
+
+
+def test_retrieval_hits_and_facts_reach_the_panels(tmp_path):
+    chat = make_chat(tmp_path, blocks=[StaticText("<fact>a</fact>\n<fact>b</fact>"), Retrieving()])
+    play(chat.send("hello"))
+    data = panels(chat)
+    notes, recall = data.long.blocks
+    assert notes.facts == ["a", "b"] and notes.priority == 0
+    assert recall.hits[0].score == 0.9
+    assert data.short.messages[0].content == "hello"
+    assert facts_in("<fact> x </fact>") == ["x"]
+
+
+def test_commands(tmp_path):
+    chat = make_chat(tmp_path, blocks=[StaticText("<fact>likes tea</fact>")])
+    commands = Commands(chat)
+    for text in ("one two three", "four five six", "seven eight"):
+        play(chat.send(text))
+    assert "/search" in commands.run("/help").text
+    assert "notes" in commands.run("/blocks").text
+    assert commands.run("/facts").text == "[notes] likes tea"
+    context = commands.run("/context").text
+    assert context.startswith("4 messages go to the LLM")
+    assert "five six" in commands.run("/search FIVE").text
+    assert "No stored message" in commands.run("/search 100%").text
+    flushed = commands.run("/flush").text
+    assert flushed.startswith("Flushed 2 messages")  # all but the newest turn
+    assert chat.mem.session().archived_messages == 2
+    assert "Nothing to flush" in commands.run("/flush").text
+    assert "No model" in commands.run("/model").text
+    commands.run("/model openai/other")
+    assert chat.model == "openai/other"
+    result = commands.run("/session s9")
+    assert result.switched and chat.session_id == "s9"
+    assert "s1" in commands.run("/sessions").text
+    commands.run("/session s1")
+    assert "Type /reset again" in commands.run("/reset").text
+    assert chat.mem.get_all()
+    assert commands.run("/reset").text.startswith("Deleted 3 messages")
+    assert chat.mem.get_all() == []
+    assert commands.run("/exit").exit
+    with pytest.raises(UsageError, match="unknown command"):
+        commands.run("/nope")
+    with pytest.raises(UsageError, match="nothing to retry"):
+        commands.run("/retry")
+
+
+def test_switching_to_a_session_of_another_user_is_refused(tmp_path):
+    chat = make_chat(tmp_path)
+    Chat(chat.store, user_id="bob").open("bobs")
+    with pytest.raises(UsageError, match="belongs to user 'bob'"):
+        Commands(chat).run("/session bobs")
+
+
+def test_store_search_filters_by_user_and_escapes_wildcards(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    a = Chat(store, user_id="ann")
+    a.open("a1")
+    a.mem.put(Message("user", "50% off_sale today"))
+    b = Chat(store, user_id="bob")
+    b.open("b1")
+    b.mem.put(Message("user", "50 percent offxsale"))
+    assert [m.content for m in store.search_messages("% OFF_", "ann")] == ["50% off_sale today"]
+    assert store.search_messages("% off_", "bob") == []
+    assert len(store.search_messages("50", None)) == 2
+
+
+def test_flush_now_moves_one_batch_and_keeps_the_newest_turn(tmp_path):
+    chat = make_chat(tmp_path, budget_for=lambda info: Budget(1000, 0.7, 5))
+    for i in range(3):
+        chat.mem.put_messages(
+            [Message("user", f"question {i}"), Message("assistant", f"answer {i}")]
+        )
+    flushes = chat.mem.flush_now()
+    assert len(flushes) == 1 and len(flushes[0].message_ids) == 2
+    while chat.mem.flush_now():
+        pass
+    assert [m.content for m in chat.mem.get_all(status="active")] == ["question 2", "answer 2"]
+
+
+def test_warm_up_loads_block_embedders_and_asks_the_blocks(tmp_path):
+    class Embedder:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            self.calls.append(list(texts))
+            return [[0.0] for _ in texts]
+
+    block = StaticText("<fact>x</fact>")
+    block.embedder = Embedder()  # type: ignore[attr-defined]
+    chat = make_chat(tmp_path, blocks=[block])
+    ready = chat.warm_up()
+    assert block.embedder.calls == [["warm up"]]  # type: ignore[attr-defined]
+    assert ready.context.blocks[0].content == "<fact>x</fact>"
+    assert chat.last_context is ready

@@ -1,0 +1,418 @@
+"""`memcli chat`: plain mode through the CLI against the loopback LLM server, the full-screen app
+through prompt-toolkit's pipe input, and the real thing in a terminal (tmux)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import memcli
+
+from memcli import MemoryBlock, Message, SQLiteStore
+from memcli.blocks.base import BlockContext
+
+
+def model_args(llm: Any) -> list[str]:
+    return ["--model", "openai/test", "--api-base", llm.api_base]
+
+
+def stored(session: str) -> list[dict[str, Any]]:
+    run = memcli("inspect", session, "--all", "--json")
+    assert run.code == 0, run.stderr
+    return [r for r in run.records() if r["type"] == "message"]
+
+
+def test_plain_mode_streams_replies_one_per_line_and_stores_both_sides(llm):
+    llm.script({"content": "Hello! Nice to meet you, Ana."}, {"content": "You said hi."})
+    run = memcli(
+        "chat", "--session", "demo", *model_args(llm), input="hi, I'm Ana\nwhat did I say?\n"
+    )
+    assert run.code == 0, run.stderr
+    assert run.stdout == "Hello! Nice to meet you, Ana.\nYou said hi.\n"
+    assert "new session demo" in run.stderr
+    assert [(m["role"], m["content"]) for m in stored("demo")] == [
+        ("user", "hi, I'm Ana"),
+        ("assistant", "Hello! Nice to meet you, Ana."),
+        ("user", "what did I say?"),
+        ("assistant", "You said hi."),
+    ]
+    assert llm.requests[1]["messages"][-1] == {"role": "user", "content": "what did I say?"}
+    assert len(llm.requests[1]["messages"]) == 3
+
+
+def test_resume_sends_the_stored_window_and_json_lines(llm):
+    memcli("chat", "--session", "demo", *model_args(llm), input="first message\n")
+    llm.reset()
+    llm.script({"content": "I remember."})
+    run = memcli("chat", "--json", "--session", "demo", *model_args(llm), input="remember?\n")
+    assert run.code == 0, run.stderr
+    assert "resumed session demo" in run.stderr
+    (record,) = run.records()
+    assert record["type"] == "reply" and record["content"] == "I remember."
+    assert record["session"] == "demo" and record["stored"] is True
+    assert [m["content"] for m in llm.requests[0]["messages"]] == [
+        "first message",
+        "OK",
+        "remember?",
+    ]
+
+
+def test_plain_mode_budget_flags_flush(llm):
+    text = "".join(f"message number {i} with a few more words in it\n" for i in range(6))
+    run = memcli("chat", "--session", "small", "--token-limit", "60", *model_args(llm), input=text)
+    assert run.code == 0, run.stderr
+    assert "Flushed" in run.stderr
+    assert any(m["status"] == "archived" for m in stored("small"))
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("reply", "words"),
+    [
+        ({"status": 500}, "server error"),
+        ({"status": 429}, "rate limiting"),
+        ({"status": 401}, "API key"),
+        ({"delay": 3, "content": "late"}, "did not answer"),
+        (None, "Cannot reach"),
+    ],
+)
+def test_provider_errors_keep_the_message_say_what_to_do_and_exit_1(llm, reply, words):
+    api_base = llm.api_base
+    if reply is None:
+        api_base = f"http://127.0.0.1:{closed_port()}/v1"
+    else:
+        llm.script(reply)
+    run = memcli(
+        "chat",
+        "--session",
+        "err",
+        "--model",
+        "openai/test",
+        "--api-base",
+        api_base,
+        input="are you there?\n",
+        env={"MEMCLI_LLM_TIMEOUT": "1"},
+    )
+    assert run.code == 1
+    assert run.stdout == ""
+    stderr = " ".join(run.stderr.split())  # rich wraps long lines
+    assert "Error:" in stderr and words in stderr
+    assert "/retry" in stderr
+    assert [(m["role"], m["content"]) for m in stored("err")] == [("user", "are you there?")]
+
+
+def test_retry_in_plain_mode_resends_without_storing_twice(llm):
+    llm.script({"status": 500}, {"content": "Back again."})
+    run = memcli("chat", "--session", "r", *model_args(llm), input="hello?\n/retry\n")
+    assert run.code == 1  # the first call failed
+    assert run.stdout == "Back again.\n"
+    assert [(m["role"], m["content"]) for m in stored("r")] == [
+        ("user", "hello?"),
+        ("assistant", "Back again."),
+    ]
+    assert llm.requests[0]["messages"] == llm.requests[1]["messages"]
+
+
+def test_offline_without_a_model_answers_from_memory(llm):
+    run = memcli(
+        "chat", "--session", "off", input="I like green tea\nwhat do I like?\n/search tea\n"
+    )
+    assert run.code == 0, run.stderr
+    assert "No model is configured" in run.stderr
+    replies = run.stdout.strip().split("\n(Offline")
+    assert len(replies) == 2
+    assert "no model is configured" in run.stdout and "--model" in run.stdout
+    assert "I like green tea" in replies[1]
+    assert "1 message contains 'tea'" in run.stderr
+    assert llm.requests == []
+    assert [m["role"] for m in stored("off")] == ["user", "user"]
+
+
+def test_unknown_command_in_plain_mode_is_reported(llm):
+    run = memcli("chat", *model_args(llm), input="/nope\n/help\n")
+    assert run.code == 1
+    assert "Error: unknown command '/nope'" in run.stderr
+    assert "/context" in run.stderr
+
+
+def test_another_users_session_is_refused(llm):
+    memcli("chat", "--session", "ann1", "--user", "ann", input="hi\n")
+    run = memcli("chat", "--session", "ann1", "--user", "bob", input="hi\n")
+    assert run.code == 2
+    assert "belongs to user 'ann'" in run.stderr
+
+
+# -- the full-screen app through prompt-toolkit's pipe input --------------------------------------
+
+
+class StaticText(MemoryBlock):
+    name = "notes"
+    priority = 0
+
+    def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
+        return "<fact>The user likes green tea</fact>"
+
+
+def wait_for(condition: Any, timeout: float = 30) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for the chat")
+        time.sleep(0.02)
+
+
+def test_full_screen_app_streams_cancels_and_updates_the_panels(tmp_path, llm):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat_ui import ChatApp
+    from memcli.flush import Budget
+    from memcli.llm import LLMConfig
+
+    store = SQLiteStore(tmp_path / "ui.db")
+    chat = Chat(
+        store,
+        blocks=[StaticText()],
+        budget_for=lambda info: Budget(60, 0.7, 10),
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=10),
+    )
+    chat.open("ui")
+    llm.script(
+        {"content": "A first reply."},
+        {"content": "This reply is long and slow " * 10, "chunk_delay": 0.2},
+        {"status": 503},
+        {"content": "Retried fine."},
+    )
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, tmp_path / "history", pipe, DummyOutput())
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        try:
+            pipe.send_text("hello there, I am Ana\r")
+            wait_for(lambda: any(e.text == "A first reply." and not e.mark for e in ui.entries))
+            assert ui.panels.long.blocks[0].facts == ["The user likes green tea"]
+            pipe.send_text("tell me\x1b\ra long story\r")  # Esc Enter adds a line
+            wait_for(lambda: ui.entries[-1].mark == "streaming")
+            pipe.send_text("\x03")  # Ctrl-C cancels the reply
+            wait_for(lambda: ui.entries[-1].mark == "cancelled" and ui.turn is None)
+            pipe.send_text("are you still there?\r")
+            wait_for(lambda: any(e.kind == "error" for e in ui.entries) and not ui.pending)
+            pipe.send_text("/retry\r")
+            wait_for(lambda: ui.entries[-1].text == "Retried fine." and not ui.pending)
+            pipe.send_text("/flu")
+            wait_for(lambda: ui.app.current_buffer.complete_state is not None)
+            pipe.send_text("\x1b[B\r")  # pick the completion, then send it
+            wait_for(lambda: ui.app.current_buffer.text == "/flush")
+            pipe.send_text("\r")
+            wait_for(
+                lambda: not ui.pending and ui.entries[-1].text.startswith(("Flushed", "Nothing"))
+            )
+        finally:
+            pipe.send_text("\x04")  # Ctrl-D quits
+            runner.join(10)
+    assert not runner.is_alive()
+    messages = chat.mem.get_all()
+    users = [m.content for m in messages if m.role == "user"]
+    assert users == ["hello there, I am Ana", "tell me\na long story", "are you still there?"]
+    partial = [m for m in messages if m.metadata and m.metadata.get("cancelled")]
+    assert len(partial) == 1 and partial[0].content.startswith("This rep")
+    assert len(partial[0].content) < len("This reply is long and slow " * 10)
+    assert messages[-1].content == "Retried fine." or chat.mem.session().flushes
+    assert ui.panels.short.flush_count >= 1  # the small budget flushed
+    history = (tmp_path / "history").read_text()
+    assert "hello there, I am Ana" in history
+
+
+# -- a real terminal ------------------------------------------------------------------------------
+
+LAUNCHER = """
+import sys
+from memcli.cli import common
+from memcli.blocks.base import MemoryBlock
+
+class Notes(MemoryBlock):
+    name = "profile"
+    priority = 0
+    def get(self, messages, ctx):
+        return "The user prefers short answers."
+
+common.make_blocks = lambda s, store: [Notes()]
+from memcli.cli.app import main
+sys.argv = ["memcli", *sys.argv[1:]]
+main()
+"""
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (./run installs it)"
+)
+def test_chat_in_a_real_terminal(tmp_path, llm, isolated):
+    """Types messages into `memcli chat` in tmux and reads the screen. The long-term block is a
+    static block from a config file's [[blocks]], or, while block kinds do not exist yet, from a
+    launcher that patches `make_blocks`."""
+    root = Path(__file__).resolve().parents[1]
+    if importlib.util.find_spec("memcli.blocks.static") is not None:
+        config = tmp_path / "config.toml"  # block kinds exist: a static block from the config
+        config.write_text(
+            '[[blocks]]\nkind = "static"\nname = "profile"\npriority = 0\n'
+            'content = "The user prefers short answers."\n'
+        )
+        program = f"-m memcli --config {config}"
+    else:
+        launcher = tmp_path / "launch.py"
+        launcher.write_text(LAUNCHER)
+        program = str(launcher)
+    name = f"memcli-test-{tmp_path.name}"
+    command = (
+        f"cd {root} && env MEMCLI_HOME={isolated} NO_COLOR=1 PYTHONPATH={root} {sys.executable} "
+        f"{program} chat --session tty --token-limit 60 --model openai/test --api-base {llm.api_base}"
+    )
+    tmux("new-session", "-d", "-s", name, "-x", "150", "-y", "40", command)
+    try:
+
+        def screen() -> str:
+            return tmux("capture-pane", "-p", "-t", name)
+
+        wait_for(lambda: "Short-term" in screen() and "Long-term" in screen())
+        for i in range(4):
+            tmux(
+                "send-keys", "-t", name, f"message {i}: tell me about the sea and the sky", "Enter"
+            )
+            wait_for(lambda i=i: f"you › message {i}" in screen())
+            wait_for(lambda: screen().splitlines()[-1].startswith(" ready"))
+        text = screen()
+        assert "threshold · limit 60" in text, text  # the budget gauge
+        assert "┃" in text or "╋" in text
+        assert "⇣ flushed" in text  # the flush mark
+        assert "profile" in text and "p0" in text  # the long-term block, with its priority
+        assert "model openai/test" in text
+        tmux("send-keys", "-t", name, "C-d")
+        wait_for(lambda: subprocess.run(["tmux", "has-session", "-t", name]).returncode != 0, 15)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    records = [
+        json.loads(line)
+        for line in memcli("inspect", "tty", "--all", "--json").stdout.splitlines()
+        if line.strip()
+    ]
+    assert sum(1 for r in records if r.get("role") == "user") == 4
+
+
+def test_ctrl_c_in_plain_mode_keeps_the_partial_reply_marked_and_exits_130(llm):
+    import os
+    import signal
+
+    llm.script({"content": "word " * 200, "chunk_delay": 0.1})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcli", "chat", "--session", "cut", *model_args(llm)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"talk for a while\n")
+    proc.stdin.flush()
+    assert proc.stdout.read(10) == b"word word "  # the reply is streaming
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert b"partial reply is kept" in stderr
+    last = stored("cut")[-1]
+    assert last["role"] == "assistant" and last["metadata"] == {"cancelled": True}
+    assert last["content"].startswith("word word") and len(last["content"]) < len("word " * 200)
+
+
+def test_full_screen_quit_while_a_reply_streams_keeps_it_and_drops_queued_messages(tmp_path, llm):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat_ui import ChatApp
+    from memcli.llm import LLMConfig
+
+    chat = Chat(
+        SQLiteStore(tmp_path / "q.db"),
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=10),
+    )
+    chat.open("q")
+    llm.script({"content": "slow " * 100, "chunk_delay": 0.1})
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, None, pipe, DummyOutput())
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        pipe.send_text("first\r")
+        wait_for(lambda: ui.entries[-1].mark == "streaming")
+        pipe.send_text("second, queued\r")
+        wait_for(lambda: len(ui.queued) == 1)
+        pipe.send_text("draft")
+        wait_for(lambda: ui.app.current_buffer.text == "draft")
+        pipe.send_text("\x04")  # Ctrl-D with text deletes; the line is not empty
+        pipe.send_text("\x15")  # Ctrl-U empties it
+        wait_for(lambda: ui.app.current_buffer.text == "")
+        pipe.send_text("\x04")
+        runner.join(15)
+    assert not runner.is_alive()
+    messages = chat.mem.get_all()
+    assert [m.content for m in messages if m.role == "user"] == ["first"]
+    assert messages[-1].role == "assistant" and messages[-1].metadata == {"cancelled": True}
+    assert len(llm.requests) == 1
+
+
+def test_full_screen_resume_and_switch_show_the_sessions_messages(tmp_path):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat_ui import ChatApp
+
+    store = SQLiteStore(tmp_path / "r.db")
+    earlier = Chat(store)
+    earlier.open("old")
+    earlier.mem.put_messages(
+        [Message("user", "an earlier question"), Message("assistant", "an answer")]
+    )
+    earlier.open("other")
+    earlier.mem.put(Message("user", "in the other session"))
+    chat = Chat(store)
+    chat.open("old")
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), False, None, pipe, DummyOutput())
+        assert [(e.kind, e.text) for e in ui.entries[:2]] == [
+            ("user", "an earlier question"),
+            ("assistant", "an answer"),
+        ]
+        assert "Resumed session old" in ui.entries[2].text
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        pipe.send_text("/session other\r")
+        wait_for(lambda: any(e.text == "in the other session" for e in ui.entries))
+        wait_for(lambda: ui.panels.short.session_id == "other" and not ui.pending)
+        pipe.send_text("a draft")
+        wait_for(lambda: ui.app.current_buffer.text == "a draft")
+        pipe.send_text("\x03")  # Ctrl-C with no reply running clears the line
+        wait_for(lambda: ui.app.current_buffer.text == "")
+        pipe.send_text("\x04")
+        runner.join(10)
+    assert chat.session_id == "other"

@@ -1,0 +1,115 @@
+"""`memcli facts` and fact extraction during `memcli import`, over HTTP to the loopback LLM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers import memcli
+
+
+def write_config(tmp_path: Path, llm, timeout: float = 5) -> str:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = {timeout}\n\n'
+        "[memory]\ntoken_limit = 100\nchat_history_token_ratio = 0.1\ntoken_flush_size = 5\n\n"
+        '[[blocks]]\nkind = "facts"\n'
+    )
+    return str(path)
+
+
+def transcript(tmp_path: Path, turns: int) -> str:
+    path = tmp_path / "chat.jsonl"
+    lines = []
+    for i in range(turns):
+        lines.append({"role": "user", "content": f"turn {i}: I say something about myself"})
+        lines.append({"role": "assistant", "content": "Noted."})
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return str(path)
+
+
+def test_import_extracts_then_list_add_edit_rm_history(llm, tmp_path: Path) -> None:
+    config = write_config(tmp_path, llm)
+    llm.script(
+        {"content": "<facts><fact>Ana has a dog named Rex</fact></facts>"},
+        {"content": "<facts><fact>Ana lives in Porto</fact></facts>"},
+    )
+    run = memcli("--config", config, "import", transcript(tmp_path, 3), "--session", "s1", "--json")
+    assert run.code == 0, run.stderr
+    summary = run.records()[-1]
+    assert summary["flushes"] == 2 and summary["block_batches"] == 2
+
+    run = memcli("--config", config, "facts", "--json")
+    assert run.code == 0, run.stderr
+    facts = run.records()
+    assert [f["text"] for f in facts] == ["Ana has a dog named Rex", "Ana lives in Porto"]
+    assert all(f["type"] == "fact" and f["session"] == "s1" and f["message_ids"] for f in facts)
+
+    run = memcli("--config", config, "facts", "add", "ana has a DOG named rex")
+    assert run.code == 0 and "Already known" in run.stderr
+    run = memcli("--config", config, "facts", "add", "Ana is vegetarian", "--json")
+    assert run.code == 0
+    added = run.records()[0]
+    assert added["origin"] == "manual"
+
+    first = facts[0]["id"]
+    assert memcli("--config", config, "facts", "edit", str(first), "Ana has two dogs").code == 0
+    assert memcli("--config", config, "facts", "rm", str(facts[1]["id"])).code == 0
+    texts = [f["text"] for f in memcli("--config", config, "facts", "--json").records()]
+    assert texts == ["Ana has two dogs", "Ana is vegetarian"]
+
+    history = memcli("--config", config, "facts", "history", str(first), "--json").records()
+    assert [(h["action"], h["text"], h["old_text"]) for h in history] == [
+        ("added", "Ana has a dog named Rex", None),
+        ("edited", "Ana has two dogs", "Ana has a dog named Rex"),
+    ]
+    all_changes = memcli("--config", config, "facts", "history", "--json").records()
+    assert [h["action"] for h in all_changes] == ["added", "added", "added", "edited", "deleted"]
+
+    # Another user has no facts.
+    run = memcli("--config", config, "facts", "--user", "bob", "--json")
+    assert run.code == 0 and run.records() == [] and "No facts" in run.stderr
+
+
+def test_unknown_fact_id(tmp_path: Path, llm) -> None:
+    config = write_config(tmp_path, llm)
+    for args in (["edit", "99", "x"], ["rm", "99"], ["history", "99"]):
+        run = memcli("--config", config, "facts", *args)
+        assert run.code == 2 and "no fact 99" in run.stderr
+
+
+def test_failed_extraction_is_pending_then_extract_pending(llm, tmp_path: Path) -> None:
+    config = write_config(tmp_path, llm, timeout=1)
+    llm.script({"status": 500}, {"content": "garbage"})
+    run = memcli("--config", config, "import", transcript(tmp_path, 3), "--session", "s1", "--json")
+    assert run.code == 0, run.stderr  # the import does not fail because the LLM did
+    summary = run.records()[-1]
+    assert summary["block_batches_pending"] >= 1
+    assert "pending" in run.stderr
+    assert memcli("--config", config, "facts", "--json").records() == []
+
+    llm.script(
+        {"content": "<facts><fact>Ana likes tea</fact></facts>"},
+        {"content": "<facts><fact>Ana likes jazz</fact></facts>"},
+    )
+    run = memcli("--config", config, "facts", "extract", "--pending", "--json")
+    assert run.code == 0, run.stderr
+    assert run.records()[-1] == {"type": "summary", "done": 2, "pending": 0}
+    texts = [f["text"] for f in memcli("--config", config, "facts", "--json").records()]
+    assert sorted(texts) == ["Ana likes jazz", "Ana likes tea"]
+    # Nothing left: a second run does nothing and calls no LLM.
+    before = len(llm.requests)
+    run = memcli("--config", config, "facts", "extract", "--pending", "--json")
+    assert run.records()[-1] == {"type": "summary", "done": 0, "pending": 0}
+    assert len(llm.requests) == before
+
+
+def test_extract_without_a_fact_block(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[[blocks]]\nkind = "static"\ncontent = "x"\n')
+    assert (
+        memcli("--config", str(path), "import", "-", input='{"role":"user","content":"hi"}\n').code
+        == 0
+    )
+    run = memcli("--config", str(path), "facts", "extract", "--pending")
+    assert run.code == 2 and "no fact block is configured" in run.stderr

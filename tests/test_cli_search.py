@@ -1,0 +1,63 @@
+"""`memcli search`, `memcli blocks backfill` and `memcli import` feeding the vector block."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clidata import BUDGET, write_chat
+from helpers import memcli
+
+pytestmark = pytest.mark.slow
+
+
+def test_backfill_then_search(tmp_path: Path) -> None:
+    chat = write_chat(tmp_path / "chat.jsonl")
+    run = memcli("import", chat, "--no-blocks", "--json", *BUDGET)
+    assert run.code == 0, run.stderr
+    assert run.records()[-1]["blocks_fed"] is False
+    # Nothing is searchable yet.
+    run = memcli("search", "cello", "--json")
+    assert run.code == 0 and run.records() == [] and "No matches" in run.stderr
+
+    run = memcli("blocks", "backfill", "--json")
+    assert run.code == 0, run.stderr
+    (record,) = run.records()
+    assert record["name"] == "vector_memory" and record["done"] >= 2 and record["pending"] == 0
+    run = memcli("blocks", "backfill", "s1", "--json")
+    assert run.code == 0 and "Nothing to backfill" in run.stderr
+    assert run.records() == [{"type": "block", "name": "vector_memory", "done": 0, "pending": 0}]
+
+    run = memcli("search", "which musical instrument do I play", "-k", "2", "--json")
+    assert run.code == 0, run.stderr
+    hits = run.records()
+    assert [h["rank"] for h in hits] == [1, 2]
+    assert hits[0]["type"] == "hit" and "cello" in hits[0]["text"]
+    assert hits[0]["session"] == "s1" and hits[0]["message_ids"]
+    assert hits[0]["score"] >= hits[1]["score"]
+    assert memcli("search", "cello", "--session", "s1", "--json").records()
+    assert memcli("search", "cello", "--user", "bob", "--json").records() == []
+    run = memcli("search", "cello", "--session", "nope")
+    assert run.code == 1 and "no session 'nope'" in run.stderr
+
+    # The index file beside the database is a cache: delete it and search still works.
+    for path in (tmp_path / "home").glob("memcli.db.vector_memory.faiss*"):
+        path.unlink()
+    assert "cello" in memcli("search", "cello", "-k", "1", "--json").records()[0]["text"]
+
+
+def test_import_feeds_the_vector_block_and_a_second_session_recalls(tmp_path: Path) -> None:
+    run = memcli("import", write_chat(tmp_path / "a.jsonl", "first"), "--json", *BUDGET)
+    assert run.code == 0, run.stderr
+    summary = run.records()[-1]
+    assert summary["blocks_fed"] is True and summary["block_batches"] == summary["flushes"] > 0
+    # Nothing left for backfill.
+    assert "Nothing to backfill" in memcli("blocks", "backfill").stderr
+    second = tmp_path / "b.jsonl"
+    second.write_text('{"role": "user", "content": "hello again", "session": "second"}\n')
+    assert memcli("import", str(second)).code == 0
+    run = memcli("dump", "context", "second", "--input", "what is my dog called?", "--json")
+    assert run.code == 0, run.stderr
+    messages = run.records()
+    assert messages[0]["role"] == "system" and "Rex" in messages[0]["content"]
+    assert messages[-1] == {"type": "message", "role": "user", "content": "hello again"}
