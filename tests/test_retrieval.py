@@ -330,3 +330,30 @@ def test_archived_only_leaves_short_term_messages_out(store: SQLiteStore, mode: 
     store.archive("s1", ids[:2], 4, "size")
     hits = retriever.search("cello", k=5, mode=mode, archived_only=True).hits
     assert sorted(h.anchor_id for h in hits) == ids[:2]
+
+
+def test_vector_block_retrieves_archived_messages_with_their_times(tmp_path: Path) -> None:
+    from memcli import Memory, VectorBlock
+
+    options = SearchOptions(context_before=0, context_after=0)
+    block = VectorBlock(embedder=WordsEmbedder(), similarity_top_k=2, search_options=options)
+    memory = Memory.from_defaults(
+        session_id="s",
+        token_limit=200,
+        chat_history_token_ratio=0.1,
+        token_flush_size=10,
+        db=tmp_path / "m.db",
+        memory_blocks=[block],
+    )
+    memory.put_messages(
+        [
+            Message("user", "my cello is red", timestamp=T0),
+            Message("assistant", "a red cello, nice", timestamp=T0 + timedelta(minutes=1)),
+        ]
+    )
+    for i in range(4):
+        memory.put_messages([Message("user", f"small talk {i}"), Message("assistant", "ok")])
+    active = {m.id for m in memory.get_all(status="active")}
+    text = memory.context("what colour is my cello").memory_text
+    assert "<message role='user' time='2023-05-08T13:56'>my cello is red</message>" in text
+    assert block.last_hits and not active & {i for h in block.last_hits for i in h.message_ids}
