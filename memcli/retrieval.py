@@ -323,17 +323,18 @@ class Retriever:
 
     def _lexical_terms(self, query: str) -> list[str]:
         """The query's terms, less those in more than `common_term_messages` messages; when all
-        are that common, the rarest few whose messages add up to at most five times that."""
+        are that common, the rarest (or the few rarest whose messages add up to at most twice
+        that)."""
         terms = query_terms(query)
         cap = self.options.common_term_messages
-        counts = sql.term_counts(self.store, terms, cap * 5)
+        counts = sql.term_counts(self.store, terms, cap * 2)
         rare = [t for t in terms if counts[t] <= cap]
         if rare or not terms:
             return rare
         chosen: list[str] = []
         total = 0
         for term in sorted(terms, key=lambda t: counts[t]):
-            if chosen and total + counts[term] > cap * 5:
+            if chosen and total + counts[term] > cap * 2:
                 break
             chosen.append(term)
             total += counts[term]
