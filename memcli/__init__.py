@@ -28,8 +28,11 @@ _EXPORTS = {
     "MemoryBlock": "memcli.blocks.base",
     "Message": "memcli.messages",
     "ModelError": "memcli.errors",
+    "OnnxEmbedder": "memcli.onnx_embedder",
     "ProviderError": "memcli.errors",
+    "Retriever": "memcli.retrieval",
     "SQLiteStore": "memcli.store.sqlite",
+    "SearchOptions": "memcli.retrieval",
     "SessionNotFound": "memcli.errors",
     "StaticBlock": "memcli.blocks.static",
     "Store": "memcli.store.base",
@@ -58,8 +61,11 @@ __all__ = [
     "MemoryBlock",
     "Message",
     "ModelError",
+    "OnnxEmbedder",
     "ProviderError",
+    "Retriever",
     "SQLiteStore",
+    "SearchOptions",
     "SessionNotFound",
     "StaticBlock",
     "Store",
@@ -105,6 +111,8 @@ if TYPE_CHECKING:
     from memcli.flush import Batch, Budget, plan_flush
     from memcli.memory import Context, Flush, Memory
     from memcli.messages import Message
+    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.retrieval import Retriever, SearchOptions
     from memcli.store.base import Store
     from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import TiktokenTokenizer, Tokenizer, WordTokenizer

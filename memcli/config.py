@@ -40,6 +40,14 @@ FIELDS: tuple[Field, ...] = (
     Field("model", "llm", "model", "MEMCLI_MODEL", str, None),
     Field("api_base", "llm", "api_base", "MEMCLI_API_BASE", str, None),
     Field("llm_timeout", "llm", "timeout", "MEMCLI_LLM_TIMEOUT", float, 60.0),
+    Field("search_lexical_weight", "search", "lexical_weight", None, float, 1.0),
+    Field("search_vector_weight", "search", "vector_weight", None, float, 1.0),
+    Field("search_rrf_k", "search", "rrf_k", None, int, 10),
+    Field("search_candidates", "search", "candidates", None, int, 100),
+    Field("search_context_before", "search", "context_before", None, int, 1),
+    Field("search_context_after", "search", "context_after", None, int, 1),
+    Field("search_context_tokens", "search", "context_tokens", None, int, 60),
+    Field("search_vector_context", "search", "vector_context", None, int, 1),
 )
 
 
@@ -59,6 +67,14 @@ class Settings:
     model: str | None = None
     api_base: str | None = None
     llm_timeout: float = 60.0
+    search_lexical_weight: float = 1.0
+    search_vector_weight: float = 1.0
+    search_rrf_k: int = 10
+    search_candidates: int = 100
+    search_context_before: int = 1
+    search_context_after: int = 1
+    search_context_tokens: int = 60
+    search_vector_context: int = 1
     blocks: tuple[dict[str, Any], ...] | None = None
     explicit: frozenset[str] = field(default_factory=frozenset)
 

@@ -98,10 +98,22 @@ def test_memory_survives_a_restart_in_a_new_process(tmp_path: Path, minilm) -> N
     assert "Porto" in out.stdout
 
 
+def store_flushed_batches(store: SQLiteStore, embedder, session: str, user: str) -> None:
+    """The flushed batches as memcli.vectors entries (the block itself now indexes messages)."""
+    from memcli.vectors import Batch, store_batches
+
+    by_flush: dict[int, list[Message]] = {}
+    for m in store.get_messages(session, status="archived"):
+        by_flush.setdefault(m.flush_id, []).append(m)
+    batches = [Batch(user, session, f, ms) for f, ms in by_flush.items()]
+    store_batches(store, embedder, "vector_memory", batches)
+
+
 def test_index_file_missing_or_corrupt_is_rebuilt(tmp_path: Path, minilm) -> None:
     db = tmp_path / "m.db"
     fill(chat(db, "s1", minilm))
     store = SQLiteStore(db)
+    store_flushed_batches(store, minilm, "s1", "ana")
     index = VectorIndex(store, "vector_memory")
     assert index.path is not None and index.sidecar is not None
     hits = search(store, minilm, "cello lessons", user_id="ana", k=1, index=index)
@@ -189,12 +201,13 @@ def test_put_many_embeds_in_one_call_and_search_dedups_batches(tmp_path: Path) -
     assert len(flushes) > 3
     embedder.calls.clear()
     result = memory.feed_blocks_many(flushes)
-    assert embedder.calls == [
-        sum(len(p) for p in embedder.split([batch_text(f.messages) for f in flushes]))
-    ]
+    # Issue 6: the block embeds stored messages (one vector each), many per model call.
+    assert len(embedder.calls) == 1 and embedder.calls[0] >= len(memory.get_all())
     assert result.done == {"vector_memory": len(flushes)}
-    hits = search(memory.store, embedder, "apple banana", user_id="default", k=3)
-    assert len({h.entry_id for h in hits}) == len(hits) == 3
+    memory.context("apple banana")
+    hits = block.last_hits
+    ids = [i for h in hits for i in h.message_ids]
+    assert len(hits) == 3 and len(ids) == len(set(ids))
     assert hits == sorted(hits, key=lambda h: -h.score)
 
 
@@ -241,7 +254,7 @@ def test_stale_index_file_is_extended_or_rebuilt(tmp_path: Path) -> None:
     assert "alpha beta" not in [h.text for h in hits]
 
 
-def test_reset_keeps_block_memory_and_reused_flush_ids_are_processed(tmp_path: Path) -> None:
+def test_reset_forgets_and_reused_flush_ids_are_processed(tmp_path: Path) -> None:
     embedder = HashEmbedder(dim=32)
     block = VectorBlock(embedder=embedder, similarity_top_k=5)
     memory = Memory.from_defaults(
@@ -255,18 +268,21 @@ def test_reset_keeps_block_memory_and_reused_flush_ids_are_processed(tmp_path: P
         memory.put_messages(
             [Message("user", f"apples and pears {i} " * 3), Message("assistant", "ok")]
         )
-    stored = longterm.piece_stats(memory.store, "vector_memory")[0]
-    assert stored > 0
-    memory.reset()  # messages and flushes go; block memory stays (as the reference)
-    assert search(memory.store, embedder, "apples", user_id="default", k=1)
+    memory.context("apples")
+    assert block.last_hits and "apples" in block.last_hits[0].text
+    # Issue 6: the block searches the stored messages, so reset() (which deletes them) forgets
+    # them, where the reference keeps its vector store.
+    memory.reset()
+    memory.context("apples")
+    assert block.last_hits == []
     for i in range(4):
         memory.put_messages(
             [Message("user", f"kiwis and plums {i} " * 3), Message("assistant", "ok")]
         )
     # The new flushes (their ids may be reused) were all stored, not mistaken for processed ones.
-    hits = search(memory.store, embedder, "kiwis plums", user_id="default", k=1)
-    assert "kiwis" in hits[0].text
-    assert longterm.piece_stats(memory.store, "vector_memory")[0] > stored
+    memory.context("kiwis plums")
+    assert "kiwis" in block.last_hits[0].text
+    assert block.retriever(memory.store).pending() == 0
 
 
 def test_import_embeds_in_bulk(tmp_path: Path) -> None:
@@ -293,11 +309,9 @@ def test_import_embeds_in_bulk(tmp_path: Path) -> None:
     )
     assert result.flushes > 50 and result.blocks_done == result.flushes
     assert totals == [result.flushes] and sum(progress) == result.flushes
-    # One embedding call per chunk of CHUNK batches, not one per flushed batch.
-    assert len(embedder.calls) == -(-result.flushes // CHUNK)
-    assert longterm.entries_with_flush(
-        store, "vector_memory", [f.id for f in store.list_flushes("s")]
-    ) == {f.id for f in store.list_flushes("s")}
+    # Issue 6: messages are embedded many per model call, not one call per flushed batch.
+    assert CHUNK >= 1 and len(embedder.calls) <= -(-400 // 512) * -(-result.flushes // CHUNK)
+    assert block.retriever(store).pending() == 0
 
 
 def test_quantised_index_finds_the_exact_top_k(tmp_path: Path) -> None:

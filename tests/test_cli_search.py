@@ -16,8 +16,10 @@ def test_backfill_then_search(tmp_path: Path) -> None:
     run = memcli("import", chat, "--no-blocks", "--json", *BUDGET)
     assert run.code == 0, run.stderr
     assert run.records()[-1]["blocks_fed"] is False
-    # Nothing is searchable yet.
+    # Search covers every stored message, blocks fed or not (issue 6: was "nothing yet").
     run = memcli("search", "cello", "--json")
+    assert run.code == 0 and "cello" in run.records()[0]["text"]
+    run = memcli("search", "zeppelin", "--mode", "lexical", "--json")
     assert run.code == 0 and run.records() == [] and "No matches" in run.stderr
 
     run = memcli("blocks", "backfill", "--json")
@@ -41,7 +43,7 @@ def test_backfill_then_search(tmp_path: Path) -> None:
     assert run.code == 1 and "no session 'nope'" in run.stderr
 
     # The index file beside the database is a cache: delete it and search still works.
-    for path in (tmp_path / "home").glob("memcli.db.vector_memory.faiss*"):
+    for path in (tmp_path / "home").glob("memcli.db.retrieval.*"):
         path.unlink()
     assert "cello" in memcli("search", "cello", "-k", "1", "--json").records()[0]["text"]
 

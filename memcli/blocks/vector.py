@@ -1,4 +1,5 @@
-"""VectorBlock: flushed batches embedded and retrieved by similarity to the recent conversation."""
+"""VectorBlock: long-term memory retrieved by hybrid search (BM25 and vectors over every archived
+message, memcli.retrieval), shown with each message's time."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ if TYPE_CHECKING:
 
     from memcli.embeddings import Embedder
     from memcli.messages import Message
-    from memcli.vectors import Hit, VectorIndex
+    from memcli.retrieval import Hit, Retriever, SearchOptions
 
 
 class VectorBlock(MemoryBlock):
-    """One entry per flushed batch (its `<message role='ROLE'>TEXT</message>` lines), embedded in
-    pieces that fit the model's window; `get` returns the `similarity_top_k` batches closest to the
-    last `retrieval_context_window` messages plus the input, joined by a blank line.
+    """Each flushed batch has its messages embedded (one vector per message, in one model call for
+    many batches); `get` runs the hybrid search of `memcli search` over the archived messages of
+    the user (or the session, with `scope = "session"`) with the last `retrieval_context_window`
+    messages plus the input as the query, and returns the `similarity_top_k` best hits (each a
+    message with its short neighbouring turns) as `<message role='ROLE' time='2023-05-08T13:56'>
+    TEXT</message>` lines, hits separated by a blank line.
 
-    After each `get`, `last_hits` holds what was found (score, text, session_id, message_ids).
-    The embedder defaults to the bundled all-MiniLM-L6-v2, loaded on first use.
+    After each `get`, `last_hits` holds what was found (memcli.retrieval.Hit: score, text,
+    session_id, message_ids, ranks). The embedder defaults to the bundled all-MiniLM-L6-v2,
+    loaded on first use; `search_options` are the `[search]` settings.
     """
 
     name = "vector_memory"
@@ -35,6 +40,7 @@ class VectorBlock(MemoryBlock):
         priority: int | None = None,
         scope: str | None = None,
         embedder: Embedder | None = None,
+        search_options: SearchOptions | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name=name, priority=priority, scope=scope, **kwargs)
@@ -50,7 +56,8 @@ class VectorBlock(MemoryBlock):
         self.similarity_top_k = similarity_top_k
         self.retrieval_context_window = retrieval_context_window
         self._embedder = embedder
-        self._indexes: dict[int, VectorIndex] = {}
+        self.search_options = search_options
+        self._retrievers: dict[int, Retriever] = {}
         self.last_hits: list[Hit] = []
 
     @property
@@ -61,28 +68,25 @@ class VectorBlock(MemoryBlock):
             self._embedder = SentenceTransformerEmbedder()
         return self._embedder
 
-    def index(self, store: Any) -> VectorIndex:
-        """The block's FAISS index over this store, kept loaded between calls."""
-        from memcli.vectors import VectorIndex
+    def retriever(self, store: Any) -> Retriever:
+        """The block's retriever over this store (its index stays loaded between calls)."""
+        from memcli.retrieval import Retriever
 
-        index = self._indexes.get(id(store))
-        if index is None or index.store is not store:
-            index = self._indexes[id(store)] = VectorIndex(store, self.name)
-        return index
+        retriever = self._retrievers.get(id(store))
+        if retriever is None or retriever.store is not store:
+            retriever = Retriever(store, self.embedder, self.search_options)
+            self._retrievers[id(store)] = retriever
+        return retriever
 
     def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
         self.put_many([(batch, ctx)])
 
     def put_many(self, items: Sequence[tuple[Sequence[Message], BlockContext]]) -> list[str | None]:
-        """Store every batch, with all their pieces embedded in one model call."""
-        from memcli.vectors import Batch, store_batches
-
-        by_store: dict[int, tuple[Any, list[Batch]]] = {}
-        for messages, ctx in items:
-            batch = Batch(ctx.user_id, ctx.session_id, ctx.flush_id, list(messages))
-            by_store.setdefault(id(ctx.store), (ctx.store, []))[1].append(batch)
-        for store, batches in by_store.values():
-            store_batches(store, self.embedder, self.name, batches)
+        """Embed every message not embedded yet (those of these batches among them), in batches
+        of many messages per model call."""
+        stores = {id(ctx.store): ctx.store for _, ctx in items}
+        for store in stores.values():
+            self.retriever(store).index()
         return [None] * len(items)
 
     def query_text(self, messages: Sequence[Message]) -> str:
@@ -91,26 +95,20 @@ class VectorBlock(MemoryBlock):
         return "\n".join(m.content for m in window if m.content)
 
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
-        from memcli.vectors import search
-
         query = self.query_text(messages)
         self.last_hits = []
         if not query.strip():
             return ""
-        if self.scope == "session":
-            where = {"session_id": ctx.session_id}
-        else:
-            where = {"user_id": ctx.user_id}
-        self.last_hits = search(
-            ctx.store,
-            self.embedder,
+        by_session = self.scope == "session"
+        result = self.retriever(ctx.store).search(
             query,
             k=self.similarity_top_k,
-            block=self.name,
-            index=self.index(ctx.store),
-            **where,
+            user_id=None if by_session else ctx.user_id,
+            session_id=ctx.session_id if by_session else None,
+            archived_only=True,
         )
-        return "\n\n".join(hit.text for hit in self.last_hits)
+        self.last_hits = result.hits
+        return "\n\n".join(render_hit(hit) for hit in self.last_hits)
 
     def truncate(self, content: str, tokens_over: int) -> str | None:
         """Drop the weakest batches (the last ones) until enough is cut; None when none are left."""
@@ -124,3 +122,13 @@ class VectorBlock(MemoryBlock):
         if cut < tokens_over:
             return None
         return "\n\n".join(kept)
+
+
+def render_hit(hit: Hit) -> str:
+    """A hit as `<message role='user' time='2023-05-08T13:56'>TEXT</message>` lines (UTC, to the
+    minute; no time attribute for a message stored without one)."""
+    lines = []
+    for m in hit.messages:
+        when = f" time='{m.timestamp.strftime('%Y-%m-%dT%H:%M')}'" if m.timestamp else ""
+        lines.append(f"<message role='{m.role}'{when}>{m.content}</message>")
+    return "\n".join(lines)

@@ -122,4 +122,11 @@ def make_blocks(s: Settings, store: SQLiteStore | None = None) -> list[Any]:
         llm_timeout=s.llm_timeout,
         embedder=SentenceTransformerEmbedder(),
     )
-    return build_blocks(s.blocks, defaults)
+    from memcli.blocks.vector import VectorBlock
+    from memcli.retrieval import SearchOptions
+
+    blocks = build_blocks(s.blocks, defaults)
+    for block in blocks:
+        if isinstance(block, VectorBlock) and block.search_options is None:
+            block.search_options = SearchOptions.from_settings(s)  # the [search] settings
+    return blocks

@@ -1,81 +1,144 @@
-"""`memcli search QUERY`: search long-term (vector) memory."""
+"""`memcli search QUERY`: hybrid search (BM25 and vectors, fused) over everything stored for a
+user (or one session), short-term and long-term alike."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from memcli.cli import common, output
 
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from memcli.retrieval import Retriever
+
 
 def search_command(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(help="What to look for.")],
+    query: Annotated[
+        str | None, typer.Argument(help="What to look for (or give --queries).", show_default=False)
+    ] = None,
     user: common.User = None,
     session: Annotated[
-        str | None, typer.Option("--session", help="Only this session's memory.")
+        str | None, typer.Option("--session", help="Only this session's messages.")
     ] = None,
-    k: Annotated[int, typer.Option("-k", "--top", help="How many batches to return.", min=1)] = 5,
-    block: Annotated[
-        str | None, typer.Option("--block", help="The vector block (default: the first one).")
+    k: Annotated[int, typer.Option("-k", "--top", help="How many hits to return.", min=1)] = 5,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only messages at or after this time (ISO 8601, UTC if bare)."
+        ),
     ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Only messages before this time (ISO 8601).")
+    ] = None,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Show each hit's BM25 and vector ranks and scores.")
+    ] = False,
+    queries: Annotated[
+        str | None,
+        typer.Option(
+            "--queries",
+            help='A file of {"query": ...} lines (optional user, session, k); - for stdin.',
+        ),
+    ] = None,
+    mode: Annotated[
+        str, typer.Option("--mode", help="hybrid, lexical (BM25 only) or vector (dense only).")
+    ] = "hybrid",
     json_: common.Json = False,
 ) -> None:
-    """Search the flushed batches of a user (or of one session) by meaning; best first.
+    """Search every stored message by words and by meaning; best first.
 
-    Example: memcli search "where does Ana live" -k 3
+    Examples: memcli search "where does Ana live" -k 3 --since 2024-01-01;
+    memcli search --queries questions.jsonl --json
     """
-    from memcli.embeddings import SentenceTransformerEmbedder
-    from memcli.vectors import search
+    from memcli.errors import UsageError
+    from memcli.queries import QueryLine, read_queries
 
+    if (query is None) == (queries is None):
+        raise UsageError("give a QUERY or --queries FILE, not both or neither", "See --help")
     s = common.settings(ctx, user=user)
+    window = (_time("--since", since), _time("--until", until))
+    lines = read_queries(queries) if queries is not None else [QueryLine(0, query or "")]
     store = common.open_store(s, must_exist=True)
-    name = block or _vector_block_name(s)
-    if session is not None:
-        common.require_session(store, session)
-    user_filter = s.user if (session is None or user is not None) else None
-    hits = search(
-        store,
-        SentenceTransformerEmbedder(),
-        query,
-        user_id=user_filter,
-        session_id=session,
-        k=k,
-        block=name,
-    )
-    records: list[dict[str, Any]] = [
-        {
-            "type": "hit",
-            "rank": rank,
-            "score": round(hit.score, 4),
-            "text": hit.text,
-            "session": hit.session_id,
-            "message_ids": hit.message_ids,
-        }
-        for rank, hit in enumerate(hits, start=1)
-    ]
-    if not hits:
+    retriever = _retriever(s, store)
+    records: list[dict[str, Any]] = []
+    pending = 0
+    for line in lines:
+        target = line.session or session
+        if target is not None:
+            common.require_session(store, target)
+        explicit = line.user or user
+        user_filter = (line.user or s.user) if (target is None or explicit) else None
+        result = retriever.search(
+            line.query,
+            k=line.k or k,
+            user_id=user_filter,
+            session_id=target,
+            since=window[0],
+            until=window[1],
+            mode=mode,
+        )
+        pending = max(pending, result.pending)
+        for hit in result.hits:
+            record = hit.to_dict(explain=explain)
+            if queries is not None:
+                record["query_index"] = line.index
+            records.append(record)
+    if pending:
+        output.info(
+            f"{pending} messages are not embedded yet: found by their words only."
+            " `memcli blocks backfill` embeds them."
+        )
+    if not records:
         output.info("No matches.")
     if output.wants_json(json_):
         output.emit_all(records)
         return
-    output.table(
-        None,
-        ["rank", "score", "session", "messages", "text"],
-        [(r["rank"], r["score"], r["session"], _ids(r["message_ids"]), r["text"]) for r in records],
-    )
+    columns = ["rank", "score", "session", "time", "text"]
+    if queries is not None:
+        columns.insert(0, "query")
+    if explain:
+        columns[-1:-1] = ["bm25", "vector"]
+    rows = []
+    for r in records:
+        row: list[Any] = [r["rank"], r["score"], r["session"], (r["first_time"] or "")[:16]]
+        if queries is not None:
+            row.insert(0, r["query_index"])
+        if explain:
+            row += [
+                _explain(r["lexical_rank"], r["lexical_score"]),
+                _explain(r["vector_rank"], r["vector_score"]),
+            ]
+        rows.append([*row, r["text"]])
+    output.table(None, columns, rows)
 
 
-def _ids(ids: list[int]) -> str:
-    if not ids:
-        return ""
-    return f"{ids[0]}-{ids[-1]}" if len(ids) > 1 else str(ids[0])
+def _retriever(s: Any, store: Any) -> Retriever:
+    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.retrieval import Retriever, SearchOptions
+
+    embedder = OnnxEmbedder(s.home / "models")
+    if not embedder.is_exported:
+        output.info("Preparing the embedding model for fast search (once; about 15 s)...")
+    return Retriever(store, embedder, SearchOptions.from_settings(s))
 
 
-def _vector_block_name(s: Any) -> str:
-    """The name of the first configured vector block ("vector_memory" by default)."""
-    for table in s.blocks or ():
-        if table.get("kind") == "vector":
-            return str(table.get("name", "vector_memory"))
-    return "vector_memory"
+def _time(flag: str, value: str | None) -> datetime | None:
+    from memcli.errors import InputError, UsageError
+    from memcli.messages import parse_time
+
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except InputError:
+        raise UsageError(
+            f"{flag}: invalid time {value!r}", "Use ISO 8601, e.g. 2023-05-08 or 2023-05-08T13:56Z"
+        ) from None
+
+
+def _explain(rank: int | None, score: float | None) -> str:
+    return "-" if rank is None else f"#{rank} {score}"

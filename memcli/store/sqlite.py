@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
+from memcli.store import retrieval
 from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
 from memcli.store.longterm import forget_session_flushes, migration_2
 
@@ -95,7 +96,11 @@ def _migration_1(db: sqlite_utils.Database) -> None:
 
 
 #: Numbered migrations; a database records the highest one applied. Append, never edit.
-MIGRATIONS: list[tuple[int, Migration]] = [(1, _migration_1), (2, migration_2)]
+MIGRATIONS: list[tuple[int, Migration]] = [
+    (1, _migration_1),
+    (2, migration_2),
+    (10, retrieval.migration_10),
+]
 
 
 def now_utc() -> datetime:

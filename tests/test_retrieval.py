@@ -1,0 +1,359 @@
+"""Hybrid retrieval: fusion, the FTS query, scopes and time filters, hits, the FAISS file."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcli.errors import UsageError
+from memcli.messages import Message
+from memcli.retrieval import Retriever, SearchOptions, fts_query, fuse
+from memcli.store.base import NewMessage
+from memcli.store.sqlite import SQLiteStore
+
+T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+
+
+class WordsEmbedder:
+    """Bag of words hashed into 64 buckets: texts sharing words are close. Tests only."""
+
+    name = "words"
+    dim = 64
+    max_tokens = 32
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(len(texts))
+        rows = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+                rows[i, int.from_bytes(digest, "little") % self.dim] += 1.0
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        return rows / np.maximum(norms, 1e-12)
+
+    def split(self, texts: Sequence[str]) -> list[list[str]]:
+        out = []
+        for text in texts:
+            words = text.split(" ")
+            out.append(
+                [" ".join(words[i : i + self.max_tokens]) for i in range(0, len(words), 32)]
+                or [text]
+            )
+        return out
+
+
+def add(
+    store: SQLiteStore,
+    session: str,
+    user: str,
+    texts: Sequence[str],
+    start: datetime = T0,
+    step: timedelta = timedelta(days=1),
+) -> list[int]:
+    if store.get_session(session) is None:
+        store.create_session(session, user, 30000, 0.7, 3000)
+    new = [
+        NewMessage(
+            Message(
+                role="user" if i % 2 == 0 else "assistant",
+                content=text,
+                name="Ana" if i % 2 == 0 else "Ben",
+                timestamp=start + step * i,
+            ),
+            len(text.split()),
+        )
+        for i, text in enumerate(texts)
+    ]
+    return store.append_messages(session, new)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteStore:
+    return SQLiteStore(tmp_path / "memcli.db")
+
+
+# -- fusion and the query ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ranked", "k", "expected"),
+    [
+        ([(1.0, [1, 2, 3]), (1.0, [2, 3, 1])], 60, [2, 1, 3]),
+        ([(1.0, [1, 2, 3]), (1.0, [3, 2, 1])], 60, [1, 3, 2]),  # first and last beat two seconds
+        ([(1.0, [1, 2]), (1.0, [])], 60, [1, 2]),
+        ([(1.0, [1, 2]), (3.0, [2, 1])], 60, [2, 1]),  # the heavier list wins
+        ([(0.0, [1, 2]), (1.0, [2, 1])], 60, [2, 1]),  # weight 0: left out
+        ([(1.0, [1, 5]), (1.0, [5, 9])], 0, [5, 1, 9]),  # 1/2 + 1/1 > 1/1 > 1/2
+    ],
+)
+def test_fuse_orders_by_weighted_reciprocal_rank(
+    ranked: list[tuple[float, list[int]]], k: int, expected: list[int]
+) -> None:
+    assert [item for item, _ in fuse(ranked, k)] == expected
+
+
+def test_fuse_scores_are_the_rrf_sums() -> None:
+    fused = dict(fuse([(1.0, [7, 8]), (0.5, [8])], rrf_k=10))
+    assert fused[7] == pytest.approx(1 / 11)
+    assert fused[8] == pytest.approx(1 / 12 + 0.5 / 11)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("When did Caroline go to the LGBTQ support group?", '"caroline" OR "go" OR "lgbtq"'),
+        ("what is it?", '"what" OR "is" OR "it"'),  # only stopwords: keep them all
+        ("   ?!  ", None),
+        ('say "hi" AND NOT x*', '"say" OR "hi"'),  # FTS syntax in a query is just words
+    ],
+)
+def test_fts_query(text: str, expected: str | None) -> None:
+    query = fts_query(text)
+    if expected is None:
+        assert query is None
+    else:
+        assert query is not None and query.startswith(expected)
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(UsageError):
+        SearchOptions(lexical_weight=0, vector_weight=0)
+    with pytest.raises(UsageError):
+        SearchOptions(vector_weight=-1)
+    with pytest.raises(UsageError):
+        SearchOptions(context_tokens=-5)
+
+
+# -- search -----------------------------------------------------------------------------------
+
+CHAT = [
+    "I adopted a puppy named Biscuit last week",
+    "That is wonderful, what breed is Biscuit?",
+    "A golden retriever, he loves the beach",
+    "My sister plays the cello in an orchestra",
+    "Does she perform often?",
+    "Every month at the city hall",
+]
+
+
+def test_hybrid_search_finds_and_explains(store: SQLiteStore) -> None:
+    ids = add(store, "s1", "u1", CHAT)
+    retriever = Retriever(store, WordsEmbedder(), SearchOptions(context_before=0, context_after=0))
+    result = retriever.search("what breed is the puppy Biscuit", k=3, user_id="u1")
+    assert result.hits and result.hits[0].message_ids[0] in ids[:3]
+    top = result.hits[0]
+    assert top.lexical_rank == 1 or top.vector_rank == 1
+    record = top.to_dict(explain=True)
+    assert {"lexical_rank", "lexical_score", "vector_rank", "vector_score"} <= set(record)
+    assert record["first_time"].startswith("2023-05-")
+    assert result.embedded == len(CHAT)  # what was missing was embedded before the query
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "lexical", "vector"])
+def test_hits_never_repeat_a_message(store: SQLiteStore, mode: str) -> None:
+    add(store, "s1", "u1", CHAT * 3)
+    retriever = Retriever(store, WordsEmbedder(), SearchOptions(context_tokens=40))
+    hits = retriever.search("Biscuit cello puppy orchestra beach", k=20, mode=mode).hits
+    seen = [i for h in hits for i in h.message_ids]
+    assert seen and len(seen) == len(set(seen))
+
+
+def test_neighbours_join_a_hit_within_the_token_allowance(store: SQLiteStore) -> None:
+    ids = add(store, "s1", "u1", ["ok", "the cello concert was on Sunday", "yes", "x " * 50])
+    options = SearchOptions(context_before=1, context_after=1, context_tokens=10)
+    hit = Retriever(store, WordsEmbedder(), options).search("cello concert", k=1).hits[0]
+    assert hit.anchor_id == ids[1]
+    assert hit.message_ids == ids[:3]  # the short turns around it, not the 50-word one
+    assert hit.tokens == 1 + 6 + 1
+    off = Retriever(store, WordsEmbedder(), SearchOptions(context_before=0, context_after=0))
+    assert off.search("cello concert", k=1).hits[0].message_ids == [ids[1]]
+
+
+def test_lexical_finds_messages_not_embedded_yet(store: SQLiteStore) -> None:
+    add(store, "s1", "u1", CHAT)
+    embedder = WordsEmbedder()
+    retriever = Retriever(store, embedder, SearchOptions(embed_limit=0))
+    result = retriever.search("cello orchestra", k=2)
+    assert result.pending == len(CHAT) and result.embedded == 0
+    assert "cello" in result.hits[0].text
+    assert retriever.index() == len(CHAT)
+    assert retriever.pending() == 0
+    assert retriever.index() == 0  # nothing left to do
+
+
+def test_scope_by_user_and_session(store: SQLiteStore) -> None:
+    add(store, "a1", "ana", ["the cello is mine"])
+    add(store, "a2", "ana", ["my cello broke"])
+    add(store, "b1", "bob", ["bob plays cello too"])
+    retriever = Retriever(store, WordsEmbedder())
+    for mode in ("hybrid", "lexical", "vector"):
+        hits = retriever.search("cello", k=10, user_id="ana", mode=mode).hits
+        assert {h.session_id for h in hits} == {"a1", "a2"}
+        hits = retriever.search("cello", k=10, session_id="a2", mode=mode).hits
+        assert {h.session_id for h in hits} == {"a2"}
+        assert retriever.search("cello", k=10, user_id="nobody", mode=mode).hits == []
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "lexical", "vector"])
+def test_since_and_until_filter_by_message_time(store: SQLiteStore, mode: str) -> None:
+    texts = [f"cello lesson number {i}" for i in range(6)]
+    ids = add(store, "s1", "u1", texts, start=T0, step=timedelta(days=1))
+    retriever = Retriever(store, WordsEmbedder(), SearchOptions(context_before=0, context_after=0))
+    since, until = T0 + timedelta(days=2), T0 + timedelta(days=4)
+    hits = retriever.search("cello lesson", k=10, since=since, until=until, mode=mode).hits
+    assert sorted(i for h in hits for i in h.message_ids) == ids[2:4]  # until is exclusive
+    hits = retriever.search("cello lesson", k=10, since=since, mode=mode).hits
+    assert sorted(i for h in hits for i in h.message_ids) == ids[2:]
+    with pytest.raises(UsageError):
+        retriever.search("cello", since=until, until=since)
+
+
+def test_deleted_session_leaves_the_index(store: SQLiteStore) -> None:
+    add(store, "s1", "u1", ["the cello is red"])
+    add(store, "s2", "u1", ["the cello is blue"])
+    retriever = Retriever(store, WordsEmbedder())
+    assert len(retriever.search("cello", k=5).hits) == 2
+    store.delete_session("s1")
+    for mode in ("lexical", "vector"):
+        hits = retriever.search("cello", k=5, mode=mode).hits
+        assert [h.session_id for h in hits] == ["s2"]
+    assert retriever.vectors.rebuilt
+
+
+def test_long_message_is_embedded_whole_in_pieces(store: SQLiteStore) -> None:
+    long = " ".join(f"w{i}" for i in range(100)) + " zebra"
+    add(store, "s1", "u1", ["short one", long])
+    embedder = WordsEmbedder()
+    retriever = Retriever(store, embedder, SearchOptions(vector_context=0))
+    retriever.index()
+    rows = store.execute("SELECT message_id, piece FROM retrieval_vectors ORDER BY id").fetchall()
+    assert len(rows) == 1 + 4  # 101 words at 32 per piece
+    hits = retriever.search("zebra", k=1, mode="vector").hits
+    assert "zebra" in hits[0].text  # the last piece is searched too
+
+
+# -- the FAISS file ---------------------------------------------------------------------------
+
+
+def index_files(db: Path) -> list[Path]:
+    return [Path(f"{db}.retrieval.{suffix}") for suffix in ("faiss", "npz", "json")]
+
+
+def test_index_file_is_written_reused_and_extended(store: SQLiteStore, tmp_path: Path) -> None:
+    add(store, "s1", "u1", CHAT)
+    Retriever(store, WordsEmbedder()).search("puppy", k=1)
+    assert all(p.is_file() for p in index_files(store.path))
+    fresh = Retriever(SQLiteStore(store.path), WordsEmbedder())
+    fresh.search("puppy", k=1)
+    assert not fresh.vectors.rebuilt  # loaded from the file
+    add(store, "s1", "u1", ["a brand new message about kites"])
+    hits = fresh.search("kites", k=1, mode="vector").hits
+    assert not fresh.vectors.rebuilt and "kites" in hits[0].text  # extended, not rebuilt
+
+
+@pytest.mark.parametrize("damage", ["delete", "corrupt", "truncate_arrays"])
+def test_index_file_rebuilt_when_missing_or_unreadable(store: SQLiteStore, damage: str) -> None:
+    add(store, "s1", "u1", CHAT)
+    Retriever(store, WordsEmbedder()).search("puppy", k=1)
+    faiss_file, arrays, _ = index_files(store.path)
+    if damage == "delete":
+        faiss_file.unlink()
+    elif damage == "corrupt":
+        faiss_file.write_bytes(b"not an index at all")
+    else:
+        arrays.write_bytes(arrays.read_bytes()[:20])
+    fresh = Retriever(SQLiteStore(store.path), WordsEmbedder())
+    hits = fresh.search("golden retriever beach", k=1, mode="vector").hits
+    assert fresh.vectors.rebuilt
+    assert "retriever" in hits[0].text
+    assert faiss_file.stat().st_size > 100  # written again
+
+
+def test_in_memory_store_keeps_its_index_in_memory() -> None:
+    store = SQLiteStore(None)
+    add(store, "s1", "u1", CHAT)
+    hits = Retriever(store, WordsEmbedder()).search("cello", k=1).hits
+    assert "cello" in hits[0].text
+
+
+def test_full_text_index_catches_up_and_stays_consistent(store: SQLiteStore) -> None:
+    from memcli.store import retrieval as sql
+
+    add(store, "s1", "u1", ["the cello is red", "kites fly high"])
+    add(store, "s2", "u1", ["the cello is blue"])
+    assert sql.catch_up(store) == 3
+    assert sql.catch_up(store) == 0  # nothing new: nothing to do
+    store.delete_session("s1")  # indexed: leaves the index
+    add(store, "s3", "u1", ["a cello of glass"])
+    store.delete_session("s3")  # never indexed: nothing to take out
+    add(store, "s4", "u1", ["cello again"])
+    retriever = Retriever(store, WordsEmbedder())
+    hits = retriever.search("cello", k=10, mode="lexical").hits
+    assert sorted(h.session_id for h in hits) == ["s2", "s4"]
+    store.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')")
+
+
+def test_words_in_very_many_messages_are_left_out_of_bm25(store: SQLiteStore) -> None:
+    ids = add(store, "s1", "u1", ["cello one", "cello two", "cello three", "kite and cello"])
+    options = SearchOptions(common_term_messages=2, context_before=0, context_after=0)
+    retriever = Retriever(store, WordsEmbedder(), options)
+    hits = retriever.search("cello kite", k=10, mode="lexical").hits
+    assert [h.anchor_id for h in hits] == [ids[3]]  # only "kite" was asked
+    hits = retriever.search("cello", k=10, mode="lexical").hits
+    assert len(hits) == 4  # every word common: the rarest are still asked
+
+
+def test_prune_drops_vectors_of_other_settings_only(store: SQLiteStore) -> None:
+    add(store, "s1", "u1", CHAT)
+    one = Retriever(store, WordsEmbedder(), SearchOptions(vector_context=1))
+    two = Retriever(store, WordsEmbedder(), SearchOptions(vector_context=2))
+    assert one.index() == len(CHAT) and two.index() == len(CHAT)
+    assert two.prune() == len(CHAT)  # the vector_context=1 ones
+    assert two.pending() == 0 and one.pending() == len(CHAT)
+    assert two.search("cello", k=1, mode="vector").hits
+
+
+@pytest.mark.parametrize("mode", ["lexical", "vector"])
+def test_archived_only_leaves_short_term_messages_out(store: SQLiteStore, mode: str) -> None:
+    ids = add(store, "s1", "u1", ["cello one", "cello two", "cello three"])
+    retriever = Retriever(store, WordsEmbedder(), SearchOptions(context_before=0, context_after=0))
+    assert len(retriever.search("cello", k=5, mode=mode).hits) == 3
+    store.archive("s1", ids[:2], 4, "size")
+    hits = retriever.search("cello", k=5, mode=mode, archived_only=True).hits
+    assert sorted(h.anchor_id for h in hits) == ids[:2]
+
+
+def test_vector_block_retrieves_archived_messages_with_their_times(tmp_path: Path) -> None:
+    from memcli import Memory, VectorBlock
+
+    options = SearchOptions(context_before=0, context_after=0)
+    block = VectorBlock(embedder=WordsEmbedder(), similarity_top_k=2, search_options=options)
+    memory = Memory.from_defaults(
+        session_id="s",
+        token_limit=200,
+        chat_history_token_ratio=0.1,
+        token_flush_size=10,
+        db=tmp_path / "m.db",
+        memory_blocks=[block],
+    )
+    memory.put_messages(
+        [
+            Message("user", "my cello is red", timestamp=T0),
+            Message("assistant", "a red cello, nice", timestamp=T0 + timedelta(minutes=1)),
+        ]
+    )
+    for i in range(4):
+        memory.put_messages([Message("user", f"small talk {i}"), Message("assistant", "ok")])
+    active = {m.id for m in memory.get_all(status="active")}
+    text = memory.context("what colour is my cello").memory_text
+    assert "<message role='user' time='2023-05-08T13:56'>my cello is red</message>" in text
+    assert block.last_hits and not active & {i for h in block.last_hits for i in h.message_ids}
