@@ -277,3 +277,17 @@ def test_facts_command_lists_the_fact_blocks_facts_with_ids(tmp_path, llm):
     out = Commands(chat).run("/facts").text
     assert llm.requests, "a flush must have asked the LLM for facts"
     assert out.startswith("[extracted_info] #") and out.endswith("The user lives in Porto")
+
+
+def test_search_command_uses_hybrid_retrieval_with_a_vector_block(tmp_path):
+    from memcli import VectorBlock
+    from memcli.embeddings import HashEmbedder
+
+    block = VectorBlock(embedder=HashEmbedder())
+    chat = make_chat(tmp_path, blocks=[block])
+    for text in ("My cello teacher is called Marta", "I drink green tea", "The weather is grey"):
+        play(chat.send(text))
+    out = Commands(chat).run("/search cello teacher").text
+    assert out.splitlines()[0].endswith(" for 'cello teacher':")
+    assert "Marta" in out.splitlines()[1]
+    assert "Nothing in memory matches" in Commands(chat).run("/search xylophone").text

@@ -138,7 +138,7 @@ def test_offline_without_a_model_answers_from_memory(llm):
     assert len(replies) == 2
     assert "no model is configured" in run.stdout and "--model" in run.stdout
     assert "I like green tea" in replies[1]
-    assert "1 message contains 'tea'" in run.stderr
+    assert "1 hit for 'tea':" in run.stderr and "I like green tea" in run.stderr.split("hit for")[1]
     assert llm.requests == []
     assert [m["role"] for m in stored("off")] == ["user", "user"]
 

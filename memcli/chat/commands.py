@@ -172,9 +172,26 @@ class Commands:
         return Result("\n".join(lines), changed=True)
 
     def search(self, arg: str) -> Result:
+        """The user's memory, searched as `memcli search` does when a vector block is configured
+        (hybrid BM25 + vectors over every stored message), else by plain text match."""
+        from memcli.blocks.vector import VectorBlock
+
         if not arg:
             raise UsageError("/search needs a query", "Example: /search green tea")
-        found = self.chat.store.search_messages(arg, self.chat.user_id, limit=20)
+        chat = self.chat
+        block = next((b for b in chat.blocks if isinstance(b, VectorBlock)), None)
+        if block is not None:
+            result = block.retriever(chat.store).search(arg, k=5, user_id=chat.user_id)
+            if not result.hits:
+                return Result(f"Nothing in memory matches {arg!r}.")
+            noun = "hit" if len(result.hits) == 1 else "hits"
+            lines = [f"{len(result.hits)} {noun} for {arg!r}:"]
+            for hit in result.hits:
+                flat = " ".join(hit.text.split())
+                text = flat if len(flat) <= 160 else flat[:159] + "…"
+                lines.append(f"{hit.score:.3f} {hit.session_id} #{hit.message_ids[0]}: {text}")
+            return Result("\n".join(lines))
+        found = chat.store.search_messages(arg, chat.user_id, limit=20)
         if not found:
             return Result(f"No stored message contains {arg!r}.")
         verb = "messages contain" if len(found) != 1 else "message contains"
