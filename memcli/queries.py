@@ -28,22 +28,9 @@ class QueryLine:
 
 def read_queries(source: str | Path, stdin: IO[bytes] | None = None) -> list[QueryLine]:
     """Read and check a whole query file (`-` is stdin) before anything is searched."""
-    name = str(source)
-    if name == "-":
-        if stdin is None:
-            import sys
+    from memcli.transcripts import read_source
 
-            stdin = sys.stdin.buffer
-        data = stdin.read()
-        name = "<stdin>"
-    else:
-        try:
-            with open(source, "rb") as handle:
-                data = handle.read()
-        except FileNotFoundError:
-            raise InputError(f"no such file: {name}", "Check the --queries path") from None
-        except OSError as exc:
-            raise InputError(f"cannot read {name}: {exc}", "Check the path") from None
+    data, name = read_source(source, stdin)
     return parse_queries(data, name)
 
 

@@ -37,25 +37,26 @@ class Record:
 
 def read_transcript(source: str | Path, stdin: IO[bytes] | None = None) -> list[Record]:
     """Read and validate a whole transcript (`-` is stdin); raises InputError naming the line."""
+    data, name = read_source(source, stdin)
+    return parse_transcript(data, name)
+
+
+def read_source(source: str | Path, stdin: IO[bytes] | None = None) -> tuple[bytes, str]:
+    """The bytes of a file, or of stdin for `-`, and the name errors should use for it."""
     name = str(source)
     if name == "-":
         if stdin is None:
             import sys
 
             stdin = sys.stdin.buffer
-        data = stdin.read()
-        name = "<stdin>"
-    else:
-        try:
-            with open(source, "rb") as handle:
-                data = handle.read()
-        except FileNotFoundError:
-            raise InputError(f"no such file: {name}", "Check the path") from None
-        except OSError as exc:
-            raise InputError(
-                f"cannot read {name}: {exc}", "Check the path and permissions"
-            ) from None
-    return parse_transcript(data, name)
+        return stdin.read(), "<stdin>"
+    try:
+        with open(source, "rb") as handle:
+            return handle.read(), name
+    except FileNotFoundError:
+        raise InputError(f"no such file: {name}", "Check the path") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {name}: {exc}", "Check the path and permissions") from None
 
 
 def parse_transcript(data: bytes, name: str = "<input>") -> list[Record]:
