@@ -61,3 +61,23 @@ def test_all_lists_every_export() -> None:
     import memcli
 
     assert sorted(memcli.__all__) == sorted(memcli._EXPORTS)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["inspect", "x"], "inspect"),
+        (["--db", "a.db", "sessions"], "sessions"),
+        (["--config=c.toml", "simulate", "flush", "-"], "simulate"),
+        (["--help"], None),
+        (["inspec"], None),
+        ([], None),
+    ],
+)
+def test_a_run_builds_only_the_command_it_needs(argv: list[str], expected: str | None) -> None:
+    from memcli.cli.app import build_app, requested_command
+
+    assert requested_command(argv) == expected
+    if expected:
+        app = build_app(expected)
+        assert [c.name for c in app.registered_commands + app.registered_groups] == [expected]

@@ -7,32 +7,25 @@ from typing import Annotated
 
 import typer
 
-from memcli.cli import (
-    blocks_cmd,
-    chat,
-    common,
-    dump,
-    export,
-    facts,
-    import_,
-    inspect,
-    rm,
-    search,
-    sessions,
+from memcli.cli import common
+
+#: Every command: name, module, attribute, whether it is a group; in the order --help lists them.
+COMMANDS = (
+    ("chat", "memcli.cli.chat", "chat_command", False),
+    ("import", "memcli.cli.import_", "import_command", False),
+    ("sessions", "memcli.cli.sessions", "sessions_command", False),
+    ("inspect", "memcli.cli.inspect", "inspect_command", False),
+    ("export", "memcli.cli.export", "export_command", False),
+    ("rm", "memcli.cli.rm", "rm_command", False),
+    ("search", "memcli.cli.search", "search_command", False),
+    ("dump", "memcli.cli.dump", "app", True),
+    ("facts", "memcli.cli.facts", "app", True),
+    ("blocks", "memcli.cli.blocks_cmd", "app", True),
+    ("simulate", "memcli.cli.simulate", "app", True),
 )
-from memcli.cli.simulate import app as simulate_app
-
-app = typer.Typer(
-    name="memcli",
-    help="Local memory for LLM conversations: short-term window, long-term blocks, one SQLite file.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+_GLOBAL_OPTIONS = ("--db", "--config")
 
 
-@app.callback()
 def _global(
     ctx: typer.Context,
     db: Annotated[
@@ -52,17 +45,53 @@ def _global(
     ctx.obj = common.Globals(db=db, config=config)
 
 
-app.command("import")(import_.import_command)
-app.command("sessions")(sessions.sessions_command)
-app.command("inspect")(inspect.inspect_command)
-app.command("export")(export.export_command)
-app.command("rm")(rm.rm_command)
-app.command("chat")(chat.chat_command)
-app.command("search")(search.search_command)
-app.add_typer(dump.app, name="dump")
-app.add_typer(facts.app, name="facts")
-app.add_typer(blocks_cmd.app, name="blocks")
-app.add_typer(simulate_app, name="simulate")
+def build_app(only: str | None = None) -> typer.Typer:
+    """The Typer app with every command, or with `only` that one (what a run needs: Typer reads
+    every registered command's signature on each start, ~40 ms for all of them)."""
+    from importlib import import_module
+
+    app = typer.Typer(
+        name="memcli",
+        help="Local memory for LLM conversations: short-term window, long-term blocks, one SQLite file.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    app.callback()(_global)
+    for name, module, attribute, is_group in COMMANDS:
+        if only is not None and name != only:
+            continue
+        target = getattr(import_module(module), attribute)
+        if is_group:
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    return app
+
+
+def requested_command(argv: list[str]) -> str | None:
+    """The command a command line runs, or None when it needs the whole app (--help, a typo)."""
+    names = {name for name, *_ in COMMANDS}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _GLOBAL_OPTIONS:
+            i += 2
+        elif arg.startswith(tuple(f"{o}=" for o in _GLOBAL_OPTIONS)):
+            i += 1
+        else:
+            return arg if arg in names else None
+    return None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`from memcli.cli.app import app`: the whole app, built on first use."""
+    if name == "app":
+        value = build_app()
+        globals()["app"] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
@@ -70,6 +99,7 @@ def main() -> None:
     from memcli.errors import MemcliError
 
     try:
+        app = build_app(requested_command(sys.argv[1:]))
         code = app(standalone_mode=False)  # click returns a typer.Exit's code instead of exiting
         if isinstance(code, int) and code:
             sys.exit(code)

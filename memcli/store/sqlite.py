@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
-from memcli.store import retrieval
 from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
-from memcli.store.longterm import forget_session_flushes, migration_2
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -96,10 +94,23 @@ def _migration_1(db: sqlite_utils.Database) -> None:
 
 
 #: Numbered migrations; a database records the highest one applied. Append, never edit.
+def _migration_2(db: sqlite_utils.Database) -> None:
+    from memcli.store.longterm import migration_2
+
+    migration_2(db)
+
+
+def _migration_10(db: sqlite_utils.Database) -> None:
+    from memcli.store.retrieval import migration_10
+
+    migration_10(db)
+
+
+# The later migrations live beside the SQL they serve and load only when a database needs them.
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _migration_1),
-    (2, migration_2),
-    (10, retrieval.migration_10),
+    (2, _migration_2),
+    (10, _migration_10),
 ]
 
 
@@ -551,6 +562,8 @@ class SQLiteStore:
             count = self.execute(
                 "DELETE FROM messages WHERE session_id = ?", (session_id,)
             ).rowcount
+            from memcli.store.longterm import forget_session_flushes
+
             forget_session_flushes(self, session_id)
             self.execute("DELETE FROM flushes WHERE session_id = ?", (session_id,))
             self.execute(
