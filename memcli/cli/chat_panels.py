@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memcli.cli.output import gauge_bar, preview
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -58,26 +60,6 @@ def _console(width: int) -> Console:
     )
 
 
-def _flat(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: max(1, width - 1)] + "…"
-
-
-def gauge_bar(active: int, threshold: float, limit: int, width: int) -> str:
-    """The budget gauge: filled to the active tokens, with ┃ at the flush threshold (rich markup)."""
-    width = max(10, width)
-    filled = min(width, round(width * active / limit)) if limit else 0
-    mark = min(width - 1, round(width * threshold / limit)) if limit else 0
-    color = "red" if active > threshold else ("yellow" if active > 0.8 * threshold else "green")
-    cells = []
-    for i in range(width):
-        char = "█" if i < filled else "·"
-        if i == mark:
-            char = "┃" if i >= filled else "╋"
-        cells.append(char)
-    return f"[{color}]{''.join(cells)}[/]"
-
-
 def render_short(view: ShortTerm, width: int, height: int) -> str:
     """The Short-term panel: gauge, counts, flush marks, then the newest active messages."""
     from rich.markup import escape
@@ -93,7 +75,7 @@ def render_short(view: ShortTerm, width: int, height: int) -> str:
         style = "bold magenta" if mark.live else "magenta"
         lines.append(
             f"[{style}]⇣ flushed {mark.messages} msgs, {mark.tokens:,} tokens[/]"
-            f" [dim]{escape(_flat(mark.reason, max(10, width - 34)))}[/]"
+            f" [dim]{escape(preview(mark.reason, max(10, width - 34)))}[/]"
         )
     room = max(1, height - len(lines) - 1)
     shown = view.messages[-room:]
@@ -103,7 +85,7 @@ def render_short(view: ShortTerm, width: int, height: int) -> str:
         head = f"{m.role[:9]:<9} {m.tokens or 0:>5} "
         color = {"user": "cyan", "assistant": "green"}.get(m.role, "yellow")
         cancelled = " ⏹" if m.metadata and m.metadata.get("cancelled") else ""
-        text = _flat(m.content, width - len(head) - len(cancelled))
+        text = preview(m.content, width - len(head) - len(cancelled))
         lines.append(f"[{color}]{head}[/]{escape(text)}{cancelled}")
     if not view.messages:
         lines.append("[dim]No active messages yet.[/]")
@@ -120,7 +102,7 @@ def _hit_line(hit: Any, width: int) -> str:
     span = f" #{ids[0]}-{ids[-1]}" if ids else ""
     head = f"{score:.2f} " if isinstance(score, int | float) else ""
     text = re.sub(r"<message role=['\"]?(\w+)['\"]?>", r"\1: ", text).replace("</message>", " ")
-    return f"{head}{where}{span}: " + _flat(text, width)
+    return f"{head}{where}{span}: " + preview(text, width)
 
 
 def _block_lines(block: BlockView, width: int) -> list[str]:
@@ -132,14 +114,14 @@ def _block_lines(block: BlockView, width: int) -> list[str]:
         size += f" [red]({block.truncated} by truncation, was {block.original_tokens:,})[/]"
     lines.append(f"[bold]{escape(block.name)}[/] [dim]{block.kind} · p{block.priority}[/] · {size}")
     if block.facts:
-        lines.extend(f"  • {escape(_flat(f, width - 4))}" for f in block.facts[-8:])
+        lines.extend(f"  • {escape(preview(f, width - 4))}" for f in block.facts[-8:])
     if block.hits:
         lines.append("  [dim]retrieved for the last turn:[/]")
         lines.extend(f"  {escape(_hit_line(h, width - 24))}" for h in block.hits[:4])
     if not block.facts and not block.hits and block.content:
         for text in block.content.splitlines()[:3]:
             if text.strip():
-                lines.append(f"  [dim]{escape(_flat(text, width - 4))}[/]")
+                lines.append(f"  [dim]{escape(preview(text, width - 4))}[/]")
     if block.computed and not block.content and block.truncated != "dropped":
         lines.append("  [dim](empty for this turn)[/]")
     return lines

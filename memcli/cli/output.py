@@ -124,11 +124,11 @@ def _cell(value: Any) -> Any:
 def preview(text: str, width: int = 60) -> str:
     """One line of a message, cut to `width` characters."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    return flat if len(flat) <= width else flat[: max(1, width - 1)] + "…"
 
 
-def gauge(active: int, threshold: float, limit: int, width: int = 30) -> str:
-    """A text gauge of active tokens against the flush threshold and the token limit (rich markup)."""
+def gauge_bar(active: int, threshold: float, limit: int, width: int) -> str:
+    """The budget gauge: filled to the active tokens, with ┃ at the flush threshold (rich markup)."""
     width = max(10, width)
     filled = min(width, round(width * active / limit)) if limit else 0
     mark = min(width - 1, round(width * threshold / limit)) if limit else 0
@@ -139,8 +139,13 @@ def gauge(active: int, threshold: float, limit: int, width: int = 30) -> str:
         if i == mark:
             char = "┃" if i >= filled else "╋"
         cells.append(char)
-    bar = "".join(cells)
-    return f"[{color}]{bar}[/] {active:,} / {threshold:,.0f} threshold / {limit:,} limit"
+    return f"[{color}]{''.join(cells)}[/]"
+
+
+def gauge(active: int, threshold: float, limit: int, width: int = 30) -> str:
+    """The gauge bar with its figures: active tokens / threshold / token limit (rich markup)."""
+    bar = gauge_bar(active, threshold, limit, width)
+    return f"{bar} {active:,} / {threshold:,.0f} threshold / {limit:,} limit"
 
 
 def print_error(error: MemcliError) -> None:
