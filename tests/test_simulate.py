@@ -243,3 +243,4 @@ def test_put_event_json_matches_json_dumps() -> None:
     for flag in (True, False):
         event = PutEvent(1, 2, 3, 2, 40, 90, 1, 30, 2, flag)
         assert json.loads(event.to_json()) == event.to_dict()
+        assert json.loads(event.to_json(run=3)) == {**event.to_dict(), "run": 3}

@@ -94,3 +94,43 @@ def test_plan_calls() -> None:
 def test_unhashable_role_is_an_error_not_a_crash() -> None:
     with pytest.raises(InputError, match="t.jsonl:1: role must be text"):
         parse_transcript(b'{"role": ["user"], "content": "x"}', "t.jsonl")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"role": "user", "content": "x"} trailing',
+        b'{"role": "user", "content": "x"}{"role": "user", "content": "y"}',
+        b'{"role": "user", "content": "x"},',
+    ],
+)
+def test_text_after_the_object_is_invalid_json(line: bytes) -> None:
+    data = b'{"role": "user", "content": "ok"}\n' + line
+    with pytest.raises(InputError, match="t.jsonl:2: invalid JSON"):
+        parse_transcript(data, "t.jsonl")
+
+
+def test_white_space_around_a_line_and_crlf_are_fine() -> None:
+    data = b'  {"role": "user", "content": "a"}  \r\n\t{"role": "assistant", "content": "b"}\r\n'
+    records = parse_transcript(data)
+    assert [(r.line, r.messages[0].content) for r in records] == [(1, "a"), (2, "b")]
+
+
+def test_plain_lines_give_the_same_messages_as_full_ones() -> None:
+    from dataclasses import fields
+
+    from memcli.messages import Message
+
+    records = parse_transcript(
+        lines(
+            {"role": "user", "content": "a"},
+            {"messages": [{"role": "assistant", "content": "b"}, {"role": "tool", "content": ""}]},
+        )
+    )
+    made = [m for r in records for m in r.messages]
+    full = [Message("user", "a"), Message("assistant", "b"), Message("tool", "")]
+    for got, want in zip(made, full, strict=True):
+        assert {f.name: getattr(got, f.name) for f in fields(Message)} == {
+            f.name: getattr(want, f.name) for f in fields(Message)
+        }
+        assert got == want and hash(got) == hash(want)

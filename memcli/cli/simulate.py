@@ -216,17 +216,17 @@ def _label(b: Budget) -> str:
 def _emit_json(sims: Sequence[Simulation], put: str) -> None:
     import json
 
-    from memcli.simulate import PutEvent
+    from memcli.simulate import PUT_JSON, PutEvent
 
     # Events hold only numbers, booleans and text: one encoder, no fallbacks, for speed.
     encode = json.JSONEncoder(ensure_ascii=False).encode
     write = sys.stdout.write
     for run, sim in enumerate(sims):
         lines = []
-        suffix = f', "run": {run}}}'
+        templates = [t[:-1] + f', "run": {run}}}' for t in PUT_JSON]
         for event in sim.events:
-            if isinstance(event, PutEvent):
-                lines.append(event.to_json()[:-1] + suffix)
+            if type(event) is PutEvent:
+                lines.append(templates[event[9]] % event[:9])  # PutEvent.to_json(run), inlined
             else:
                 record = event.to_dict()
                 record["run"] = run
