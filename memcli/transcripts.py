@@ -11,6 +11,7 @@ Formats read:
 from __future__ import annotations
 
 import json
+import json.scanner
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
@@ -88,7 +89,8 @@ def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
         ) from None
     # The C scanner behind json.loads, without its Python wrappers: a third of the time on a
     # long file. A line it cannot take whole goes through json.loads, which names the error.
-    scan = json.JSONDecoder().scan_once
+    # (typeshed types make_scanner's argument as itself; a JSONDecoder is what it takes.)
+    scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
     plain = Message.plain
     for number, raw in enumerate(text.split("\n"), start=1):
         if number == 1:
