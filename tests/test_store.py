@@ -16,6 +16,29 @@ def test_migrations_recorded_once(tmp_path: Path) -> None:
     assert versions == [v for v, _ in MIGRATIONS]
 
 
+def test_a_new_database_has_the_recorded_schema(tmp_path: Path) -> None:
+    """tests/data/schema.sql is the schema the migrations made with sqlite-utils, before they
+    became plain SQL: a new database must get it statement for statement, and a change to the
+    schema must come as a new migration (and a new snapshot)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    made = store.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")
+    recorded = (Path(__file__).parent / "data" / "schema.sql").read_text()
+    assert "".join(row[0] + ";\n" for row in made) == recorded
+
+
+def test_migrating_does_not_import_sqlite_utils_or_numpy(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from memcli.store.sqlite import SQLiteStore;"
+        f" SQLiteStore({str(tmp_path / 'n.db')!r}).close();"
+        " print(sorted(m for m in ('numpy', 'sqlite_utils') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_wal_and_busy_timeout(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
     assert store.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

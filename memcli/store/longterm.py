@@ -7,96 +7,92 @@ are kept per block name; facts also per scope key (`user:ID` or `session:ID`).
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memcli.messages import format_time, parse_time
-
-if TYPE_CHECKING:
-    import sqlite_utils
+from memcli.store.sqlite import run_statements
 
 
-def migration_2(db: sqlite_utils.Database) -> None:
+def migration_2(conn: sqlite3.Connection) -> None:
     """Block state: processed flushes, facts with their history, vector entries and pieces."""
-    db.table("block_flushes").create(
-        {
-            "block": str,
-            "scope_key": str,
-            "flush_id": int,
-            "status": str,
-            "error": str,
-            "updated_at": str,
-        },
-        pk=("block", "scope_key", "flush_id"),
-        not_null={"status", "updated_at"},
-    )
-    db.table("block_state").create(
-        {"block": str, "scope_key": str, "value": str, "updated_at": str},
-        pk=("block", "scope_key"),
-        not_null={"value", "updated_at"},
-    )
-    db.table("facts").create(
-        {
-            "id": int,
-            "block": str,
-            "scope_key": str,
-            "text": str,
-            "norm": str,
-            "origin": str,
-            "session_id": str,
-            "flush_id": int,
-            "message_ids": str,
-            "created_at": str,
-            "updated_at": str,
-            "deleted_at": str,
-        },
-        pk="id",
-        not_null={"block", "scope_key", "text", "norm", "origin", "created_at", "updated_at"},
-    )
-    db.table("facts").create_index(["block", "scope_key", "deleted_at"], index_name="facts_scope")
-    db.table("fact_history").create(
-        {
-            "id": int,
-            "fact_id": int,
-            "block": str,
-            "scope_key": str,
-            "action": str,
-            "text": str,
-            "old_text": str,
-            "flush_id": int,
-            "at": str,
-        },
-        pk="id",
-        not_null={"fact_id", "block", "scope_key", "action", "at"},
-    )
-    db.table("fact_history").create_index(["block", "scope_key"], index_name="fact_history_scope")
-    db.table("vector_entries").create(
-        {
-            "id": int,
-            "block": str,
-            "user_id": str,
-            "session_id": str,
-            "flush_id": int,
-            "text": str,
-            "message_ids": str,
-            "created_at": str,
-        },
-        pk="id",
-        not_null={"block", "user_id", "session_id", "text", "created_at"},
-    )
-    db.table("vector_entries").create_index(
-        ["block", "flush_id"], index_name="vector_entries_flush", unique=True
-    )
-    db.table("vector_pieces").create(
-        {"id": int, "entry_id": int, "block": str, "piece": int, "dim": int, "embedding": bytes},
-        pk="id",
-        not_null={"entry_id", "block", "piece", "dim", "embedding"},
-        foreign_keys=[("entry_id", "vector_entries", "id")],
-    )
-    db.table("vector_pieces").create_index(["block", "id"], index_name="vector_pieces_block")
-    db.table("vector_pieces").create_index(["entry_id"], index_name="vector_pieces_entry")
+    run_statements(conn, _SCHEMA_2)
+
+
+_SCHEMA_2 = (
+    """CREATE TABLE "block_flushes" (
+   "block" TEXT,
+   "scope_key" TEXT,
+   "flush_id" INTEGER,
+   "status" TEXT NOT NULL,
+   "error" TEXT,
+   "updated_at" TEXT NOT NULL,
+   PRIMARY KEY ("block", "scope_key", "flush_id")
+)""",
+    """CREATE TABLE "block_state" (
+   "block" TEXT,
+   "scope_key" TEXT,
+   "value" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL,
+   PRIMARY KEY ("block", "scope_key")
+)""",
+    """CREATE TABLE "facts" (
+   "id" INTEGER PRIMARY KEY,
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "text" TEXT NOT NULL,
+   "norm" TEXT NOT NULL,
+   "origin" TEXT NOT NULL,
+   "session_id" TEXT,
+   "flush_id" INTEGER,
+   "message_ids" TEXT,
+   "created_at" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL,
+   "deleted_at" TEXT
+)""",
+    """CREATE INDEX "facts_scope"
+    ON "facts" ("block", "scope_key", "deleted_at")""",
+    """CREATE TABLE "fact_history" (
+   "id" INTEGER PRIMARY KEY,
+   "fact_id" INTEGER NOT NULL,
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "action" TEXT NOT NULL,
+   "text" TEXT,
+   "old_text" TEXT,
+   "flush_id" INTEGER,
+   "at" TEXT NOT NULL
+)""",
+    """CREATE INDEX "fact_history_scope"
+    ON "fact_history" ("block", "scope_key")""",
+    """CREATE TABLE "vector_entries" (
+   "id" INTEGER PRIMARY KEY,
+   "block" TEXT NOT NULL,
+   "user_id" TEXT NOT NULL,
+   "session_id" TEXT NOT NULL,
+   "flush_id" INTEGER,
+   "text" TEXT NOT NULL,
+   "message_ids" TEXT,
+   "created_at" TEXT NOT NULL
+)""",
+    """CREATE UNIQUE INDEX "vector_entries_flush"
+    ON "vector_entries" ("block", "flush_id")""",
+    """CREATE TABLE "vector_pieces" (
+   "id" INTEGER PRIMARY KEY,
+   "entry_id" INTEGER NOT NULL REFERENCES "vector_entries"("id"),
+   "block" TEXT NOT NULL,
+   "piece" INTEGER NOT NULL,
+   "dim" INTEGER NOT NULL,
+   "embedding" BLOB NOT NULL
+)""",
+    """CREATE INDEX "vector_pieces_block"
+    ON "vector_pieces" ("block", "id")""",
+    """CREATE INDEX "vector_pieces_entry"
+    ON "vector_pieces" ("entry_id")""",
+)
 
 
 def _now() -> str:

@@ -15,37 +15,44 @@ from typing import TYPE_CHECKING, Any
 from memcli.messages import parse_time
 
 if TYPE_CHECKING:
+    import sqlite3
     from collections.abc import Iterator, Sequence
-
-    import sqlite_utils
 
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
-def migration_10(db: sqlite_utils.Database) -> None:
+_TABLES_10 = (
+    """CREATE TABLE "retrieval_vectors" (
+   "id" INTEGER PRIMARY KEY,
+   "message_id" INTEGER NOT NULL,
+   "piece" INTEGER NOT NULL,
+   "model" TEXT NOT NULL,
+   "dim" INTEGER NOT NULL,
+   "vector" BLOB NOT NULL
+)""",
+    """CREATE INDEX "retrieval_vectors_msg"
+    ON "retrieval_vectors" ("message_id")""",
+    """CREATE TABLE "retrieval_state" (
+   "key" TEXT PRIMARY KEY,
+   "value" TEXT
+)""",
+    # Messages whose text changed after they were embedded: embedded again with the next batch.
+    """CREATE TABLE "retrieval_redo" (
+   "message_id" INTEGER PRIMARY KEY
+)""",
+)
+
+
+def migration_10(conn: sqlite3.Connection) -> None:
     """The FTS5 index over messages (speaker name and content), its triggers, the vectors table."""
-    db.execute(
+    conn.execute(
         "CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages',"
         f" content_rowid='id', tokenize='{FTS_TOKENIZER}')"
     )
-    db.table("retrieval_vectors").create(
-        {
-            "id": int,
-            "message_id": int,
-            "piece": int,
-            "model": str,
-            "dim": int,
-            "vector": bytes,
-        },
-        pk="id",
-        not_null={"message_id", "piece", "model", "dim", "vector"},
-    )
-    db.table("retrieval_vectors").create_index(["message_id"], index_name="retrieval_vectors_msg")
-    db.table("retrieval_state").create({"key": str, "value": str}, pk="key")
-    # Messages whose text changed after they were embedded: embedded again with the next batch.
-    db.table("retrieval_redo").create({"message_id": int}, pk="message_id")
+    for statement in _TABLES_10:
+        conn.execute(statement)
     # Deleted vectors are counted, so that an index file knows it must be rebuilt.
-    db.execute(
+    conn.execute(
         "CREATE TRIGGER retrieval_vector_delete AFTER DELETE ON retrieval_vectors BEGIN"
         " INSERT INTO retrieval_state (key, value) VALUES ('vectors_deleted', '1')"
         " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;"
@@ -55,24 +62,24 @@ def migration_10(db: sqlite_utils.Database) -> None:
     # pays nothing for it; a message already indexed leaves the index with its row.
     indexed = "(SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state"
     indexed += " WHERE key = 'fts_through')"
-    db.execute(
+    conn.execute(
         "CREATE TRIGGER retrieval_delete AFTER DELETE ON messages BEGIN"
         " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
         " END"
     )
-    db.execute(
+    conn.execute(
         f"CREATE TRIGGER retrieval_fts_delete AFTER DELETE ON messages WHEN old.id <= {indexed}"
         " BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
         " VALUES ('delete', old.id, old.name, old.content);"
         " END"
     )
-    db.execute(
+    conn.execute(
         "CREATE TRIGGER retrieval_update AFTER UPDATE OF name, content ON messages BEGIN"
         " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
         " INSERT OR IGNORE INTO retrieval_redo (message_id) VALUES (old.id);"
         " END"
     )
-    db.execute(
+    conn.execute(
         "CREATE TRIGGER retrieval_fts_update AFTER UPDATE OF name, content ON messages"
         f" WHEN old.id <= {indexed} BEGIN"
         " INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"

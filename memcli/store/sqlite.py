@@ -7,105 +7,99 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memcli.errors import StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
 
-if TYPE_CHECKING:
-    import sqlite_utils
-
 BUSY_TIMEOUT_MS = 10_000
 
-Migration = Callable[["sqlite_utils.Database"], None]
+#: A migration runs its statements on the connection, inside the migrating transaction.
+Migration = Callable[[sqlite3.Connection], None]
 
-
-def _migration_1(db: sqlite_utils.Database) -> None:
-    db.table("sessions").create(
-        {
-            "id": str,
-            "user_id": str,
-            "token_limit": int,
-            "ratio": float,
-            "flush_size": int,
-            "created_at": str,
-            "updated_at": str,
-            "version": int,
-            "active_messages": int,
-            "archived_messages": int,
-            "active_tokens": int,
-            "flushes": int,
-        },
-        pk="id",
-        not_null={"user_id", "token_limit", "ratio", "flush_size", "created_at", "updated_at"},
-        defaults={
-            "version": 0,
-            "active_messages": 0,
-            "archived_messages": 0,
-            "active_tokens": 0,
-            "flushes": 0,
-        },
-    )
-    db.table("flushes").create(
-        {
-            "id": int,
-            "session_id": str,
-            "created_at": str,
-            "messages": int,
-            "tokens": int,
-            "first_message_id": int,
-            "last_message_id": int,
-            "reason": str,
-        },
-        pk="id",
-        not_null={"session_id", "created_at", "messages", "tokens"},
-        foreign_keys=[("session_id", "sessions", "id")],
-    )
-    db.table("messages").create(
-        {
-            "id": int,
-            "session_id": str,
-            "seq": int,
-            "role": str,
-            "content": str,
-            "name": str,
-            "metadata": str,
-            "tokens": int,
-            "status": str,
-            "flush_id": int,
-            "timestamp": str,
-            "created_at": str,
-        },
-        pk="id",
-        not_null={"session_id", "seq", "role", "content", "tokens", "status", "created_at"},
-        foreign_keys=[("session_id", "sessions", "id"), ("flush_id", "flushes", "id")],
-    )
+# The schema is plain SQL (sqlite-utils, which made it at first, costs a first run ~220 ms to import
+# with numpy); tests/data/schema.sql holds the schema every new database must have.
+_SCHEMA_1 = (
+    """CREATE TABLE "sessions" (
+   "id" TEXT PRIMARY KEY,
+   "user_id" TEXT NOT NULL,
+   "token_limit" INTEGER NOT NULL,
+   "ratio" REAL NOT NULL,
+   "flush_size" INTEGER NOT NULL,
+   "created_at" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL,
+   "version" INTEGER DEFAULT 0,
+   "active_messages" INTEGER DEFAULT 0,
+   "archived_messages" INTEGER DEFAULT 0,
+   "active_tokens" INTEGER DEFAULT 0,
+   "flushes" INTEGER DEFAULT 0
+)""",
+    """CREATE TABLE "flushes" (
+   "id" INTEGER PRIMARY KEY,
+   "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
+   "created_at" TEXT NOT NULL,
+   "messages" INTEGER NOT NULL,
+   "tokens" INTEGER NOT NULL,
+   "first_message_id" INTEGER,
+   "last_message_id" INTEGER,
+   "reason" TEXT
+)""",
+    """CREATE TABLE "messages" (
+   "id" INTEGER PRIMARY KEY,
+   "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
+   "seq" INTEGER NOT NULL,
+   "role" TEXT NOT NULL,
+   "content" TEXT NOT NULL,
+   "name" TEXT,
+   "metadata" TEXT,
+   "tokens" INTEGER NOT NULL,
+   "status" TEXT NOT NULL,
+   "flush_id" INTEGER REFERENCES "flushes"("id"),
+   "timestamp" TEXT,
+   "created_at" TEXT NOT NULL
+)""",
     # The active window is read through this index alone: archived history is never scanned.
-    db.table("messages").create_index(["session_id", "status", "seq"], index_name="messages_window")
-    db.table("messages").create_index(
-        ["session_id", "seq"], index_name="messages_order", unique=True
-    )
-    db.table("messages").create_index(["flush_id"], index_name="messages_flush")
-    db.table("flushes").create_index(["session_id", "id"], index_name="flushes_session")
-    db.table("sessions").create_index(["user_id"], index_name="sessions_user")
+    """CREATE INDEX "messages_window"
+    ON "messages" ("session_id", "status", "seq")""",
+    """CREATE UNIQUE INDEX "messages_order"
+    ON "messages" ("session_id", "seq")""",
+    """CREATE INDEX "messages_flush"
+    ON "messages" ("flush_id")""",
+    """CREATE INDEX "flushes_session"
+    ON "flushes" ("session_id", "id")""",
+    """CREATE INDEX "sessions_user"
+    ON "sessions" ("user_id")""",
     # High-water marks, so that ids of deleted rows are never given out again.
-    db.table("counters").create({"name": str, "value": int}, pk="name", not_null={"value"})
+    """CREATE TABLE "counters" (
+   "name" TEXT PRIMARY KEY,
+   "value" INTEGER NOT NULL
+)""",
+)
+
+
+def run_statements(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
+    for statement in statements:
+        conn.execute(statement)
+
+
+def _migration_1(conn: sqlite3.Connection) -> None:
+    run_statements(conn, _SCHEMA_1)
+
+
+def _migration_2(conn: sqlite3.Connection) -> None:
+    from memcli.store.longterm import migration_2
+
+    migration_2(conn)
+
+
+def _migration_10(conn: sqlite3.Connection) -> None:
+    from memcli.store.retrieval import migration_10
+
+    migration_10(conn)
 
 
 #: Numbered migrations; a database records the highest one applied. Append, never edit.
-def _migration_2(db: sqlite_utils.Database) -> None:
-    from memcli.store.longterm import migration_2
-
-    migration_2(db)
-
-
-def _migration_10(db: sqlite_utils.Database) -> None:
-    from memcli.store.retrieval import migration_10
-
-    migration_10(db)
-
-
 # The later migrations live beside the SQL they serve and load only when a database needs them.
 MIGRATIONS: list[tuple[int, Migration]] = [
     (1, _migration_1),
@@ -136,8 +130,8 @@ class _Transaction:
 class SQLiteStore:
     """The Store protocol over SQLite, WAL mode, with a busy timeout.
 
-    The schema is made and migrated with sqlite-utils; the statements the engine runs on every call
-    are plain sqlite3, so that a command that only reads starts fast.
+    The schema is made by numbered plain-SQL migrations, run in one transaction when a database
+    is opened; every statement is plain sqlite3, so that a command starts fast.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
@@ -192,13 +186,9 @@ class SQLiteStore:
             pending = [(v, m) for v, m in MIGRATIONS if v > current]
             if not pending:
                 return
-            # sqlite-utils is slow to import (it pulls in numpy): only schema changes need it.
-            import sqlite_utils
-
-            db = sqlite_utils.Database(self.conn)
             for version, migrate in pending:
                 if version > current:
-                    migrate(db)
+                    migrate(self.conn)
                     self.conn.execute(
                         "INSERT INTO migrations (version, applied_at) VALUES (?, ?)",
                         (version, format_time(now_utc())),
