@@ -17,12 +17,16 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memcli.flush import REASON_FLUSH_SIZE, Budget, plan_flush
-from memcli.tokens import Tokenizer, message_tokens
+from memcli.tokens import Tokenizer
+from memcli.transcripts import call_sizes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
+    from typing import IO
 
     from memcli.messages import Message
+    from memcli.transcripts import Columns
 
 
 class PutEvent(NamedTuple):
@@ -171,42 +175,69 @@ class Replay:
             tokens = count_tokens(messages, tokenizer)
         return cls([m.role for m in messages], tokens, [len(c) for c in calls if c])
 
+    @classmethod
+    def from_source(
+        cls, source: str | Path, put: str, tokenizer: Tokenizer, stdin: IO[bytes] | None = None
+    ) -> tuple[Replay, Columns]:
+        """Read a transcript (a path, or `-` for stdin) and count its tokens; also the columns."""
+        from memcli.transcripts import read_columns
+
+        columns = read_columns(source, stdin)
+        return cls.from_columns(columns, put, tokenizer), columns
+
+    @classmethod
+    def from_columns(cls, columns: Columns, put: str, tokenizer: Tokenizer) -> Replay:
+        """A transcript read as columns (`memcli.transcripts.read_columns`), put as `put` says."""
+        tokens = count_texts(columns.contents, columns.metadata, tokenizer)
+        return cls(columns.roles, tokens, call_sizes(columns.sizes, put))
+
 
 def count_tokens(messages: Sequence[Message], tokenizer: Tokenizer) -> list[int]:
-    """Each message's tokens, as `memcli.tokens.message_tokens` counts them, in one pass.
+    """Each message's tokens, as `memcli.tokens.message_tokens` counts them, in one pass."""
+    extras = {i: str(m.metadata) for i, m in enumerate(messages) if m.metadata}
+    return count_texts([m.content for m in messages], extras, tokenizer)
+
+
+def count_texts(contents: Sequence[str], extras: dict[int, str], tokenizer: Tokenizer) -> list[int]:
+    """The tokens of each content, plus those of `extras[i]` (a message's metadata) where given.
 
     A text that repeats (a system prompt on every line, "ok", a tool's usual answer) is counted once.
     """
     count_many = getattr(tokenizer, "count_many", None)
     if count_many is None:
-        return [message_tokens(m, tokenizer) for m in messages]
-    texts = [m.content for m in messages]
-    for m in messages:
-        if m.metadata:
-            texts.append(str(m.metadata))
-    distinct = list(dict.fromkeys(texts))
-    counted = dict(zip(distinct, _count_parallel(count_many, distinct), strict=True))
-    tokens = [counted[m.content] for m in messages]
-    for i, m in enumerate(messages):
-        if m.metadata:
-            tokens[i] += counted[str(m.metadata)]
+        tokens = [tokenizer.count(text) for text in contents]
+    else:
+        distinct = list(dict.fromkeys(contents))
+        counts = _count_parallel(count_many, distinct)
+        if len(distinct) == len(contents):
+            tokens = counts
+        else:
+            counted = dict(zip(distinct, counts, strict=True))
+            tokens = [counted[text] for text in contents]
+    for i, text in extras.items():
+        tokens[i] += tokenizer.count(text)
     return tokens
 
 
-#: Below this many texts one thread counts them all; above, each core takes a share.
-PARALLEL_TEXTS = 20_000
+#: Texts are counted on several threads only when there are this many characters: tiktoken
+#: releases the interpreter's lock while it encodes, but takes it back after each text, and on
+#: short texts the threads spend more time waiting for it than they save.
+PARALLEL_CHARS = 2_000_000
+#: ... and when the texts are this long on average.
+PARALLEL_MEAN_CHARS = 100
 
 
 def _count_parallel(count_many: Callable[[list[str]], list[int]], texts: list[str]) -> list[int]:
-    """`count_many` over shares of the texts on several threads (tiktoken releases the GIL)."""
+    """`count_many` over shares of the texts, one per core, when that pays (see PARALLEL_CHARS)."""
     workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-    if len(texts) < PARALLEL_TEXTS or workers < 2:
+    chars = sum(map(len, texts))
+    if workers < 2 or chars < PARALLEL_CHARS or chars < PARALLEL_MEAN_CHARS * len(texts):
         return count_many(texts)
     from concurrent.futures import ThreadPoolExecutor
 
     size = -(-len(texts) // workers)
     shares = [texts[i : i + size] for i in range(0, len(texts), size)]
-    with ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(workers, thread_name_prefix="memcli-count") as pool:
         return [n for counts in pool.map(count_many, shares) for n in counts]
 
 

@@ -19,7 +19,7 @@ from memcli.errors import InputError
 from memcli.messages import ROLES, Message
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Sequence
     from pathlib import Path
 
 PUT_MODES = ("message", "batch", "call")
@@ -61,12 +61,16 @@ def read_source(source: str | Path, stdin: IO[bytes] | None = None) -> tuple[byt
 
 def parse_transcript(data: bytes, name: str = "<input>") -> list[Record]:
     """Parse transcript bytes in any of the formats read."""
+    if _is_array(data):
+        return _parse_array(data, name)
+    return list(_parse_lines(data, name))
+
+
+def _is_array(data: bytes) -> bool:
     stripped = data.lstrip()
     if stripped.startswith(b"\xef\xbb\xbf"):
         stripped = stripped[3:].lstrip()
-    if stripped.startswith(b"["):
-        return _parse_array(data, name)
-    return list(_parse_lines(data, name))
+    return stripped.startswith(b"[")
 
 
 def _decode(raw: bytes, where: str) -> str:
@@ -79,6 +83,19 @@ def _decode(raw: bytes, where: str) -> str:
 
 
 def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
+    plain = Message.plain
+    for number, obj in _line_objects(data, name):
+        if type(obj) is dict and len(obj) == 2:
+            # The common line, {"role": ..., "content": "..."}: no further checks needed.
+            role, content = obj.get("role"), obj.get("content")
+            if type(role) is str and role in _ROLES and type(content) is str:
+                yield Record(number, [plain(role, content)])
+                continue
+        yield _record(obj, number, f"{name}:{number}")
+
+
+def _line_objects(data: bytes, name: str) -> Iterator[tuple[int, Any]]:
+    """The JSON value of each line that is not blank, with its line number."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -91,7 +108,6 @@ def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
     # long file. A line it cannot take whole goes through json.loads, which names the error.
     # (typeshed types make_scanner's argument as itself; a JSONDecoder is what it takes.)
     scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-    plain = Message.plain
     for number, raw in enumerate(text.split("\n"), start=1):
         if number == 1:
             raw = raw.lstrip("\ufeff")
@@ -103,13 +119,91 @@ def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
             if not raw or raw.isspace():
                 continue
             obj = _loads(raw, f"{name}:{number}")
-        if type(obj) is dict and len(obj) == 2:
-            # The common line, {"role": ..., "content": "..."}: no further checks needed.
-            role, content = obj.get("role"), obj.get("content")
-            if type(role) is str and role in _ROLES and type(content) is str:
-                yield Record(number, [plain(role, content)])
-                continue
-        yield _record(obj, number, f"{name}:{number}")
+        yield number, obj
+
+
+class Columns(NamedTuple):
+    """A transcript as the flush policy sees it, without building a Message per line.
+
+    `roles` and `contents` are per message, in order; `metadata` holds `str(metadata)` by position
+    for the messages that have some (its tokens count too); `sizes` is how many messages each
+    record holds (a conversation line several); `sessions` the sessions the records name.
+    """
+
+    roles: list[str]
+    contents: list[str]
+    metadata: dict[int, str]
+    sizes: list[int]
+    sessions: set[str]
+
+
+def read_columns(source: str | Path, stdin: IO[bytes] | None = None) -> Columns:
+    """`read_transcript`, as columns: the same checks, the same errors naming the line."""
+    data, name = read_source(source, stdin)
+    return parse_columns(data, name)
+
+
+def parse_columns(data: bytes, name: str = "<input>") -> Columns:
+    """Parse transcript bytes into columns."""
+    columns = Columns([], [], {}, [], set())
+    if _is_array(data):
+        for record in _parse_array(data, name):
+            _add_record(columns, record)
+        return columns
+    for number, obj in _line_objects(data, name):
+        if not (type(obj) is dict and _add_plain(columns, obj)):
+            _add_record(columns, _record(obj, number, f"{name}:{number}"))
+    return columns
+
+
+def _add_plain(columns: Columns, obj: dict[str, Any]) -> bool:
+    """Add a line that is one plain message or a conversation of plain messages (each only a
+    role and a text); False, adding nothing, for any other line (it takes the checked path)."""
+    role, content = obj.get("role"), obj.get("content")
+    if type(role) is str and role in _ROLES and type(content) is str and len(obj) == 2:
+        columns.roles.append(role)
+        columns.contents.append(content)
+        columns.sizes.append(1)
+        return True
+    items = obj.get("messages")
+    if type(items) is not list or len(obj) != 1:
+        return False
+    for item in items:
+        if not (
+            type(item) is dict
+            and len(item) == 2
+            and type(item.get("role")) is str
+            and item["role"] in _ROLES
+            and type(item.get("content")) is str
+        ):
+            return False
+    columns.roles.extend([item["role"] for item in items])
+    columns.contents.extend([item["content"] for item in items])
+    columns.sizes.append(len(items))
+    return True
+
+
+def _add_record(columns: Columns, record: Record) -> None:
+    for m in record.messages:
+        if m.metadata:
+            columns.metadata[len(columns.roles)] = str(m.metadata)
+        columns.roles.append(m.role)
+        columns.contents.append(m.content)
+    columns.sizes.append(len(record.messages))
+    if record.session is not None:
+        columns.sessions.add(record.session)
+
+
+def call_sizes(sizes: Sequence[int], put: str = "call") -> list[int]:
+    """How many messages each put call holds: `plan_calls` on records of these sizes."""
+    if put not in PUT_MODES:
+        raise InputError(f"unknown put mode {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
+    total = sum(sizes)
+    if put == "batch":
+        return [total] if total else []
+    if put == "message":
+        return [1] * total
+    return [n for n in sizes if n]
 
 
 def _loads(raw: str, where: str) -> Any:

@@ -134,3 +134,41 @@ def test_plain_lines_give_the_same_messages_as_full_ones() -> None:
             f.name: getattr(want, f.name) for f in fields(Message)
         }
         assert got == want and hash(got) == hash(want)
+
+
+def test_columns_are_the_records_flattened() -> None:
+    from memcli.transcripts import call_sizes, parse_columns
+
+    data = lines(
+        {"role": "system", "content": "be brief"},
+        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
+        {"messages": [{"role": "user", "content": "c", "name": "Ana"}], "session": "s1"},
+        {"messages": []},
+        {"role": "tool", "content": "d", "metadata": {"k": 1}, "session": "s2"},
+    )
+    records = parse_transcript(data)
+    columns = parse_columns(data)
+    messages = [m for r in records for m in r.messages]
+    assert columns.roles == [m.role for m in messages]
+    assert columns.contents == [m.content for m in messages]
+    assert columns.metadata == {4: "{'k': 1}"}
+    assert columns.sessions == {"s1", "s2"}
+    for put in ("message", "batch", "call"):
+        assert call_sizes(columns.sizes, put) == [len(c) for c in plan_calls(records, put)]
+    array = json.dumps([{"role": "user", "content": "x"}, {"role": "user", "content": "y"}])
+    assert parse_columns(array.encode()).contents == ["x", "y"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b'{"role": "user", "content": "ok"}\n{"content": "x"}', "t.jsonl:2: missing role"),
+        (b'{"messages": [{"role": "user", "content": 1}]}', "t.jsonl:1: message 0: content"),
+        (b'{"role": "user", "content": "x"} junk', "t.jsonl:1: invalid JSON"),
+    ],
+)
+def test_columns_name_the_line_of_an_error(data: bytes, message: str) -> None:
+    from memcli.transcripts import parse_columns
+
+    with pytest.raises(InputError, match=message):
+        parse_columns(data, "t.jsonl")

@@ -172,7 +172,7 @@ def _example(option: str) -> str:
 def _load(s: Any, source: str | None, session: str | None, put: str) -> tuple[Replay, Any]:
     """The replay (tokens counted) and, for a stored session, its info (for its budget)."""
     from memcli.simulate import Replay
-    from memcli.transcripts import Record, plan_calls, read_transcript
+    from memcli.transcripts import Record, plan_calls
 
     if session is not None:
         store = common.open_store(s, must_exist=True)
@@ -185,14 +185,13 @@ def _load(s: Any, source: str | None, session: str | None, put: str) -> tuple[Re
         calls = plan_calls(records, put)
         return Replay.from_calls(calls, common.tokenizer(s), stored_tokens=True), info
     assert source is not None
-    records = read_transcript(source)
-    named = {r.session for r in records if r.session is not None}
-    if len(named) > 1:
+    replay, columns = Replay.from_source(source, put, common.tokenizer(s))
+    if len(columns.sessions) > 1:
         output.info(
-            f"The transcript names {len(named)} sessions; they are replayed as one session,"
-            " as `memcli import --session ID` would store them."
+            f"The transcript names {len(columns.sessions)} sessions; they are replayed as one"
+            " session, as `memcli import --session ID` would store them."
         )
-    return Replay.from_calls(plan_calls(records, put), common.tokenizer(s)), None
+    return replay, None
 
 
 def _budgets(
