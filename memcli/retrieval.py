@@ -60,10 +60,12 @@ class SearchOptions:
     context_after: int = 1
     #: A hit grows by neighbours only while it stays within this many tokens.
     context_tokens: int = 60
-    #: A word found in more messages than this is left out of the BM25 query (when the query has
-    #: rarer ones): it says little, and ranking its every message would cost seconds on a
-    #: store of millions. Below this many messages in the store, nothing is left out.
-    common_term_messages: int = 20_000
+    #: BM25 ranks at most about this many messages per query, so that its cost stays bounded
+    #: (about 2.5 us each) however big the store: the query's words are taken rarest first while
+    #: the messages they occur in add up to at most this; a common word left out says little.
+    #: When even the rarest word is in more messages, the most recent this many of them (in
+    #: scope) are ranked. Below this many messages in the store, nothing is left out.
+    lexical_budget: int = 4_000
     #: At most this many messages are embedded at search time; more are left to `index`.
     embed_limit: int = 1000
     #: Earlier messages of the session put before a message when its vector is made.
@@ -76,6 +78,8 @@ class SearchOptions:
             raise UsageError("both search weights are 0", "Give one of them a positive weight")
         if self.rrf_k < 0 or self.candidates < 1:
             raise UsageError("rrf_k must be >= 0 and candidates >= 1", "See config.example.toml")
+        if self.lexical_budget < 1:
+            raise UsageError("lexical_budget must be >= 1", "See config.example.toml")
         if min(self.context_before, self.context_after, self.context_tokens) < 0 or (
             self.vector_context < 0
         ):
@@ -297,19 +301,28 @@ class Retriever:
         lexical: list[tuple[int, float]] = []
         dense: list[tuple[int, float]] = []
         dense_wanted = mode != "lexical" and o.vector_weight > 0
-        # The model loads (a cold process spends most of its time there) while SQLite works.
-        embedding = _Background(self._query_vector, query) if dense_wanted else None
-        if mode != "vector" and o.lexical_weight > 0:
-            match = fts_query(self._lexical_terms(query))
-            if match is not None:
-                lexical = sql.lexical_search(self.store, match, scope, o.candidates)
-        if embedding is not None:
+        dense_job = None
+        if dense_wanted:
             pending = self.pending()
-            if pending:
+            if pending:  # a search embeds what is missing first (up to `embed_limit`)
                 result.embedded = self.index(limit=o.embed_limit)
                 result.pending = pending - result.embedded
-            self.vectors.refresh()
-            dense = self.vectors.search(embedding.result(), scope, o.candidates)
+            # Embedding the query and the FAISS search (in a cold process, loading the model
+            # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
+            dense_job = _Background(self._dense, query, scope, o.candidates)
+        if mode != "vector" and o.lexical_weight > 0:
+            terms, recent = self._lexical_terms(query)
+            match = fts_query(terms)
+            if match is not None:
+                lexical = sql.lexical_search(
+                    self.store,
+                    match,
+                    scope,
+                    o.candidates,
+                    recent=o.lexical_budget if recent else None,
+                )
+        if dense_job is not None:
+            dense = dense_job.result()
         weights = {
             "hybrid": (o.lexical_weight, o.vector_weight),
             "lexical": (1.0, 0.0),
@@ -321,24 +334,29 @@ class Retriever:
         result.hits = self._hits(fused, lexical, dense, k, scope)
         return result
 
-    def _lexical_terms(self, query: str) -> list[str]:
-        """The query's terms, less those in more than `common_term_messages` messages; when all
-        are that common, the rarest (or the few rarest whose messages add up to at most twice
-        that)."""
+    def _lexical_terms(self, query: str) -> tuple[list[str], bool]:
+        """The query's terms that BM25 ranks within `lexical_budget` messages: rarest first while
+        the messages they occur in add up to at most the budget (the rarest always), and whether
+        that one alone is in more (then only its most recent matches are ranked)."""
         terms = query_terms(query)
-        cap = self.options.common_term_messages
-        counts = sql.term_counts(self.store, terms, cap * 2)
-        rare = [t for t in terms if counts[t] <= cap]
-        if rare or not terms:
-            return rare
+        budget = self.options.lexical_budget
+        counts = sql.term_counts(self.store, terms, budget)
+        if terms and min(counts.values()) > budget:  # every word common: which is rarest?
+            counts = sql.term_counts(self.store, terms, budget * 8)
         chosen: list[str] = []
         total = 0
         for term in sorted(terms, key=lambda t: counts[t]):
-            if chosen and total + counts[term] > cap * 2:
+            if chosen and total + counts[term] > budget:
                 break
             chosen.append(term)
             total += counts[term]
-        return chosen
+        # In the query's order (the FTS5 query is the same either way; easier to read).
+        return [t for t in terms if t in chosen], total > budget
+
+    def _dense(self, query: str, scope: Scope, n: int) -> list[tuple[int, float]]:
+        vector = self._query_vector(query)
+        self.vectors.refresh()
+        return self.vectors.search(vector, scope, n)
 
     def _query_vector(self, query: str) -> Any:
         pieces = self.embedder.split([query])[0]
