@@ -160,19 +160,43 @@ def measure(db: Path, cache: str, command: str | None, runs: int) -> list[float]
     return times
 
 
-def warm(db: Path, cache: str, runs: int) -> list[float]:
-    """Queries in one process once the model and index are loaded (what a chat turn pays)."""
-    from memcli import SQLiteStore
-    from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.retrieval import Retriever, SearchOptions
+def warm(db: Path, cache: str, runs: int, threads: int | None) -> dict[str, list[float]]:
+    """The vector block's query in one process once the model and index are loaded (what a chat
+    turn pays): `VectorBlock.get` as `Memory.get` calls it, for user3 (scope "user", k = 2,
+    archived messages only), with two shapes of context: the input alone (a LoCoMo question), and
+    a window of 5 messages (4 LoCoMo turns, then the question), the block's default."""
+    from locomo import DEFAULT_DATA
 
-    retriever = Retriever(SQLiteStore(db), OnnxEmbedder(Path(cache)), SearchOptions())
-    retriever.search(QUERIES[0], k=5, user_id="user3")
-    times = []
+    from memcli import Message, SQLiteStore, VectorBlock
+    from memcli.blocks.base import BlockContext
+    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.tokens import WordTokenizer
+
+    questions: list[str] = []
+    turns: list[str] = []
+    for path in sorted(DEFAULT_DATA.glob("*.json")):
+        data = json.loads(path.read_text())
+        questions += [q["question"] for q in data["qa"] if q.get("category") in (1, 2, 3, 4)]
+        conv = data["conversation"]
+        turns += [t["text"] for n in range(1, 40) for t in conv.get(f"session_{n}", [])]
+    random.Random(3).shuffle(questions)
+    store = SQLiteStore(db)
+    block = VectorBlock(embedder=OnnxEmbedder(Path(cache), threads=threads))
+    ctx = BlockContext("s00003", "user3", store, WordTokenizer())
+    block.get([Message("user", QUERIES[0])], ctx)  # loads the model and the index
+    times: dict[str, list[float]] = {"the input alone": [], "a window of 5 messages": []}
     for i in range(runs):
-        started = time.perf_counter()
-        retriever.search(QUERIES[(i + 1) % len(QUERIES)], k=5, user_id="user3")
-        times.append(time.perf_counter() - started)
+        question = Message("user", questions[i % len(questions)])
+        start = 4 * i % (len(turns) - 4)
+        window = [
+            Message("user" if j % 2 == 0 else "assistant", t)
+            for j, t in enumerate(turns[start : start + 4])
+        ]
+        for shape, messages in zip(times, ([question], [*window, question]), strict=True):
+            started = time.perf_counter()
+            block.get(messages, ctx)
+            times[shape].append(time.perf_counter() - started)
+            assert block.last_hits, "the block found nothing"
     return times
 
 
@@ -184,7 +208,12 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--command", help="time this command (the query is appended) instead")
-    parser.add_argument("--warm", type=int, default=0, help="also time N queries in one warm process")
+    parser.add_argument(
+        "--warm", type=int, default=0, help="also time N vector block queries in a warm process"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="ONNX Runtime threads for the warm queries"
+    )
     parser.add_argument(
         "--model-cache",
         default=os.environ.get("MEMCLI_MODEL_CACHE")
@@ -194,14 +223,18 @@ def main() -> int:
     if not args.db.exists():
         args.db.parent.mkdir(parents=True, exist_ok=True)
         build(args.db, args.messages, args.per_batch, args.sessions, args.model_cache)
-    times = measure(args.db, args.model_cache, args.command, args.runs)
-    print(f"cold search: median {statistics.median(times):.3f} s, max {max(times):.3f} s")
+    if args.runs:
+        times = measure(args.db, args.model_cache, args.command, args.runs)
+        print(f"cold search: median {statistics.median(times):.3f} s, max {max(times):.3f} s")
     if args.warm:
-        hot = sorted(warm(args.db, args.model_cache, args.warm))
-        print(
-            f"warm search (model and index loaded): median {statistics.median(hot) * 1000:.1f} ms,"
-            f" p90 {hot[int(len(hot) * 0.9)] * 1000:.1f} ms over {len(hot)} queries"
-        )
+        load = os.getloadavg()[0]
+        for shape, times in warm(args.db, args.model_cache, args.warm, args.threads).items():
+            hot = sorted(times)
+            print(
+                f"warm vector block query ({shape}): median {statistics.median(hot) * 1000:.1f} ms,"
+                f" p90 {hot[int(len(hot) * 0.9)] * 1000:.1f} ms over {len(hot)} queries"
+                f" (load average {load:.2f} before)"
+            )
     return 0
 
 

@@ -1,9 +1,12 @@
 """Hybrid retrieval over every stored message: BM25 (SQLite FTS5) and dense vectors, fused.
 
-- Units: one vector per message, made from `Name: text` lines of the message and the one before
-  it in its session (`vector_context`), so that a short reply carries what it answers. A unit is
-  short, so the model reads it whole; one longer than the model's window is cut into pieces, each
-  embedded, and the message scores as its best piece: nothing is cut off silently.
+- Units: one vector per message, for the message and the one before it in its session
+  (`vector_context`), so that a short reply carries what it answers. Each message's `Name: text`
+  is embedded once (in pieces when longer than the model's window: nothing is cut off silently,
+  and the message scores as its best piece); its vector is the sum of its own and the earlier
+  message's vectors, each weighted by its words, normalised. That is about what mean pooling over
+  the two messages together gives, for half the model's work: each message is read once, not in
+  two units.
 - Lexical: an FTS5 index over every message (speaker name and text); messages stored since the
   last search are added to it in one statement before the next, so a put pays nothing.
 - Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing)
@@ -206,8 +209,11 @@ class Retriever:
         self.store = store
         self.embedder = embedder
         self.options = options or SearchOptions()
-        # The vectors depend on the model and on how units are written: both name them.
-        self.model = f"{embedder.name}/named+{self.options.vector_context}"
+        # The vectors depend on the model and on how units are made: both name them ("named+0":
+        # the message alone; "sum+N": summed with the N before it; the "named+N" of memcli
+        # 0.x embedded the N messages and the message as one text).
+        context = self.options.vector_context
+        self.model = f"{embedder.name}/{'sum' if context else 'named'}+{context}"
         self.vectors = MessageVectors(store, self.model)
 
     def pending(self) -> int:
@@ -238,33 +244,45 @@ class Retriever:
                 progress(len(rows))
         return done
 
+    def texts(self, rows: Sequence[sql.UnitRow]) -> list[tuple[str, list[str]]]:
+        """For each message: its own `Name: text` and those of the `vector_context` messages
+        before it in its session (what its vector is made from)."""
+        context = self.options.vector_context
+        out = []
+        for row in rows:
+            before: list[str] = []
+            if context:
+                span = sql.session_span(self.store, row.session_id, row.seq - context, row.seq - 1)
+                before = [unit_text(b.name, b.role, b.content) for b in span]
+            out.append((unit_text(row.name, row.role, row.content), before))
+        return out
+
     def _embed(self, rows: Sequence[sql.UnitRow]) -> None:
-        texts = [self._unit(r) for r in rows]
+        import numpy as np
+
+        units = self.texts(rows)
+        # Each text once (a message is also the one before the next), in pieces that fit.
+        texts = list(dict.fromkeys([t for own, before in units for t in (own, *before)]))
         pieces = self.embedder.split(texts)
-        flat = [p for ps in pieces for p in ps]
-        vectors = self.embedder.embed(flat)
+        vectors = self.embedder.embed([p for ps in pieces for p in ps])
+        weighted: dict[str, Any] = {}  # each piece's vector times its words
+        at = 0
+        for text, ps in zip(texts, pieces, strict=True):
+            words = np.array([max(1, len(p.split())) for p in ps], dtype=np.float32)
+            weighted[text] = vectors[at : at + len(ps)] * words[:, None]
+            at += len(ps)
         stored: list[tuple[int, int, int, bytes]] = []
         cleared: list[int] = []
-        at = 0
-        for row, ps in zip(rows, pieces, strict=True):
+        for row, (own, before) in zip(rows, units, strict=True):
             if not row.content.strip():
                 cleared.append(row.id)
-            else:
-                for i in range(len(ps)):
-                    vector = vectors[at + i]
-                    stored.append((row.id, i, len(vector), vector.tobytes()))
-            at += len(ps)
+                continue
+            context = sum((weighted[t].sum(axis=0) for t in before), np.zeros_like(vectors[0]))
+            for i, piece in enumerate(weighted[own]):
+                vector = (piece + context).astype(np.float32)
+                vector /= max(float(np.linalg.norm(vector)), 1e-12)
+                stored.append((row.id, i, len(vector), vector.tobytes()))
         sql.add_vectors(self.store, self.model, stored, max(r.id for r in rows), cleared)
-
-    def _unit(self, row: sql.UnitRow) -> str:
-        """A message's unit text: the `vector_context` messages before it, then itself, each
-        as `Name: text` lines (a long unit is cut into pieces by the embedder, never truncated)."""
-        text = unit_text(row.name, row.role, row.content)
-        context = self.options.vector_context
-        if not context:
-            return text
-        before = sql.session_span(self.store, row.session_id, row.seq - context, row.seq - 1)
-        return "\n".join([*(unit_text(b.name, b.role, b.content) for b in before), text])
 
     def search(
         self,

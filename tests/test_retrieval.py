@@ -299,7 +299,7 @@ def test_big_index_is_ivf_of_8bit_vectors_memory_mapped_and_extended(
     again = fresh.search("note 5 topic5 thing5", k=3, mode="vector", user_id="u1").hits
     assert not fresh.vectors.rebuilt and fresh.vectors._mapped  # read from its file, mapped
     assert [h.anchor_id for h in again] == [h.anchor_id for h in hits]
-    new = add(store, "s1", "u1", ["a brand new note about kites"])
+    new = add(store, "s1", "u1", ["kites, kites and kites"])
     kites = fresh.search("kites", k=1, mode="vector", user_id="u1").hits
     assert not fresh.vectors.rebuilt and kites[0].anchor_id == new[0]  # extended in memory
     assert max(ids) < new[0]
@@ -401,3 +401,28 @@ def test_vector_block_retrieves_archived_messages_with_their_times(tmp_path: Pat
     text = memory.context("what colour is my cello").memory_text
     assert "<message role='user' time='2023-05-08T13:56'>my cello is red</message>" in text
     assert block.last_hits and not active & {i for h in block.last_hits for i in h.message_ids}
+
+
+def test_unit_vector_is_the_word_weighted_sum_of_the_message_and_the_one_before(
+    store: SQLiteStore,
+) -> None:
+    ids = add(store, "s1", "u1", ["the cello is red", "yes", "the cello is red"])
+    embedder = WordsEmbedder()
+    retriever = Retriever(store, embedder)
+    assert retriever.model == "words/sum+1"
+    assert Retriever(store, embedder, SearchOptions(vector_context=0)).model == "words/named+0"
+    assert retriever.index() == 3
+    assert embedder.calls == [2]  # "Ana: the cello is red" and "Ben: yes", each once
+    rows = store.execute(
+        "SELECT message_id, vector FROM retrieval_vectors ORDER BY message_id"
+    ).fetchall()
+    got = {m: np.frombuffer(v, dtype=np.float32) for m, v in rows}
+    cello, yes = WordsEmbedder().embed(["Ana: the cello is red", "Ben: yes"])
+
+    def unit(*parts: np.ndarray) -> np.ndarray:
+        total = np.sum(parts, axis=0)
+        return total / np.linalg.norm(total)
+
+    assert np.allclose(got[ids[0]], cello, atol=1e-6)  # the first: nothing before it
+    assert np.allclose(got[ids[1]], unit(2 * yes, 5 * cello), atol=1e-6)
+    assert np.allclose(got[ids[2]], unit(5 * cello, 2 * yes), atol=1e-6)
