@@ -59,10 +59,14 @@ def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str) ->
         pool.extend(records)
     embedder = OnnxEmbedder(cache)
     started = time.perf_counter()
-    units = [f"{r['name']}: {r['content']}" for r in pool]
-    units = [units[0], *[f"{units[i - 1]}\n{units[i]}" for i in range(1, len(units))]]
-    pool_vectors = embedder.embed(units)
-    print(f"embedded {len(units)} pool units in {time.perf_counter() - started:.1f} s")
+    # As Retriever._embed makes them: each turn's vector summed with the previous turn's, each
+    # weighted by its words.
+    texts = [f"{r['name']}: {r['content']}" for r in pool]
+    own = embedder.embed(texts) * np.array([[len(t.split())] for t in texts], dtype=np.float32)
+    pool_vectors = own.copy()
+    pool_vectors[1:] += own[:-1]
+    pool_vectors /= np.linalg.norm(pool_vectors, axis=1, keepdims=True)
+    print(f"embedded {len(texts)} pool turns in {time.perf_counter() - started:.1f} s")
     vocabulary = sorted({w for r in pool for w in r["content"].split()})
     rng = random.Random(7)
     noise = np.random.default_rng(7)
@@ -160,7 +164,9 @@ def measure(db: Path, cache: str, command: str | None, runs: int) -> list[float]
     return times
 
 
-def warm(db: Path, cache: str, runs: int, threads: int | None) -> dict[str, list[float]]:
+def warm(
+    db: Path, cache: str, runs: int, threads: int | None, engine: str, options: str | None = None
+) -> dict[str, list[float]]:
     """The vector block's query in one process once the model and index are loaded (what a chat
     turn pays): `VectorBlock.get` as `Memory.get` calls it, for user3 (scope "user", k = 2,
     archived messages only), with two shapes of context: the input alone (a LoCoMo question), and
@@ -176,12 +182,22 @@ def warm(db: Path, cache: str, runs: int, threads: int | None) -> dict[str, list
     turns: list[str] = []
     for path in sorted(DEFAULT_DATA.glob("*.json")):
         data = json.loads(path.read_text())
-        questions += [q["question"] for q in data["qa"] if q.get("category") in (1, 2, 3, 4)]
-        conv = data["conversation"]
+        conv = data.get("conversation", data)
+        qas = data.get("qa", conv.get("qa", []))
+        questions += [q["question"] for q in qas if q.get("category") in (1, 2, 3, 4)]
         turns += [t["text"] for n in range(1, 40) for t in conv.get(f"session_{n}", [])]
     random.Random(3).shuffle(questions)
     store = SQLiteStore(db)
-    block = VectorBlock(embedder=OnnxEmbedder(Path(cache), threads=threads))
+    if engine == "st":
+        from memcli.embeddings import SentenceTransformerEmbedder
+
+        embedder: object = SentenceTransformerEmbedder()
+    else:
+        embedder = OnnxEmbedder(Path(cache), threads=threads)
+    from memcli.retrieval import SearchOptions
+
+    search_options = SearchOptions(**json.loads(options)) if options else None
+    block = VectorBlock(embedder=embedder, search_options=search_options)  # type: ignore[arg-type]
     ctx = BlockContext("s00003", "user3", store, WordTokenizer())
     block.get([Message("user", QUERIES[0])], ctx)  # loads the model and the index
     times: dict[str, list[float]] = {"the input alone": [], "a window of 5 messages": []}
@@ -200,6 +216,28 @@ def warm(db: Path, cache: str, runs: int, threads: int | None) -> dict[str, list
     return times
 
 
+def rekey(db: Path, cache: str) -> None:
+    """Give a store built by an earlier version of this benchmark the current model key (its
+    vectors are synthetic: only their number and layout matter to the timings)."""
+    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.retrieval import Retriever
+    from memcli.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(db)
+    model = Retriever(store, OnnxEmbedder(cache)).model
+    with store.transaction():
+        old = [r[0] for r in store.execute("SELECT DISTINCT model FROM retrieval_vectors")]
+        store.execute("UPDATE retrieval_vectors SET model = ?", (model,))
+        for prefix in ("embedded:", "vectors_added:"):
+            for name in old:
+                store.execute(
+                    "UPDATE retrieval_state SET key = ? WHERE key = ?",
+                    (prefix + model, prefix + name),
+                )
+    print(f"vectors of {old} now under {model!r}")
+    store.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, type=Path)
@@ -215,11 +253,24 @@ def main() -> int:
         "--threads", type=int, default=None, help="ONNX Runtime threads for the warm queries"
     )
     parser.add_argument(
+        "--engine",
+        choices=["onnx", "st"],
+        default="onnx",
+        help="the block's embedder for the warm queries (onnx as `memcli search`, st as the CLI's"
+        " vector block)",
+    )
+    parser.add_argument(
         "--model-cache",
         default=os.environ.get("MEMCLI_MODEL_CACHE")
         or str(Path(os.environ.get("MEMCLI_HOME", Path.home() / ".cache" / "memcli")) / "models"),
     )
+    parser.add_argument("--options", help="SearchOptions overrides (JSON) for the warm queries")
+    parser.add_argument(
+        "--rekey", action="store_true", help="give an older store's vectors the current model key"
+    )
     args = parser.parse_args()
+    if args.rekey:
+        rekey(args.db, args.model_cache)
     if not args.db.exists():
         args.db.parent.mkdir(parents=True, exist_ok=True)
         build(args.db, args.messages, args.per_batch, args.sessions, args.model_cache)
@@ -228,10 +279,11 @@ def main() -> int:
         print(f"cold search: median {statistics.median(times):.3f} s, max {max(times):.3f} s")
     if args.warm:
         load = os.getloadavg()[0]
-        for shape, times in warm(args.db, args.model_cache, args.warm, args.threads).items():
+        shapes = warm(args.db, args.model_cache, args.warm, args.threads, args.engine, args.options)
+        for shape, times in shapes.items():
             hot = sorted(times)
             print(
-                f"warm vector block query ({shape}): median {statistics.median(hot) * 1000:.1f} ms,"
+                f"warm vector block query, {args.engine} ({shape}): median {statistics.median(hot) * 1000:.1f} ms,"
                 f" p90 {hot[int(len(hot) * 0.9)] * 1000:.1f} ms over {len(hot)} queries"
                 f" (load average {load:.2f} before)"
             )

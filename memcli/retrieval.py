@@ -63,12 +63,13 @@ class SearchOptions:
     context_after: int = 1
     #: A hit grows by neighbours only while it stays within this many tokens.
     context_tokens: int = 60
-    #: BM25 ranks at most about this many messages per query, so that its cost stays bounded
-    #: (about 2.5 us each) however big the store: the query's words are taken rarest first while
-    #: the messages they occur in add up to at most this; a common word left out says little.
-    #: When even the rarest word is in more messages, the most recent this many of them (in
-    #: scope) are ranked. Below this many messages in the store, nothing is left out.
-    lexical_budget: int = 4_000
+    #: BM25 ranks at most this many messages per query, so that its cost stays bounded (5-10 us
+    #: each with the scope's filter) however big the store: the query's words are taken rarest
+    #: first while the messages they occur in add up to at most this; a common word left out says
+    #: little. When even the rarest word is in more messages, its most recent this many matches
+    #: in the store are ranked, and those in scope kept. Below this many messages in the store,
+    #: nothing is left out.
+    lexical_budget: int = 1_000
     #: At most this many messages are embedded at search time; more are left to `index`.
     embed_limit: int = 1000
     #: Earlier messages of the session put before a message when its vector is made.
