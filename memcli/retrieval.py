@@ -211,8 +211,9 @@ class Retriever:
         self.embedder = embedder
         self.options = options or SearchOptions()
         # The vectors depend on the model and on how units are made: both name them ("named+0":
-        # the message alone; "sum+N": summed with the N before it; the "named+N" of memcli
-        # 0.x embedded the N messages and the message as one text).
+        # the message alone; "sum+N": summed with the N before it. Stores made before this hold
+        # "named+N" vectors, of the N messages and the message embedded as one text: they are
+        # not searched, and the messages are embedded again).
         context = self.options.vector_context
         self.model = f"{embedder.name}/{'sum' if context else 'named'}+{context}"
         self.vectors = MessageVectors(store, self.model)
