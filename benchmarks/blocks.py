@@ -1,19 +1,22 @@
 """Speed of long-term memory: importing with the vector block, and vector queries.
 
     PYTHONPATH=. .venv/bin/python benchmarks/blocks.py [--messages 10000] [--batches 100000]
+        [--engine st|onnx] [--options '{"vector_context": 1}']
 
 1. Import N messages (one put call per message, as `memcli import` does) with the vector block,
-   against sentence-transformers alone embedding the same batch texts. The model is loaded before
-   both timings. Goal: at most 1.3x.
+   against sentence-transformers alone embedding the same batch texts (the issue's reference) and
+   the message texts the block really embeds (each message once; `--engine onnx` also times ONNX
+   Runtime alone on them). The models are loaded before the timings. Goal: at most 1.3x.
 2. A vector query over M stored batches in the batch-level index of `memcli.vectors` (synthetic
-   random unit vectors; the query is embedded by the real model), once the model is loaded. Goal:
-   under 20 ms. Since hybrid retrieval (#6) the vector block searches message units instead: that
-   path is timed warm over 100,000 batches (1,000,000 messages) by `cold_search.py --warm N`.
+   random unit vectors; the query is embedded by the real model), once the model is loaded. Since
+   hybrid retrieval (#6) the vector block searches messages instead: that path (`VectorBlock.get`)
+   is timed warm over 100,000 batches (1,000,000 messages) by `cold_search.py --warm N`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
@@ -21,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -56,14 +60,23 @@ def message(i: int, rng: random.Random) -> Message:
     return Message("assistant", f"Thanks for sharing that about {topic}. What happened next? ({i})")
 
 
-def bench_import(n: int, embedder: SentenceTransformerEmbedder, limit: int, flush: int) -> None:
+def bench_import(
+    n: int,
+    st: SentenceTransformerEmbedder,
+    limit: int,
+    flush: int,
+    engine: Any = None,
+    options: Any = None,
+) -> None:
+    """`engine`: the block's embedder (default: `st`); the reference is always `st` alone."""
+    embedder = engine or st
     rng = random.Random(7)
     records = [Record(i + 1, [message(i, rng)], "bench") for i in range(n)]
     folder = Path(tempfile.mkdtemp())
 
     def run(with_blocks: bool) -> tuple[float, SQLiteStore]:
         store = SQLiteStore(folder / f"import-{with_blocks}.db")
-        blocks = [VectorBlock(embedder=embedder)] if with_blocks else []
+        blocks = [VectorBlock(embedder=embedder, search_options=options)] if with_blocks else []
 
         def open_memory(session_id: str) -> Memory:
             return Memory(store, session_id, budget=Budget(limit, 0.7, flush), memory_blocks=blocks)
@@ -81,17 +94,16 @@ def bench_import(n: int, embedder: SentenceTransformerEmbedder, limit: int, flus
     plain, _ = run(False)
     with_vectors, store = run(True)
     texts = [batch_text(longterm.flush_messages(store, f.id)) for f in store.list_flushes("bench")]
-    # What the block really embeds since hybrid retrieval (#6): one unit per stored message, the
-    # message before it and itself as `Name: text` lines, split to fit the model's window.
-    from memcli.retrieval import unit_text
+    # What the block really embeds: each stored message's `Name: text` once (its vector is then
+    # summed with the previous message's, `Retriever._embed`), split to fit the model's window.
+    from memcli.retrieval import Retriever
+    from memcli.store import retrieval as sql
 
-    stored = store.get_messages("bench")
-    units = [
-        "\n".join(unit_text(m.name, m.role, m.content) for m in stored[max(0, i - 1) : i + 1])
-        for i in range(len(stored))
-    ]
-    pieces = [p for ps in embedder.split(units) for p in ps]
-    model = embedder.model
+    retriever = Retriever(store, embedder, options)
+    units = retriever.texts(sql.pending_units(store, "none", n + 1))
+    texts_embedded = list(dict.fromkeys([t for own, before in units for t in (own, *before)]))
+    pieces = [p for ps in st.split(texts_embedded) for p in ps]
+    model = st.model
     start = time.perf_counter()
     model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
     alone = time.perf_counter() - start
@@ -99,16 +111,26 @@ def bench_import(n: int, embedder: SentenceTransformerEmbedder, limit: int, flus
     model.encode(pieces, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
     alone_pieces = time.perf_counter() - start
     print(
-        f"  sentence-transformers alone, the {len(texts)} batch texts (cut at 256 tokens): {alone:.2f} s"
+        f"  sentence-transformers alone, the {len(texts)} batch texts (cut at 256 tokens):"
+        f" {alone:.2f} s"
     )
     print(
-        f"  sentence-transformers alone, the {len(pieces)} message units the block embeds: {alone_pieces:.2f} s"
+        f"  sentence-transformers alone, the {len(pieces)} message texts the block embeds:"
+        f" {alone_pieces:.2f} s"
     )
+    if embedder is not st:
+        start = time.perf_counter()
+        embedder.embed(pieces)
+        print(
+            f"  {type(embedder).__name__} alone, the same units: {time.perf_counter() - start:.2f} s"
+        )
     print(f"  import with the vector block / ST alone on batch texts: {with_vectors / alone:.2f}x")
     print(
-        f"  import with the vector block / ST alone on the same units: {with_vectors / alone_pieces:.2f}x"
+        f"  import with the vector block / ST alone on the same units:"
+        f" {with_vectors / alone_pieces:.2f}x"
     )
     print(f"  engine overhead (import without blocks): {plain:.2f} s")
+    print(f"  load average after: {os.getloadavg()[0]:.2f}")
 
 
 def bench_query(m: int, embedder: SentenceTransformerEmbedder, queries: int = 50) -> None:
@@ -192,13 +214,37 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=100_000)
     parser.add_argument("--token-limit", type=int, default=2000)
     parser.add_argument("--flush-size", type=int, default=200)
+    parser.add_argument(
+        "--engine",
+        choices=["onnx", "st"],
+        default="st",
+        help="the block's embedder (the CLI's vector block uses sentence-transformers);"
+        " the reference is always sentence-transformers alone",
+    )
+    parser.add_argument("--options", help="SearchOptions overrides as JSON")
+    parser.add_argument(
+        "--model-cache",
+        default=os.environ.get("MEMCLI_MODEL_CACHE")
+        or str(Path(os.environ.get("MEMCLI_HOME", Path.home() / ".cache" / "memcli")) / "models"),
+        help="folder for the exported ONNX model",
+    )
     args = parser.parse_args()
     embedder = SentenceTransformerEmbedder()
     start = time.perf_counter()
     embedder.embed(["load the model"])
     print(f"model loaded in {time.perf_counter() - start:.1f} s (not counted below)")
+    engine = None
+    if args.engine == "onnx":
+        from memcli.onnx_embedder import OnnxEmbedder
+
+        engine = OnnxEmbedder(args.model_cache)
+        engine.embed(["load the model"])
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
     if args.messages:
-        bench_import(args.messages, embedder, args.token_limit, args.flush_size)
+        from memcli.retrieval import SearchOptions
+
+        options = SearchOptions(**json.loads(args.options)) if args.options else None
+        bench_import(args.messages, embedder, args.token_limit, args.flush_size, engine, options)
     if args.batches:
         bench_query(args.batches, embedder)
 

@@ -59,10 +59,14 @@ def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str) ->
         pool.extend(records)
     embedder = OnnxEmbedder(cache)
     started = time.perf_counter()
-    units = [f"{r['name']}: {r['content']}" for r in pool]
-    units = [units[0], *[f"{units[i - 1]}\n{units[i]}" for i in range(1, len(units))]]
-    pool_vectors = embedder.embed(units)
-    print(f"embedded {len(units)} pool units in {time.perf_counter() - started:.1f} s")
+    # As Retriever._embed makes them: each turn's vector summed with the previous turn's, each
+    # weighted by its words.
+    texts = [f"{r['name']}: {r['content']}" for r in pool]
+    own = embedder.embed(texts) * np.array([[len(t.split())] for t in texts], dtype=np.float32)
+    pool_vectors = own.copy()
+    pool_vectors[1:] += own[:-1]
+    pool_vectors /= np.linalg.norm(pool_vectors, axis=1, keepdims=True)
+    print(f"embedded {len(texts)} pool turns in {time.perf_counter() - started:.1f} s")
     vocabulary = sorted({w for r in pool for w in r["content"].split()})
     rng = random.Random(7)
     noise = np.random.default_rng(7)
@@ -160,20 +164,78 @@ def measure(db: Path, cache: str, command: str | None, runs: int) -> list[float]
     return times
 
 
-def warm(db: Path, cache: str, runs: int) -> list[float]:
-    """Queries in one process once the model and index are loaded (what a chat turn pays)."""
-    from memcli import SQLiteStore
-    from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.retrieval import Retriever, SearchOptions
+def warm(
+    db: Path, cache: str, runs: int, threads: int | None, engine: str, options: str | None = None
+) -> dict[str, list[float]]:
+    """The vector block's query in one process once the model and index are loaded (what a chat
+    turn pays): `VectorBlock.get` as `Memory.get` calls it, for user3 (scope "user", k = 2,
+    archived messages only), with two shapes of context: the input alone (a LoCoMo question), and
+    a window of 5 messages (4 LoCoMo turns, then the question), the block's default."""
+    from locomo import DEFAULT_DATA
 
-    retriever = Retriever(SQLiteStore(db), OnnxEmbedder(Path(cache)), SearchOptions())
-    retriever.search(QUERIES[0], k=5, user_id="user3")
-    times = []
+    from memcli import Message, SQLiteStore, VectorBlock
+    from memcli.blocks.base import BlockContext
+    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.tokens import WordTokenizer
+
+    questions: list[str] = []
+    turns: list[str] = []
+    for path in sorted(DEFAULT_DATA.glob("*.json")):
+        data = json.loads(path.read_text())
+        conv = data.get("conversation", data)
+        qas = data.get("qa", conv.get("qa", []))
+        questions += [q["question"] for q in qas if q.get("category") in (1, 2, 3, 4)]
+        turns += [t["text"] for n in range(1, 40) for t in conv.get(f"session_{n}", [])]
+    random.Random(3).shuffle(questions)
+    store = SQLiteStore(db)
+    if engine == "st":
+        from memcli.embeddings import SentenceTransformerEmbedder
+
+        embedder: object = SentenceTransformerEmbedder()
+    else:
+        embedder = OnnxEmbedder(Path(cache), threads=threads)
+    from memcli.retrieval import SearchOptions
+
+    search_options = SearchOptions(**json.loads(options)) if options else None
+    block = VectorBlock(embedder=embedder, search_options=search_options)  # type: ignore[arg-type]
+    ctx = BlockContext("s00003", "user3", store, WordTokenizer())
+    block.get([Message("user", QUERIES[0])], ctx)  # loads the model and the index
+    times: dict[str, list[float]] = {"the input alone": [], "a window of 5 messages": []}
     for i in range(runs):
-        started = time.perf_counter()
-        retriever.search(QUERIES[(i + 1) % len(QUERIES)], k=5, user_id="user3")
-        times.append(time.perf_counter() - started)
+        question = Message("user", questions[i % len(questions)])
+        start = 4 * i % (len(turns) - 4)
+        window = [
+            Message("user" if j % 2 == 0 else "assistant", t)
+            for j, t in enumerate(turns[start : start + 4])
+        ]
+        for shape, messages in zip(times, ([question], [*window, question]), strict=True):
+            started = time.perf_counter()
+            block.get(messages, ctx)
+            times[shape].append(time.perf_counter() - started)
+            assert block.last_hits, "the block found nothing"
     return times
+
+
+def rekey(db: Path, cache: str) -> None:
+    """Give a store built by an earlier version of this benchmark the current model key (its
+    vectors are synthetic: only their number and layout matter to the timings)."""
+    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.retrieval import Retriever
+    from memcli.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(db)
+    model = Retriever(store, OnnxEmbedder(cache)).model
+    with store.transaction():
+        old = [r[0] for r in store.execute("SELECT DISTINCT model FROM retrieval_vectors")]
+        store.execute("UPDATE retrieval_vectors SET model = ?", (model,))
+        for prefix in ("embedded:", "vectors_added:"):
+            for name in old:
+                store.execute(
+                    "UPDATE retrieval_state SET key = ? WHERE key = ?",
+                    (prefix + model, prefix + name),
+                )
+    print(f"vectors of {old} now under {model!r}")
+    store.close()
 
 
 def main() -> int:
@@ -184,24 +246,47 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--command", help="time this command (the query is appended) instead")
-    parser.add_argument("--warm", type=int, default=0, help="also time N queries in one warm process")
+    parser.add_argument(
+        "--warm", type=int, default=0, help="also time N vector block queries in a warm process"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="ONNX Runtime threads for the warm queries"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=["onnx", "st"],
+        default="onnx",
+        help="the block's embedder for the warm queries (onnx as `memcli search`, st as the CLI's"
+        " vector block)",
+    )
     parser.add_argument(
         "--model-cache",
         default=os.environ.get("MEMCLI_MODEL_CACHE")
         or str(Path(os.environ.get("MEMCLI_HOME", Path.home() / ".cache" / "memcli")) / "models"),
     )
+    parser.add_argument("--options", help="SearchOptions overrides (JSON) for the warm queries")
+    parser.add_argument(
+        "--rekey", action="store_true", help="give an older store's vectors the current model key"
+    )
     args = parser.parse_args()
+    if args.rekey:
+        rekey(args.db, args.model_cache)
     if not args.db.exists():
         args.db.parent.mkdir(parents=True, exist_ok=True)
         build(args.db, args.messages, args.per_batch, args.sessions, args.model_cache)
-    times = measure(args.db, args.model_cache, args.command, args.runs)
-    print(f"cold search: median {statistics.median(times):.3f} s, max {max(times):.3f} s")
+    if args.runs:
+        times = measure(args.db, args.model_cache, args.command, args.runs)
+        print(f"cold search: median {statistics.median(times):.3f} s, max {max(times):.3f} s")
     if args.warm:
-        hot = sorted(warm(args.db, args.model_cache, args.warm))
-        print(
-            f"warm search (model and index loaded): median {statistics.median(hot) * 1000:.1f} ms,"
-            f" p90 {hot[int(len(hot) * 0.9)] * 1000:.1f} ms over {len(hot)} queries"
-        )
+        load = os.getloadavg()[0]
+        shapes = warm(args.db, args.model_cache, args.warm, args.threads, args.engine, args.options)
+        for shape, times in shapes.items():
+            hot = sorted(times)
+            print(
+                f"warm vector block query, {args.engine} ({shape}): median {statistics.median(hot) * 1000:.1f} ms,"
+                f" p90 {hot[int(len(hot) * 0.9)] * 1000:.1f} ms over {len(hot)} queries"
+                f" (load average {load:.2f} before)"
+            )
     return 0
 
 

@@ -1,9 +1,12 @@
 """Hybrid retrieval over every stored message: BM25 (SQLite FTS5) and dense vectors, fused.
 
-- Units: one vector per message, made from `Name: text` lines of the message and the one before
-  it in its session (`vector_context`), so that a short reply carries what it answers. A unit is
-  short, so the model reads it whole; one longer than the model's window is cut into pieces, each
-  embedded, and the message scores as its best piece: nothing is cut off silently.
+- Units: one vector per message, for the message and the one before it in its session
+  (`vector_context`), so that a short reply carries what it answers. Each message's `Name: text`
+  is embedded once (in pieces when longer than the model's window: nothing is cut off silently,
+  and the message scores as its best piece); its vector is the sum of its own and the earlier
+  message's vectors, each weighted by its words, normalised. That is about what mean pooling over
+  the two messages together gives, for half the model's work: each message is read once, not in
+  two units.
 - Lexical: an FTS5 index over every message (speaker name and text); messages stored since the
   last search are added to it in one statement before the next, so a put pays nothing.
 - Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing)
@@ -60,10 +63,13 @@ class SearchOptions:
     context_after: int = 1
     #: A hit grows by neighbours only while it stays within this many tokens.
     context_tokens: int = 60
-    #: A word found in more messages than this is left out of the BM25 query (when the query has
-    #: rarer ones): it says little, and ranking its every message would cost seconds on a
-    #: store of millions. Below this many messages in the store, nothing is left out.
-    common_term_messages: int = 20_000
+    #: BM25 ranks at most this many messages per query, so that its cost stays bounded (5-10 us
+    #: each with the scope's filter) however big the store: the query's words are taken rarest
+    #: first while the messages they occur in add up to at most this; a common word left out says
+    #: little. When even the rarest word is in more messages, its most recent this many matches
+    #: in the store are ranked, and those in scope kept. Below this many messages in the store,
+    #: nothing is left out.
+    lexical_budget: int = 1_000
     #: At most this many messages are embedded at search time; more are left to `index`.
     embed_limit: int = 1000
     #: Earlier messages of the session put before a message when its vector is made.
@@ -76,6 +82,8 @@ class SearchOptions:
             raise UsageError("both search weights are 0", "Give one of them a positive weight")
         if self.rrf_k < 0 or self.candidates < 1:
             raise UsageError("rrf_k must be >= 0 and candidates >= 1", "See config.example.toml")
+        if self.lexical_budget < 1:
+            raise UsageError("lexical_budget must be >= 1", "See config.example.toml")
         if min(self.context_before, self.context_after, self.context_tokens) < 0 or (
             self.vector_context < 0
         ):
@@ -202,8 +210,12 @@ class Retriever:
         self.store = store
         self.embedder = embedder
         self.options = options or SearchOptions()
-        # The vectors depend on the model and on how units are written: both name them.
-        self.model = f"{embedder.name}/named+{self.options.vector_context}"
+        # The vectors depend on the model and on how units are made: both name them ("named+0":
+        # the message alone; "sum+N": summed with the N before it. Stores made before this hold
+        # "named+N" vectors, of the N messages and the message embedded as one text: they are
+        # not searched, and the messages are embedded again).
+        context = self.options.vector_context
+        self.model = f"{embedder.name}/{'sum' if context else 'named'}+{context}"
         self.vectors = MessageVectors(store, self.model)
 
     def pending(self) -> int:
@@ -234,33 +246,45 @@ class Retriever:
                 progress(len(rows))
         return done
 
+    def texts(self, rows: Sequence[sql.UnitRow]) -> list[tuple[str, list[str]]]:
+        """For each message: its own `Name: text` and those of the `vector_context` messages
+        before it in its session (what its vector is made from)."""
+        context = self.options.vector_context
+        out = []
+        for row in rows:
+            before: list[str] = []
+            if context:
+                span = sql.session_span(self.store, row.session_id, row.seq - context, row.seq - 1)
+                before = [unit_text(b.name, b.role, b.content) for b in span]
+            out.append((unit_text(row.name, row.role, row.content), before))
+        return out
+
     def _embed(self, rows: Sequence[sql.UnitRow]) -> None:
-        texts = [self._unit(r) for r in rows]
+        import numpy as np
+
+        units = self.texts(rows)
+        # Each text once (a message is also the one before the next), in pieces that fit.
+        texts = list(dict.fromkeys([t for own, before in units for t in (own, *before)]))
         pieces = self.embedder.split(texts)
-        flat = [p for ps in pieces for p in ps]
-        vectors = self.embedder.embed(flat)
+        vectors = self.embedder.embed([p for ps in pieces for p in ps])
+        weighted: dict[str, Any] = {}  # each piece's vector times its words
+        at = 0
+        for text, ps in zip(texts, pieces, strict=True):
+            words = np.array([max(1, len(p.split())) for p in ps], dtype=np.float32)
+            weighted[text] = vectors[at : at + len(ps)] * words[:, None]
+            at += len(ps)
         stored: list[tuple[int, int, int, bytes]] = []
         cleared: list[int] = []
-        at = 0
-        for row, ps in zip(rows, pieces, strict=True):
+        for row, (own, before) in zip(rows, units, strict=True):
             if not row.content.strip():
                 cleared.append(row.id)
-            else:
-                for i in range(len(ps)):
-                    vector = vectors[at + i]
-                    stored.append((row.id, i, len(vector), vector.tobytes()))
-            at += len(ps)
+                continue
+            context = sum((weighted[t].sum(axis=0) for t in before), np.zeros_like(vectors[0]))
+            for i, piece in enumerate(weighted[own]):
+                vector = (piece + context).astype(np.float32)
+                vector /= max(float(np.linalg.norm(vector)), 1e-12)
+                stored.append((row.id, i, len(vector), vector.tobytes()))
         sql.add_vectors(self.store, self.model, stored, max(r.id for r in rows), cleared)
-
-    def _unit(self, row: sql.UnitRow) -> str:
-        """A message's unit text: the `vector_context` messages before it, then itself, each
-        as `Name: text` lines (a long unit is cut into pieces by the embedder, never truncated)."""
-        text = unit_text(row.name, row.role, row.content)
-        context = self.options.vector_context
-        if not context:
-            return text
-        before = sql.session_span(self.store, row.session_id, row.seq - context, row.seq - 1)
-        return "\n".join([*(unit_text(b.name, b.role, b.content) for b in before), text])
 
     def search(
         self,
@@ -297,19 +321,28 @@ class Retriever:
         lexical: list[tuple[int, float]] = []
         dense: list[tuple[int, float]] = []
         dense_wanted = mode != "lexical" and o.vector_weight > 0
-        # The model loads (a cold process spends most of its time there) while SQLite works.
-        embedding = _Background(self._query_vector, query) if dense_wanted else None
-        if mode != "vector" and o.lexical_weight > 0:
-            match = fts_query(self._lexical_terms(query))
-            if match is not None:
-                lexical = sql.lexical_search(self.store, match, scope, o.candidates)
-        if embedding is not None:
+        dense_job = None
+        if dense_wanted:
             pending = self.pending()
-            if pending:
+            if pending:  # a search embeds what is missing first (up to `embed_limit`)
                 result.embedded = self.index(limit=o.embed_limit)
                 result.pending = pending - result.embedded
-            self.vectors.refresh()
-            dense = self.vectors.search(embedding.result(), scope, o.candidates)
+            # Embedding the query and the FAISS search (in a cold process, loading the model
+            # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
+            dense_job = _Background(self._dense, query, scope, o.candidates)
+        if mode != "vector" and o.lexical_weight > 0:
+            terms, recent = self._lexical_terms(query)
+            match = fts_query(terms)
+            if match is not None:
+                lexical = sql.lexical_search(
+                    self.store,
+                    match,
+                    scope,
+                    o.candidates,
+                    recent=o.lexical_budget if recent else None,
+                )
+        if dense_job is not None:
+            dense = dense_job.result()
         weights = {
             "hybrid": (o.lexical_weight, o.vector_weight),
             "lexical": (1.0, 0.0),
@@ -321,24 +354,29 @@ class Retriever:
         result.hits = self._hits(fused, lexical, dense, k, scope)
         return result
 
-    def _lexical_terms(self, query: str) -> list[str]:
-        """The query's terms, less those in more than `common_term_messages` messages; when all
-        are that common, the rarest (or the few rarest whose messages add up to at most twice
-        that)."""
+    def _lexical_terms(self, query: str) -> tuple[list[str], bool]:
+        """The query's terms that BM25 ranks within `lexical_budget` messages: rarest first while
+        the messages they occur in add up to at most the budget (the rarest always), and whether
+        that one alone is in more (then only its most recent matches are ranked)."""
         terms = query_terms(query)
-        cap = self.options.common_term_messages
-        counts = sql.term_counts(self.store, terms, cap * 2)
-        rare = [t for t in terms if counts[t] <= cap]
-        if rare or not terms:
-            return rare
+        budget = self.options.lexical_budget
+        counts = sql.term_counts(self.store, terms, budget)
+        if terms and min(counts.values()) > budget:  # every word common: which is rarest?
+            counts = sql.term_counts(self.store, terms, budget * 8)
         chosen: list[str] = []
         total = 0
         for term in sorted(terms, key=lambda t: counts[t]):
-            if chosen and total + counts[term] > cap * 2:
+            if chosen and total + counts[term] > budget:
                 break
             chosen.append(term)
             total += counts[term]
-        return chosen
+        # In the query's order (the FTS5 query is the same either way; easier to read).
+        return [t for t in terms if t in chosen], total > budget
+
+    def _dense(self, query: str, scope: Scope, n: int) -> list[tuple[int, float]]:
+        vector = self._query_vector(query)
+        self.vectors.refresh()
+        return self.vectors.search(vector, scope, n)
 
     def _query_vector(self, query: str) -> Any:
         pieces = self.embedder.split([query])[0]

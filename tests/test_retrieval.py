@@ -14,6 +14,7 @@ import pytest
 from memcli.errors import UsageError
 from memcli.messages import Message
 from memcli.retrieval import Retriever, SearchOptions, fts_query, fuse
+from memcli.store import retrieval as sql
 from memcli.store.base import NewMessage
 from memcli.store.sqlite import SQLiteStore
 
@@ -278,6 +279,32 @@ def test_index_file_rebuilt_when_missing_or_unreadable(store: SQLiteStore, damag
     assert faiss_file.stat().st_size > 100  # written again
 
 
+def test_big_index_is_ivf_of_8bit_vectors_memory_mapped_and_extended(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import faiss
+
+    from memcli import dense
+
+    monkeypatch.setattr(dense, "IVF_FROM", 100)
+    texts = [f"note {i} about topic{i % 37} and thing{i % 11}" for i in range(400)]
+    ids = add(store, "s1", "u1", texts)
+    add(store, "s2", "u2", ["note about topic5 and thing5 for someone else"])
+    options = SearchOptions(context_before=0, context_after=0, vector_context=0)
+    first = Retriever(store, WordsEmbedder(), options)
+    hits = first.search("note 5 topic5 thing5", k=3, mode="vector", user_id="u1").hits
+    assert isinstance(first.vectors.index, faiss.IndexIVFScalarQuantizer)
+    assert hits[0].anchor_id == ids[5]  # the only one with both words, and u1's
+    fresh = Retriever(SQLiteStore(store.path), WordsEmbedder(), options)
+    again = fresh.search("note 5 topic5 thing5", k=3, mode="vector", user_id="u1").hits
+    assert not fresh.vectors.rebuilt and fresh.vectors._mapped  # read from its file, mapped
+    assert [h.anchor_id for h in again] == [h.anchor_id for h in hits]
+    new = add(store, "s1", "u1", ["kites, kites and kites"])
+    kites = fresh.search("kites", k=1, mode="vector", user_id="u1").hits
+    assert not fresh.vectors.rebuilt and kites[0].anchor_id == new[0]  # extended in memory
+    assert max(ids) < new[0]
+
+
 def test_in_memory_store_keeps_its_index_in_memory() -> None:
     store = SQLiteStore(None)
     add(store, "s1", "u1", CHAT)
@@ -302,14 +329,31 @@ def test_full_text_index_catches_up_and_stays_consistent(store: SQLiteStore) -> 
     store.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('integrity-check')")
 
 
-def test_words_in_very_many_messages_are_left_out_of_bm25(store: SQLiteStore) -> None:
+def test_bm25_ranks_within_its_budget_rarest_words_first(store: SQLiteStore) -> None:
     ids = add(store, "s1", "u1", ["cello one", "cello two", "cello three", "kite and cello"])
-    options = SearchOptions(common_term_messages=2, context_before=0, context_after=0)
+    options = SearchOptions(lexical_budget=2, context_before=0, context_after=0)
     retriever = Retriever(store, WordsEmbedder(), options)
+    sql.catch_up(store)  # what a search does first
+    assert retriever._lexical_terms("cello kite") == (["kite"], False)  # 4 + 1 > 2: kite only
     hits = retriever.search("cello kite", k=10, mode="lexical").hits
     assert [h.anchor_id for h in hits] == [ids[3]]  # only "kite" was asked
+    assert retriever._lexical_terms("cello") == (["cello"], True)  # even the rarest is over
     hits = retriever.search("cello", k=10, mode="lexical").hits
-    assert len(hits) == 4  # every word common: the rarest are still asked
+    assert sorted(h.anchor_id for h in hits) == ids[2:]  # its 2 most recent matches are ranked
+    wide = Retriever(store, WordsEmbedder(), SearchOptions(context_before=0, context_after=0))
+    assert wide._lexical_terms("cello kite") == (["cello", "kite"], False)
+    assert len(wide.search("cello", k=10, mode="lexical").hits) == 4
+
+
+def test_bm25_budget_keeps_the_scope(store: SQLiteStore) -> None:
+    mine = add(store, "s1", "u1", ["cello one", "cello two"])
+    add(store, "s2", "u2", ["cello three", "cello four"])
+    options = SearchOptions(lexical_budget=3, context_before=0, context_after=0)
+    retriever = Retriever(store, WordsEmbedder(), options)
+    hits = retriever.search("cello", k=10, mode="lexical", user_id="u1").hits
+    assert [h.anchor_id for h in hits] == [mine[1]]  # of the 3 most recent, one is u1's
+    with pytest.raises(UsageError):
+        SearchOptions(lexical_budget=0)
 
 
 def test_prune_drops_vectors_of_other_settings_only(store: SQLiteStore) -> None:
@@ -357,3 +401,28 @@ def test_vector_block_retrieves_archived_messages_with_their_times(tmp_path: Pat
     text = memory.context("what colour is my cello").memory_text
     assert "<message role='user' time='2023-05-08T13:56'>my cello is red</message>" in text
     assert block.last_hits and not active & {i for h in block.last_hits for i in h.message_ids}
+
+
+def test_unit_vector_is_the_word_weighted_sum_of_the_message_and_the_one_before(
+    store: SQLiteStore,
+) -> None:
+    ids = add(store, "s1", "u1", ["the cello is red", "yes", "the cello is red"])
+    embedder = WordsEmbedder()
+    retriever = Retriever(store, embedder)
+    assert retriever.model == "words/sum+1"
+    assert Retriever(store, embedder, SearchOptions(vector_context=0)).model == "words/named+0"
+    assert retriever.index() == 3
+    assert embedder.calls == [2]  # "Ana: the cello is red" and "Ben: yes", each once
+    rows = store.execute(
+        "SELECT message_id, vector FROM retrieval_vectors ORDER BY message_id"
+    ).fetchall()
+    got = {m: np.frombuffer(v, dtype=np.float32) for m, v in rows}
+    cello, yes = WordsEmbedder().embed(["Ana: the cello is red", "Ben: yes"])
+
+    def unit(*parts: np.ndarray) -> np.ndarray:
+        total = np.sum(parts, axis=0)
+        return total / np.linalg.norm(total)
+
+    assert np.allclose(got[ids[0]], cello, atol=1e-6)  # the first: nothing before it
+    assert np.allclose(got[ids[1]], unit(2 * yes, 5 * cello), atol=1e-6)
+    assert np.allclose(got[ids[2]], unit(5 * cello, 2 * yes), atol=1e-6)

@@ -172,11 +172,27 @@ def term_counts(store: Any, terms: Sequence[str], cap: int) -> dict[str, int]:
     return counts
 
 
-def lexical_search(store: Any, match: str, scope: Scope, limit: int) -> list[tuple[int, float]]:
-    """(message id, BM25 score: higher is better) of the best `limit` matches of an FTS5 query."""
+def lexical_search(
+    store: Any, match: str, scope: Scope, limit: int, recent: int | None = None
+) -> list[tuple[int, float]]:
+    """(message id, BM25 score: higher is better) of the best `limit` matches in scope of an FTS5
+    query; with `recent`, only its `recent` most recent matches (in the whole store) are ranked
+    and then kept if in scope: a cost bounded by `recent`, whatever the term."""
     where, params = _filters(scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
-    if not where:
+    if recent is not None:
+        # FTS5 walks its lists by rowid, newest first here, and stops after `recent` rows.
+        ranked = (
+            "(SELECT rowid AS id, bm25(retrieval_fts) AS rank FROM retrieval_fts"
+            " WHERE retrieval_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+        )
+        sql = f"SELECT f.id, f.rank FROM {ranked} f"
+        args: list[Any] = [match, recent]
+        if where:
+            sql += f" JOIN messages m ON m.id = f.id{join} WHERE 1{where}"
+            args += params
+        rows = store.execute(f"{sql} ORDER BY f.rank LIMIT ?", (*args, limit))
+    elif not where:
         rows = store.execute(
             "SELECT rowid, bm25(retrieval_fts) AS rank FROM retrieval_fts"
             " WHERE retrieval_fts MATCH ? ORDER BY rank LIMIT ?",
@@ -357,18 +373,27 @@ def _row(r: tuple[Any, ...]) -> MessageRow:
     )
 
 
-def archived_ids(store: Any, ids: Sequence[int]) -> set[int]:
-    """Which of these messages are archived."""
-    out: set[int] = set()
-    ids = list(ids)
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        marks = ", ".join("?" for _ in chunk)
+def active_ids(store: Any, scope: Scope) -> set[int]:
+    """The messages still in short-term memory among the scope's user or session (each session's
+    window, found through its index: a few per session, whatever the archive holds)."""
+    if scope.session_id is not None:
         rows = store.execute(
-            f"SELECT id FROM messages WHERE id IN ({marks}) AND status = 'archived'", chunk
+            "SELECT id FROM messages WHERE session_id = ? AND status = 'active'",
+            (scope.session_id,),
         )
-        out.update(r[0] for r in rows)
-    return out
+    elif scope.user_id is not None:
+        rows = store.execute(
+            "SELECT m.id FROM sessions s JOIN messages m ON m.session_id = s.id"
+            " AND m.status = 'active' WHERE s.user_id = ?",
+            (scope.user_id,),
+        )
+    else:
+        # CROSS JOIN keeps sessions outside: one index search each, not a scan of every message.
+        rows = store.execute(
+            "SELECT m.id FROM sessions s CROSS JOIN messages m ON m.session_id = s.id"
+            " AND m.status = 'active'"
+        )
+    return {int(r[0]) for r in rows}
 
 
 def message_rows(store: Any, ids: Sequence[int]) -> dict[int, MessageRow]:
