@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.dense import MessageVectors
-from memcli.errors import UsageError
+from memcli.errors import ConfigError, UsageError
 from memcli.messages import format_time
 from memcli.store import retrieval as sql
 from memcli.store.retrieval import MessageRow, Scope
@@ -206,9 +206,23 @@ def unit_text(name: str | None, role: str, content: str) -> str:
 class Retriever:
     """Hybrid search over a store's messages with an embedder (see the module docstring)."""
 
-    def __init__(self, store: Any, embedder: Any, options: SearchOptions | None = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        embedder: Any,
+        options: SearchOptions | None = None,
+        query_embedder: Any = None,
+    ) -> None:
+        """`query_embedder`, when given, embeds the queries (the same model, run faster: ONNX
+        Runtime beside sentence-transformers); `embedder` embeds the stored messages."""
+        if query_embedder is not None and query_embedder.name != embedder.name:
+            raise ConfigError(
+                f"the query embedder runs {query_embedder.name!r}, the embedder {embedder.name!r}",
+                "Queries must be embedded with the model that embedded the messages",
+            )
         self.store = store
         self.embedder = embedder
+        self.query_embedder = query_embedder or embedder
         self.options = options or SearchOptions()
         # The vectors depend on the model and on how units are made: both name them ("named+0":
         # the message alone; "sum+N": summed with the N before it. Stores made before this hold
@@ -379,8 +393,8 @@ class Retriever:
         return self.vectors.search(vector, scope, n)
 
     def _query_vector(self, query: str) -> Any:
-        pieces = self.embedder.split([query])[0]
-        vectors = self.embedder.embed(pieces)
+        pieces = self.query_embedder.split([query])[0]
+        vectors = self.query_embedder.embed(pieces)
         if len(pieces) == 1:
             return vectors[0]
         mean = vectors.mean(axis=0)  # a long query: the normalised mean of its pieces

@@ -44,13 +44,23 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 
+@pytest.fixture(scope="session")
+def onnx_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for the ONNX export of the bundled model, shared by every test home (the
+    export takes about 10 s; the first test that needs it makes it)."""
+    return tmp_path_factory.mktemp("onnx-models")
+
+
 @pytest.fixture(autouse=True)
-def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Point MEMCLI_HOME at tmp_path, turn colour off, clear provider keys and MEMCLI_* settings."""
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, onnx_models: Path) -> Path:
+    """Point MEMCLI_HOME at tmp_path, turn colour off, clear provider keys and MEMCLI_* settings.
+    The home's `models` folder is the session's shared ONNX export."""
     for key in list(os.environ):
         if key.startswith("MEMCLI_") or key in PROVIDER_KEYS:
             monkeypatch.delenv(key, raising=False)
     home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").symlink_to(onnx_models, target_is_directory=True)
     monkeypatch.setenv("MEMCLI_HOME", str(home))
     monkeypatch.setenv("MEMCLI_CONFIG", str(tmp_path / "no-config.toml"))
     monkeypatch.delenv("MEMCLI_CONFIG")

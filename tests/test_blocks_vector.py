@@ -331,3 +331,31 @@ def test_quantised_index_finds_the_exact_top_k(tmp_path: Path) -> None:
         found = index.search(query, user_id="u", k=5)
         assert [entry for entry, _ in found] == [ids[i] for i in exact]
         assert np.allclose([score for _, score in found], (vectors @ query)[exact], atol=1e-5)
+
+
+def test_queries_go_to_the_query_embedder(tmp_path: Path) -> None:
+    from memcli.errors import ConfigError
+    from memcli.retrieval import Retriever
+
+    embedder, queries = HashEmbedder(dim=32, max_tokens=8), HashEmbedder(dim=32, max_tokens=8)
+    block = VectorBlock(embedder=embedder, query_embedder=queries, similarity_top_k=2)
+    memory = Memory.from_defaults(
+        session_id="s",
+        token_limit=40,
+        token_flush_size=10,
+        db=tmp_path / "m.db",
+        memory_blocks=[block],
+    )
+    for i in range(12):
+        memory.put_messages([Message("user", f"apple banana {i} " * 3), Message("assistant", "ok")])
+    assert embedder.calls and not queries.calls  # stored messages: the embedder
+    embedder.calls.clear()
+    memory.context("apple banana")
+    assert queries.calls and not embedder.calls  # the query: the query embedder
+    assert block.last_hits
+
+    class Other(HashEmbedder):
+        name = "other"
+
+    with pytest.raises(ConfigError, match="query embedder"):
+        Retriever(memory.store, embedder, query_embedder=Other())

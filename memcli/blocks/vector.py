@@ -26,7 +26,9 @@ class VectorBlock(MemoryBlock):
 
     After each `get`, `last_hits` holds what was found (memcli.retrieval.Hit: score, text,
     session_id, message_ids, ranks). The embedder defaults to the bundled all-MiniLM-L6-v2,
-    loaded on first use; `search_options` are the `[search]` settings.
+    loaded on first use; `query_embedder`, when given, embeds the queries with the same model
+    (the CLI runs it with ONNX Runtime: a query in milliseconds, without torch);
+    `search_options` are the `[search]` settings.
     """
 
     name = "vector_memory"
@@ -41,6 +43,7 @@ class VectorBlock(MemoryBlock):
         scope: str | None = None,
         embedder: Embedder | None = None,
         search_options: SearchOptions | None = None,
+        query_embedder: Embedder | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name=name, priority=priority, scope=scope, **kwargs)
@@ -56,6 +59,7 @@ class VectorBlock(MemoryBlock):
         self.similarity_top_k = similarity_top_k
         self.retrieval_context_window = retrieval_context_window
         self._embedder = embedder
+        self.query_embedder = query_embedder
         self.search_options = search_options
         self._retrievers: dict[int, Retriever] = {}
         self.last_hits: list[Hit] = []
@@ -74,7 +78,9 @@ class VectorBlock(MemoryBlock):
 
         retriever = self._retrievers.get(id(store))
         if retriever is None or retriever.store is not store:
-            retriever = Retriever(store, self.embedder, self.search_options)
+            retriever = Retriever(
+                store, self.embedder, self.search_options, query_embedder=self.query_embedder
+            )
             self._retrievers[id(store)] = retriever
         return retriever
 
