@@ -200,7 +200,12 @@ def warm(
     block = VectorBlock(embedder=embedder, search_options=search_options)  # type: ignore[arg-type]
     ctx = BlockContext("s00003", "user3", store, WordTokenizer())
     block.get([Message("user", QUERIES[0])], ctx)  # loads the model and the index
-    times: dict[str, list[float]] = {"the input alone": [], "a window of 5 messages": []}
+    times: dict[str, list[float]] = {
+        "the input alone": [],
+        "a window of 5 messages, none seen before": [],
+        "a chat's window of 5, sliding a turn each time": [],
+    }
+    chat = [t for t in turns if t not in turns[: 4 * runs + 4]]  # turns the other shapes skip
     for i in range(runs):
         question = Message("user", questions[i % len(questions)])
         start = 4 * i % (len(turns) - 4)
@@ -208,7 +213,14 @@ def warm(
             Message("user" if j % 2 == 0 else "assistant", t)
             for j, t in enumerate(turns[start : start + 4])
         ]
-        for shape, messages in zip(times, ([question], [*window, question]), strict=True):
+        # A chat turn: the window moves on by a turn (the last reply and the new input are new;
+        # here 2 turns and the question, 3 new messages of 5).
+        sliding = [
+            Message("user" if j % 2 == 0 else "assistant", t)
+            for j, t in enumerate(chat[2 * i : 2 * i + 4])
+        ]
+        shapes = ([question], [*window, question], [*sliding, question])
+        for shape, messages in zip(times, shapes, strict=True):
             started = time.perf_counter()
             block.get(messages, ctx)
             times[shape].append(time.perf_counter() - started)

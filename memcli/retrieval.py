@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -203,6 +204,12 @@ def unit_text(name: str | None, role: str, content: str) -> str:
     return f"{name or role}: {content}"
 
 
+#: Query parts (messages) whose vectors a retriever keeps, the least recently used dropped first.
+PART_VECTORS = 256
+#: Messages indexed after a word was counted before the count is taken again (see _term_counts).
+TERM_COUNTS_SLACK = 200
+
+
 class Retriever:
     """Hybrid search over a store's messages with an embedder (see the module docstring)."""
 
@@ -231,6 +238,9 @@ class Retriever:
         context = self.options.vector_context
         self.model = f"{embedder.name}/{'sum' if context else 'named'}+{context}"
         self.vectors = MessageVectors(store, self.model)
+        self._part_vectors: OrderedDict[str, Any] = OrderedDict()  # see `search(parts=...)`
+        self._counts: dict[tuple[str, int], int] = {}  # see `_term_counts`
+        self._counts_through = -1
 
     def pending(self) -> int:
         """How many stored messages have no vectors yet."""
@@ -311,11 +321,16 @@ class Retriever:
         until: datetime | None = None,
         mode: str = "hybrid",
         archived_only: bool = False,
+        parts: Sequence[str] | None = None,
     ) -> SearchResult:
         """The best `k` hits for `query` among the messages in scope, best first.
 
         `since`/`until` bound each message's time (its timestamp, else when it was stored;
-        `until` excluded); `archived_only` leaves out what is still in short-term memory."""
+        `until` excluded); `archived_only` leaves out what is still in short-term memory.
+        `parts`, when the query is several messages (a chat's window), are embedded one by one
+        and summed, weighted by their words, as a stored message's vector is made with the one
+        before it; each part's vector is kept, so the next turn's window embeds only its new
+        messages."""
         if mode not in MODES:
             raise UsageError(f"unknown search mode {mode!r}", f"Use one of: {', '.join(MODES)}")
         if since is not None and until is not None and since >= until:
@@ -343,7 +358,7 @@ class Retriever:
                 result.pending = pending - result.embedded
             # Embedding the query and the FAISS search (in a cold process, loading the model
             # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
-            dense_job = _Background(self._dense, query, scope, o.candidates)
+            dense_job = _Background(self._dense, query, scope, o.candidates, parts)
         if mode != "vector" and o.lexical_weight > 0:
             terms, recent = self._lexical_terms(query)
             match = fts_query(terms)
@@ -374,9 +389,9 @@ class Retriever:
         that one alone is in more (then only its most recent matches are ranked)."""
         terms = query_terms(query)
         budget = self.options.lexical_budget
-        counts = sql.term_counts(self.store, terms, budget)
+        counts = self._term_counts(terms, budget)
         if terms and min(counts.values()) > budget:  # every word common: which is rarest?
-            counts = sql.term_counts(self.store, terms, budget * 8)
+            counts = self._term_counts(terms, budget * 8)
         chosen: list[str] = []
         total = 0
         for term in sorted(terms, key=lambda t: counts[t]):
@@ -387,10 +402,50 @@ class Retriever:
         # In the query's order (the FTS5 query is the same either way; easier to read).
         return [t for t in terms if t in chosen], total > budget
 
-    def _dense(self, query: str, scope: Scope, n: int) -> list[tuple[int, float]]:
-        vector = self._query_vector(query)
+    def _term_counts(self, terms: Sequence[str], cap: int) -> dict[str, int]:
+        """`sql.term_counts`, kept between searches until TERM_COUNTS_SLACK more messages are
+        indexed: counting a common word walks up to `cap` rows, and a chat's window repeats its
+        words turn after turn. A count that is a little behind only shifts which words BM25 ranks."""
+        through = sql.fts_through(self.store)
+        cache = self._counts
+        if not through - TERM_COUNTS_SLACK <= self._counts_through <= through:
+            cache.clear()
+            self._counts_through = through
+        missing = [t for t in terms if (t, cap) not in cache]
+        if missing:
+            if len(cache) > 50_000:
+                cache.clear()
+            for term, n in sql.term_counts(self.store, missing, cap).items():
+                cache[term, cap] = n
+        return {t: cache[t, cap] for t in terms}
+
+    def _dense(
+        self, query: str, scope: Scope, n: int, parts: Sequence[str] | None = None
+    ) -> list[tuple[int, float]]:
+        vector = self._parts_vector(parts) if parts else self._query_vector(query)
         self.vectors.refresh()
         return self.vectors.search(vector, scope, n)
+
+    def _parts_vector(self, parts: Sequence[str]) -> Any:
+        """The normalised sum of the parts' vectors, each its pieces' vectors times their words."""
+        import numpy as np
+
+        cache = self._part_vectors
+        missing = [p for p in dict.fromkeys(parts) if p not in cache]
+        if missing:
+            pieces = self.query_embedder.split(missing)
+            vectors = self.query_embedder.embed([x for ps in pieces for x in ps])
+            at = 0
+            for text, ps in zip(missing, pieces, strict=True):
+                words = np.array([max(1, len(x.split())) for x in ps], dtype=np.float32)
+                cache[text] = (vectors[at : at + len(ps)] * words[:, None]).sum(axis=0)
+                at += len(ps)
+        total = sum((cache[p] for p in parts), np.zeros(self.query_embedder.dim, np.float32))
+        for text in parts:
+            cache.move_to_end(text)
+        while len(cache) > PART_VECTORS:
+            cache.popitem(last=False)
+        return total / max(float(np.linalg.norm(total)), 1e-12)
 
     def _query_vector(self, query: str) -> Any:
         pieces = self.query_embedder.split([query])[0]

@@ -353,6 +353,11 @@ def test_queries_go_to_the_query_embedder(tmp_path: Path) -> None:
     memory.context("apple banana")
     assert queries.calls and not embedder.calls  # the query: the query embedder
     assert block.last_hits
+    calls = len(queries.calls)
+    memory.context("apple banana")  # the same window: every message's vector is kept
+    assert len(queries.calls) == calls and block.last_hits
+    memory.context("cherry")  # a new input: only it is embedded
+    assert queries.calls[calls:] == [1]
 
     class Other(HashEmbedder):
         name = "other"

@@ -426,3 +426,52 @@ def test_unit_vector_is_the_word_weighted_sum_of_the_message_and_the_one_before(
     assert np.allclose(got[ids[0]], cello, atol=1e-6)  # the first: nothing before it
     assert np.allclose(got[ids[1]], unit(2 * yes, 5 * cello), atol=1e-6)
     assert np.allclose(got[ids[2]], unit(5 * cello, 2 * yes), atol=1e-6)
+
+
+def test_a_query_in_parts_embeds_each_part_once(store: SQLiteStore) -> None:
+    add(store, "s1", "u1", CHAT)
+    embedder = WordsEmbedder()
+    retriever = Retriever(store, embedder, SearchOptions(context_before=0, context_after=0))
+    retriever.index()
+    # One part: the same vector as the query embedded whole.
+    one = "what breed is the puppy Biscuit"
+    assert np.allclose(retriever._parts_vector([one]), retriever._query_vector(one), atol=1e-6)
+    # A window sliding by a turn: only its new messages reach the model.
+    window = ["I adopted a puppy", "What is its name?", "Biscuit, a beagle", "what breed is it"]
+    embedder.calls.clear()
+    first = retriever.search(" ".join(window), k=2, user_id="u1", mode="vector", parts=window)
+    assert embedder.calls == [4] and first.hits
+    slid = [*window[2:], "She loves the park", "where does Biscuit play"]
+    retriever.search(" ".join(slid), k=2, user_id="u1", mode="vector", parts=slid)
+    assert embedder.calls == [4, 2]
+    # The sum weighs each part by its words, as a stored message with the one before it.
+    a, b = "puppy", "the beagle called Biscuit"
+    va, vb = embedder.embed([a])[0], embedder.embed([b])[0]
+    expected = va * 1 + vb * 4
+    expected /= np.linalg.norm(expected)
+    assert np.allclose(retriever._parts_vector([a, b]), expected, atol=1e-6)
+
+
+def test_word_counts_are_kept_until_the_index_grows(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memcli import retrieval
+
+    add(store, "s1", "u1", CHAT)
+    counted: list[list[str]] = []
+    real = sql.term_counts
+
+    def spy(store_: object, terms: Sequence[str], cap: int) -> dict[str, int]:
+        counted.append(list(terms))
+        return real(store_, terms, cap)
+
+    monkeypatch.setattr(sql, "term_counts", spy)
+    retriever = Retriever(store, WordsEmbedder())
+    retriever.search("puppy biscuit", k=2, user_id="u1", mode="lexical")
+    retriever.search("biscuit beagle", k=2, user_id="u1", mode="lexical")
+    assert counted == [["puppy", "biscuit"], ["beagle"]]  # biscuit: counted once
+    monkeypatch.setattr(retrieval, "TERM_COUNTS_SLACK", 1)
+    add(store, "s2", "u1", ["more about the puppy", "and Biscuit again"])
+    hits = retriever.search("puppy biscuit", k=5, user_id="u1", mode="lexical").hits
+    assert counted[-1] == ["puppy", "biscuit"]  # the index grew: counted again
+    assert any("Biscuit again" in h.text for h in hits)

@@ -106,12 +106,15 @@ class VectorBlock(MemoryBlock):
         if not query.strip():
             return ""
         by_session = self.scope == "session"
+        window = messages[-self.retrieval_context_window :]
         result = self.retriever(ctx.store).search(
             query,
             k=self.similarity_top_k,
             user_id=None if by_session else ctx.user_id,
             session_id=ctx.session_id if by_session else None,
             archived_only=True,
+            # Each message embedded once and kept: the next turn embeds only what is new.
+            parts=[m.content for m in window if m.content.strip()],
         )
         self.last_hits = result.hits
         return "\n\n".join(render_hit(hit) for hit in self.last_hits)

@@ -160,6 +160,15 @@ def _filters(scope: Scope) -> tuple[str, list[Any]]:
     return sql, params
 
 
+def fts_through(store: Any) -> int:
+    """The highest message id up to which every message is in the full-text index."""
+    row = store.execute(
+        "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM retrieval_state"
+        " WHERE key = 'fts_through'), 0)"
+    ).fetchone()
+    return int(row[0])
+
+
 def term_counts(store: Any, terms: Sequence[str], cap: int) -> dict[str, int]:
     """In how many messages each term occurs, counted up to cap + 1 (so it stays cheap)."""
     counts = {}
