@@ -241,7 +241,7 @@ def main() -> None:
         engine.embed(["load the model"])
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     if args.messages:
-        from memcli.retrieval import SearchOptions
+        from memcli.ranking import SearchOptions
 
         options = SearchOptions(**json.loads(args.options)) if args.options else None
         bench_import(args.messages, embedder, args.token_limit, args.flush_size, engine, options)

@@ -194,7 +194,7 @@ def warm(
         embedder: object = SentenceTransformerEmbedder()
     else:
         embedder = OnnxEmbedder(Path(cache), threads=threads)
-    from memcli.retrieval import SearchOptions
+    from memcli.ranking import SearchOptions
 
     search_options = SearchOptions(**json.loads(options)) if options else None
     block = VectorBlock(embedder=embedder, search_options=search_options)  # type: ignore[arg-type]

@@ -123,7 +123,8 @@ def evidence_of(qa: dict[str, Any]) -> set[str]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from memcli.memory import Memory
     from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.retrieval import Retriever, SearchOptions
+    from memcli.ranking import SearchOptions
+    from memcli.retrieval import Retriever
     from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import TiktokenTokenizer
     from memcli.transcripts import import_records, parse_transcript

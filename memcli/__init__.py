@@ -32,7 +32,7 @@ _EXPORTS = {
     "ProviderError": "memcli.errors",
     "Retriever": "memcli.retrieval",
     "SQLiteStore": "memcli.store.sqlite",
-    "SearchOptions": "memcli.retrieval",
+    "SearchOptions": "memcli.ranking",
     "SessionNotFound": "memcli.errors",
     "StaticBlock": "memcli.blocks.static",
     "Store": "memcli.store.base",
@@ -112,7 +112,8 @@ if TYPE_CHECKING:
     from memcli.memory import Context, Flush, Memory
     from memcli.messages import Message
     from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.retrieval import Retriever, SearchOptions
+    from memcli.ranking import SearchOptions
+    from memcli.retrieval import Retriever
     from memcli.store.base import Store
     from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import TiktokenTokenizer, Tokenizer, WordTokenizer

@@ -13,7 +13,8 @@ import pytest
 
 from memcli.errors import UsageError
 from memcli.messages import Message
-from memcli.retrieval import Retriever, SearchOptions, fts_query, fuse
+from memcli.ranking import SearchOptions, fts_query, fuse
+from memcli.retrieval import Retriever
 from memcli.store import retrieval as sql
 from memcli.store.base import NewMessage
 from memcli.store.sqlite import SQLiteStore

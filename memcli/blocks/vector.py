@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
     from memcli.embeddings import Embedder
     from memcli.messages import Message
-    from memcli.retrieval import Hit, Retriever, SearchOptions
+    from memcli.ranking import Hit, SearchOptions
+    from memcli.retrieval import Retriever
 
 
 class VectorBlock(MemoryBlock):

@@ -126,7 +126,7 @@ def make_blocks(s: Settings, store: SQLiteStore | None = None) -> list[Any]:
         query_embedder=OnnxEmbedder(s.home / "models"),
     )
     from memcli.blocks.vector import VectorBlock
-    from memcli.retrieval import SearchOptions
+    from memcli.ranking import SearchOptions
 
     blocks = build_blocks(s.blocks, defaults)
     for block in blocks:

@@ -118,7 +118,8 @@ def search_command(
 
 def _retriever(s: Any, store: Any) -> Retriever:
     from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.retrieval import Retriever, SearchOptions
+    from memcli.ranking import SearchOptions
+    from memcli.retrieval import Retriever
 
     embedder = OnnxEmbedder(s.home / "models")
     if not embedder.is_exported:
