@@ -219,19 +219,15 @@ def count_texts(contents: Sequence[str], extras: dict[int, str], tokenizer: Toke
     return tokens
 
 
-#: Texts are counted on several threads only when there are this many characters: tiktoken
-#: releases the interpreter's lock while it encodes, but takes it back after each text, and on
-#: short texts the threads spend more time waiting for it than they save.
-PARALLEL_CHARS = 2_000_000
-#: ... and when the texts are this long on average.
-PARALLEL_MEAN_CHARS = 100
+#: Texts are counted on several threads (a share each) from this many characters on: tiktoken
+#: releases the interpreter's lock while it encodes a share.
+PARALLEL_CHARS = 200_000
 
 
 def _count_parallel(count_many: Callable[[list[str]], list[int]], texts: list[str]) -> list[int]:
-    """`count_many` over shares of the texts, one per core, when that pays (see PARALLEL_CHARS)."""
+    """`count_many` over shares of the texts, one per core, when there is enough to count."""
     workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-    chars = sum(map(len, texts))
-    if workers < 2 or chars < PARALLEL_CHARS or chars < PARALLEL_MEAN_CHARS * len(texts):
+    if workers < 2 or sum(map(len, texts)) < PARALLEL_CHARS:
         return count_many(texts)
     from concurrent.futures import ThreadPoolExecutor
 

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from memcli.messages import Message
 
 DEFAULT_ENCODING = "cl100k_base"
+#: The special token that separates texts counted in one call (every tiktoken encoding has it).
+SEPARATOR = "<|endoftext|>"
 
 
 class Tokenizer(Protocol):
@@ -79,7 +81,36 @@ class TiktokenTokenizer:
         return len(encoding.encode_ordinary(text))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
-        return [self.count(t) for t in texts]
+        """`[count(t) for t in texts]`, in one call into tiktoken for the texts without special
+        tokens: they are joined with SEPARATOR and encoded with only it allowed as special.
+        tiktoken encodes the text between two special tokens on its own (its regex runs on
+        that stretch alone), so each text's tokens are exactly those between two separators.
+        One call instead of one per text: no Python between texts, and a thread counting a
+        share of them keeps the interpreter's lock released for the whole share."""
+        encoding = self._encoding or self._get()
+        counts = [0] * len(texts)
+        plain = []
+        for i, text in enumerate(texts):
+            if "<|" in text:  # may hold special tokens (and SEPARATOR): counted on its own
+                counts[i] = self.count(text)
+            elif text:
+                plain.append(i)
+        if not plain:
+            return counts
+        separator = encoding.encode_single_token(SEPARATOR)
+        tokens = encoding.encode(
+            SEPARATOR.join([texts[i] for i in plain]),
+            allowed_special={SEPARATOR},
+            disallowed_special=(),
+        )
+        find = tokens.index
+        start = 0
+        for i in plain[:-1]:
+            end = find(separator, start)
+            counts[i] = end - start
+            start = end + 1
+        counts[plain[-1]] = len(tokens) - start
+        return counts
 
 
 class WordTokenizer:

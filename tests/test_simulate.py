@@ -246,7 +246,7 @@ def test_many_long_texts_are_counted_on_threads_the_same(monkeypatch: pytest.Mon
     assert count_tokens(messages, tok) == [message_tokens(m, tok) for m in messages]
     assert any(name.startswith("memcli-count") for name in threads)
     threads.clear()
-    short = [Message("user", f"hi {i}") for i in range(1000)]  # short texts: one thread
+    short = [Message("user", f"hi {i}") for i in range(1000)]  # few characters: one thread
     assert count_tokens(short, tok) == [message_tokens(m, tok) for m in short]
     assert threads == {threading.current_thread().name}
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memcli import ConfigError, Message, TiktokenTokenizer
 from memcli.tokens import message_tokens
@@ -33,3 +35,43 @@ def test_message_tokens_include_metadata() -> None:
     with_meta = Message("user", "Hello, world!", metadata={"source": "mail"})
     assert message_tokens(plain, tok) == 4
     assert message_tokens(with_meta, tok) == 4 + tok.count("{'source': 'mail'}")
+
+
+TRICKY = [
+    "",
+    " ",
+    "hello world",
+    "  trailing spaces   ",
+    "ends with a newline\n",
+    "\n\nstarts with newlines",
+    "line\r\nbreaks\r\n",
+    "punctuation!!!\n",
+    "it's they're we'll I'd",
+    "numbers 12345678 and 3.14159",
+    "emoji 🙂🚀 and accents: café naïve",
+    "中文文本，没有空格。",
+    "<|endoftext|> a special token",
+    "half a special <| token",
+    "surrogate \ud800 alone",
+    "tabs\tand\tmore\t",
+    "x" * 3000,
+]
+
+
+@pytest.mark.parametrize("encoding", ["cl100k_base", "o200k_base", "p50k_base"])
+def test_count_many_counts_each_text_as_count_does(encoding: str) -> None:
+    tokenizer = TiktokenTokenizer(encoding)
+    texts = TRICKY + TRICKY[::-1]
+    assert tokenizer.count_many(texts) == [tokenizer.count(t) for t in texts]
+    assert tokenizer.count_many([]) == []
+
+
+_PIECES = st.sampled_from([" ", "\n", "\r", "\t", "'s", "1", "!", "<|", "|>", "<|endoftext|>"])
+_TEXT = st.lists(st.text(max_size=8) | _PIECES, max_size=8).map("".join)
+
+
+@given(st.lists(_TEXT, max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_count_many_matches_count_on_any_texts(texts: list[str]) -> None:
+    tokenizer = TiktokenTokenizer()
+    assert tokenizer.count_many(texts) == [tokenizer.count(t) for t in texts]
