@@ -82,16 +82,25 @@ def _decode(raw: bytes, where: str) -> str:
         ) from None
 
 
+def _is_plain(obj: Any) -> bool:
+    """A message that is only a known role and a text, `{"role": ..., "content": "..."}`: the
+    common line, which needs no further checks (any other goes through `Message.from_dict`)."""
+    return (
+        type(obj) is dict
+        and len(obj) == 2
+        and type(obj.get("role")) is str
+        and obj["role"] in _ROLES
+        and type(obj.get("content")) is str
+    )
+
+
 def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
     plain = Message.plain
     for number, obj in _line_objects(data, name):
-        if type(obj) is dict and len(obj) == 2:
-            # The common line, {"role": ..., "content": "..."}: no further checks needed.
-            role, content = obj.get("role"), obj.get("content")
-            if type(role) is str and role in _ROLES and type(content) is str:
-                yield Record(number, [plain(role, content)])
-                continue
-        yield _record(obj, number, f"{name}:{number}")
+        if _is_plain(obj):
+            yield Record(number, [plain(obj["role"], obj["content"])])
+        else:
+            yield _record(obj, number, f"{name}:{number}")
 
 
 def _line_objects(data: bytes, name: str) -> Iterator[tuple[int, Any]]:
@@ -150,33 +159,23 @@ def parse_columns(data: bytes, name: str = "<input>") -> Columns:
         for record in _parse_array(data, name):
             _add_record(columns, record)
         return columns
+    roles, contents, sizes = columns.roles, columns.contents, columns.sizes
     for number, obj in _line_objects(data, name):
-        if not (type(obj) is dict and _add_plain(columns, obj)):
+        if _is_plain(obj):
+            roles.append(obj["role"])
+            contents.append(obj["content"])
+            sizes.append(1)
+        elif not _add_conversation(columns, obj):
             _add_record(columns, _record(obj, number, f"{name}:{number}"))
     return columns
 
 
-def _add_plain(columns: Columns, obj: dict[str, Any]) -> bool:
-    """Add a line that is one plain message or a conversation of plain messages (each only a
-    role and a text); False, adding nothing, for any other line (it takes the checked path)."""
-    role, content = obj.get("role"), obj.get("content")
-    if type(role) is str and role in _ROLES and type(content) is str and len(obj) == 2:
-        columns.roles.append(role)
-        columns.contents.append(content)
-        columns.sizes.append(1)
-        return True
-    items = obj.get("messages")
-    if type(items) is not list or len(obj) != 1:
+def _add_conversation(columns: Columns, obj: Any) -> bool:
+    """Add a `{"messages": [...]}` line of plain messages (`_is_plain`); False, adding nothing,
+    for any other line (it takes the checked path)."""
+    items = obj.get("messages") if type(obj) is dict and len(obj) == 1 else None
+    if type(items) is not list or not all(_is_plain(item) for item in items):
         return False
-    for item in items:
-        if not (
-            type(item) is dict
-            and len(item) == 2
-            and type(item.get("role")) is str
-            and item["role"] in _ROLES
-            and type(item.get("content")) is str
-        ):
-            return False
     columns.roles.extend([item["role"] for item in items])
     columns.contents.extend([item["content"] for item in items])
     columns.sizes.append(len(items))
@@ -241,11 +240,7 @@ def _record(obj: Any, line: int, where: str, in_array: bool = False) -> Record:
         plain = Message.plain
         messages = [
             plain(item["role"], item["content"])
-            if type(item) is dict
-            and len(item) == 2
-            and type(item.get("role")) is str
-            and item["role"] in _ROLES
-            and type(item.get("content")) is str
+            if _is_plain(item)
             else _message(item, f"{where}: message {i}")
             for i, item in enumerate(items)
         ]
