@@ -123,21 +123,14 @@ class Retriever:
         units = self.texts(rows)
         # Each text once (a message is also the one before the next), in pieces that fit.
         texts = list(dict.fromkeys([t for own, before in units for t in (own, *before)]))
-        pieces = self.embedder.split(texts)
-        vectors = self.embedder.embed([p for ps in pieces for p in ps])
-        weighted: dict[str, Any] = {}  # each piece's vector times its words
-        at = 0
-        for text, ps in zip(texts, pieces, strict=True):
-            words = np.array([max(1, len(p.split())) for p in ps], dtype=np.float32)
-            weighted[text] = vectors[at : at + len(ps)] * words[:, None]
-            at += len(ps)
+        weighted = dict(zip(texts, weighted_pieces(self.embedder, texts), strict=True))
         stored: list[tuple[int, int, int, bytes]] = []
         cleared: list[int] = []
         for row, (own, before) in zip(rows, units, strict=True):
             if not row.content.strip():
                 cleared.append(row.id)
                 continue
-            context = sum((weighted[t].sum(axis=0) for t in before), np.zeros_like(vectors[0]))
+            context = sum((weighted[t].sum(axis=0) for t in before), np.zeros(self.embedder.dim, np.float32))
             for i, piece in enumerate(weighted[own]):
                 vector = (piece + context).astype(np.float32)
                 vector /= max(float(np.linalg.norm(vector)), 1e-12)
@@ -266,14 +259,8 @@ class Retriever:
 
         cache = self._part_vectors
         missing = [p for p in dict.fromkeys(parts) if p not in cache]
-        if missing:
-            pieces = self.query_embedder.split(missing)
-            vectors = self.query_embedder.embed([x for ps in pieces for x in ps])
-            at = 0
-            for text, ps in zip(missing, pieces, strict=True):
-                words = np.array([max(1, len(x.split())) for x in ps], dtype=np.float32)
-                cache[text] = (vectors[at : at + len(ps)] * words[:, None]).sum(axis=0)
-                at += len(ps)
+        for text, rows in zip(missing, weighted_pieces(self.query_embedder, missing), strict=True):
+            cache[text] = rows.sum(axis=0)
         total = sum((cache[p] for p in parts), np.zeros(self.query_embedder.dim, np.float32))
         for text in parts:
             cache.move_to_end(text)
@@ -354,6 +341,24 @@ class Retriever:
                 chosen.append(m)
                 total += m.tokens
         return sorted(chosen, key=lambda m: m.seq)
+
+
+def weighted_pieces(embedder: Any, texts: Sequence[str]) -> list[Any]:
+    """Per text, its pieces' vectors (one model call for all), each times the piece's words: a
+    message's vector, and a query's in parts, are sums of these, normalised."""
+    import numpy as np
+
+    if not texts:
+        return []
+    pieces = embedder.split(texts)
+    vectors = embedder.embed([p for ps in pieces for p in ps])
+    out = []
+    at = 0
+    for ps in pieces:
+        words = np.array([max(1, len(p.split())) for p in ps], dtype=np.float32)
+        out.append(vectors[at : at + len(ps)] * words[:, None])
+        at += len(ps)
+    return out
 
 
 def _within(m: MessageRow, scope: Scope) -> bool:
