@@ -130,7 +130,9 @@ class Retriever:
             if not row.content.strip():
                 cleared.append(row.id)
                 continue
-            context = sum((weighted[t].sum(axis=0) for t in before), np.zeros(self.embedder.dim, np.float32))
+            context = sum(
+                (weighted[t].sum(axis=0) for t in before), np.zeros(self.embedder.dim, np.float32)
+            )
             for i, piece in enumerate(weighted[own]):
                 vector = (piece + context).astype(np.float32)
                 vector /= max(float(np.linalg.norm(vector)), 1e-12)
