@@ -38,6 +38,17 @@ def chat(db: Path | str | None, session: str, embedder, user: str = "ana", **kw)
     )
 
 
+def small(tmp_path: Path, block: VectorBlock) -> Memory:
+    """Session "s" in a file, with a budget so small that every few messages flush."""
+    return Memory.from_defaults(
+        session_id="s",
+        token_limit=40,
+        token_flush_size=10,
+        db=tmp_path / "m.db",
+        memory_blocks=[block],
+    )
+
+
 def fill(memory: Memory) -> None:
     for user, reply in FACTS:
         memory.put_messages([Message("user", user), Message("assistant", reply)])
@@ -185,13 +196,7 @@ def test_long_batch_is_split_and_its_tail_is_searchable(tmp_path: Path, minilm) 
 def test_put_many_embeds_in_one_call_and_search_dedups_batches(tmp_path: Path) -> None:
     embedder = HashEmbedder(dim=32, max_tokens=8)
     block = VectorBlock(embedder=embedder, similarity_top_k=3)
-    memory = Memory.from_defaults(
-        session_id="s",
-        token_limit=40,
-        token_flush_size=10,
-        db=tmp_path / "m.db",
-        memory_blocks=[block],
-    )
+    memory = small(tmp_path, block)
     flushes = []
     for i in range(20):
         flushes += memory.put_messages(
@@ -257,13 +262,7 @@ def test_stale_index_file_is_extended_or_rebuilt(tmp_path: Path) -> None:
 def test_reset_forgets_and_reused_flush_ids_are_processed(tmp_path: Path) -> None:
     embedder = HashEmbedder(dim=32)
     block = VectorBlock(embedder=embedder, similarity_top_k=5)
-    memory = Memory.from_defaults(
-        session_id="s",
-        token_limit=40,
-        token_flush_size=10,
-        db=tmp_path / "m.db",
-        memory_blocks=[block],
-    )
+    memory = small(tmp_path, block)
     for i in range(4):
         memory.put_messages(
             [Message("user", f"apples and pears {i} " * 3), Message("assistant", "ok")]
@@ -339,13 +338,7 @@ def test_queries_go_to_the_query_embedder(tmp_path: Path) -> None:
 
     embedder, queries = HashEmbedder(dim=32, max_tokens=8), HashEmbedder(dim=32, max_tokens=8)
     block = VectorBlock(embedder=embedder, query_embedder=queries, similarity_top_k=2)
-    memory = Memory.from_defaults(
-        session_id="s",
-        token_limit=40,
-        token_flush_size=10,
-        db=tmp_path / "m.db",
-        memory_blocks=[block],
-    )
+    memory = small(tmp_path, block)
     for i in range(12):
         memory.put_messages([Message("user", f"apple banana {i} " * 3), Message("assistant", "ok")])
     assert embedder.calls and not queries.calls  # stored messages: the embedder
