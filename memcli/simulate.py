@@ -12,7 +12,6 @@ calls no LLM, embeds nothing and writes nothing.
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -21,7 +20,7 @@ from memcli.tokens import Tokenizer
 from memcli.transcripts import call_sizes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Iterable, Sequence
     from pathlib import Path
     from typing import IO
 
@@ -208,7 +207,7 @@ def count_texts(contents: Sequence[str], extras: dict[int, str], tokenizer: Toke
         tokens = [tokenizer.count(text) for text in contents]
     else:
         distinct = list(dict.fromkeys(contents))
-        counts = _count_parallel(count_many, distinct)
+        counts = count_many(distinct)
         if len(distinct) == len(contents):
             tokens = counts
         else:
@@ -217,24 +216,6 @@ def count_texts(contents: Sequence[str], extras: dict[int, str], tokenizer: Toke
     for i, text in extras.items():
         tokens[i] += tokenizer.count(text)
     return tokens
-
-
-#: Texts are counted on several threads (a share each) from this many characters on: tiktoken
-#: releases the interpreter's lock while it encodes a share.
-PARALLEL_CHARS = 200_000
-
-
-def _count_parallel(count_many: Callable[[list[str]], list[int]], texts: list[str]) -> list[int]:
-    """`count_many` over shares of the texts, one per core, when there is enough to count."""
-    workers = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-    if workers < 2 or sum(map(len, texts)) < PARALLEL_CHARS:
-        return count_many(texts)
-    from concurrent.futures import ThreadPoolExecutor
-
-    size = -(-len(texts) // workers)
-    shares = [texts[i : i + size] for i in range(0, len(texts), size)]
-    with ThreadPoolExecutor(workers, thread_name_prefix="memcli-count") as pool:
-        return [n for counts in pool.map(count_many, shares) for n in counts]
 
 
 def run(replay: Replay, budget: Budget) -> Simulation:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from memcli.errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import tiktoken
 
@@ -67,6 +68,10 @@ class TiktokenTokenizer:
         self.encoding_name = encoding
         self._encoding: Any = None
 
+    def encoding(self) -> tiktoken.Encoding:
+        """The tiktoken encoding (loaded on first use)."""
+        return self._encoding or self._get()
+
     def _get(self) -> tiktoken.Encoding:
         if self._encoding is None:
             self._encoding = load_encoding(self.encoding_name)
@@ -81,12 +86,31 @@ class TiktokenTokenizer:
         return len(encoding.encode_ordinary(text))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
-        """`[count(t) for t in texts]`, in one call into tiktoken for the texts without special
+        """`[count(t) for t in texts]`, several times faster on a transcript's worth of texts.
+
+        A text is cut at its single spaces between two non-space characters, and each word
+        (with the space before it) is counted once and remembered: see `WordCounts`. A share of
+        texts made mostly of words never seen before (ids, hashes) gains nothing from that:
+        from such a share on, the rest go to `count_joined`.
+        """
+        if self.encoding_name not in WORD_ENCODINGS:
+            return self.count_joined(texts)
+        words = WordCounts(self)
+        result: list[int] = []
+        for start in range(0, len(texts), BLOCK):
+            share = texts[start : start + BLOCK]
+            known = len(words.spaced) + len(words.bare)
+            counts = words.count(share)
+            result += counts
+            if len(words.spaced) + len(words.bare) - known > NEW_WORDS * sum(counts):
+                return result + self.count_joined(texts[start + BLOCK :])
+        return result
+
+    def count_joined(self, texts: Sequence[str]) -> list[int]:
+        """`[count(t) for t in texts]` in one call into tiktoken for the texts without special
         tokens: they are joined with SEPARATOR and encoded with only it allowed as special.
         tiktoken encodes the text between two special tokens on its own (its regex runs on
-        that stretch alone), so each text's tokens are exactly those between two separators.
-        One call instead of one per text: no Python between texts, and a thread counting a
-        share of them keeps the interpreter's lock released for the whole share."""
+        that stretch alone), so each text's tokens are exactly those between two separators."""
         encoding = self._encoding or self._get()
         counts = [0] * len(texts)
         plain = []
@@ -110,6 +134,65 @@ class TiktokenTokenizer:
             counts[i] = end - start
             start = end + 1
         counts[plain[-1]] = len(tokens) - start
+        return counts
+
+
+#: The encodings whose regex `WordCounts` relies on (see there); the tests check each.
+WORD_ENCODINGS = frozenset({"cl100k_base", "o200k_base", "p50k_base"})
+#: `count_many` checks how many words were new after each share of this many texts.
+BLOCK = 1000
+#: A share in which more words than this share of its tokens were new sends the rest to tiktoken.
+NEW_WORDS = 0.25
+#: The spaces at which a text may be cut: a single one between two non-space characters.
+_CUT = re.compile(r"(?<=\S) (?=\S)")
+
+
+class _Counted(dict[str, int]):
+    """Token counts by text, each text counted by `count` the first time it is looked up."""
+
+    def __init__(self, count: Callable[[str], int]) -> None:
+        super().__init__()
+        self.count = count
+
+    def __missing__(self, text: str) -> int:
+        n = self[text] = self.count(text)
+        return n
+
+
+class WordCounts:
+    """Counts texts word by word, each distinct word counted by tiktoken once.
+
+    Why it is exact: tiktoken splits a text with its encoding's regex and encodes each piece on
+    its own. In cl100k_base, o200k_base and p50k_base no piece runs across a space that sits
+    between two non-space characters (a space only ever starts a piece, or belongs to a run of
+    white space), and the regex looks only ahead, never behind. So a text's tokens are those of
+    its first word plus, for each later word, those of the word with its space in front. The
+    tests check it against tiktoken on all three encodings. White space is judged by Python,
+    which counts more characters as white space than tiktoken's regex does: it may cut less,
+    never wrongly. Texts that may hold special tokens (`<|`) are counted whole.
+    """
+
+    def __init__(self, tokenizer: TiktokenTokenizer) -> None:
+        self.tokenizer = tokenizer
+        encode = tokenizer.encoding().encode_ordinary
+        self.spaced = _Counted(lambda word: len(encode(" " + word)))  # a later word
+        self.bare = _Counted(lambda word: len(encode(word)))  # a text's first word
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        """The tokens of each text."""
+        spaced, bare = self.spaced, self.bare
+        get = spaced.__getitem__
+        counts = []
+        for text in texts:
+            if "<|" in text:
+                counts.append(self.tokenizer.count(text))
+                continue
+            if text.isprintable() and "  " not in text:
+                words = text.split(" ")  # every space a cut: the common case, no regex
+            else:
+                words = _CUT.split(text)
+            first = words[0]
+            counts.append(sum(map(get, words)) - get(first) + bare[first])
         return counts
 
 
