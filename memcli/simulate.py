@@ -177,45 +177,31 @@ class Replay:
     @classmethod
     def from_source(
         cls, source: str | Path, put: str, tokenizer: Tokenizer, stdin: IO[bytes] | None = None
-    ) -> tuple[Replay, Columns]:
-        """Read a transcript (a path, or `-` for stdin) and count its tokens; also the columns."""
-        from memcli.transcripts import read_columns
+    ) -> tuple[Replay, set[str]]:
+        """Read a transcript (a path, or `-` for stdin) and count its tokens (a long one in two
+        processes: `memcli.counting.read_counted`); also the sessions it names."""
+        from memcli.counting import read_counted
+        from memcli.transcripts import read_source
 
-        columns = read_columns(source, stdin)
-        return cls.from_columns(columns, put, tokenizer), columns
+        data, name = read_source(source, stdin)
+        counted = read_counted(data, name, tokenizer)
+        return cls(counted.roles, counted.tokens, call_sizes(counted.sizes, put)), counted.sessions
 
     @classmethod
     def from_columns(cls, columns: Columns, put: str, tokenizer: Tokenizer) -> Replay:
         """A transcript read as columns (`memcli.transcripts.read_columns`), put as `put` says."""
-        tokens = count_texts(columns.contents, columns.metadata, tokenizer)
-        return cls(columns.roles, tokens, call_sizes(columns.sizes, put))
+        from memcli.counting import count_columns
+
+        counted = count_columns(columns, tokenizer)
+        return cls(counted.roles, counted.tokens, call_sizes(counted.sizes, put))
 
 
 def count_tokens(messages: Sequence[Message], tokenizer: Tokenizer) -> list[int]:
     """Each message's tokens, as `memcli.tokens.message_tokens` counts them, in one pass."""
+    from memcli.counting import count_texts
+
     extras = {i: str(m.metadata) for i, m in enumerate(messages) if m.metadata}
     return count_texts([m.content for m in messages], extras, tokenizer)
-
-
-def count_texts(contents: Sequence[str], extras: dict[int, str], tokenizer: Tokenizer) -> list[int]:
-    """The tokens of each content, plus those of `extras[i]` (a message's metadata) where given.
-
-    A text that repeats (a system prompt on every line, "ok", a tool's usual answer) is counted once.
-    """
-    count_many = getattr(tokenizer, "count_many", None)
-    if count_many is None:
-        tokens = [tokenizer.count(text) for text in contents]
-    else:
-        distinct = list(dict.fromkeys(contents))
-        counts = count_many(distinct)
-        if len(distinct) == len(contents):
-            tokens = counts
-        else:
-            counted = dict(zip(distinct, counts, strict=True))
-            tokens = [counted[text] for text in contents]
-    for i, text in extras.items():
-        tokens[i] += tokenizer.count(text)
-    return tokens
 
 
 def run(replay: Replay, budget: Budget) -> Simulation:

@@ -61,12 +61,12 @@ def read_source(source: str | Path, stdin: IO[bytes] | None = None) -> tuple[byt
 
 def parse_transcript(data: bytes, name: str = "<input>") -> list[Record]:
     """Parse transcript bytes in any of the formats read."""
-    if _is_array(data):
+    if is_array(data):
         return _parse_array(data, name)
     return list(_parse_lines(data, name))
 
 
-def _is_array(data: bytes) -> bool:
+def is_array(data: bytes) -> bool:
     stripped = data.lstrip()
     if stripped.startswith(b"\xef\xbb\xbf"):
         stripped = stripped[3:].lstrip()
@@ -103,12 +103,13 @@ def _parse_lines(data: bytes, name: str) -> Iterator[Record]:
             yield _record(obj, number, f"{name}:{number}")
 
 
-def _line_objects(data: bytes, name: str) -> Iterator[tuple[int, Any]]:
-    """The JSON value of each line that is not blank, with its line number."""
+def _line_objects(data: bytes, name: str, first_line: int = 1) -> Iterator[tuple[int, Any]]:
+    """The JSON value of each line that is not blank, with its line number (`data` starting at
+    line `first_line` of the source)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n", 0, exc.start) + first_line
         start = data.rfind(b"\n", 0, exc.start) + 1
         raise InputError(
             f"{name}:{line}: invalid UTF-8 at byte {exc.start - start}", "Save the file as UTF-8"
@@ -117,7 +118,7 @@ def _line_objects(data: bytes, name: str) -> Iterator[tuple[int, Any]]:
     # long file. A line it cannot take whole goes through json.loads, which names the error.
     # (typeshed types make_scanner's argument as itself; a JSONDecoder is what it takes.)
     scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-    for number, raw in enumerate(text.split("\n"), start=1):
+    for number, raw in enumerate(text.split("\n"), start=first_line):
         if number == 1:
             raw = raw.lstrip("\ufeff")
         try:
@@ -152,15 +153,16 @@ def read_columns(source: str | Path, stdin: IO[bytes] | None = None) -> Columns:
     return parse_columns(data, name)
 
 
-def parse_columns(data: bytes, name: str = "<input>") -> Columns:
-    """Parse transcript bytes into columns."""
+def parse_columns(data: bytes, name: str = "<input>", first_line: int = 1) -> Columns:
+    """Parse transcript bytes into columns. `first_line` > 1: `data` is the rest of a JSON Lines
+    source from that line on (errors name the source's line)."""
     columns = Columns([], [], {}, [], set())
-    if _is_array(data):
+    if first_line == 1 and is_array(data):
         for record in _parse_array(data, name):
             _add_record(columns, record)
         return columns
     roles, contents, sizes = columns.roles, columns.contents, columns.sizes
-    for number, obj in _line_objects(data, name):
+    for number, obj in _line_objects(data, name, first_line):
         if _is_plain(obj):
             roles.append(obj["role"])
             contents.append(obj["content"])
