@@ -145,6 +145,8 @@ BLOCK = 1000
 NEW_WORDS = 0.25
 #: The spaces at which a text may be cut: a single one between two non-space characters.
 _CUT = re.compile(r"(?<=\S) (?=\S)")
+#: Where a word may be cut in cl100k_base: after a line break, before a non-space character.
+_AFTER_BREAKS = re.compile(r"(?<=[\r\n])(?=\S)")
 
 
 class _Counted(dict[str, int]):
@@ -162,38 +164,65 @@ class _Counted(dict[str, int]):
 class WordCounts:
     """Counts texts word by word, each distinct word counted by tiktoken once.
 
-    Why it is exact: tiktoken splits a text with its encoding's regex and encodes each piece on
-    its own. In cl100k_base, o200k_base and p50k_base no piece runs across a space that sits
-    between two non-space characters (a space only ever starts a piece, or belongs to a run of
-    white space), and the regex looks only ahead, never behind. So a text's tokens are those of
-    its first word plus, for each later word, those of the word with its space in front. The
-    tests check it against tiktoken on all three encodings. White space is judged by Python,
-    which counts more characters as white space than tiktoken's regex does: it may cut less,
-    never wrongly. Texts that may hold special tokens (`<|`) are counted whole.
+    Why it is exact: tiktoken splits a text with its encoding's regex and encodes each match on
+    its own; the regex looks only ahead, never behind. A cut is a place that no match runs
+    across and where the matches before it do not depend on what follows, so a text's tokens
+    are the sum of its pieces' between cuts. Two kinds of cut are used:
+    - before a space between two non-space characters, in cl100k_base, o200k_base and p50k_base:
+      there a space only ever starts a match (or belongs to a run of white space). So a text's
+      tokens are those of its first word plus, for each later word, those of " " + the word;
+    - inside a word, after line breaks followed by a non-space character, in cl100k_base only: a
+      match holding a line break ends at the end of the run of white space (`\\s*[\\r\\n]`,
+      `\\s++$`, punctuation's `[\\r\\n]*`). In o200k_base punctuation's `[\\r\\n/]*` may run on
+      into a `/`, and p50k_base splits such a run by what follows it: there a word keeps its
+      line breaks, and is counted whole.
+    The tests check it against tiktoken on all three encodings, on generated texts of every kind
+    of white space. White space is judged by Python, which counts more characters as white space
+    than tiktoken's regex does: it may cut less, never wrongly. Texts that may hold special tokens
+    (`<|`) are counted whole.
     """
 
     def __init__(self, tokenizer: TiktokenTokenizer) -> None:
         self.tokenizer = tokenizer
         encode = tokenizer.encoding().encode_ordinary
-        self.spaced = _Counted(lambda word: len(encode(" " + word)))  # a later word
-        self.bare = _Counted(lambda word: len(encode(word)))  # a text's first word
+        lines = tokenizer.encoding_name == "cl100k_base"
+
+        def spaced(word: str) -> int:
+            parts = _AFTER_BREAKS.split(word) if lines and "\n" in word else None
+            if parts and len(parts) > 1:  # paragraphs: " end.\n\n" + "Next"
+                return self.spaced[parts[0]] + sum(self.bare[part] for part in parts[1:])
+            return len(encode(" " + word))
+
+        def bare(word: str) -> int:
+            parts = _AFTER_BREAKS.split(word) if lines and "\n" in word else None
+            if parts and len(parts) > 1:
+                return sum(self.bare[part] for part in parts)
+            return len(encode(word))
+
+        self.spaced = _Counted(spaced)  # word -> tokens of " " + word (a later word)
+        self.bare = _Counted(bare)  # word -> tokens of the word (a first word, or after breaks)
 
     def count(self, texts: Sequence[str]) -> list[int]:
         """The tokens of each text."""
-        spaced, bare = self.spaced, self.bare
-        get = spaced.__getitem__
+        spaced, bare = self.spaced.__getitem__, self.bare.__getitem__
         counts = []
         for text in texts:
             if "<|" in text:
                 counts.append(self.tokenizer.count(text))
                 continue
-            if text.isprintable() and "  " not in text:
+            if "  " not in text and (text.isprintable() or _lines_apart(text)):
                 words = text.split(" ")  # every space a cut: the common case, no regex
             else:
                 words = _CUT.split(text)
             first = words[0]
-            counts.append(sum(map(get, words)) - get(first) + bare[first])
+            counts.append(sum(map(spaced, words)) - spaced(first) + bare(first))
         return counts
+
+
+def _lines_apart(text: str) -> bool:
+    """Besides spaces, `text` has only line breaks as white space, never beside a space (a word
+    may then hold a line break: paragraphs and lists need no regex)."""
+    return " \n" not in text and "\n " not in text and text.replace("\n", "").isprintable()
 
 
 class WordTokenizer:
