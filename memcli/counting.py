@@ -7,18 +7,15 @@
 Reading the JSON and counting the tokens hold the interpreter's lock, so threads cannot share
 them. A long JSON Lines transcript (lines are independent) is cut in two at a line break: a forked
 process reads and counts the second half while this one does the first, and sends back only
-roles, counts and sizes. An error names the source's line as a single process would, and the
-first one in the file wins. Where the system cannot fork safely (not Linux, one core, other
-threads running), or the child fails, everything is done here, with the same result.
+roles, counts and sizes (`memcli.forked`). An error names the source's line as a single process
+would, and the first one in the file wins. Where the system cannot fork safely (not Linux, one
+core, other threads running), or the child fails, everything is done here, with the same result.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING, NamedTuple
 
-from memcli.errors import MemcliError
 from memcli.transcripts import is_array, parse_columns
 
 if TYPE_CHECKING:
@@ -75,21 +72,21 @@ def read_counted(
     `parallel`: None decides by size and system; False never forks; True forks whenever the
     transcript has two halves (tests use it).
     """
+    from memcli.forked import Forked, can_fork
+
     cut = _middle(data)
-    if cut is None or not (parallel if parallel is not None else _can_fork(len(data))):
+    if parallel is None:
+        parallel = len(data) >= PARALLEL_BYTES and can_fork()
+    if cut is None or not parallel:
         return count_columns(parse_columns(data, name), tokenizer)
     first_line = data.count(b"\n", 0, cut) + 1
-    child, pipe = _fork(data, cut, name, first_line, tokenizer)
+    child = Forked(_count_rest, data, cut, name, first_line, tokenizer)
     try:
         first = count_columns(parse_columns(data[:cut], name), tokenizer)
     except BaseException:
-        _stop(child, pipe)
+        child.cancel()
         raise
-    second = _receive(child, pipe)
-    if second is None:  # the child failed: its half is done here (a bug shows its traceback)
-        second = count_columns(parse_columns(data[cut:], name, first_line), tokenizer)
-    elif isinstance(second, MemcliError):
-        raise second
+    second = child.result()  # its error raised, after any in the first half
     return Counted(
         first.roles + second.roles,
         first.tokens + second.tokens,
@@ -98,71 +95,14 @@ def read_counted(
     )
 
 
+def _count_rest(data: bytes, cut: int, name: str, first_line: int, tokenizer: Tokenizer) -> Counted:
+    """The counts of `data[cut:]`, which starts at line `first_line` of the source."""
+    return count_columns(parse_columns(data[cut:], name, first_line), tokenizer)
+
+
 def _middle(data: bytes) -> int | None:
     """Where the second half of JSON Lines starts: after the first line break past the middle."""
     if is_array(data):
         return None
     cut = data.find(b"\n", len(data) // 2) + 1
     return cut if 0 < cut < len(data) else None
-
-
-def _can_fork(size: int) -> bool:
-    import threading
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    return (
-        size >= PARALLEL_BYTES
-        and sys.platform == "linux"
-        and cores >= 2
-        and threading.active_count() == 1
-    )
-
-
-def _fork(
-    data: bytes, cut: int, name: str, first_line: int, tokenizer: Tokenizer
-) -> tuple[int, int]:
-    """Start a process that counts `data[cut:]` and pickles the Counted (or the MemcliError)
-    into a pipe; its pid and the pipe's reading end."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(write_end)
-        return pid, read_end
-    status = 1  # the child: it leaves through os._exit only, never through the parent's code
-    try:
-        import gc
-        import pickle
-
-        gc.disable()
-        os.close(read_end)
-        result: Counted | MemcliError
-        try:
-            result = count_columns(parse_columns(data[cut:], name, first_line), tokenizer)
-        except MemcliError as exc:
-            result = exc
-        with os.fdopen(write_end, "wb") as out:
-            pickle.dump(result, out, protocol=pickle.HIGHEST_PROTOCOL)
-        status = 0
-    finally:
-        os._exit(status)
-
-
-def _receive(pid: int, pipe: int) -> Counted | MemcliError | None:
-    """What the child sent (None if it failed), once it has exited."""
-    import pickle
-
-    try:
-        with os.fdopen(pipe, "rb") as incoming:
-            result: Counted | MemcliError | None = pickle.load(incoming)
-    except (EOFError, pickle.UnpicklingError):
-        result = None
-    _, status = os.waitpid(pid, 0)
-    return result if status == 0 else None
-
-
-def _stop(pid: int, pipe: int) -> None:
-    import signal
-
-    os.close(pipe)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)

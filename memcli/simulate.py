@@ -71,6 +71,28 @@ def _put_template(over_threshold: bool) -> str:
 PUT_JSON = (_put_template(False), _put_template(True))
 
 
+def events_json(events: Sequence[Event], run: int | None = None) -> str:
+    """The events as JSON Lines, each line `json.dumps({**event.to_dict(), "run": run})` (no "run"
+    when None), every line ending in a newline."""
+    import json
+
+    # Events hold only numbers, booleans and text: one encoder, no fallbacks, for speed.
+    encode = json.JSONEncoder(ensure_ascii=False).encode
+    end = "}" if run is None else f', "run": {int(run)}}}'
+    templates = [t[:-1] + end for t in PUT_JSON]
+    lines = []
+    for event in events:
+        if type(event) is PutEvent:
+            lines.append(templates[event[9]] % event[:9])  # PutEvent.to_json(run), inlined
+        else:
+            record = event.to_dict()
+            if run is not None:
+                record["run"] = run
+            lines.append(encode(record))
+    lines.append("")
+    return "\n".join(lines)
+
+
 class FlushEvent(NamedTuple):
     """One flush batch: the source positions `first`..`last` (inclusive) left short-term memory."""
 

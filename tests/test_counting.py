@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from memcli import InputError, TiktokenTokenizer, counting
+from memcli import InputError, TiktokenTokenizer, counting, forked
 from memcli.counting import read_counted
 
 
@@ -35,17 +35,17 @@ def test_two_processes_give_what_one_gives(monkeypatch: pytest.MonkeyPatch) -> N
     data = transcript()
     tokenizer = TiktokenTokenizer()
     alone = read_counted(data, "t.jsonl", tokenizer, parallel=False)
-    children: list[tuple[int, int]] = []
-    fork = counting._fork
+    children: list[int] = []
 
-    def spy(*args):  # type: ignore[no-untyped-def]
-        children.append(fork(*args))
-        return children[-1]
+    class Spy(forked.Forked):  # type: ignore[type-arg]
+        def __init__(self, *args) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args)
+            children.append(self.pid)
 
-    monkeypatch.setattr(counting, "_fork", spy)
+    monkeypatch.setattr(forked, "Forked", Spy)
     shared = read_counted(data, "t.jsonl", tokenizer, parallel=True)
     assert shared == alone
-    assert len(children) == 1 and children[0][0] != os.getpid()  # a child did the second half
+    assert len(children) == 1 and children[0] != os.getpid()  # a child did the second half
     assert len(alone.roles) == len(alone.tokens) == sum(alone.sizes) > 400
     assert alone.sessions == {"s0", "s1", "s2"}
 
@@ -89,4 +89,3 @@ def test_a_json_array_or_one_line_is_read_in_one_process() -> None:
     assert counting._middle(array) is None
     assert read_counted(array, "a.json", TiktokenTokenizer(), parallel=True).tokens == [2] * 50
     assert counting._middle(b'{"role": "user", "content": "x"}\n') is None
-    assert not counting._can_fork(1000)  # small: not worth a process

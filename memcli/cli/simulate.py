@@ -232,30 +232,32 @@ def _label(b: Budget) -> str:
 
 
 def _emit_json(sims: Sequence[Simulation], put: str) -> None:
-    import json
+    from memcli.forked import Forked, can_fork
+    from memcli.simulate import events_json
 
-    from memcli.simulate import PUT_JSON, PutEvent
-
-    # Events hold only numbers, booleans and text: one encoder, no fallbacks, for speed.
-    encode = json.JSONEncoder(ensure_ascii=False).encode
     write = sys.stdout.write
     for run, sim in enumerate(sims):
-        lines = []
-        templates = [t[:-1] + f', "run": {run}}}' for t in PUT_JSON]
-        for event in sim.events:
-            if type(event) is PutEvent:
-                lines.append(templates[event[9]] % event[:9])  # PutEvent.to_json(run), inlined
-            else:
-                record = event.to_dict()
-                record["run"] = run
-                lines.append(encode(record))
-        if lines:
-            write("\n".join(lines) + "\n")
+        events = sim.events
+        half = len(events) // 2
+        if half >= PARALLEL_EVENTS and can_fork():  # a second core writes the second half
+            rest = Forked(events_json, events[half:], run)
+            try:
+                write(events_json(events[:half], run))
+            except BaseException:
+                rest.cancel()
+                raise
+            write(rest.result())
+        else:
+            write(events_json(events, run))
         summary = sim.summary.to_dict()
         summary["put"] = put
         summary["run"] = run
         write(output.json_line(summary) + "\n")
     sys.stdout.flush()
+
+
+#: A replay of at least twice this many events has its JSON Lines written by two processes.
+PARALLEL_EVENTS = 20_000
 
 
 # -- people ---------------------------------------------------------------------------------------
