@@ -352,3 +352,39 @@ def test_bad_budget_is_reported_before_the_transcript_is_read(tmp_path: Path) ->
     assert run.code == 2 and "chat_history_token_ratio must be in (0, 1], not 2.0" in said(
         run.stderr
     )
+
+
+def test_a_long_transcript_read_and_written_on_two_cores_is_the_same(tmp_path: Path) -> None:
+    """Over 2 MB and 20,000 events, the command reads and writes in two processes (Linux, two
+    cores): its output is the one-process library's, byte for byte."""
+    from memcli.counting import PARALLEL_BYTES, read_counted
+    from memcli.flush import Budget
+    from memcli.simulate import Replay, events_json, run
+    from memcli.tokens import TiktokenTokenizer
+    from memcli.transcripts import call_sizes
+
+    path = tmp_path / "long.jsonl"
+    with path.open("w") as out:
+        for i in range(25_000):
+            turn = [
+                {"role": "user", "content": text(4 + i % 7, i) + f" {i}?"},
+                {"role": "assistant", "content": text(9 + i % 13, i + 1) + f".\n\n{i % 97}"},
+            ]
+            if i % 3:  # a conversation line: one put call
+                out.write(json.dumps({"messages": turn}) + "\n")
+            else:
+                out.writelines(json.dumps(m) + "\n" for m in turn)
+    data = path.read_bytes()
+    assert len(data) > PARALLEL_BYTES
+    result = memcli(
+        "simulate", "flush", str(path), "--put", "message", "--json",
+        "--token-limit", "2000", "--ratio", "0.7", "--flush-size", "200",
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    counted = read_counted(data, str(path), TiktokenTokenizer(), parallel=False)
+    replay = Replay(counted.roles, counted.tokens, call_sizes(counted.sizes, "message"))
+    sim = run(replay, Budget(2000, 0.7, 200))
+    assert len(sim.events) > 40_000
+    events, summary = result.stdout.rsplit("\n", 2)[0] + "\n", result.stdout.splitlines()[-1]
+    assert events == events_json(sim.events, 0)
+    assert json.loads(summary)["flushes"] == sim.summary.flushes > 0
