@@ -88,8 +88,8 @@ class TiktokenTokenizer:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """`[count(t) for t in texts]`, several times faster on a transcript's worth of texts.
 
-        A text is cut at its single spaces between two non-space characters, and each word
-        (with the space before it) is counted once and remembered: see `WordCounts`. A share of
+        A text is cut into words, and each distinct word is counted by tiktoken once and
+        remembered: `WordCounts` says where it cuts and why the counts stay exact. A share of
         texts made mostly of words never seen before (ids, hashes) gains nothing from that:
         from such a share on, the rest go to `count_joined`.
         """
