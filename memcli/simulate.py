@@ -12,7 +12,6 @@ calls no LLM, embeds nothing and writes nothing.
 from __future__ import annotations
 
 import itertools
-import operator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -308,7 +307,7 @@ def _summarize(
     n = len(flushed)
     archived_messages = sum(f.messages for f in flushed)
     archived_tokens = sum(f.tokens for f in flushed)
-    over = list(itertools.compress(puts, map(_field("over_threshold"), puts)))
+    over = [p for p in puts if p.over_threshold]
     last = puts[-1] if puts else None
     return Summary(
         token_limit=budget.token_limit,
@@ -325,9 +324,9 @@ def _summarize(
         average_batch_tokens=round(archived_tokens / n, 2) if n else 0.0,
         largest_batch_messages=max((f.messages for f in flushed), default=0),
         largest_batch_tokens=max((f.tokens for f in flushed), default=0),
-        largest_active_tokens=max(map(_field("active_tokens"), puts), default=0),
+        largest_active_tokens=max((p.active_tokens for p in puts), default=0),
         largest_active_messages=_largest_window(puts),
-        largest_kept_tokens=max(map(_field("kept_tokens"), puts), default=0),
+        largest_kept_tokens=max((p.kept_tokens for p in puts), default=0),
         active_messages=last.kept_messages if last else 0,
         active_tokens=last.kept_tokens if last else 0,
         over_threshold_puts=len(over),
@@ -335,16 +334,13 @@ def _summarize(
     )
 
 
-def _field(name: str) -> operator.itemgetter[Any]:
-    """A put event's field by position: a long replay's summary reads each field of every put."""
-    return operator.itemgetter(PutEvent._fields.index(name))
-
-
 def _largest_window(puts: list[PutEvent]) -> int:
-    """The most messages active at once: right after a put (the messages kept by the put before
-    it, plus its own), before its flushes."""
-    kept_before = itertools.chain([0], map(_field("kept_messages"), puts))
-    return max(map(operator.add, kept_before, map(_field("messages"), puts)), default=0)
+    """The most messages active at once: right after a put, before its flushes."""
+    largest = kept = 0
+    for p in puts:
+        largest = max(largest, kept + p.messages)
+        kept = p.kept_messages
+    return largest
 
 
 def simulate(
