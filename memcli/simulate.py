@@ -15,9 +15,10 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from memcli.counting import count_texts, read_counted
 from memcli.flush import REASON_FLUSH_SIZE, Budget, plan_flush
 from memcli.tokens import Tokenizer
-from memcli.transcripts import call_sizes
+from memcli.transcripts import call_sizes, read_source
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from typing import IO
 
     from memcli.messages import Message
-    from memcli.transcripts import Columns
 
 
 class PutEvent(NamedTuple):
@@ -55,10 +55,7 @@ class PutEvent(NamedTuple):
 
         A long replay has one per put: a %-template over the tuple is five times faster.
         """
-        template = PUT_JSON[self.over_threshold]
-        if run is not None:
-            template = template[:-1] + f', "run": {int(run)}}}'
-        return template % self[:9]
+        return put_templates(run)[self.over_threshold] % self[:9]
 
 
 def _put_template(over_threshold: bool) -> str:
@@ -70,6 +67,14 @@ def _put_template(over_threshold: bool) -> str:
 PUT_JSON = (_put_template(False), _put_template(True))
 
 
+def put_templates(run: int | None) -> tuple[str, str]:
+    """PUT_JSON, with `"run": run` as the last field when `run` is given."""
+    if run is None:
+        return PUT_JSON
+    end = f', "run": {int(run)}}}'
+    return PUT_JSON[0][:-1] + end, PUT_JSON[1][:-1] + end
+
+
 def events_json(events: Sequence[Event], run: int | None = None) -> str:
     """The events as JSON Lines, each line `json.dumps({**event.to_dict(), "run": run})` (no "run"
     when None), every line ending in a newline."""
@@ -77,8 +82,7 @@ def events_json(events: Sequence[Event], run: int | None = None) -> str:
 
     # Events hold only numbers, booleans and text: one encoder, no fallbacks, for speed.
     encode = json.JSONEncoder(ensure_ascii=False).encode
-    end = "}" if run is None else f', "run": {int(run)}}}'
-    templates = [t[:-1] + end for t in PUT_JSON]
+    templates = put_templates(run)
     lines = []
     for event in events:
         if type(event) is PutEvent:
@@ -202,26 +206,13 @@ class Replay:
     ) -> tuple[Replay, set[str]]:
         """Read a transcript (a path, or `-` for stdin) and count its tokens (a long one in two
         processes: `memcli.counting.read_counted`); also the sessions it names."""
-        from memcli.counting import read_counted
-        from memcli.transcripts import read_source
-
         data, name = read_source(source, stdin)
         counted = read_counted(data, name, tokenizer)
         return cls(counted.roles, counted.tokens, call_sizes(counted.sizes, put)), counted.sessions
 
-    @classmethod
-    def from_columns(cls, columns: Columns, put: str, tokenizer: Tokenizer) -> Replay:
-        """A transcript read as columns (`memcli.transcripts.read_columns`), put as `put` says."""
-        from memcli.counting import count_columns
-
-        counted = count_columns(columns, tokenizer)
-        return cls(counted.roles, counted.tokens, call_sizes(counted.sizes, put))
-
 
 def count_tokens(messages: Sequence[Message], tokenizer: Tokenizer) -> list[int]:
     """Each message's tokens, as `memcli.tokens.message_tokens` counts them, in one pass."""
-    from memcli.counting import count_texts
-
     extras = {i: str(m.metadata) for i, m in enumerate(messages) if m.metadata}
     return count_texts([m.content for m in messages], extras, tokenizer)
 
