@@ -70,9 +70,6 @@ class TiktokenTokenizer:
 
     def encoding(self) -> tiktoken.Encoding:
         """The tiktoken encoding (loaded on first use)."""
-        return self._encoding or self._get()
-
-    def _get(self) -> tiktoken.Encoding:
         if self._encoding is None:
             self._encoding = load_encoding(self.encoding_name)
         return self._encoding
@@ -80,7 +77,7 @@ class TiktokenTokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        encoding = self._encoding or self._get()
+        encoding = self._encoding or self.encoding()
         if "<|" in text:  # every special token starts so; the ordinary path is twice as fast
             return len(encoding.encode(text, allowed_special="all"))
         return len(encoding.encode_ordinary(text))
@@ -111,7 +108,7 @@ class TiktokenTokenizer:
         tokens: they are joined with SEPARATOR and encoded with only it allowed as special.
         tiktoken encodes the text between two special tokens on its own (its regex runs on
         that stretch alone), so each text's tokens are exactly those between two separators."""
-        encoding = self._encoding or self._get()
+        encoding = self.encoding()
         counts = [0] * len(texts)
         plain = []
         for i, text in enumerate(texts):
@@ -187,17 +184,20 @@ class WordCounts:
         encode = tokenizer.encoding().encode_ordinary
         lines = tokenizer.encoding_name == "cl100k_base"
 
+        def pieces(word: str) -> list[str]:
+            """The word cut after its line breaks (cl100k_base), or [] if it is not cut."""
+            parts = _AFTER_BREAKS.split(word) if lines and "\n" in word else []
+            return parts if len(parts) > 1 else []
+
         def spaced(word: str) -> int:
-            parts = _AFTER_BREAKS.split(word) if lines and "\n" in word else None
-            if parts and len(parts) > 1:  # paragraphs: " end.\n\n" + "Next"
+            parts = pieces(word)  # paragraphs: " end.\n\n" + "Next"
+            if parts:
                 return self.spaced[parts[0]] + sum(self.bare[part] for part in parts[1:])
             return len(encode(" " + word))
 
         def bare(word: str) -> int:
-            parts = _AFTER_BREAKS.split(word) if lines and "\n" in word else None
-            if parts and len(parts) > 1:
-                return sum(self.bare[part] for part in parts)
-            return len(encode(word))
+            parts = pieces(word)
+            return sum(self.bare[part] for part in parts) if parts else len(encode(word))
 
         self.spaced = _Counted(spaced)  # word -> tokens of " " + word (a later word)
         self.bare = _Counted(bare)  # word -> tokens of the word (a first word, or after breaks)
