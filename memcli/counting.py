@@ -80,12 +80,8 @@ def read_counted(
     if cut is None or not parallel:
         return count_columns(parse_columns(data, name), tokenizer)
     first_line = data.count(b"\n", 0, cut) + 1
-    child = Forked(_count_rest, data, cut, name, first_line, tokenizer)
-    try:
+    with Forked(_count_rest, data, cut, name, first_line, tokenizer) as child:
         first = count_columns(parse_columns(data[:cut], name), tokenizer)
-    except BaseException:
-        child.cancel()
-        raise
     second = child.result()  # its error raised, after any in the first half
     return Counted(
         first.roles + second.roles,

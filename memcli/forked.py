@@ -1,8 +1,8 @@
 """Work for a second core: a function run in a forked child process, its result sent back pickled.
 
-    half = Forked(count_half, data, cut)    # the child starts at once
-    mine = count_first_half(data, cut)       # meanwhile, here
-    theirs = half.result()                   # or half.cancel() if this side failed
+    with Forked(count_half, data, cut) as half:   # the child starts at once
+        mine = count_first_half(data, cut)         # meanwhile, here (an error here stops it)
+    theirs = half.result()
 
 Reading JSON, counting tokens and formatting text hold the interpreter's lock, so threads cannot
 share them; a child forked from this process can, and needs nothing sent to start. It leaves
@@ -46,6 +46,13 @@ class Forked(Generic[T]):
             _child(read_end, write_end, function, args)  # never returns
         os.close(write_end)
         self.pid, self.pipe = pid, read_end
+
+    def __enter__(self) -> Forked[T]:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is not None:  # the work beside it failed: the child's is not wanted
+            self.cancel()
 
     def result(self) -> T:
         """What the function returned (its MemcliError raised), once the child has exited."""

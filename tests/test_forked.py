@@ -70,3 +70,10 @@ def test_no_fork_beside_other_threads() -> None:
     finally:
         stop.set()
         thread.join()
+
+
+def test_an_error_beside_the_child_stops_it() -> None:
+    with pytest.raises(InputError), Forked(time.sleep, 30) as child:
+        bad_input(3)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child.pid, os.WNOHANG)  # stopped and reaped

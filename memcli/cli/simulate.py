@@ -240,12 +240,8 @@ def _emit_json(sims: Sequence[Simulation], put: str) -> None:
         events = sim.events
         half = len(events) // 2
         if half >= PARALLEL_EVENTS and can_fork():  # a second core writes the second half
-            rest = Forked(events_json, events[half:], run)
-            try:
+            with Forked(events_json, events[half:], run) as rest:
                 write(events_json(events[:half], run))
-            except BaseException:
-                rest.cancel()
-                raise
             write(rest.result())
         else:
             write(events_json(events, run))
