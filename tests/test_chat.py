@@ -221,19 +221,6 @@ def test_switching_to_a_session_of_another_user_is_refused(tmp_path):
         Commands(chat).run("/session bobs")
 
 
-def test_store_search_filters_by_user_and_escapes_wildcards(tmp_path):
-    store = SQLiteStore(tmp_path / "s.db")
-    a = Chat(store, user_id="ann")
-    a.open("a1")
-    a.mem.put(Message("user", "50% off_sale today"))
-    b = Chat(store, user_id="bob")
-    b.open("b1")
-    b.mem.put(Message("user", "50 percent offxsale"))
-    assert [m.content for m in store.search_messages("% OFF_", "ann")] == ["50% off_sale today"]
-    assert store.search_messages("% off_", "bob") == []
-    assert len(store.search_messages("50", None)) == 2
-
-
 def test_flush_now_moves_one_batch_and_keeps_the_newest_turn(tmp_path):
     chat = make_chat(tmp_path, budget_for=lambda info: Budget(1000, 0.7, 5))
     for i in range(3):

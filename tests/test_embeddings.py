@@ -77,7 +77,7 @@ def test_public_blocks_import_nothing_heavy() -> None:
     code = (
         "import sys\n"
         "from memcli import StaticBlock, FactBlock, VectorBlock, MemoryBlock, Memory\n"
-        "import memcli.vectors, memcli.embeddings, memcli.blocks.registry, memcli.blocks.feed\n"
+        "import memcli.embeddings, memcli.blocks.registry, memcli.blocks.feed\n"
         "heavy = {'torch', 'sentence_transformers', 'transformers', 'faiss', 'litellm'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from memcli import Memory, Message, WordTokenizer
-from memcli.store.sqlite import MIGRATIONS, SQLiteStore
+from memcli.store.migrations import MIGRATIONS
+from memcli.store.sqlite import SQLiteStore
 
 
 def test_migrations_recorded_once(tmp_path: Path) -> None:
@@ -17,9 +18,8 @@ def test_migrations_recorded_once(tmp_path: Path) -> None:
 
 
 def test_a_new_database_has_the_recorded_schema(tmp_path: Path) -> None:
-    """tests/data/schema.sql is the schema the migrations made with sqlite-utils, before they
-    became plain SQL: a new database must get it statement for statement, and a change to the
-    schema must come as a new migration (and a new snapshot)."""
+    """tests/data/schema.sql is the schema of a new database, statement for statement: a change
+    to the schema must come as a new migration (and a new snapshot)."""
     store = SQLiteStore(tmp_path / "s.db")
     made = store.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY rowid")
     recorded = (Path(__file__).parent / "data" / "schema.sql").read_text()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    import sqlite3
+    from collections.abc import Iterable, Iterator, Sequence
     from contextlib import AbstractContextManager
 
     from memcli.messages import Message
@@ -63,8 +64,38 @@ class NewMessage(NamedTuple):
     tokens: int
 
 
-class Store(Protocol):
-    """What the engine needs of a backend. Every SQL statement lives behind it."""
+class SQLStore(Protocol):
+    """What the SQL of `memcli.store.longterm` and `memcli.store.retrieval` runs on."""
+
+    #: The columns `message_from_row` reads, in its order.
+    MESSAGE_COLUMNS: str
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """All writes inside happen together or not at all (nested calls join the outer one)."""
+        ...
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        """Run one statement (errors become StoreError)."""
+        ...
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor: ...
+
+    def rows_for_ids(
+        self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        """The rows `sql` selects for many ids, `{ids}` in it standing for their placeholders."""
+        ...
+
+    def execute_for_ids(self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()) -> int:
+        """Change rows by many ids (as `rows_for_ids`); return how many changed."""
+        ...
+
+    def message_from_row(self, row: Sequence[Any]) -> Message: ...
+
+
+class Store(SQLStore, Protocol):
+    """What the engine needs of a backend. Every SQL statement lives behind it: in the store, or
+    in the SQL helpers of memcli.store that run on it (`SQLStore`)."""
 
     #: Counts outermost transactions; nothing else writes while one is open.
     txn_serial: int
@@ -72,10 +103,6 @@ class Store(Protocol):
     @property
     def transaction_depth(self) -> int:
         """0 outside a transaction, 1 in an outermost one, more when nested."""
-        ...
-
-    def transaction(self) -> AbstractContextManager[None]:
-        """All writes inside happen together or not at all (nested calls join the outer one)."""
         ...
 
     def close(self) -> None: ...
@@ -128,9 +155,3 @@ class Store(Protocol):
     def delete_messages(self, session_id: str) -> int: ...
 
     def list_flushes(self, session_id: str) -> list[FlushRecord]: ...
-
-    def search_messages(
-        self, query: str, user_id: str | None = None, limit: int = 20
-    ) -> list[Message]:
-        """Messages (of one user's sessions, or all) whose content holds `query`, newest first."""
-        ...

@@ -1,98 +1,22 @@
-"""Long-term block state in SQLite: which flushes each block processed, facts, vector entries.
+"""Long-term block state in SQLite: which flushes each block processed, a block's own state, facts.
 
-Every statement here runs on a SQLiteStore (`store.execute`, `store.transaction`). Facts and vectors
-are kept per block name; facts also per scope key (`user:ID` or `session:ID`).
+Every statement here runs on a SQLiteStore (`store.execute`, `store.transaction`). Facts are kept
+per block name and scope key (`user:ID` or `session:ID`).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memcli.messages import format_time, parse_time
-from memcli.store.sqlite import run_statements
 
-
-def migration_2(conn: sqlite3.Connection) -> None:
-    """Block state: processed flushes, facts with their history, vector entries and pieces."""
-    run_statements(conn, _SCHEMA_2)
-
-
-_SCHEMA_2 = (
-    """CREATE TABLE "block_flushes" (
-   "block" TEXT,
-   "scope_key" TEXT,
-   "flush_id" INTEGER,
-   "status" TEXT NOT NULL,
-   "error" TEXT,
-   "updated_at" TEXT NOT NULL,
-   PRIMARY KEY ("block", "scope_key", "flush_id")
-)""",
-    """CREATE TABLE "block_state" (
-   "block" TEXT,
-   "scope_key" TEXT,
-   "value" TEXT NOT NULL,
-   "updated_at" TEXT NOT NULL,
-   PRIMARY KEY ("block", "scope_key")
-)""",
-    """CREATE TABLE "facts" (
-   "id" INTEGER PRIMARY KEY,
-   "block" TEXT NOT NULL,
-   "scope_key" TEXT NOT NULL,
-   "text" TEXT NOT NULL,
-   "norm" TEXT NOT NULL,
-   "origin" TEXT NOT NULL,
-   "session_id" TEXT,
-   "flush_id" INTEGER,
-   "message_ids" TEXT,
-   "created_at" TEXT NOT NULL,
-   "updated_at" TEXT NOT NULL,
-   "deleted_at" TEXT
-)""",
-    """CREATE INDEX "facts_scope"
-    ON "facts" ("block", "scope_key", "deleted_at")""",
-    """CREATE TABLE "fact_history" (
-   "id" INTEGER PRIMARY KEY,
-   "fact_id" INTEGER NOT NULL,
-   "block" TEXT NOT NULL,
-   "scope_key" TEXT NOT NULL,
-   "action" TEXT NOT NULL,
-   "text" TEXT,
-   "old_text" TEXT,
-   "flush_id" INTEGER,
-   "at" TEXT NOT NULL
-)""",
-    """CREATE INDEX "fact_history_scope"
-    ON "fact_history" ("block", "scope_key")""",
-    """CREATE TABLE "vector_entries" (
-   "id" INTEGER PRIMARY KEY,
-   "block" TEXT NOT NULL,
-   "user_id" TEXT NOT NULL,
-   "session_id" TEXT NOT NULL,
-   "flush_id" INTEGER,
-   "text" TEXT NOT NULL,
-   "message_ids" TEXT,
-   "created_at" TEXT NOT NULL
-)""",
-    """CREATE UNIQUE INDEX "vector_entries_flush"
-    ON "vector_entries" ("block", "flush_id")""",
-    """CREATE TABLE "vector_pieces" (
-   "id" INTEGER PRIMARY KEY,
-   "entry_id" INTEGER NOT NULL REFERENCES "vector_entries"("id"),
-   "block" TEXT NOT NULL,
-   "piece" INTEGER NOT NULL,
-   "dim" INTEGER NOT NULL,
-   "embedding" BLOB NOT NULL
-)""",
-    """CREATE INDEX "vector_pieces_block"
-    ON "vector_pieces" ("block", "id")""",
-    """CREATE INDEX "vector_pieces_entry"
-    ON "vector_pieces" ("entry_id")""",
-)
+if TYPE_CHECKING:
+    from memcli.messages import Message
+    from memcli.store.base import SQLStore
 
 
 def _now() -> str:
@@ -103,7 +27,7 @@ def _now() -> str:
 
 
 def mark_flushes(
-    store: Any,
+    store: SQLStore,
     block: str,
     scope_key: str,
     flush_ids: Sequence[int],
@@ -113,7 +37,7 @@ def mark_flushes(
     """Record that `block` processed these flushes (`done`) or must retry them (`pending`)."""
     stamp = _now()
     with store.transaction():
-        store.conn.executemany(
+        store.executemany(
             "INSERT INTO block_flushes (block, scope_key, flush_id, status, error, updated_at)"
             " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (block, scope_key, flush_id)"
             " DO UPDATE SET status = excluded.status, error = excluded.error,"
@@ -122,7 +46,7 @@ def mark_flushes(
         )
 
 
-def flush_statuses(store: Any, block: str, scope_key: str, session_id: str) -> dict[int, str]:
+def flush_statuses(store: SQLStore, block: str, scope_key: str, session_id: str) -> dict[int, str]:
     """Each of the session's flushes that `block` has a record of, and its status."""
     rows = store.execute(
         "SELECT b.flush_id, b.status FROM block_flushes b JOIN flushes f ON f.id = b.flush_id"
@@ -132,7 +56,7 @@ def flush_statuses(store: Any, block: str, scope_key: str, session_id: str) -> d
     return {row[0]: row[1] for row in rows}
 
 
-def pending_flushes(store: Any, block: str, scope_key: str) -> list[tuple[int, str]]:
+def pending_flushes(store: SQLStore, block: str, scope_key: str) -> list[tuple[int, str]]:
     """(flush id, session id) of every flush `block` must retry, oldest first."""
     rows = store.execute(
         "SELECT b.flush_id, f.session_id FROM block_flushes b JOIN flushes f ON f.id = b.flush_id"
@@ -142,28 +66,10 @@ def pending_flushes(store: Any, block: str, scope_key: str) -> list[tuple[int, s
     return [(row[0], row[1]) for row in rows]
 
 
-def forget_session_flushes(store: Any, session_id: str) -> None:
-    """Before a session's flushes are deleted: drop the records that point at them (ids are reused)."""
-    store.execute(
-        "DELETE FROM block_flushes WHERE flush_id IN (SELECT id FROM flushes WHERE session_id = ?)",
-        (session_id,),
-    )
-    store.execute(
-        "UPDATE vector_entries SET flush_id = NULL WHERE flush_id IN"
-        " (SELECT id FROM flushes WHERE session_id = ?)",
-        (session_id,),
-    )
-    store.execute(
-        "UPDATE facts SET flush_id = NULL WHERE flush_id IN"
-        " (SELECT id FROM flushes WHERE session_id = ?)",
-        (session_id,),
-    )
-
-
 # -- a custom block's own state -----------------------------------------------------------------
 
 
-def load_state(store: Any, block: str, scope_key: str) -> Any:
+def load_state(store: SQLStore, block: str, scope_key: str) -> Any:
     """The JSON value a block saved for a scope, or None."""
     row = store.execute(
         "SELECT value FROM block_state WHERE block = ? AND scope_key = ?", (block, scope_key)
@@ -171,7 +77,7 @@ def load_state(store: Any, block: str, scope_key: str) -> Any:
     return json.loads(row[0]) if row else None
 
 
-def save_state(store: Any, block: str, scope_key: str, value: Any) -> None:
+def save_state(store: SQLStore, block: str, scope_key: str, value: Any) -> None:
     """Save a JSON-ready value for a block and scope (replacing the last one)."""
     with store.transaction():
         store.execute(
@@ -242,7 +148,7 @@ def _fact(row: Sequence[Any]) -> Fact:
     )
 
 
-def list_facts(store: Any, block: str | None, scope_key: str) -> list[Fact]:
+def list_facts(store: SQLStore, block: str | None, scope_key: str) -> list[Fact]:
     """The live facts of a scope (of one block, or of every block), oldest first."""
     sql = f"SELECT {_FACT_COLUMNS} FROM facts WHERE scope_key = ? AND deleted_at IS NULL"
     params: tuple[Any, ...] = (scope_key,)
@@ -252,13 +158,13 @@ def list_facts(store: Any, block: str | None, scope_key: str) -> list[Fact]:
     return [_fact(row) for row in store.execute(sql + " ORDER BY id", params)]
 
 
-def get_fact(store: Any, fact_id: int) -> Fact | None:
+def get_fact(store: SQLStore, fact_id: int) -> Fact | None:
     row = store.execute(f"SELECT {_FACT_COLUMNS} FROM facts WHERE id = ?", (fact_id,)).fetchone()
     return _fact(row) if row else None
 
 
 def _history(
-    store: Any,
+    store: SQLStore,
     fact_id: int,
     block: str,
     scope_key: str,
@@ -276,7 +182,7 @@ def _history(
 
 
 def add_facts(
-    store: Any,
+    store: SQLStore,
     block: str,
     scope_key: str,
     texts: Sequence[str],
@@ -315,6 +221,7 @@ def add_facts(
                 ),
             )
             fact_id = cursor.lastrowid
+            assert fact_id is not None
             _history(store, fact_id, block, scope_key, action, text, None, flush_id, stamp)
             fact = get_fact(store, fact_id)
             assert fact is not None
@@ -322,7 +229,7 @@ def add_facts(
     return added
 
 
-def edit_fact(store: Any, fact_id: int, text: str) -> tuple[Fact, Fact] | None:
+def edit_fact(store: SQLStore, fact_id: int, text: str) -> tuple[Fact, Fact] | None:
     """Change a fact's text; return (before, after), or None when there is no live fact of that id."""
     before = get_fact(store, fact_id)
     if before is None or before.deleted_at is not None:
@@ -350,7 +257,7 @@ def edit_fact(store: Any, fact_id: int, text: str) -> tuple[Fact, Fact] | None:
 
 
 def delete_fact(
-    store: Any, fact_id: int, action: str = "deleted", flush_id: int | None = None
+    store: SQLStore, fact_id: int, action: str = "deleted", flush_id: int | None = None
 ) -> Fact | None:
     """Mark a fact deleted (kept for its history); return it, or None when there is none."""
     fact = get_fact(store, fact_id)
@@ -369,7 +276,7 @@ def delete_fact(
 
 
 def fact_history(
-    store: Any, scope_key: str, block: str | None = None, fact_id: int | None = None
+    store: SQLStore, scope_key: str, block: str | None = None, fact_id: int | None = None
 ) -> list[FactChange]:
     """The changes to a scope's facts (or to one fact), oldest first."""
     sql = (
@@ -389,144 +296,10 @@ def fact_history(
     ]
 
 
-# -- vector entries -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NewEntry:
-    """A flushed batch about to be stored with its pieces' embeddings (float32 rows)."""
-
-    user_id: str
-    session_id: str
-    flush_id: int | None
-    text: str
-    message_ids: list[int]
-    embeddings: Any  # numpy array (pieces, dim)
-
-
-def entries_with_flush(store: Any, block: str, flush_ids: Sequence[int]) -> set[int]:
-    """Which of these flushes already have a vector entry in `block`."""
-    found: set[int] = set()
-    for start in range(0, len(flush_ids), 500):
-        chunk = list(flush_ids[start : start + 500])
-        marks = ", ".join("?" for _ in chunk)
-        rows = store.execute(
-            f"SELECT flush_id FROM vector_entries WHERE block = ? AND flush_id IN ({marks})",
-            (block, *chunk),
-        )
-        found.update(row[0] for row in rows)
-    return found
-
-
-def add_entries(store: Any, block: str, entries: Sequence[NewEntry]) -> list[int]:
-    """Store entries and their pieces in one transaction; return the entry ids."""
-    stamp = _now()
-    ids = []
-    with store.transaction():
-        for entry in entries:
-            cursor = store.execute(
-                "INSERT INTO vector_entries (block, user_id, session_id, flush_id, text,"
-                " message_ids, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    block,
-                    entry.user_id,
-                    entry.session_id,
-                    entry.flush_id,
-                    entry.text,
-                    json.dumps(entry.message_ids),
-                    stamp,
-                ),
-            )
-            entry_id = cursor.lastrowid
-            ids.append(entry_id)
-            dim = int(entry.embeddings.shape[1])
-            store.conn.executemany(
-                "INSERT INTO vector_pieces (entry_id, block, piece, dim, embedding)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [
-                    (entry_id, block, i, dim, row.astype("float32").tobytes())
-                    for i, row in enumerate(entry.embeddings)
-                ],
-            )
-    return ids
-
-
-def piece_stats(store: Any, block: str) -> tuple[int, int]:
-    """(how many pieces `block` has, the highest piece id): what an index must cover."""
-    row = store.execute(
-        "SELECT COUNT(*), COALESCE(MAX(id), 0) FROM vector_pieces WHERE block = ?", (block,)
-    ).fetchone()
-    return int(row[0]), int(row[1])
-
-
-def max_piece_id(store: Any, block: str) -> int:
-    """The highest piece id of `block` (cheap: one index lookup)."""
-    row = store.execute("SELECT MAX(id) FROM vector_pieces WHERE block = ?", (block,)).fetchone()
-    return int(row[0] or 0)
-
-
-def piece_embeddings(store: Any, piece_ids: Sequence[int]) -> dict[int, Any]:
-    """The stored embeddings (float32 numpy rows) of these pieces."""
-    import numpy as np
-
-    out: dict[int, Any] = {}
-    for start in range(0, len(piece_ids), 500):
-        chunk = list(piece_ids[start : start + 500])
-        marks = ", ".join("?" for _ in chunk)
-        rows = store.execute(
-            f"SELECT id, embedding FROM vector_pieces WHERE id IN ({marks})", chunk
-        )
-        for piece_id, blob in rows:
-            out[piece_id] = np.frombuffer(blob, dtype=np.float32)
-    return out
-
-
-def iter_pieces(store: Any, block: str, after_id: int = 0) -> Any:
-    """(piece id, entry id, user id, session id, dim, embedding bytes) rows, by piece id."""
-    return store.execute(
-        "SELECT p.id, p.entry_id, e.user_id, e.session_id, p.dim, p.embedding"
-        " FROM vector_pieces p JOIN vector_entries e ON e.id = p.entry_id"
-        " WHERE p.block = ? AND p.id > ? ORDER BY p.id",
-        (block, after_id),
-    )
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A stored vector entry: a flushed batch's text and provenance."""
-
-    id: int
-    user_id: str
-    session_id: str
-    flush_id: int | None
-    text: str
-    message_ids: list[int]
-
-
-def get_entries(store: Any, entry_ids: Sequence[int]) -> dict[int, Entry]:
-    out: dict[int, Entry] = {}
-    for start in range(0, len(entry_ids), 500):
-        chunk = list(entry_ids[start : start + 500])
-        marks = ", ".join("?" for _ in chunk)
-        rows = store.execute(
-            "SELECT id, user_id, session_id, flush_id, text, message_ids FROM vector_entries"
-            f" WHERE id IN ({marks})",
-            chunk,
-        )
-        for r in rows:
-            out[r[0]] = Entry(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]) if r[5] else [])
-    return out
-
-
-def flush_messages(store: Any, flush_id: int) -> list[Any]:
+def flush_messages(store: SQLStore, flush_id: int) -> list[Message]:
     """The messages a flush archived, in order."""
     rows = store.execute(
-        f"SELECT {store._MESSAGE_COLUMNS} FROM messages WHERE flush_id = ? ORDER BY seq",
+        f"SELECT {store.MESSAGE_COLUMNS} FROM messages WHERE flush_id = ? ORDER BY seq",
         (flush_id,),
     )
-    return [store._message(row) for row in rows]
-
-
-def vector_blocks(store: Any) -> list[str]:
-    """The names of the blocks that have vector entries."""
-    return [r[0] for r in store.execute("SELECT DISTINCT block FROM vector_entries ORDER BY block")]
+    return [store.message_from_row(row) for row in rows]

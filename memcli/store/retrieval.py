@@ -3,7 +3,7 @@
 A put pays nothing here: new messages reach the full-text index in one statement before the next
 search (`catch_up`), and their vectors later, in batches. `retrieval_state` records how far each
 has got (the highest message id up to which every message is indexed, or embedded); triggers
-take deleted or changed messages out of both.
+take deleted or changed messages out of both. (The tables: migration 10, `memcli.store.migrations`.)
 """
 
 from __future__ import annotations
@@ -15,81 +15,12 @@ from typing import TYPE_CHECKING, Any
 from memcli.messages import parse_time
 
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Iterator, Sequence
 
-FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+    from memcli.store.base import SQLStore
 
 
-_TABLES_10 = (
-    """CREATE TABLE "retrieval_vectors" (
-   "id" INTEGER PRIMARY KEY,
-   "message_id" INTEGER NOT NULL,
-   "piece" INTEGER NOT NULL,
-   "model" TEXT NOT NULL,
-   "dim" INTEGER NOT NULL,
-   "vector" BLOB NOT NULL
-)""",
-    """CREATE INDEX "retrieval_vectors_msg"
-    ON "retrieval_vectors" ("message_id")""",
-    """CREATE TABLE "retrieval_state" (
-   "key" TEXT PRIMARY KEY,
-   "value" TEXT
-)""",
-    # Messages whose text changed after they were embedded: embedded again with the next batch.
-    """CREATE TABLE "retrieval_redo" (
-   "message_id" INTEGER PRIMARY KEY
-)""",
-)
-
-
-def migration_10(conn: sqlite3.Connection) -> None:
-    """The FTS5 index over messages (speaker name and content), its triggers, the vectors table."""
-    conn.execute(
-        "CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages',"
-        f" content_rowid='id', tokenize='{FTS_TOKENIZER}')"
-    )
-    for statement in _TABLES_10:
-        conn.execute(statement)
-    # Deleted vectors are counted, so that an index file knows it must be rebuilt.
-    conn.execute(
-        "CREATE TRIGGER retrieval_vector_delete AFTER DELETE ON retrieval_vectors BEGIN"
-        " INSERT INTO retrieval_state (key, value) VALUES ('vectors_deleted', '1')"
-        " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;"
-        " END"
-    )
-    # Messages reach the full-text index in bulk (`catch_up`, before every search), so a put
-    # pays nothing for it; a message already indexed leaves the index with its row.
-    indexed = "(SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state"
-    indexed += " WHERE key = 'fts_through')"
-    conn.execute(
-        "CREATE TRIGGER retrieval_delete AFTER DELETE ON messages BEGIN"
-        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
-        " END"
-    )
-    conn.execute(
-        f"CREATE TRIGGER retrieval_fts_delete AFTER DELETE ON messages WHEN old.id <= {indexed}"
-        " BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
-        " VALUES ('delete', old.id, old.name, old.content);"
-        " END"
-    )
-    conn.execute(
-        "CREATE TRIGGER retrieval_update AFTER UPDATE OF name, content ON messages BEGIN"
-        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
-        " INSERT OR IGNORE INTO retrieval_redo (message_id) VALUES (old.id);"
-        " END"
-    )
-    conn.execute(
-        "CREATE TRIGGER retrieval_fts_update AFTER UPDATE OF name, content ON messages"
-        f" WHEN old.id <= {indexed} BEGIN"
-        " INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
-        " VALUES ('delete', old.id, old.name, old.content);"
-        " INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content);"
-        " END"
-    )
-
-
-def catch_up(store: Any) -> int:
+def catch_up(store: SQLStore) -> int:
     """Add the messages stored since the last call to the full-text index; return how many."""
     row = store.execute(
         "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
@@ -160,7 +91,7 @@ def _filters(scope: Scope) -> tuple[str, list[Any]]:
     return sql, params
 
 
-def fts_through(store: Any) -> int:
+def fts_through(store: SQLStore) -> int:
     """The highest message id up to which every message is in the full-text index."""
     row = store.execute(
         "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM retrieval_state"
@@ -169,7 +100,7 @@ def fts_through(store: Any) -> int:
     return int(row[0])
 
 
-def term_counts(store: Any, terms: Sequence[str], cap: int) -> dict[str, int]:
+def term_counts(store: SQLStore, terms: Sequence[str], cap: int) -> dict[str, int]:
     """In how many messages each term occurs, counted up to cap + 1 (so it stays cheap)."""
     counts = {}
     for term in terms:
@@ -182,7 +113,7 @@ def term_counts(store: Any, terms: Sequence[str], cap: int) -> dict[str, int]:
 
 
 def lexical_search(
-    store: Any, match: str, scope: Scope, limit: int, recent: int | None = None
+    store: SQLStore, match: str, scope: Scope, limit: int, recent: int | None = None
 ) -> list[tuple[int, float]]:
     """(message id, BM25 score: higher is better) of the best `limit` matches in scope of an FTS5
     query; with `recent`, only its `recent` most recent matches (in the whole store) are ranked
@@ -217,7 +148,7 @@ def lexical_search(
     return [(int(r[0]), -float(r[1])) for r in rows]
 
 
-def count_messages(store: Any, scope: Scope) -> int:
+def count_messages(store: SQLStore, scope: Scope) -> int:
     where, params = _filters(scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     row = store.execute(f"SELECT COUNT(*) FROM messages m{join} WHERE 1{where}", params).fetchone()
@@ -227,7 +158,7 @@ def count_messages(store: Any, scope: Scope) -> int:
 # -- vectors ---------------------------------------------------------------------------------------
 
 
-def embedded_through(store: Any, model: str) -> int:
+def embedded_through(store: SQLStore, model: str) -> int:
     """Every message with an id up to this one has its vectors for `model`."""
     row = store.execute(
         "SELECT value FROM retrieval_state WHERE key = ?", (f"embedded:{model}",)
@@ -235,7 +166,7 @@ def embedded_through(store: Any, model: str) -> int:
     return int(row[0]) if row else 0
 
 
-def pending_count(store: Any, model: str) -> int:
+def pending_count(store: SQLStore, model: str) -> int:
     """How many messages have no vectors yet."""
     row = store.execute(
         "SELECT (SELECT COUNT(*) FROM messages WHERE id > ?)"
@@ -257,7 +188,7 @@ class UnitRow:
     content: str
 
 
-def pending_units(store: Any, model: str, limit: int) -> list[UnitRow]:
+def pending_units(store: SQLStore, model: str, limit: int) -> list[UnitRow]:
     """The next `limit` messages without vectors: changed ones first, then in id order."""
     redo = store.execute(
         "SELECT m.id, m.session_id, m.seq, m.role, m.name, m.content FROM retrieval_redo r"
@@ -273,7 +204,7 @@ def pending_units(store: Any, model: str, limit: int) -> list[UnitRow]:
 
 
 def add_vectors(
-    store: Any,
+    store: SQLStore,
     model: str,
     rows: Sequence[tuple[int, int, int, bytes]],
     through: int,
@@ -281,10 +212,6 @@ def add_vectors(
 ) -> None:
     """Store (message id, piece, dim, float32 bytes) rows and move the embedded mark to `through`
     (`cleared`: messages handled that got no vector, e.g. empty ones)."""
-    import sqlite3
-
-    from memcli.errors import StoreError
-
     with store.transaction():
         store.execute(
             "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
@@ -296,22 +223,16 @@ def add_vectors(
             " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + excluded.value",
             (f"vectors_added:{model}", len(rows)),
         )
-        try:
-            store.conn.executemany(
-                "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [(m, p, model, d, v) for m, p, d, v in rows],
-            )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot store vectors: {exc}", "Check the database file") from None
+        store.executemany(
+            "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
+            " VALUES (?, ?, ?, ?, ?)",
+            [(m, p, model, d, v) for m, p, d, v in rows],
+        )
         done = sorted({r[0] for r in rows} | set(cleared))
-        for start in range(0, len(done), 500):
-            chunk = done[start : start + 500]
-            marks = ", ".join("?" for _ in chunk)
-            store.execute(f"DELETE FROM retrieval_redo WHERE message_id IN ({marks})", chunk)
+        store.execute_for_ids("DELETE FROM retrieval_redo WHERE message_id IN ({ids})", done)
 
 
-def drop_other_models(store: Any, model: str) -> int:
+def drop_other_models(store: SQLStore, model: str) -> int:
     """Delete vectors made by another model (they cannot be searched with this one)."""
     with store.transaction():
         count = store.execute("DELETE FROM retrieval_vectors WHERE model != ?", (model,)).rowcount
@@ -322,7 +243,7 @@ def drop_other_models(store: Any, model: str) -> int:
     return int(count)
 
 
-def vector_stats(store: Any, model: str) -> tuple[int, int]:
+def vector_stats(store: SQLStore, model: str) -> tuple[int, int]:
     """(vectors ever added for `model`, vectors ever deleted): an index file built when both
     were the same is up to date; one built when only fewer were added can be extended."""
     rows = dict(
@@ -334,7 +255,7 @@ def vector_stats(store: Any, model: str) -> tuple[int, int]:
     return int(rows.get(f"vectors_added:{model}", 0)), int(rows.get("vectors_deleted", 0))
 
 
-def iter_vectors(store: Any, model: str, after: int) -> Iterator[tuple[Any, ...]]:
+def iter_vectors(store: SQLStore, model: str, after: int) -> Iterator[tuple[Any, ...]]:
     """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order."""
     return iter(
         store.execute(
@@ -382,7 +303,7 @@ def _row(r: tuple[Any, ...]) -> MessageRow:
     )
 
 
-def active_ids(store: Any, scope: Scope) -> set[int]:
+def active_ids(store: SQLStore, scope: Scope) -> set[int]:
     """The messages still in short-term memory among the scope's user or session (each session's
     window, found through its index: a few per session, whatever the archive holds)."""
     if scope.session_id is not None:
@@ -405,18 +326,12 @@ def active_ids(store: Any, scope: Scope) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
-def message_rows(store: Any, ids: Sequence[int]) -> dict[int, MessageRow]:
-    out: dict[int, MessageRow] = {}
-    ids = list(ids)
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        marks = ", ".join("?" for _ in chunk)
-        for r in store.execute(f"SELECT {_ROW} FROM messages WHERE id IN ({marks})", chunk):
-            out[r[0]] = _row(r)
-    return out
+def message_rows(store: SQLStore, ids: Sequence[int]) -> dict[int, MessageRow]:
+    rows = store.rows_for_ids(f"SELECT {_ROW} FROM messages WHERE id IN ({{ids}})", list(ids))
+    return {r[0]: _row(r) for r in rows}
 
 
-def session_span(store: Any, session_id: str, first: int, last: int) -> list[MessageRow]:
+def session_span(store: SQLStore, session_id: str, first: int, last: int) -> list[MessageRow]:
     """A session's messages with seq in [first, last], in order."""
     rows = store.execute(
         f"SELECT {_ROW} FROM messages WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,100 +12,13 @@ from typing import Any
 from memcli.errors import StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
+from memcli.store.migrations import LATEST, schema_version, upgrade
 
 BUSY_TIMEOUT_MS = 10_000
 
-#: A migration runs its statements on the connection, inside the migrating transaction.
-Migration = Callable[[sqlite3.Connection], None]
-
-# The schema is plain SQL (sqlite-utils, which made it at first, costs a first run ~220 ms to import
-# with numpy); tests/data/schema.sql holds the schema every new database must have.
-_SCHEMA_1 = (
-    """CREATE TABLE "sessions" (
-   "id" TEXT PRIMARY KEY,
-   "user_id" TEXT NOT NULL,
-   "token_limit" INTEGER NOT NULL,
-   "ratio" REAL NOT NULL,
-   "flush_size" INTEGER NOT NULL,
-   "created_at" TEXT NOT NULL,
-   "updated_at" TEXT NOT NULL,
-   "version" INTEGER DEFAULT 0,
-   "active_messages" INTEGER DEFAULT 0,
-   "archived_messages" INTEGER DEFAULT 0,
-   "active_tokens" INTEGER DEFAULT 0,
-   "flushes" INTEGER DEFAULT 0
-)""",
-    """CREATE TABLE "flushes" (
-   "id" INTEGER PRIMARY KEY,
-   "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
-   "created_at" TEXT NOT NULL,
-   "messages" INTEGER NOT NULL,
-   "tokens" INTEGER NOT NULL,
-   "first_message_id" INTEGER,
-   "last_message_id" INTEGER,
-   "reason" TEXT
-)""",
-    """CREATE TABLE "messages" (
-   "id" INTEGER PRIMARY KEY,
-   "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
-   "seq" INTEGER NOT NULL,
-   "role" TEXT NOT NULL,
-   "content" TEXT NOT NULL,
-   "name" TEXT,
-   "metadata" TEXT,
-   "tokens" INTEGER NOT NULL,
-   "status" TEXT NOT NULL,
-   "flush_id" INTEGER REFERENCES "flushes"("id"),
-   "timestamp" TEXT,
-   "created_at" TEXT NOT NULL
-)""",
-    # The active window is read through this index alone: archived history is never scanned.
-    """CREATE INDEX "messages_window"
-    ON "messages" ("session_id", "status", "seq")""",
-    """CREATE UNIQUE INDEX "messages_order"
-    ON "messages" ("session_id", "seq")""",
-    """CREATE INDEX "messages_flush"
-    ON "messages" ("flush_id")""",
-    """CREATE INDEX "flushes_session"
-    ON "flushes" ("session_id", "id")""",
-    """CREATE INDEX "sessions_user"
-    ON "sessions" ("user_id")""",
-    # High-water marks, so that ids of deleted rows are never given out again.
-    """CREATE TABLE "counters" (
-   "name" TEXT PRIMARY KEY,
-   "value" INTEGER NOT NULL
-)""",
-)
-
-
-def run_statements(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
-    for statement in statements:
-        conn.execute(statement)
-
-
-def _migration_1(conn: sqlite3.Connection) -> None:
-    run_statements(conn, _SCHEMA_1)
-
-
-def _migration_2(conn: sqlite3.Connection) -> None:
-    from memcli.store.longterm import migration_2
-
-    migration_2(conn)
-
-
-def _migration_10(conn: sqlite3.Connection) -> None:
-    from memcli.store.retrieval import migration_10
-
-    migration_10(conn)
-
-
-#: Numbered migrations; a database records the highest one applied. Append, never edit.
-# The later migrations live beside the SQL they serve and load only when a database needs them.
-MIGRATIONS: list[tuple[int, Migration]] = [
-    (1, _migration_1),
-    (2, _migration_2),
-    (10, _migration_10),
-]
+#: Ids per statement when rows are read or changed by many ids (SQLite allowed 999 parameters
+#: before 3.32).
+IDS_PER_STATEMENT = 500
 
 
 def now_utc() -> datetime:
@@ -130,8 +43,9 @@ class _Transaction:
 class SQLiteStore:
     """The Store protocol over SQLite, WAL mode, with a busy timeout.
 
-    The schema is made by numbered plain-SQL migrations, run in one transaction when a database
-    is opened; every statement is plain sqlite3, so that a command starts fast.
+    Opening a database applies the pending migrations (`memcli.store.migrations`) in one write
+    transaction, and takes no write lock when there are none; every statement is plain sqlite3,
+    so that a command starts fast.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
@@ -177,22 +91,10 @@ class SQLiteStore:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _migrate(self) -> None:
+        if schema_version(self.conn) >= LATEST:
+            return  # read outside any transaction: no write lock when the schema is current
         with self.transaction():
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, applied_at TEXT)"
-            )
-            row = self.conn.execute("SELECT MAX(version) FROM migrations").fetchone()
-            current = row[0] or 0
-            pending = [(v, m) for v, m in MIGRATIONS if v > current]
-            if not pending:
-                return
-            for version, migrate in pending:
-                if version > current:
-                    migrate(self.conn)
-                    self.conn.execute(
-                        "INSERT INTO migrations (version, applied_at) VALUES (?, ?)",
-                        (version, format_time(now_utc())),
-                    )
+            upgrade(self.conn)
 
     @property
     def transaction_depth(self) -> int:
@@ -287,6 +189,35 @@ class SQLiteStore:
             raise StoreError(
                 f"database error in {self.where}: {exc}", "Check the database file"
             ) from None
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:
+        """Run one statement for each row (after any buffered inserts)."""
+        if self._buffer:
+            self._write_buffer()
+        try:
+            return self.conn.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"database error in {self.where}: {exc}", "Check the database file"
+            ) from None
+
+    def _for_ids(
+        self, sql: str, ids: Sequence[Any], params: Sequence[Any]
+    ) -> Iterator[sqlite3.Cursor]:
+        for start in range(0, len(ids), IDS_PER_STATEMENT):
+            chunk = ids[start : start + IDS_PER_STATEMENT]
+            yield self.execute(sql.format(ids=", ".join("?" * len(chunk))), (*params, *chunk))
+
+    def rows_for_ids(
+        self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        """The rows `sql` selects for many ids: it runs once per chunk of ids, its `{ids}` made the
+        chunk's placeholders, bound after `params` (`... WHERE session_id = ? AND id IN ({ids})`)."""
+        return [row for cursor in self._for_ids(sql, ids, params) for row in cursor]
+
+    def execute_for_ids(self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()) -> int:
+        """Change rows by many ids (as `rows_for_ids` reads them); return how many changed."""
+        return sum(cursor.rowcount for cursor in self._for_ids(sql, ids, params))
 
     def close(self) -> None:
         self.conn.close()
@@ -438,12 +369,14 @@ class SQLiteStore:
         )
         return [WindowEntry(*row) for row in rows]
 
-    _MESSAGE_COLUMNS = (
+    #: The columns `message_from_row` reads, in its order.
+    MESSAGE_COLUMNS = (
         "id, session_id, role, content, name, metadata, tokens, status, flush_id, timestamp"
     )
 
     @staticmethod
-    def _message(row: tuple[Any, ...]) -> Message:
+    def message_from_row(row: Sequence[Any]) -> Message:
+        """The message of a row of `MESSAGE_COLUMNS`."""
         return Message(
             id=row[0],
             session_id=row[1],
@@ -458,34 +391,32 @@ class SQLiteStore:
         )
 
     def iter_messages(self, session_id: str, status: str | None = None) -> Iterator[Message]:
-        sql = f"SELECT {self._MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
+        sql = f"SELECT {self.MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
         params: tuple[Any, ...] = (session_id,)
         if status is not None:
             sql += " AND status = ?"
             params += (status,)
         sql += " ORDER BY seq"
         for row in self.execute(sql, params):
-            yield self._message(row)
+            yield self.message_from_row(row)
 
     def get_messages(
         self, session_id: str, status: str | None = None, ids: Sequence[int] | None = None
     ) -> list[Message]:
         if ids is None:
             return list(self.iter_messages(session_id, status))
-        out: list[Message] = []
-        for chunk_start in range(0, len(ids), 500):
-            chunk = list(ids[chunk_start : chunk_start + 500])
-            marks = ", ".join("?" for _ in chunk)
-            rows = self.execute(
-                f"SELECT {self._MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
-                f" AND id IN ({marks}) ORDER BY seq",
-                (session_id, *chunk),
-            )
-            out.extend(self._message(row) for row in rows)
-        return out
+        # A session's ids grow with its seq: chunks of sorted ids come out in order.
+        rows = self.rows_for_ids(
+            f"SELECT {self.MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
+            " AND id IN ({ids}) ORDER BY seq",
+            sorted(ids),
+            (session_id,),
+        )
+        return [self.message_from_row(row) for row in rows]
 
     def archive(self, session_id: str, message_ids: Sequence[int], tokens: int, reason: str) -> int:
         with self.transaction():
+            # (Not self.execute: buffered messages stay buffered, archived in the buffer below.)
             cursor = self.conn.execute(
                 "INSERT INTO flushes (session_id, created_at, messages, tokens, first_message_id,"
                 " last_message_id, reason) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -513,19 +444,16 @@ class SQLiteStore:
                 else:
                     row[8] = "archived"
                     row[9] = flush_id
-            for chunk_start in range(0, len(stored), 500):
-                chunk = stored[chunk_start : chunk_start + 500]
-                marks = ", ".join("?" for _ in chunk)
-                changed = self.execute(
-                    f"UPDATE messages SET status = 'archived', flush_id = ? WHERE session_id = ?"
-                    f" AND status = 'active' AND id IN ({marks})",
-                    (flush_id, session_id, *chunk),
-                ).rowcount
-                if changed != len(chunk):
-                    raise StoreError(
-                        f"session {session_id!r} changed while it was being flushed",
-                        "Try again",
-                    )
+            changed = self.execute_for_ids(
+                "UPDATE messages SET status = 'archived', flush_id = ? WHERE session_id = ?"
+                " AND status = 'active' AND id IN ({ids})",
+                stored,
+                (flush_id, session_id),
+            )
+            if changed != len(stored):
+                raise StoreError(
+                    f"session {session_id!r} changed while it was being flushed", "Try again"
+                )
             self._touch(
                 session_id,
                 active_messages=-len(message_ids),
@@ -552,9 +480,17 @@ class SQLiteStore:
             count = self.execute(
                 "DELETE FROM messages WHERE session_id = ?", (session_id,)
             ).rowcount
-            from memcli.store.longterm import forget_session_flushes
-
-            forget_session_flushes(self, session_id)
+            # Flush ids are given out again once deleted: what pointed at these flushes forgets them.
+            self.execute(
+                "DELETE FROM block_flushes WHERE flush_id IN"
+                " (SELECT id FROM flushes WHERE session_id = ?)",
+                (session_id,),
+            )
+            self.execute(
+                "UPDATE facts SET flush_id = NULL WHERE flush_id IN"
+                " (SELECT id FROM flushes WHERE session_id = ?)",
+                (session_id,),
+            )
             self.execute("DELETE FROM flushes WHERE session_id = ?", (session_id,))
             self.execute(
                 "UPDATE sessions SET active_messages = 0, archived_messages = 0,"
@@ -583,20 +519,3 @@ class SQLiteStore:
             )
             for r in rows
         ]
-
-    def search_messages(
-        self, query: str, user_id: str | None = None, limit: int = 20
-    ) -> list[Message]:
-        """Messages whose content holds `query` (case-insensitive for ASCII), newest first."""
-        pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        sql = (
-            f"SELECT {', '.join('m.' + c.strip() for c in self._MESSAGE_COLUMNS.split(','))}"
-            " FROM messages m JOIN sessions s ON s.id = m.session_id"
-            " WHERE m.content LIKE ? ESCAPE '\\'"
-        )
-        params: tuple[Any, ...] = (pattern,)
-        if user_id is not None:
-            sql += " AND s.user_id = ?"
-            params += (user_id,)
-        sql += " ORDER BY m.id DESC LIMIT ?"
-        return [self._message(row) for row in self.execute(sql, (*params, limit))]

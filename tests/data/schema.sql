@@ -52,17 +52,17 @@ CREATE TABLE "counters" (
    "value" INTEGER NOT NULL
 );
 CREATE TABLE "block_flushes" (
-   "block" TEXT,
-   "scope_key" TEXT,
-   "flush_id" INTEGER,
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "flush_id" INTEGER NOT NULL,
    "status" TEXT NOT NULL,
    "error" TEXT,
    "updated_at" TEXT NOT NULL,
    PRIMARY KEY ("block", "scope_key", "flush_id")
 );
 CREATE TABLE "block_state" (
-   "block" TEXT,
-   "scope_key" TEXT,
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
    "value" TEXT NOT NULL,
    "updated_at" TEXT NOT NULL,
    PRIMARY KEY ("block", "scope_key")
@@ -96,30 +96,6 @@ CREATE TABLE "fact_history" (
 );
 CREATE INDEX "fact_history_scope"
     ON "fact_history" ("block", "scope_key");
-CREATE TABLE "vector_entries" (
-   "id" INTEGER PRIMARY KEY,
-   "block" TEXT NOT NULL,
-   "user_id" TEXT NOT NULL,
-   "session_id" TEXT NOT NULL,
-   "flush_id" INTEGER,
-   "text" TEXT NOT NULL,
-   "message_ids" TEXT,
-   "created_at" TEXT NOT NULL
-);
-CREATE UNIQUE INDEX "vector_entries_flush"
-    ON "vector_entries" ("block", "flush_id");
-CREATE TABLE "vector_pieces" (
-   "id" INTEGER PRIMARY KEY,
-   "entry_id" INTEGER NOT NULL REFERENCES "vector_entries"("id"),
-   "block" TEXT NOT NULL,
-   "piece" INTEGER NOT NULL,
-   "dim" INTEGER NOT NULL,
-   "embedding" BLOB NOT NULL
-);
-CREATE INDEX "vector_pieces_block"
-    ON "vector_pieces" ("block", "id");
-CREATE INDEX "vector_pieces_entry"
-    ON "vector_pieces" ("entry_id");
 CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2');
 CREATE TABLE 'retrieval_fts_data'(id INTEGER PRIMARY KEY, block BLOB);
 CREATE TABLE 'retrieval_fts_idx'(segid, term, pgno, PRIMARY KEY(segid, term)) WITHOUT ROWID;

@@ -1,0 +1,276 @@
+"""The database schema: numbered migrations, each run once, in order, in one write transaction.
+
+A database records in `migrations` the versions applied. Opening one reads the highest version
+first, outside any write transaction, and takes the write lock only when some are pending: a
+reading command never waits for a writer to finish. tests/data/schema.sql holds the schema a new
+database gets; a change to the schema comes as a new migration (and a new snapshot).
+
+The statements are plain SQL on sqlite3. sqlite-utils is imported only by a migration that
+rebuilds a table (what SQLite cannot ALTER), so opening a current database never pays for it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from memcli.messages import format_time
+
+#: A migration runs its statements on the connection, inside the migrating transaction.
+Migration = Callable[[sqlite3.Connection], None]
+
+FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+# Sessions, messages, flushes.
+_SCHEMA_1 = (
+    """CREATE TABLE "sessions" (
+   "id" TEXT PRIMARY KEY,
+   "user_id" TEXT NOT NULL,
+   "token_limit" INTEGER NOT NULL,
+   "ratio" REAL NOT NULL,
+   "flush_size" INTEGER NOT NULL,
+   "created_at" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL,
+   "version" INTEGER DEFAULT 0,
+   "active_messages" INTEGER DEFAULT 0,
+   "archived_messages" INTEGER DEFAULT 0,
+   "active_tokens" INTEGER DEFAULT 0,
+   "flushes" INTEGER DEFAULT 0
+)""",
+    """CREATE TABLE "flushes" (
+   "id" INTEGER PRIMARY KEY,
+   "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
+   "created_at" TEXT NOT NULL,
+   "messages" INTEGER NOT NULL,
+   "tokens" INTEGER NOT NULL,
+   "first_message_id" INTEGER,
+   "last_message_id" INTEGER,
+   "reason" TEXT
+)""",
+    """CREATE TABLE "messages" (
+   "id" INTEGER PRIMARY KEY,
+   "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
+   "seq" INTEGER NOT NULL,
+   "role" TEXT NOT NULL,
+   "content" TEXT NOT NULL,
+   "name" TEXT,
+   "metadata" TEXT,
+   "tokens" INTEGER NOT NULL,
+   "status" TEXT NOT NULL,
+   "flush_id" INTEGER REFERENCES "flushes"("id"),
+   "timestamp" TEXT,
+   "created_at" TEXT NOT NULL
+)""",
+    # The active window is read through this index alone: archived history is never scanned.
+    """CREATE INDEX "messages_window"
+    ON "messages" ("session_id", "status", "seq")""",
+    """CREATE UNIQUE INDEX "messages_order"
+    ON "messages" ("session_id", "seq")""",
+    """CREATE INDEX "messages_flush"
+    ON "messages" ("flush_id")""",
+    """CREATE INDEX "flushes_session"
+    ON "flushes" ("session_id", "id")""",
+    """CREATE INDEX "sessions_user"
+    ON "sessions" ("user_id")""",
+    # High-water marks, so that ids of deleted rows are never given out again.
+    """CREATE TABLE "counters" (
+   "name" TEXT PRIMARY KEY,
+   "value" INTEGER NOT NULL
+)""",
+)
+
+
+# Block state: processed flushes, a custom block's own value, facts with their history. (As
+# first shipped, this migration also made the batch-level vector tables and left the block tables'
+# keys nullable; migration 11 brings such databases to this form.)
+_SCHEMA_2 = (
+    """CREATE TABLE "block_flushes" (
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "flush_id" INTEGER NOT NULL,
+   "status" TEXT NOT NULL,
+   "error" TEXT,
+   "updated_at" TEXT NOT NULL,
+   PRIMARY KEY ("block", "scope_key", "flush_id")
+)""",
+    """CREATE TABLE "block_state" (
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "value" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL,
+   PRIMARY KEY ("block", "scope_key")
+)""",
+    """CREATE TABLE "facts" (
+   "id" INTEGER PRIMARY KEY,
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "text" TEXT NOT NULL,
+   "norm" TEXT NOT NULL,
+   "origin" TEXT NOT NULL,
+   "session_id" TEXT,
+   "flush_id" INTEGER,
+   "message_ids" TEXT,
+   "created_at" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL,
+   "deleted_at" TEXT
+)""",
+    """CREATE INDEX "facts_scope"
+    ON "facts" ("block", "scope_key", "deleted_at")""",
+    """CREATE TABLE "fact_history" (
+   "id" INTEGER PRIMARY KEY,
+   "fact_id" INTEGER NOT NULL,
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "action" TEXT NOT NULL,
+   "text" TEXT,
+   "old_text" TEXT,
+   "flush_id" INTEGER,
+   "at" TEXT NOT NULL
+)""",
+    """CREATE INDEX "fact_history_scope"
+    ON "fact_history" ("block", "scope_key")""",
+)
+
+
+# The message-level retrieval index.
+_TABLES_10 = (
+    """CREATE TABLE "retrieval_vectors" (
+   "id" INTEGER PRIMARY KEY,
+   "message_id" INTEGER NOT NULL,
+   "piece" INTEGER NOT NULL,
+   "model" TEXT NOT NULL,
+   "dim" INTEGER NOT NULL,
+   "vector" BLOB NOT NULL
+)""",
+    """CREATE INDEX "retrieval_vectors_msg"
+    ON "retrieval_vectors" ("message_id")""",
+    """CREATE TABLE "retrieval_state" (
+   "key" TEXT PRIMARY KEY,
+   "value" TEXT
+)""",
+    # Messages whose text changed after they were embedded: embedded again with the next batch.
+    """CREATE TABLE "retrieval_redo" (
+   "message_id" INTEGER PRIMARY KEY
+)""",
+)
+
+
+def _run(statements: tuple[str, ...]) -> Callable[[sqlite3.Connection], None]:
+    def migrate(conn: sqlite3.Connection) -> None:
+        for statement in statements:
+            conn.execute(statement)
+
+    return migrate
+
+
+def _migration_10(conn: sqlite3.Connection) -> None:
+    """The FTS5 index over messages (speaker name and content), its triggers, the vectors table."""
+    conn.execute(
+        "CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages',"
+        f" content_rowid='id', tokenize='{FTS_TOKENIZER}')"
+    )
+    for statement in _TABLES_10:
+        conn.execute(statement)
+    # Deleted vectors are counted, so that an index file knows it must be rebuilt.
+    conn.execute(
+        "CREATE TRIGGER retrieval_vector_delete AFTER DELETE ON retrieval_vectors BEGIN"
+        " INSERT INTO retrieval_state (key, value) VALUES ('vectors_deleted', '1')"
+        " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;"
+        " END"
+    )
+    # Messages reach the full-text index in bulk (`catch_up`, before every search), so a put
+    # pays nothing for it; a message already indexed leaves the index with its row.
+    indexed = "(SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state"
+    indexed += " WHERE key = 'fts_through')"
+    conn.execute(
+        "CREATE TRIGGER retrieval_delete AFTER DELETE ON messages BEGIN"
+        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
+        " END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER retrieval_fts_delete AFTER DELETE ON messages WHEN old.id <= {indexed}"
+        " BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
+        " VALUES ('delete', old.id, old.name, old.content);"
+        " END"
+    )
+    conn.execute(
+        "CREATE TRIGGER retrieval_update AFTER UPDATE OF name, content ON messages BEGIN"
+        " DELETE FROM retrieval_vectors WHERE message_id = old.id;"
+        " INSERT OR IGNORE INTO retrieval_redo (message_id) VALUES (old.id);"
+        " END"
+    )
+    conn.execute(
+        "CREATE TRIGGER retrieval_fts_update AFTER UPDATE OF name, content ON messages"
+        f" WHEN old.id <= {indexed} BEGIN"
+        " INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
+        " VALUES ('delete', old.id, old.name, old.content);"
+        " INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content);"
+        " END"
+    )
+
+
+#: Key columns that SQLite lets hold NULL (a PRIMARY KEY that is not an INTEGER one does), where
+#: NULL keys never conflict, so an upsert would add a row instead of replacing one.
+_NULLABLE_KEYS = {
+    "block_flushes": ("block", "scope_key", "flush_id"),
+    "block_state": ("block", "scope_key"),
+}
+
+
+def _migration_11(conn: sqlite3.Connection) -> None:
+    """Drop the batch-level vector index (replaced by the message-level one of migration 10), and
+    make the block tables' keys NOT NULL."""
+    conn.execute('DROP TABLE IF EXISTS "vector_pieces"')  # its indexes go with it
+    conn.execute('DROP TABLE IF EXISTS "vector_entries"')
+    for table, keys in _NULLABLE_KEYS.items():
+        nullable = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")') if not row[3]}
+        if not nullable & set(keys):
+            continue  # made by the current migration 2
+        # SQLite cannot add NOT NULL to a column: sqlite-utils rebuilds the table (a new table,
+        # the rows copied, the old one dropped, the new one renamed), inside this transaction.
+        import sqlite_utils
+
+        # A row with a NULL key was never found by a lookup (NULL equals nothing): it goes.
+        conn.execute(f'DELETE FROM "{table}" WHERE ' + " OR ".join(f'"{k}" IS NULL' for k in keys))
+        sqlite_utils.Database(conn).table(table).transform(not_null=set(keys))
+
+
+#: Numbered migrations; a database records the highest one applied. Append, never edit (except
+#: to make the same schema more directly, as migration 2 now does).
+MIGRATIONS: list[tuple[int, Migration]] = [
+    (1, _run(_SCHEMA_1)),
+    (2, _run(_SCHEMA_2)),
+    (10, _migration_10),
+    (11, _migration_11),
+]
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The highest migration applied (0 for a new database): a read, no write lock."""
+    try:
+        row = conn.execute("SELECT MAX(version) FROM migrations").fetchone()
+    except sqlite3.OperationalError:  # no migrations table: a new database
+        return 0
+    return int(row[0] or 0)
+
+
+def upgrade(conn: sqlite3.Connection) -> list[int]:
+    """Apply the pending migrations; return their versions. Call inside a write transaction (the
+    version is read again there: another process may have migrated since the first read)."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, applied_at TEXT)"
+    )
+    current = schema_version(conn)
+    applied = []
+    for version, migrate in MIGRATIONS:
+        if version > current:
+            migrate(conn)
+            conn.execute(
+                "INSERT INTO migrations (version, applied_at) VALUES (?, ?)",
+                (version, format_time(datetime.now(tz=UTC))),
+            )
+            applied.append(version)
+    return applied

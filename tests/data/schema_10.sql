@@ -1,0 +1,149 @@
+CREATE TABLE migrations (version INTEGER PRIMARY KEY, applied_at TEXT);
+CREATE TABLE "sessions" (
+   "id" TEXT PRIMARY KEY,
+   "user_id" TEXT NOT NULL,
+   "token_limit" INTEGER NOT NULL,
+   "ratio" REAL NOT NULL,
+   "flush_size" INTEGER NOT NULL,
+   "created_at" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL,
+   "version" INTEGER DEFAULT 0,
+   "active_messages" INTEGER DEFAULT 0,
+   "archived_messages" INTEGER DEFAULT 0,
+   "active_tokens" INTEGER DEFAULT 0,
+   "flushes" INTEGER DEFAULT 0
+);
+CREATE TABLE "flushes" (
+   "id" INTEGER PRIMARY KEY,
+   "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
+   "created_at" TEXT NOT NULL,
+   "messages" INTEGER NOT NULL,
+   "tokens" INTEGER NOT NULL,
+   "first_message_id" INTEGER,
+   "last_message_id" INTEGER,
+   "reason" TEXT
+);
+CREATE TABLE "messages" (
+   "id" INTEGER PRIMARY KEY,
+   "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
+   "seq" INTEGER NOT NULL,
+   "role" TEXT NOT NULL,
+   "content" TEXT NOT NULL,
+   "name" TEXT,
+   "metadata" TEXT,
+   "tokens" INTEGER NOT NULL,
+   "status" TEXT NOT NULL,
+   "flush_id" INTEGER REFERENCES "flushes"("id"),
+   "timestamp" TEXT,
+   "created_at" TEXT NOT NULL
+);
+CREATE INDEX "messages_window"
+    ON "messages" ("session_id", "status", "seq");
+CREATE UNIQUE INDEX "messages_order"
+    ON "messages" ("session_id", "seq");
+CREATE INDEX "messages_flush"
+    ON "messages" ("flush_id");
+CREATE INDEX "flushes_session"
+    ON "flushes" ("session_id", "id");
+CREATE INDEX "sessions_user"
+    ON "sessions" ("user_id");
+CREATE TABLE "counters" (
+   "name" TEXT PRIMARY KEY,
+   "value" INTEGER NOT NULL
+);
+CREATE TABLE "block_flushes" (
+   "block" TEXT,
+   "scope_key" TEXT,
+   "flush_id" INTEGER,
+   "status" TEXT NOT NULL,
+   "error" TEXT,
+   "updated_at" TEXT NOT NULL,
+   PRIMARY KEY ("block", "scope_key", "flush_id")
+);
+CREATE TABLE "block_state" (
+   "block" TEXT,
+   "scope_key" TEXT,
+   "value" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL,
+   PRIMARY KEY ("block", "scope_key")
+);
+CREATE TABLE "facts" (
+   "id" INTEGER PRIMARY KEY,
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "text" TEXT NOT NULL,
+   "norm" TEXT NOT NULL,
+   "origin" TEXT NOT NULL,
+   "session_id" TEXT,
+   "flush_id" INTEGER,
+   "message_ids" TEXT,
+   "created_at" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL,
+   "deleted_at" TEXT
+);
+CREATE INDEX "facts_scope"
+    ON "facts" ("block", "scope_key", "deleted_at");
+CREATE TABLE "fact_history" (
+   "id" INTEGER PRIMARY KEY,
+   "fact_id" INTEGER NOT NULL,
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "action" TEXT NOT NULL,
+   "text" TEXT,
+   "old_text" TEXT,
+   "flush_id" INTEGER,
+   "at" TEXT NOT NULL
+);
+CREATE INDEX "fact_history_scope"
+    ON "fact_history" ("block", "scope_key");
+CREATE TABLE "vector_entries" (
+   "id" INTEGER PRIMARY KEY,
+   "block" TEXT NOT NULL,
+   "user_id" TEXT NOT NULL,
+   "session_id" TEXT NOT NULL,
+   "flush_id" INTEGER,
+   "text" TEXT NOT NULL,
+   "message_ids" TEXT,
+   "created_at" TEXT NOT NULL
+);
+CREATE UNIQUE INDEX "vector_entries_flush"
+    ON "vector_entries" ("block", "flush_id");
+CREATE TABLE "vector_pieces" (
+   "id" INTEGER PRIMARY KEY,
+   "entry_id" INTEGER NOT NULL REFERENCES "vector_entries"("id"),
+   "block" TEXT NOT NULL,
+   "piece" INTEGER NOT NULL,
+   "dim" INTEGER NOT NULL,
+   "embedding" BLOB NOT NULL
+);
+CREATE INDEX "vector_pieces_block"
+    ON "vector_pieces" ("block", "id");
+CREATE INDEX "vector_pieces_entry"
+    ON "vector_pieces" ("entry_id");
+CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2');
+CREATE TABLE 'retrieval_fts_data'(id INTEGER PRIMARY KEY, block BLOB);
+CREATE TABLE 'retrieval_fts_idx'(segid, term, pgno, PRIMARY KEY(segid, term)) WITHOUT ROWID;
+CREATE TABLE 'retrieval_fts_docsize'(id INTEGER PRIMARY KEY, sz BLOB);
+CREATE TABLE 'retrieval_fts_config'(k PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE "retrieval_vectors" (
+   "id" INTEGER PRIMARY KEY,
+   "message_id" INTEGER NOT NULL,
+   "piece" INTEGER NOT NULL,
+   "model" TEXT NOT NULL,
+   "dim" INTEGER NOT NULL,
+   "vector" BLOB NOT NULL
+);
+CREATE INDEX "retrieval_vectors_msg"
+    ON "retrieval_vectors" ("message_id");
+CREATE TABLE "retrieval_state" (
+   "key" TEXT PRIMARY KEY,
+   "value" TEXT
+);
+CREATE TABLE "retrieval_redo" (
+   "message_id" INTEGER PRIMARY KEY
+);
+CREATE TRIGGER retrieval_vector_delete AFTER DELETE ON retrieval_vectors BEGIN INSERT INTO retrieval_state (key, value) VALUES ('vectors_deleted', '1') ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END;
+CREATE TRIGGER retrieval_delete AFTER DELETE ON messages BEGIN DELETE FROM retrieval_vectors WHERE message_id = old.id; END;
+CREATE TRIGGER retrieval_fts_delete AFTER DELETE ON messages WHEN old.id <= (SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state WHERE key = 'fts_through') BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content) VALUES ('delete', old.id, old.name, old.content); END;
+CREATE TRIGGER retrieval_update AFTER UPDATE OF name, content ON messages BEGIN DELETE FROM retrieval_vectors WHERE message_id = old.id; INSERT OR IGNORE INTO retrieval_redo (message_id) VALUES (old.id); END;
+CREATE TRIGGER retrieval_fts_update AFTER UPDATE OF name, content ON messages WHEN old.id <= (SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state WHERE key = 'fts_through') BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content) VALUES ('delete', old.id, old.name, old.content); INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content); END;

@@ -1,0 +1,113 @@
+"""Migrations: an older database is brought to the current schema, its data kept; a database
+already current is opened without the write lock."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from memcli import Memory, Message, WordTokenizer
+from memcli.store import longterm
+from memcli.store.sqlite import SQLiteStore
+
+DATA = Path(__file__).parent / "data"
+
+
+def statements(text: str) -> list[str]:
+    return [s.strip() for s in text.split(";\n") if s.strip()]
+
+
+def schema(db: Path) -> set[str]:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall()
+    return {row[0] for row in rows}
+
+
+def database_at_version_10(db: Path) -> None:
+    """A database as memcli made it before migration 11: with the batch-level vector tables, the
+    block tables' keys nullable, and a row of every kind."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    for statement in statements((DATA / "schema_10.sql").read_text()):
+        if not statement.startswith("CREATE TABLE 'retrieval_fts_"):  # made by the FTS5 table
+            conn.execute(statement)
+    stamp = "2026-01-02T03:04:05+00:00"
+    conn.executescript(
+        f"""
+        INSERT INTO migrations VALUES (1, '{stamp}'), (2, '{stamp}'), (10, '{stamp}');
+        INSERT INTO sessions (id, user_id, token_limit, ratio, flush_size, created_at, updated_at,
+            active_messages, archived_messages, active_tokens, flushes)
+            VALUES ('s', 'ana', 1000, 0.7, 100, '{stamp}', '{stamp}', 1, 1, 3, 1);
+        INSERT INTO flushes VALUES (1, 's', '{stamp}', 1, 4, 1, 1, 'budget');
+        INSERT INTO messages VALUES
+            (1, 's', 0, 'user', 'my dog is Rex', NULL, NULL, 4, 'archived', 1, NULL, '{stamp}'),
+            (2, 's', 1, 'user', 'hello again', NULL, NULL, 3, 'active', NULL, NULL, '{stamp}');
+        INSERT INTO block_flushes VALUES ('facts', 'user:ana', 1, 'done', NULL, '{stamp}'),
+            (NULL, 'user:ana', 1, 'done', NULL, '{stamp}');
+        INSERT INTO block_state VALUES ('mine', 'user:ana', '{{"n": 1}}', '{stamp}');
+        INSERT INTO facts (block, scope_key, text, norm, origin, session_id, flush_id,
+            message_ids, created_at, updated_at)
+            VALUES ('facts', 'user:ana', 'Dog: Rex', 'dog: rex', 'extracted', 's', 1, '[1]',
+            '{stamp}', '{stamp}');
+        INSERT INTO vector_entries VALUES (1, 'vector_memory', 'ana', 's', 1, 'my dog is Rex',
+            '[1]', '{stamp}');
+        INSERT INTO vector_pieces VALUES (1, 1, 'vector_memory', 0, 2, x'0000803f00000000');
+        """
+    )
+    conn.close()
+
+
+def test_an_older_database_loses_the_vector_tables_and_keeps_its_data(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    database_at_version_10(db)
+    store = SQLiteStore(db)
+    versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
+    assert versions == [1, 2, 10, 11]
+    # The schema of a new database (in another order: rebuilt tables come last).
+    assert schema(db) == set(statements((DATA / "schema.sql").read_text()))
+    info = store.get_session("s")
+    assert info is not None and info.user_id == "ana" and info.flushes == 1
+    assert [m.content for m in store.get_messages("s")] == ["my dog is Rex", "hello again"]
+    assert [f.text for f in longterm.list_facts(store, "facts", "user:ana")] == ["Dog: Rex"]
+    assert longterm.load_state(store, "mine", "user:ana") == {"n": 1}
+    # The row whose key held NULL (found by no lookup) is gone; an upsert replaces, not adds.
+    assert longterm.flush_statuses(store, "facts", "user:ana", "s") == {1: "done"}
+    longterm.mark_flushes(store, "facts", "user:ana", [1], status="pending")
+    assert store.execute("SELECT COUNT(*) FROM block_flushes").fetchone()[0] == 1
+    assert longterm.pending_flushes(store, "facts", "user:ana") == [(1, "s")]
+    # The engine carries on where the old database left off.
+    memory = Memory(store, "s", tokenizer=WordTokenizer())
+    memory.put(Message("user", "and my cat is Tom"))
+    assert [m.content for m in memory.get_all()][-1] == "and my cat is Tom"
+    store.close()
+    assert [r[0] for r in SQLiteStore(db).execute("SELECT version FROM migrations")] == [
+        1,
+        2,
+        10,
+        11,
+    ]
+
+
+def test_opening_a_current_database_takes_no_write_lock(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = SQLiteStore(db)
+    store.create_session("s", "ana", 1000, 0.7, 100)
+    store.close()
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another process is writing
+    try:
+        # Were the open to begin a write transaction, it would wait out the busy timeout and fail.
+        reader = SQLiteStore(db)
+        assert [s.id for s in reader.list_sessions()] == ["s"]
+        reader.close()
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+def test_a_database_behind_is_migrated_by_the_first_open_only(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    database_at_version_10(db)
+    first, second = SQLiteStore(db), SQLiteStore(db)
+    applied = second.execute("SELECT version, applied_at FROM migrations").fetchall()
+    assert applied == first.execute("SELECT version, applied_at FROM migrations").fetchall()
+    assert [v for v, _ in applied] == [1, 2, 10, 11]
