@@ -6,7 +6,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from memcli import Memory, Message, WordTokenizer
+from memcli.errors import StoreError
 from memcli.store import longterm
 from memcli.store.sqlite import SQLiteStore
 
@@ -111,3 +114,18 @@ def test_a_database_behind_is_migrated_by_the_first_open_only(tmp_path: Path) ->
     applied = second.execute("SELECT version, applied_at FROM migrations").fetchall()
     assert applied == first.execute("SELECT version, applied_at FROM migrations").fetchall()
     assert [v for v, _ in applied] == [1, 2, 10, 11]
+
+
+def test_a_migration_that_fails_changes_nothing(tmp_path: Path) -> None:
+    """The migrations run in one transaction: the table rebuild included (sqlite-utils' transform
+    joins it), so a failure leaves the database as it was."""
+    db = tmp_path / "old.db"
+    database_at_version_10(db)
+    with sqlite3.connect(db) as conn:  # foreign keys off: a row pointing at no flush
+        conn.execute("UPDATE messages SET flush_id = 99 WHERE id = 1")
+    with pytest.raises(StoreError, match="current schema"):
+        SQLiteStore(db)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT MAX(version) FROM migrations").fetchone()[0] == 10
+        assert conn.execute("SELECT COUNT(*) FROM vector_entries").fetchone()[0] == 1
+    assert "vector_pieces" in " ".join(schema(db))

@@ -250,11 +250,12 @@ LATEST = MIGRATIONS[-1][0]
 
 def schema_version(conn: sqlite3.Connection) -> int:
     """The highest migration applied (0 for a new database): a read, no write lock."""
-    try:
-        row = conn.execute("SELECT MAX(version) FROM migrations").fetchone()
-    except sqlite3.OperationalError:  # no migrations table: a new database
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'"
+    ).fetchone()
+    if exists is None:  # a new database
         return 0
-    return int(row[0] or 0)
+    return int(conn.execute("SELECT MAX(version) FROM migrations").fetchone()[0] or 0)
 
 
 def upgrade(conn: sqlite3.Connection) -> list[int]:

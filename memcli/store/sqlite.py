@@ -94,7 +94,13 @@ class SQLiteStore:
         if schema_version(self.conn) >= LATEST:
             return  # read outside any transaction: no write lock when the schema is current
         with self.transaction():
-            upgrade(self.conn)
+            try:
+                upgrade(self.conn)
+            except sqlite3.Error as exc:
+                raise StoreError(
+                    f"cannot bring the database {self.where} to the current schema: {exc}",
+                    "Check the database file (`sqlite3 FILE 'PRAGMA integrity_check'`)",
+                ) from None
 
     @property
     def transaction_depth(self) -> int:
