@@ -233,42 +233,52 @@ class Memory:
         messages = [m for call in calls for m in call]
         if not messages:
             return [[] for _ in calls]
-        out: list[list[Flush]] = []
         try:
-            with self.store.transaction():
-                nested = self.store.transaction_depth > 1
-                if self._txn_serial != self.store.txn_serial:
-                    self._sync()  # another process may have written since this window was read
-                    self._txn_serial = self.store.txn_serial
-                tokens = [self.count_tokens(m) for m in messages]
-                ids = self.store.append_messages(
-                    self.session_id,
-                    [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)],
-                )
-                start = 0
-                for call in calls:
-                    end = start + len(call)
-                    self._window.extend(
-                        WindowEntry(ids[i], messages[i].role, tokens[i]) for i in range(start, end)
-                    )
-                    if self._messages is not None:
-                        self._messages.extend(
-                            _as_stored(messages[i], ids[i], tokens[i], self.session_id)
-                            for i in range(start, end)
-                        )
-                    self._window_tokens += sum(tokens[start:end])
-                    self._window_users += sum(1 for m in call if m.role == "user")
-                    out.append(self._flush())
-                    if progress is not None:
-                        progress(len(call))
-                    start = end
-                self._settle(nested)
+            out = self._put(calls, messages, progress)
         except BaseException:
             self._forget()  # the store rolled back what this object already holds
             raise
         flushes = [f for call_flushes in out for f in call_flushes]
         if feed_blocks and self.memory_blocks and flushes:
             self.feed_blocks_many(flushes)
+        return out
+
+    def _put(
+        self,
+        calls: Sequence[Sequence[Message]],
+        messages: list[Message],
+        progress: Callable[[int], None] | None,
+    ) -> list[list[Flush]]:
+        """Store the calls' messages in one transaction, flushing after each call (having checked
+        first, once per transaction, whether another process wrote since the window was read)."""
+        out: list[list[Flush]] = []
+        with self.store.transaction():
+            nested = self.store.transaction_depth > 1
+            if self._txn_serial != self.store.txn_serial:
+                self._sync()
+                self._txn_serial = self.store.txn_serial
+            tokens = [self.count_tokens(m) for m in messages]
+            ids = self.store.append_messages(
+                self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
+            )
+            start = 0
+            for call in calls:
+                end = start + len(call)
+                self._window.extend(
+                    WindowEntry(ids[i], messages[i].role, tokens[i]) for i in range(start, end)
+                )
+                if self._messages is not None:
+                    self._messages.extend(
+                        _as_stored(messages[i], ids[i], tokens[i], self.session_id)
+                        for i in range(start, end)
+                    )
+                self._window_tokens += sum(tokens[start:end])
+                self._window_users += sum(1 for m in call if m.role == "user")
+                out.append(self._flush())
+                if progress is not None:
+                    progress(len(call))
+                start = end
+            self._settle(nested)
         return out
 
     def flush_now(self) -> list[Flush]:
