@@ -85,7 +85,6 @@ def bulk_import(tmp: Path, n: int) -> None:
 
 
 def huge_archive(tmp: Path, archived: int) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from memcli import Memory, Message
     from memcli.flush import Budget
     from memcli.store.sqlite import SQLiteStore
@@ -135,7 +134,6 @@ def percentile(times: list[float], fraction: float) -> float:
 
 def full_window(tmp: Path, calls: int) -> None:
     """`get()` and `put()` on a full default window (30,000 tokens, ratio 0.7), no blocks, on disk."""
-    import memcli
     from memcli import Memory, Message
 
     db = tmp / "window.db"
@@ -149,7 +147,6 @@ def full_window(tmp: Path, calls: int) -> None:
         window.append(m)
         tokens += t
     assert not memory.put_messages(window)  # exactly at the threshold: no flush yet
-    print(f"window   memcli from {Path(memcli.__file__).parent}")
     print(
         f"window   {len(window):,} active messages, {tokens:,} tokens (threshold {memory.threshold:,.0f})"
     )
@@ -202,6 +199,9 @@ def main() -> None:
         "--skip", nargs="*", default=[], choices=["startup", "import", "archive", "window"]
     )
     args = parser.parse_args()
+    import memcli
+
+    print(f"memcli   from {Path(memcli.__file__).parent}")
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         if "startup" not in args.skip:
