@@ -1,7 +1,9 @@
-"""Engine figures for issue #2: start-up, bulk import, and put/get cost with a huge archive.
+"""Engine figures: start-up, bulk import, put/get cost with a huge archive, and a full window.
 
 Run: .venv/bin/python benchmarks/engine.py [--archived 1000000] [--import-messages 100000]
-Prints one line per figure. Nothing here is part of the test run.
+     .venv/bin/python benchmarks/engine.py --skip startup import archive   (the window figures only)
+Prints one line per figure, measuring the `memcli` that Python imports (PYTHONPATH picks a checkout).
+Nothing here is part of the test run.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ WORDS = (
 ).split()
 
 
-def short_messages(n: int, seed: int = 1) -> list[dict]:
+def short_messages(n: int, seed: int = 1, words: tuple[int, int] = (3, 12)) -> list[dict]:
     rng = random.Random(seed)
     return [
         {
             "role": "user" if i % 2 == 0 else "assistant",
-            "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))),
+            "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(*words))),
         }
         for i in range(n)
     ]
@@ -83,7 +85,6 @@ def bulk_import(tmp: Path, n: int) -> None:
 
 
 def huge_archive(tmp: Path, archived: int) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from memcli import Memory, Message
     from memcli.flush import Budget
     from memcli.store.sqlite import SQLiteStore
@@ -126,12 +127,81 @@ def huge_archive(tmp: Path, archived: int) -> None:
     )
 
 
+def percentile(times: list[float], fraction: float) -> float:
+    ordered = sorted(times)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def full_window(tmp: Path, calls: int) -> None:
+    """`get()` and `put()` on a full default window (30,000 tokens, ratio 0.7), no blocks, on disk."""
+    from memcli import Memory, Message
+
+    db = tmp / "window.db"
+    memory = Memory.from_defaults(session_id="w", db=db)
+    messages = [Message(m["role"], m["content"]) for m in short_messages(20_000, 2, (2, 7))]
+    window, tokens = [], 0
+    for m in messages:
+        t = memory.count_tokens(m)
+        if tokens + t > memory.threshold:
+            break
+        window.append(m)
+        tokens += t
+    assert not memory.put_messages(window)  # exactly at the threshold: no flush yet
+    print(
+        f"window   {len(window):,} active messages, {tokens:,} tokens (threshold {memory.threshold:,.0f})"
+    )
+
+    def report(label: str, times: list[float], goal: str) -> None:
+        print(
+            f"{label:<38} median {statistics.median(times) * 1000:7.3f} ms,"
+            f" p90 {percentile(times, 0.9) * 1000:7.3f} ms over {len(times):,} calls  {goal}"
+        )
+
+    cold = Memory.from_defaults(session_id="w", db=db)
+    t0 = time.perf_counter()
+    assert len(cold.get()) == len(window)
+    print(
+        f"{'get()    first call of a new Memory':<38} {(time.perf_counter() - t0) * 1000:7.3f} ms"
+    )
+    memory.get()
+    gets = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        memory.get()
+        gets.append(time.perf_counter() - t0)
+    report("get()    warm, full window, no blocks", gets, "(goal < 1 ms)")
+    puts, cycle = [], []
+    extra = messages[len(window) :]
+    for i in range(calls):
+        t0 = time.perf_counter()
+        memory.put(extra[i % len(extra)])
+        t1 = time.perf_counter()
+        memory.get()
+        t2 = time.perf_counter()
+        puts.append(t1 - t0)
+        cycle.append(t2 - t0)
+    report("put()    per call, full window", puts, "")
+    report("put()+get() a chat turn, full window", cycle, "")
+    # Another process writes: the next get() sees it (and pays one reload).
+    other = Memory.from_defaults(session_id="w", db=db)
+    other.put(Message("user", "from another process"))
+    t0 = time.perf_counter()
+    assert memory.get()[-1].content == "from another process"
+    print(f"{'get()    after another writer':<38} {(time.perf_counter() - t0) * 1000:7.3f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--archived", type=int, default=1_000_000)
     parser.add_argument("--import-messages", type=int, default=100_000)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["startup", "import", "archive"])
+    parser.add_argument("--window-calls", type=int, default=2000)
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["startup", "import", "archive", "window"]
+    )
     args = parser.parse_args()
+    import memcli
+
+    print(f"memcli   from {Path(memcli.__file__).parent}")
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         if "startup" not in args.skip:
@@ -140,6 +210,8 @@ def main() -> None:
             bulk_import(tmp, args.import_messages)
         if "archive" not in args.skip:
             huge_archive(tmp, args.archived)
+        if "window" not in args.skip:
+            full_window(tmp, args.window_calls)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, field, replace
 from os import PathLike
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.errors import UsageError
 from memcli.flush import Budget, plan_flush, truncation_order
-from memcli.messages import Message
+from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
 from memcli.tokens import TiktokenTokenizer, Tokenizer, message_tokens
 
@@ -111,9 +112,14 @@ class Memory:
                     self.budget.chat_history_token_ratio,
                     self.budget.flush_size,
                 )
+        # The active window as of session version `_version`: what the flush policy needs of each
+        # message, and, once `get()` has asked for them, the messages themselves as a fresh read
+        # returns them (index for index with `_window`). Puts and flushes by this object keep both
+        # current; any other change to the session bumps its version, and the next use reloads.
         self._window: list[WindowEntry] = []
         self._window_tokens = 0
         self._window_users = 0  # user messages in the window
+        self._messages: list[Message] | None = None
         self._version = -2
         self._txn_serial = -1
 
@@ -160,14 +166,38 @@ class Memory:
         assert info is not None
         return info
 
-    def _sync(self) -> None:
-        """Reload the cached active window if the session changed since it was read."""
+    def _sync(self, messages: bool = False) -> None:
+        """Reload the cached active window if the session changed since it was read (the check is
+        one indexed SELECT); with `messages`, make sure the window's messages are held too."""
         version = self.store.session_version(self.session_id)
         if version != self._version:
-            self._window = self.store.active_window(self.session_id)
-            self._window_tokens = sum(e.tokens for e in self._window)
-            self._window_users = sum(1 for e in self._window if e.role == "user")
+            self._messages = None
+            if not messages:
+                self._set_window(self.store.active_window(self.session_id))
             self._version = version
+        if messages and self._messages is None:
+            # Read after the version: a write slipping in between makes the next check reload.
+            self._messages = self.store.get_messages(self.session_id, status="active")
+            self._set_window([_window_entry(m) for m in self._messages])
+        if self.store.transaction_depth:
+            # Read inside a transaction that may yet roll back: good only until the next check.
+            self._version = -2
+
+    def _set_window(self, window: list[WindowEntry]) -> None:
+        self._window = window
+        self._window_tokens = sum(e.tokens for e in window)
+        self._window_users = sum(1 for e in window if e.role == "user")
+
+    def _settle(self, nested: bool) -> None:
+        """After a write: the window held is the session's at the version its transaction commits.
+        Inside a caller's transaction that may still roll back, it is good only until that ends."""
+        self._version = -2 if nested else self.store.session_version(self.session_id)
+
+    def _forget(self) -> None:
+        """Drop what this object holds of the session: the next use reads it again."""
+        self._messages = None
+        self._version = -2
+        self._txn_serial = -1
 
     def active_tokens(self) -> int:
         self._sync()
@@ -185,29 +215,7 @@ class Memory:
 
         With `feed_blocks=False` the flushed batches are archived but not handed to the blocks.
         """
-        messages = [_as_message(m) for m in messages]
-        if not messages:
-            return []
-        with self.store.transaction():
-            nested = self.store.transaction_depth > 1
-            if self._txn_serial != self.store.txn_serial:
-                self._sync()  # another process may have written since this window was read
-                self._txn_serial = self.store.txn_serial
-            tokens = [self.count_tokens(m) for m in messages]
-            ids = self.store.append_messages(
-                self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
-            )
-            self._window.extend(
-                WindowEntry(i, m.role, t) for i, m, t in zip(ids, messages, tokens, strict=True)
-            )
-            self._window_tokens += sum(tokens)
-            self._window_users += sum(1 for m in messages if m.role == "user")
-            flushes = self._flush()
-            if not nested:
-                self._version = self.store.session_version(self.session_id)
-        if feed_blocks and self.memory_blocks and flushes:
-            self.feed_blocks_many(flushes)
-        return flushes
+        return self.put_calls([messages], feed_blocks=feed_blocks)[0]
 
     def put_calls(
         self,
@@ -225,6 +233,24 @@ class Memory:
         messages = [m for call in calls for m in call]
         if not messages:
             return [[] for _ in calls]
+        try:
+            out = self._put(calls, messages, progress)
+        except BaseException:
+            self._forget()  # the store rolled back what this object already holds
+            raise
+        flushes = [f for call_flushes in out for f in call_flushes]
+        if feed_blocks and self.memory_blocks and flushes:
+            self.feed_blocks_many(flushes)
+        return out
+
+    def _put(
+        self,
+        calls: Sequence[Sequence[Message]],
+        messages: list[Message],
+        progress: Callable[[int], None] | None,
+    ) -> list[list[Flush]]:
+        """Store the calls' messages in one transaction, flushing after each call (having checked
+        first, once per transaction, whether another process wrote since the window was read)."""
         out: list[list[Flush]] = []
         with self.store.transaction():
             nested = self.store.transaction_depth > 1
@@ -241,25 +267,31 @@ class Memory:
                 self._window.extend(
                     WindowEntry(ids[i], messages[i].role, tokens[i]) for i in range(start, end)
                 )
+                if self._messages is not None:
+                    self._messages.extend(
+                        _as_stored(messages[i], ids[i], tokens[i], self.session_id)
+                        for i in range(start, end)
+                    )
                 self._window_tokens += sum(tokens[start:end])
                 self._window_users += sum(1 for m in call if m.role == "user")
                 out.append(self._flush())
                 if progress is not None:
                     progress(len(call))
                 start = end
-            if not nested:
-                self._version = self.store.session_version(self.session_id)
-        flushes = [f for call_flushes in out for f in call_flushes]
-        if feed_blocks and self.memory_blocks and flushes:
-            self.feed_blocks_many(flushes)
+            self._settle(nested)
         return out
 
     def flush_now(self) -> list[Flush]:
         """Flush one batch now, whatever the budget (the newest complete turn still stays)."""
-        with self.store.transaction():
-            self._sync()
-            flushes = self._flush(threshold=0, max_batches=1)
-            self._version = self.store.session_version(self.session_id)
+        try:
+            with self.store.transaction():
+                nested = self.store.transaction_depth > 1
+                self._sync()
+                flushes = self._flush(threshold=0, max_batches=1)
+                self._settle(nested)
+        except BaseException:
+            self._forget()
+            raise
         if self.memory_blocks:
             for flush in flushes:
                 self.feed_blocks(flush)
@@ -292,6 +324,8 @@ class Memory:
             flushes.append(Flush(flush_id, ids, batch.tokens, batch.describe()))
         moved = batches[-1].end
         self._window = window[moved:]
+        if self._messages is not None:
+            self._messages = self._messages[moved:]
         self._window_tokens -= sum(b.tokens for b in batches)
         self._window_users -= sum(1 for e in window[:moved] if e.role == "user")
         if not self.memory_blocks:
@@ -334,14 +368,16 @@ class Memory:
 
     def context(self, input: str | Message | None = None) -> Context:
         """Assemble what `get()` returns, with each block's content and what truncation cut."""
-        history = self.store.get_messages(self.session_id, status="active")
+        self._sync(messages=True)
+        assert self._messages is not None
         return assemble(
             self.memory_blocks,
-            history,
+            self._messages,  # assemble returns new lists; Message is frozen
             input,
             self.block_context(),
             self.budget.token_limit,
             self.insert_method,
+            history_tokens=self._window_tokens,  # the same sum, kept as puts and flushes go
         )
 
     # -- writing ----------------------------------------------------------------------------------
@@ -354,14 +390,12 @@ class Memory:
             self.store.append_messages(
                 self.session_id, [NewMessage(m, self.count_tokens(m)) for m in messages]
             )
-        self._version = -2
-        self._txn_serial = -1
+        self._forget()
 
     def reset(self) -> int:
         """Delete the session's messages (active and archived); return how many. Blocks keep theirs."""
         count = self.store.delete_messages(self.session_id)
-        self._version = -2
-        self._txn_serial = -1
+        self._forget()
         return count
 
 
@@ -372,13 +406,17 @@ def assemble(
     ctx: BlockContext,
     token_limit: int,
     insert_method: str = "system",
+    *,
+    history_tokens: int | None = None,
 ) -> Context:
     """The context for `history` plus `input`: block contents, truncated by priority to fit
-    `token_limit`, rendered into the messages."""
+    `token_limit`, rendered into the messages. `history_tokens`, when the caller knows it, saves
+    summing the history's tokens."""
     tokenizer = ctx.tokenizer
-    history_tokens = sum(
-        m.tokens if m.tokens is not None else message_tokens(m, tokenizer) for m in history
-    )
+    if history_tokens is None:
+        history_tokens = sum(
+            m.tokens if m.tokens is not None else message_tokens(m, tokenizer) for m in history
+        )
     if not blocks:
         return Context(list(history), [], history_tokens, "")
     shown = list(history)
@@ -459,6 +497,27 @@ def _as_message(value: Message | dict[str, object]) -> Message:
     if isinstance(value, Message):
         return value
     return Message.from_dict(value)
+
+
+def _as_stored(message: Message, id: int, tokens: int, session_id: str) -> Message:
+    """`message` as a read returns it once stored active under `id`: metadata through JSON (a
+    tuple comes back a list, `{}` as None), the timestamp through its stored text."""
+    text = metadata_json(message.metadata)
+    return replace(
+        message,
+        metadata=json.loads(text) if text else None,
+        timestamp=parse_time(format_time(message.timestamp)) if message.timestamp else None,
+        id=id,
+        tokens=tokens,
+        status="active",
+        flush_id=None,
+        session_id=session_id,
+    )
+
+
+def _window_entry(message: Message) -> WindowEntry:
+    assert message.id is not None and message.tokens is not None
+    return WindowEntry(message.id, message.role, message.tokens)
 
 
 def render_memory(blocks: Sequence[tuple[str, str]]) -> str:
