@@ -12,7 +12,7 @@ from memcli.errors import UsageError
 from memcli.flush import Budget, plan_flush, truncation_order
 from memcli.messages import Message
 from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
-from memcli.tokens import TiktokenTokenizer, Tokenizer, message_tokens
+from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages, message_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -193,7 +193,7 @@ class Memory:
             if self._txn_serial != self.store.txn_serial:
                 self._sync()  # another process may have written since this window was read
                 self._txn_serial = self.store.txn_serial
-            tokens = [self.count_tokens(m) for m in messages]
+            tokens = count_messages(messages, self.tokenizer)
             ids = self.store.append_messages(
                 self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
             )
@@ -231,7 +231,7 @@ class Memory:
             if self._txn_serial != self.store.txn_serial:
                 self._sync()
                 self._txn_serial = self.store.txn_serial
-            tokens = [self.count_tokens(m) for m in messages]
+            tokens = count_messages(messages, self.tokenizer)
             ids = self.store.append_messages(
                 self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
             )
@@ -351,8 +351,9 @@ class Memory:
         messages = [_as_message(m) for m in messages]
         with self.store.transaction():
             self.store.delete_active(self.session_id)
+            tokens = count_messages(messages, self.tokenizer)
             self.store.append_messages(
-                self.session_id, [NewMessage(m, self.count_tokens(m)) for m in messages]
+                self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
             )
         self._version = -2
         self._txn_serial = -1
