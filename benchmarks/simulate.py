@@ -87,9 +87,13 @@ def best(fn, runs: int = RUNS) -> tuple[float, float]:  # type: ignore[no-untype
 
 
 def command(path: Path, runs: int = RUNS) -> tuple[float, float]:
-    """The best wall and CPU time (the child's user + system) of the whole command."""
+    """The best wall and CPU time of the whole command."""
     argv = [sys.executable, "-m", "memcli", "simulate", "flush", str(path), "--json"]
-    argv += ["--token-limit", "4000", "--flush-size", "400"]
+    return processes(argv + ["--token-limit", "4000", "--flush-size", "400"], runs)
+
+
+def processes(argv: list[str], runs: int) -> tuple[float, float]:
+    """The best wall and CPU time (user + system) of `runs` processes running argv."""
     walls, cpus = [], []
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -157,10 +161,12 @@ def stages(path: Path) -> None:
         *best(lambda: run(replay, Budget(4000, 0.7, 400)), 3),
     )
     line("write the JSON Lines (to a string)", *best(lambda: events_json(sim.events, 0), 3))
+    n = len(replay.tokens)
+    agent = Replay(["user"] + ["assistant"] * (n - 1), replay.tokens, [1] * n)
+    label = "replay, one user message then only replies"
+    line(label, *best(lambda: run(agent, Budget(4000, 0.7, 400)), 3))
     argv = [sys.executable, "-c", "import memcli.cli.app, memcli.simulate"]
-    start = time.perf_counter()
-    subprocess.run(argv, check=True)
-    print(f"  {'Python start-up and the imports':<44} {time.perf_counter() - start:6.3f} s wall")
+    line("Python start-up and the imports (a process)", *processes(argv, 3))
 
 
 def _tokenizer():  # type: ignore[no-untyped-def]
