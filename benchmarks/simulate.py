@@ -1,14 +1,22 @@
-"""How fast `memcli simulate flush` replays a long transcript: 100,000 messages, three put modes.
+"""How fast `memcli simulate flush FILE --json` is, against tiktoken alone counting the same texts.
 
-Run: PYTHONPATH=. python benchmarks/simulate.py [MESSAGES]
-Three transcripts of real LoCoMo turns (both conversations, words shuffled, so no two messages are
-the same): "chat", one turn a message (about 30 tokens); "long", where a reply is one to three
-turns as paragraphs (about 50); and "varied", "long" with one word in eight replaced by something
-rarely seen twice (a number, an id, a made-up word, a path, a date), so the vocabulary runs into
-the hundreds of thousands. For each: reading the JSON Lines, loading tiktoken, counting the tokens
-(word by word, and tiktoken alone for comparison), reading and counting in two processes as the
-command does, the replays, and the whole `memcli simulate flush ... --json` process (output to
-/dev/null) with a put a call (the default) and a put a message, best and median of five.
+Run: PYTHONPATH=. python benchmarks/simulate.py [MESSAGES ...]     (default: 25000 50000 100000)
+
+The transcript is a chat of real LoCoMo turns (both conversations, words shuffled, so no two
+messages are the same), one message a line or one turn a `{"messages": [...]}` line, about 30
+tokens a message. For each size it prints:
+- the floor: tiktoken alone counting every message in this process, with the encoding loaded and
+  the texts in memory, `[len(enc.encode_ordinary(t)) for t in texts]`. The exact count can take no
+  less: every message goes through tiktoken once. (`encode_ordinary_batch` is printed beside it:
+  it runs a thread pool over the texts, and on short texts its per-text overhead makes it slower,
+  so it is not the floor.)
+- the whole command as a user runs it, a process of its own: Python start-up, imports, loading the
+  encoding, reading the JSON Lines, counting, the replay (limit 4000, flush size 400, a put a call)
+  and the JSON Lines written to /dev/null;
+- the command's time over the floor's (the target: at most 1.5).
+Each is the best of several runs, in wall time and in CPU time (user + system: on a busy machine
+the CPU time is the steadier figure). Then, for the largest size, where the command's time goes,
+stage by stage in this process.
 """
 
 from __future__ import annotations
@@ -16,25 +24,19 @@ from __future__ import annotations
 import json
 import os
 import random
-import statistics
-import string
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from memcli.counting import read_counted
-from memcli.flush import Budget
-from memcli.simulate import Replay, run
-from memcli.tokens import TiktokenTokenizer
-from memcli.transcripts import call_sizes, read_columns
-
 LOCOMO = next(
     p / "shared" / "data" / "locomo"
     for p in Path(__file__).resolve().parents
     if (p / "shared" / "data" / "locomo").is_dir()
 )
+RUNS = 5
 
 
 def locomo_turns() -> list[list[str]]:
@@ -51,42 +53,11 @@ def locomo_turns() -> list[list[str]]:
     return turns
 
 
-def rare_word(rng: random.Random) -> str:
-    """A word a transcript rarely holds twice: a number, an id, a made-up word, a path, a date."""
-    kind = rng.randrange(5)
-    if kind == 0:
-        return str(rng.randrange(10**7))
-    if kind == 1:
-        return f"{rng.getrandbits(32):08x}"
-    if kind == 2:
-        return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 10)))
-    if kind == 3:
-        return f"/home/{rng.choice(string.ascii_lowercase)}{rng.randrange(999)}/notes.md"
-    return f"2023-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-
-
-def write_transcript(
-    path: Path, messages: int, seed: int = 7, most_turns: int = 3, rare: float = 0.0
-) -> None:
-    """Turns of a user message and one to three replies, as JSON Lines (a message or a turn a line).
-
-    Each message is a real LoCoMo turn with its words shuffled, so lengths and vocabulary are those
-    of a real chat but no two messages are the same; a reply joins one to `most_turns` turns as
-    paragraphs, as assistants write longer than users; `rare` of the words are `rare_word`s.
-    """
+def write_transcript(path: Path, messages: int, seed: int = 7) -> None:
+    """A user message and one to three replies a turn, each a LoCoMo turn with its words shuffled;
+    half the turns one `{"messages": [...]}` line (one put call), the others a message a line."""
     turns = locomo_turns()
     rng = random.Random(seed)
-
-    def text(pieces: int) -> str:
-        paragraphs = []
-        for _ in range(pieces):
-            words = list(rng.choice(turns))
-            rng.shuffle(words)
-            if rare:
-                words = [rare_word(rng) if rng.random() < rare else w for w in words]
-            paragraphs.append(" ".join(words))
-        return "\n\n".join(paragraphs)
-
     with path.open("w") as out:
         written = 0
         while written < messages:
@@ -94,84 +65,114 @@ def write_transcript(
             for role in ["user"] + ["assistant"] * rng.randint(1, 3):
                 if written == messages:
                     break
-                turn.append(
-                    {
-                        "role": role,
-                        "content": text(1 if role == "user" else rng.randint(1, most_turns)),
-                    }
-                )
+                words = list(rng.choice(turns))
+                rng.shuffle(words)
+                turn.append({"role": role, "content": " ".join(words)})
                 written += 1
-            if rng.random() < 0.5:  # half the turns as one {"messages": [...]} line (one put call)
+            if rng.random() < 0.5:
                 out.write(json.dumps({"messages": turn}) + "\n")
             else:
                 out.writelines(json.dumps(m) + "\n" for m in turn)
 
 
-def timed(label: str, fn):  # type: ignore[no-untyped-def]
-    """Run fn; print its wall time and this process's CPU time (threads included)."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = fn()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    print(f"{label:<46} {wall:7.3f} s wall {cpu:7.3f} s CPU")
-    return result
+def best(fn, runs: int = RUNS) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """The best wall time and the best CPU time of `runs` calls of fn in this process."""
+    walls, cpus = [], []
+    for _ in range(runs):
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return min(walls), min(cpus)
+
+
+def command(path: Path, runs: int = RUNS) -> tuple[float, float]:
+    """The best wall and CPU time of the whole command."""
+    argv = [sys.executable, "-m", "memcli", "simulate", "flush", str(path), "--json"]
+    return processes(argv + ["--token-limit", "4000", "--flush-size", "400"], runs)
+
+
+def processes(argv: list[str], runs: int) -> tuple[float, float]:
+    """The best wall and CPU time (user + system) of `runs` processes running argv."""
+    walls, cpus = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return min(walls), min(cpus)
+
+
+def line(label: str, wall: float, cpu: float) -> None:
+    print(f"  {label:<44} {wall:6.3f} s wall {cpu:6.3f} s CPU")
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    from memcli.tokens import load_encoding
+    from memcli.transcripts import read_columns
+
+    sizes = [int(a) for a in sys.argv[1:]] or [25_000, 50_000, 100_000]
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; best of {RUNS}")
+    start, start_cpu = time.perf_counter(), time.process_time()
+    encoding = load_encoding("cl100k_base")
+    encoding.encode_ordinary("warm up")
+    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    print(f"loading cl100k_base: {wall:.3f} s wall {cpu:.3f} s CPU (the command pays it too)")
+    load = (wall, cpu)
     with tempfile.TemporaryDirectory() as folder:
-        for name, most_turns, rare in (("chat", 1, 0.0), ("long", 3, 0.0), ("varied", 3, 0.125)):
-            path = Path(folder) / f"{name}.jsonl"
-            write_transcript(path, n, most_turns=most_turns, rare=rare)
-            print(f"\n{name}: {n:,} messages ({path.stat().st_size / 1e6:.1f} MB)")
-            library(path, n)
-            command(path)
+        for n in sizes:
+            path = Path(folder) / f"chat{n}.jsonl"
+            write_transcript(path, n)
+            texts = read_columns(path).contents
+            tokens = sum(len(t) for t in encoding.encode_ordinary_batch(texts))
+            print(f"\nchat, {n:,} messages, {tokens:,} tokens, {path.stat().st_size / 1e6:.1f} MB")
+            floor = best(lambda t=texts: [len(encoding.encode_ordinary(x)) for x in t])
+            line("floor: encode_ordinary, text by text", *floor)
+            line(
+                "  (encode_ordinary_batch)",
+                *best(lambda t=texts: encoding.encode_ordinary_batch(t)),
+            )
+            whole = command(path)
+            line("memcli simulate flush FILE --json", *whole)
+            ratio = f"{whole[0] / floor[0]:6.2f} wall {whole[1] / floor[1]:6.2f} CPU"
+            print(f"  {'command / floor (target <= 1.5)':<44} {ratio}")
+            with_load = (floor[0] + load[0], floor[1] + load[1])
+            ratio = f"{whole[0] / with_load[0]:6.2f} wall {whole[1] / with_load[1]:6.2f} CPU"
+            print(f"  {'command / (floor + loading the encoding)':<44} {ratio}")
+        stages(path)
 
 
-def library(path: Path, n: int) -> None:
-    tokenizer = TiktokenTokenizer()
-    columns = timed("read the transcript (one process)", lambda: read_columns(path))
-    timed("load tiktoken cl100k_base", lambda: tokenizer.count("warm up"))
-    distinct = list(dict.fromkeys(columns.contents))
-    words = sum(len(t.split()) for t in distinct)
-    counts = timed(
-        "count tokens word by word (one process)", lambda: tokenizer.count_many(distinct)
+def stages(path: Path) -> None:
+    """Where the command's time goes, in this process (start-up and imports not included)."""
+    from memcli.flush import Budget
+    from memcli.simulate import Replay, events_json, run
+
+    print(f"\nstages in this process, {path.name}:")
+    replay = Replay.from_source(path, "call", _tokenizer())[0]
+    line(
+        "read the JSON Lines and count the tokens",
+        *best(lambda: Replay.from_source(path, "call", _tokenizer()), 3),
     )
-    print(f"    {sum(counts):,} tokens, {sum(counts) / n:.1f} a message, {words:,} words")
-    joined = timed("    the same with tiktoken alone", lambda: tokenizer.count_joined(distinct))
-    assert joined == counts
-    data = path.read_bytes()
-    for parallel in (False, True):
-        label = "read and count, " + ("two processes" if parallel else "one process")
-        counted = timed(
-            label, lambda p=parallel: read_counted(data, path.name, tokenizer, parallel=p)
-        )
-    replay = Replay(counted.roles, counted.tokens, call_sizes(counted.sizes, "message"))
-    budget = Budget(4000, 0.7, 400)
-    for put in ("message", "call", "batch"):
-        mode = Replay(replay.roles, replay.tokens, call_sizes(columns.sizes, put))
-        sim = timed(f"replay --put {put} (limit 4000, flush 400)", lambda m=mode: run(m, budget))
-        print(f"    {sim.summary.puts:,} puts, {sim.summary.flushes:,} flushes")
-    agent = Replay(["user"] + ["tool"] * (n - 1), replay.tokens, [1] * n)
-    sim = timed("replay, one user message then only tool output", lambda: run(agent, budget))
-    print(f"    {sim.summary.flushes:,} flushes, {sim.summary.over_threshold_puts:,} puts over")
+    sim = run(replay, Budget(4000, 0.7, 400))
+    line(
+        f"replay ({sim.summary.puts:,} puts, {sim.summary.flushes:,} flushes)",
+        *best(lambda: run(replay, Budget(4000, 0.7, 400)), 3),
+    )
+    line("write the JSON Lines (to a string)", *best(lambda: events_json(sim.events, 0), 3))
+    n = len(replay.tokens)
+    agent = Replay(["user"] + ["assistant"] * (n - 1), replay.tokens, [1] * n)
+    label = "replay, one user message then only replies"
+    line(label, *best(lambda: run(agent, Budget(4000, 0.7, 400)), 3))
+    argv = [sys.executable, "-c", "import memcli.cli.app, memcli.simulate"]
+    line("Python start-up and the imports (a process)", *processes(argv, 3))
 
 
-def command(path: Path, runs: int = 5) -> None:
-    """The whole CLI process, as a user runs it: start-up, read, count, replay, write JSON Lines;
-    with the default put mode (a call per line) and with a put per message (the most puts)."""
-    for put in ("call", "message"):
-        argv = [sys.executable, "-m", "memcli", "simulate", "flush", str(path), "--put", put]
-        argv += ["--token-limit", "4000", "--flush-size", "400", "--json"]
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-            times.append(time.perf_counter() - start)
-        print(
-            f"{f'CLI end to end, --put {put} --json >/dev/null':<46} {min(times):7.3f} s best,"
-            f" {statistics.median(times):.3f} s median of {runs}"
-        )
+def _tokenizer():  # type: ignore[no-untyped-def]
+    from memcli.tokens import TiktokenTokenizer
+
+    return TiktokenTokenizer()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from memcli.errors import UsageError
 from memcli.flush import Budget, plan_flush, truncation_order
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
-from memcli.tokens import TiktokenTokenizer, Tokenizer, message_tokens
+from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages, message_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -257,7 +257,7 @@ class Memory:
             if self._txn_serial != self.store.txn_serial:
                 self._sync()
                 self._txn_serial = self.store.txn_serial
-            tokens = [self.count_tokens(m) for m in messages]
+            tokens = count_messages(messages, self.tokenizer)
             ids = self.store.append_messages(
                 self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
             )
@@ -387,8 +387,9 @@ class Memory:
         messages = [_as_message(m) for m in messages]
         with self.store.transaction():
             self.store.delete_active(self.session_id)
+            tokens = count_messages(messages, self.tokenizer)
             self.store.append_messages(
-                self.session_id, [NewMessage(m, self.count_tokens(m)) for m in messages]
+                self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
             )
         self._forget()
 

@@ -15,13 +15,12 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from memcli.counting import count_texts, read_counted
 from memcli.flush import REASON_FLUSH_SIZE, Budget, plan_flush
-from memcli.tokens import Tokenizer
-from memcli.transcripts import call_sizes, read_source
+from memcli.tokens import Tokenizer, count_contents, count_messages
+from memcli.transcripts import call_sizes, read_columns
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from pathlib import Path
     from typing import IO
 
@@ -50,50 +49,37 @@ class PutEvent(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         return {"type": "put", **self._asdict()}
 
-    def to_json(self, run: int | None = None) -> str:
-        """`json.dumps(self.to_dict())` (with `"run"` last when given), written out by hand.
-
-        A long replay has one per put: a %-template over the tuple is five times faster.
-        """
-        return put_templates(run)[self.over_threshold] % self[:9]
-
-
-def _put_template(over_threshold: bool) -> str:
-    fields = ", ".join(f'"{name}": %d' for name in PutEvent._fields[:9])
-    return f'{{"type": "put", {fields}, "over_threshold": {str(over_threshold).lower()}}}'
-
-
-#: The JSON of a put event, by its `over_threshold`, to fill with its first nine fields.
-PUT_JSON = (_put_template(False), _put_template(True))
-
-
-def put_templates(run: int | None) -> tuple[str, str]:
-    """PUT_JSON, with `"run": run` as the last field when `run` is given."""
-    if run is None:
-        return PUT_JSON
-    end = f', "run": {int(run)}}}'
-    return PUT_JSON[0][:-1] + end, PUT_JSON[1][:-1] + end
-
 
 def events_json(events: Sequence[Event], run: int | None = None) -> str:
     """The events as JSON Lines, each line `json.dumps({**event.to_dict(), "run": run})` (no "run"
     when None), every line ending in a newline."""
     import json
 
-    # Events hold only numbers, booleans and text: one encoder, no fallbacks, for speed.
-    encode = json.JSONEncoder(ensure_ascii=False).encode
-    templates = put_templates(run)
     lines = []
     for event in events:
-        if type(event) is PutEvent:
-            lines.append(templates[event[9]] % event[:9])  # PutEvent.to_json(run), inlined
+        if isinstance(event, PutEvent):
+            lines.append(_put_json(event, run))
         else:
             record = event.to_dict()
             if run is not None:
                 record["run"] = run
-            lines.append(encode(record))
+            lines.append(json.dumps(record, ensure_ascii=False))
     lines.append("")
     return "\n".join(lines)
+
+
+def _put_json(p: PutEvent, run: int | None) -> str:
+    """`json.dumps({**p.to_dict(), "run": run})`, written field by field: a replay has one put
+    event per call (100,000 for a long transcript), and this is four times faster than json.dumps.
+    The tests check it against json.dumps."""
+    line = (
+        f'{{"type": "put", "call": {p.call}, "first": {p.first}, "last": {p.last},'
+        f' "messages": {p.messages}, "tokens": {p.tokens}, "active_tokens": {p.active_tokens},'
+        f' "flushes": {p.flushes}, "kept_tokens": {p.kept_tokens},'
+        f' "kept_messages": {p.kept_messages},'
+        f' "over_threshold": {"true" if p.over_threshold else "false"}'
+    )
+    return line + ("}" if run is None else f', "run": {int(run)}}}')
 
 
 class FlushEvent(NamedTuple):
@@ -188,7 +174,7 @@ class Replay:
         *,
         stored_tokens: bool = False,
     ) -> Replay:
-        """Count every message's tokens once (in bulk when the tokenizer can).
+        """Count every message's tokens, as the engine does (`memcli.tokens.count_messages`).
 
         With `stored_tokens`, a message read from a store keeps the token count it was stored with.
         """
@@ -197,24 +183,18 @@ class Replay:
         if stored_tokens and all(m.tokens is not None for m in messages):
             tokens = [m.tokens or 0 for m in messages]
         else:
-            tokens = count_tokens(messages, tokenizer)
+            tokens = count_messages(messages, tokenizer)
         return cls([m.role for m in messages], tokens, [len(c) for c in calls if c])
 
     @classmethod
     def from_source(
         cls, source: str | Path, put: str, tokenizer: Tokenizer, stdin: IO[bytes] | None = None
     ) -> tuple[Replay, set[str]]:
-        """Read a transcript (a path, or `-` for stdin) and count its tokens (a long one in two
-        processes: `memcli.counting.read_counted`); also the sessions it names."""
-        data, name = read_source(source, stdin)
-        counted = read_counted(data, name, tokenizer)
-        return cls(counted.roles, counted.tokens, call_sizes(counted.sizes, put)), counted.sessions
-
-
-def count_tokens(messages: Sequence[Message], tokenizer: Tokenizer) -> list[int]:
-    """Each message's tokens, as `memcli.tokens.message_tokens` counts them, in one pass."""
-    extras = {i: str(m.metadata) for i, m in enumerate(messages) if m.metadata}
-    return count_texts([m.content for m in messages], extras, tokenizer)
+        """Read a transcript (a path, or `-` for stdin) and count its tokens; also the sessions it
+        names. It is read as columns (`memcli.transcripts.read_columns`), no Message per line."""
+        columns = read_columns(source, stdin)
+        tokens = count_contents(columns.contents, columns.metadata, tokenizer)
+        return cls(columns.roles, tokens, call_sizes(columns.sizes, put)), columns.sessions
 
 
 def run(replay: Replay, budget: Budget) -> Simulation:
@@ -225,7 +205,6 @@ def run(replay: Replay, budget: Budget) -> Simulation:
     last_user = _last_user_positions(roles)
     events: list[Event] = []
     puts: list[PutEvent] = []
-    new_put = tuple.__new__
     flushed: list[FlushEvent] = []
     total = 0  # active tokens
     start = 0  # the active window is the positions start..end-1: flushes take the oldest
@@ -245,21 +224,17 @@ def run(replay: Replay, budget: Budget) -> Simulation:
             if batches:
                 kept -= sum(b.tokens for b in batches)
                 kept_from += batches[-1].end
-        # PutEvent(...) through tuple.__new__: one Python call less, on every put.
-        put = new_put(
-            PutEvent,
-            (
-                call,
-                first,
-                end - 1,
-                size,
-                added,
-                total,
-                len(batches),
-                kept,
-                end - kept_from,
-                kept > threshold,
-            ),
+        put = PutEvent(
+            call,
+            first,
+            end - 1,
+            size,
+            added,
+            total,
+            len(batches),
+            kept,
+            end - kept_from,
+            kept > threshold,
         )
         events.append(put)
         puts.append(put)
@@ -342,13 +317,16 @@ def simulate(
 
 
 def budgets(
-    token_limits: Sequence[int],
-    ratios: Sequence[float],
+    token_limits: Sequence[int | None],
+    ratios: Sequence[float | None],
     flush_sizes: Sequence[int | None],
+    budget: Callable[[Any, Any, Any], Budget] = Budget,
 ) -> list[Budget]:
-    """Every combination of the values, in order (limits vary slowest); None is 10% of the limit."""
+    """`budget(limit, ratio, flush_size)` for every combination of the values, in order (limits
+    vary slowest). The default, `Budget`, takes a flush size of None as 10% of the limit; a caller
+    that fills values left out (None) from settings or a session passes its own."""
     return [
-        Budget(limit, ratio, size)
+        budget(limit, ratio, size)
         for limit, ratio, size in itertools.product(token_limits, ratios, flush_sizes)
     ]
 

@@ -354,14 +354,11 @@ def test_bad_budget_is_reported_before_the_transcript_is_read(tmp_path: Path) ->
     )
 
 
-def test_a_long_transcript_read_and_written_on_two_cores_is_the_same(tmp_path: Path) -> None:
-    """Over 2 MB and 20,000 events, the command reads and writes in two processes (Linux, two
-    cores): its output is the one-process library's, byte for byte."""
-    from memcli.counting import PARALLEL_BYTES, read_counted
+def test_a_long_transcripts_json_lines_are_the_librarys_events(tmp_path: Path) -> None:
+    """Over 40,000 events: the command's output is the library's replay, byte for byte."""
     from memcli.flush import Budget
     from memcli.simulate import Replay, events_json, run
     from memcli.tokens import TiktokenTokenizer
-    from memcli.transcripts import call_sizes
 
     path = tmp_path / "long.jsonl"
     with path.open("w") as out:
@@ -374,15 +371,12 @@ def test_a_long_transcript_read_and_written_on_two_cores_is_the_same(tmp_path: P
                 out.write(json.dumps({"messages": turn}) + "\n")
             else:
                 out.writelines(json.dumps(m) + "\n" for m in turn)
-    data = path.read_bytes()
-    assert len(data) > PARALLEL_BYTES
     result = memcli(
         "simulate", "flush", str(path), "--put", "message", "--json",
         "--token-limit", "2000", "--ratio", "0.7", "--flush-size", "200",
     )  # fmt: skip
     assert result.code == 0, result.stderr
-    counted = read_counted(data, str(path), TiktokenTokenizer(), parallel=False)
-    replay = Replay(counted.roles, counted.tokens, call_sizes(counted.sizes, "message"))
+    replay, _ = Replay.from_source(path, "message", TiktokenTokenizer())
     sim = run(replay, Budget(2000, 0.7, 200))
     assert len(sim.events) > 40_000
     events, summary = result.stdout.rsplit("\n", 2)[0] + "\n", result.stdout.splitlines()[-1]

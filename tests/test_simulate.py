@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from memcli import Memory, Message, WordTokenizer
 from memcli.flush import Budget
-from memcli.simulate import FlushEvent, PutEvent, Replay, budgets, count_tokens, simulate
+from memcli.simulate import FlushEvent, PutEvent, Replay, budgets, simulate
 from memcli.tokens import TiktokenTokenizer, message_tokens
 
 CASES = [
@@ -97,16 +97,27 @@ def test_a_turn_larger_than_the_budget_stays_and_is_reported() -> None:
     assert m.largest_active_tokens == 52 and m.largest_kept_tokens == 50
 
 
-def test_count_tokens_matches_message_tokens() -> None:
-    tok = TiktokenTokenizer()
-    messages = [
-        Message("user", "hello there <|endoftext|>"),
-        Message("assistant", ""),
-        Message("tool", "42", metadata={"tool": "calc", "n": 1}),
+def test_a_transcript_replayed_counts_the_tokens_the_engine_stores(tmp_path: Path) -> None:
+    """One counting path: the tokens simulate reads from a file are those Memory stores."""
+    lines = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "hello there <|endoftext|> é 🙂"},
+        {"role": "assistant", "content": "end.\n\nNext paragraph  - item"},
+        {"role": "tool", "content": "42", "metadata": {"tool": "calc", "n": 1}},
+        {"messages": [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "ok"}]},
+        {"role": "user", "content": "hello there <|endoftext|> é 🙂"},
     ]
-    assert count_tokens(messages, tok) == [message_tokens(m, tok) for m in messages]
-    words = WordTokenizer()  # no count_many: one at a time
-    assert count_tokens(messages, words) == [message_tokens(m, words) for m in messages]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tok = TiktokenTokenizer()
+    replay, _ = Replay.from_source(path, "call", tok)
+    memory = Memory.from_defaults(session_id="s", tokenizer=tok)
+    for line in lines:
+        messages = line.get("messages", [line])
+        memory.put_messages([Message.from_dict(m) for m in messages])
+    stored = [m.tokens for m in memory.get_all()]
+    assert replay.tokens == stored
+    assert stored == [message_tokens(m, tok) for m in memory.get_all()]
 
 
 def test_budgets_are_every_combination_in_order() -> None:
@@ -120,6 +131,19 @@ def test_budgets_are_every_combination_in_order() -> None:
         (200, 0.5, 10),
         (200, 0.7, 20),
         (200, 0.7, 10),
+    ]
+
+
+def test_budgets_fill_values_left_out_by_the_callers_rule() -> None:
+    def from_session(limit: int | None, ratio: float | None, size: int | None) -> Budget:
+        return Budget(limit or 1000, ratio or 0.5, size or 50)
+
+    got = budgets([None, 2000], [None], [None, 300], from_session)
+    assert [(b.token_limit, b.flush_size) for b in got] == [
+        (1000, 50),
+        (1000, 300),
+        (2000, 50),
+        (2000, 300),
     ]
 
 
@@ -222,23 +246,16 @@ def test_one_long_turn_stays_whole_and_is_linear() -> None:
     assert (flushes[0].first, flushes[-1].last) == (0, n - 1)
 
 
-def test_counting_many_texts_matches_counting_each_message() -> None:
-    tok = TiktokenTokenizer()
-    messages = [
-        Message("user" if i % 2 else "assistant", f"message {i} " + "word " * (20 + i % 17))
-        for i in range(1000)
+def test_events_json_is_json_dumps_of_each_event() -> None:
+    from memcli.simulate import events_json
+
+    events = [
+        PutEvent(1, 2, 3, 2, 40, 90, 1, 30, 2, False),
+        FlushEvent(1, 0, 1, 2, 60, "queue down to one; newest turn kept", False, 0, True),
+        PutEvent(2, 4, 4, 1, 10_000_000, 10_000_030, 0, 10_000_030, 3, True),
     ]
-    messages.append(Message("system", "<|endoftext|> special" * 20, metadata={"k": "v"}))
-    messages.append(Message("user", "message 3 " + "word " * 23))  # a repeat, counted once
-    assert count_tokens(messages, tok) == [message_tokens(m, tok) for m in messages]
-
-
-def test_put_event_json_matches_json_dumps() -> None:
-    import json
-
-    from memcli.simulate import PutEvent
-
-    for flag in (True, False):
-        event = PutEvent(1, 2, 3, 2, 40, 90, 1, 30, 2, flag)
-        assert json.loads(event.to_json()) == event.to_dict()
-        assert json.loads(event.to_json(run=3)) == {**event.to_dict(), "run": 3}
+    for run in (None, 0, 3):
+        extra = {} if run is None else {"run": run}
+        expected = "".join(json.dumps({**e.to_dict(), **extra}) + "\n" for e in events)
+        assert events_json(events, run) == expected
+    assert events_json([]) == ""

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli import ConfigError, Message, TiktokenTokenizer
-from memcli.tokens import message_tokens
+from memcli import ConfigError, Message, TiktokenTokenizer, WordTokenizer
+from memcli.tokens import count_contents, count_messages, count_texts, message_tokens
 
 
 def test_cl100k_counts() -> None:
@@ -76,66 +74,57 @@ ENCODINGS = ["cl100k_base", "o200k_base", "p50k_base"]
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-def test_count_many_counts_each_text_as_count_does(encoding: str) -> None:
+def test_count_is_tiktokens_count_with_special_tokens_allowed(encoding: str) -> None:
+    import tiktoken
+
     tokenizer = TiktokenTokenizer(encoding)
-    texts = TRICKY + TRICKY[::-1]
-    expected = [tokenizer.count(t) for t in texts]
-    assert tokenizer.count_many(texts) == expected
-    assert tokenizer.count_joined(texts) == expected
-    assert tokenizer.count_many([]) == tokenizer.count_joined([]) == []
+    tokenizer.count("load")  # loads the encoding offline (TIKTOKEN_CACHE_DIR)
+    reference = tiktoken.get_encoding(encoding)
+    for text in TRICKY:
+        assert tokenizer.count(text) == len(reference.encode(text, allowed_special="all")), text
 
 
-# Words of every kind the encodings' regexes tell apart (letters by case, marks, digits,
-# apostrophes, punctuation, symbols), joined by every kind of white space, one space most often.
-_WORD = st.text(
-    st.sampled_from("aZé'sStTdLlVvRrMm019!?.,-/_:;()\"\u0301\u00e9\u4e2d\U0001f642\u0394\u02b0"),
-    min_size=1,
-    max_size=6,
-)
-_SPACE = st.sampled_from(
-    [" "] * 6 + ["  ", "\n", " \n", "\n ", "\t", "\r\n", "\u00a0", "\x1c", "\u3000"]
-)
-_WORDS_TEXT = st.lists(st.tuples(_SPACE, _WORD), max_size=12).map(
-    lambda pairs: "".join(space + word for space, word in pairs)
-) | st.lists(st.tuples(_WORD, _SPACE), max_size=12).map(
-    lambda pairs: "".join(word + space for word, space in pairs)
-)
+class CountingTokenizer:
+    """Counts words, and remembers which texts it was asked to count."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def count(self, text: str) -> int:
+        self.asked.append(text)
+        return len(text.split())
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
-@given(texts=st.lists(_WORDS_TEXT, max_size=20))
-@settings(max_examples=300, deadline=None)
-def test_counting_word_by_word_is_exact_on_every_encoding(encoding: str, texts: list[str]) -> None:
-    tokenizer = TiktokenTokenizer(encoding)
-    assert tokenizer.count_many(texts) == [tokenizer.count(t) for t in texts]
+def test_count_texts_counts_each_distinct_text_once() -> None:
+    tokenizer = CountingTokenizer()
+    texts = ["ok", "a b c", "ok", "", "a b c", "ok"]
+    assert count_texts(texts, tokenizer) == [1, 3, 1, 0, 3, 1]
+    assert sorted(tokenizer.asked) == ["", "a b c", "ok"]
+    assert count_texts([], tokenizer) == []
 
 
-def test_texts_of_mostly_new_words_go_to_tiktoken_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memcli import tokens
-
-    monkeypatch.setattr(tokens, "BLOCK", 10)
-    joined: list[int] = []
-
-    class Spy(TiktokenTokenizer):
-        def count_joined(self, texts: Sequence[str]) -> list[int]:
-            joined.append(len(texts))
-            return super().count_joined(texts)
-
-    tokenizer = Spy()
-    prose = ["the cat sat on the mat, and then it slept"] * 30
-    assert tokenizer.count_many(prose) == [tokenizer.count(t) for t in prose]
-    assert joined == []  # a few words, each counted once
-    ids = [" ".join(str(100 + i * 8 + j) for j in range(8)) for i in range(40)]  # all new
-    assert tokenizer.count_many(prose + ids) == [tokenizer.count(t) for t in prose + ids]
-    assert joined == [30]  # the first share of ids (10) was counted word by word, the rest whole
-
-
-_PIECES = st.sampled_from([" ", "\n", "\r", "\t", "'s", "1", "!", "<|", "|>", "<|endoftext|>"])
-_TEXT = st.lists(st.text(max_size=8) | _PIECES, max_size=8).map("".join)
-
-
-@given(st.lists(_TEXT, max_size=30))
-@settings(max_examples=300, deadline=None)
-def test_count_many_matches_count_on_any_texts(texts: list[str]) -> None:
+@given(st.lists(st.text(max_size=12) | st.sampled_from(TRICKY), max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_count_texts_is_count_of_each_text(texts: list[str]) -> None:
     tokenizer = TiktokenTokenizer()
-    assert tokenizer.count_many(texts) == [tokenizer.count(t) for t in texts]
+    assert count_texts(texts, tokenizer) == [tokenizer.count(t) for t in texts]
+
+
+def test_count_contents_adds_metadata_where_given() -> None:
+    tokenizer = WordTokenizer()
+    got = count_contents(["a b", "c", "d e f"], {1: "{'k': 'v w'}"}, tokenizer)
+    assert got == [2, 1 + 3, 3]
+
+
+def test_count_messages_is_content_plus_metadata_text() -> None:
+    tok = TiktokenTokenizer()
+    messages = [
+        Message("user", "hello there <|endoftext|>"),
+        Message("assistant", ""),
+        Message("tool", "42", metadata={"tool": "calc", "n": 1}),
+        Message("user", "hello there <|endoftext|>"),
+    ]
+    expected = [tok.count(m.content) + (tok.count(str(m.metadata)) if m.metadata else 0)
+                for m in messages]  # fmt: skip
+    assert count_messages(messages, tok) == expected
+    assert [message_tokens(m, tok) for m in messages] == expected

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import gc
 import sys
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -101,7 +101,7 @@ def flush_command(
       memcli simulate flush --session demo --flush-size 200 --png budget.png
     """
     from memcli.errors import UsageError
-    from memcli.simulate import simulate_many
+    from memcli.simulate import budgets, simulate_many
     from memcli.transcripts import PUT_MODES
 
     if put not in PUT_MODES:
@@ -116,17 +116,11 @@ def flush_command(
     sizes = parse_list(flush_size, int, "--flush-size")
     s = common.settings(ctx)
     if session is None:  # bad values fail before a long transcript is read
-        budget_list = _budgets(s, None, limits, ratios, sizes)
-    # A replay makes a few objects per message and frees none of them in cycles: the cyclic
-    # garbage collector would only walk them, over and over (a tenth of a long replay's time).
-    gc.disable()
-    try:
-        replay, info = _load(s, source, session, put)
-        if session is not None:  # values left out come from the session
-            budget_list = _budgets(s, info, limits, ratios, sizes)
-        _show(simulate_many(replay, budget_list), put, json_, png, timeline, rows, chart)
-    finally:
-        gc.enable()
+        budget_list = budgets(limits, ratios, sizes, partial(common.budget_for, s, None))
+    replay, info = _load(s, source, session, put)
+    if session is not None:  # values left out come from the session
+        budget_list = budgets(limits, ratios, sizes, partial(common.budget_for, s, info))
+    _show(simulate_many(replay, budget_list), put, json_, png, timeline, rows, chart)
 
 
 def _show(
@@ -213,17 +207,6 @@ def _load(s: Any, source: str | None, session: str | None, put: str) -> tuple[Re
     return replay, None
 
 
-def _budgets(
-    s: Any, info: Any, limits: list[Any], ratios: list[Any], sizes: list[Any]
-) -> list[Budget]:
-    budgets = []
-    for limit in limits:
-        for share in ratios:
-            for size in sizes:
-                budgets.append(common.budget_for(s, info, limit, share, size))
-    return budgets
-
-
 def _label(b: Budget) -> str:
     return f"limit {b.token_limit:,}, ratio {b.chat_history_token_ratio:g}, flush size {b.flush_size:,}"
 
@@ -232,28 +215,13 @@ def _label(b: Budget) -> str:
 
 
 def _emit_json(sims: Sequence[Simulation], put: str) -> None:
-    from memcli.forked import Forked, can_fork
     from memcli.simulate import events_json
 
     write = sys.stdout.write
     for run, sim in enumerate(sims):
-        events = sim.events
-        half = len(events) // 2
-        if half >= PARALLEL_EVENTS and can_fork():  # a second core writes the second half
-            with Forked(events_json, events[half:], run) as rest:
-                write(events_json(events[:half], run))
-            write(rest.result())
-        else:
-            write(events_json(events, run))
-        summary = sim.summary.to_dict()
-        summary["put"] = put
-        summary["run"] = run
-        write(output.json_line(summary) + "\n")
+        write(events_json(sim.events, run))
+        write(output.json_line({**sim.summary.to_dict(), "put": put, "run": run}) + "\n")
     sys.stdout.flush()
-
-
-#: A replay of at least twice this many events has its JSON Lines written by two processes.
-PARALLEL_EVENTS = 20_000
 
 
 # -- people ---------------------------------------------------------------------------------------
