@@ -1,19 +1,15 @@
-"""VectorBlock and vector search: real MiniLM, real FAISS, real SQLite files."""
+"""VectorBlock: real MiniLM (ONNX Runtime), real FAISS, real SQLite files."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from memcli import Memory, Message, SQLiteStore, VectorBlock
 from memcli.embeddings import HashEmbedder
-from memcli.store import longterm
-from memcli.vectors import VectorIndex, batch_text, search
 
 pytestmark = pytest.mark.slow
 
@@ -109,88 +105,10 @@ def test_memory_survives_a_restart_in_a_new_process(tmp_path: Path, minilm) -> N
     assert "Porto" in out.stdout
 
 
-def store_flushed_batches(store: SQLiteStore, embedder, session: str, user: str) -> None:
-    """The flushed batches as memcli.vectors entries (the block itself now indexes messages)."""
-    from memcli.vectors import Batch, store_batches
-
-    by_flush: dict[int, list[Message]] = {}
-    for m in store.get_messages(session, status="archived"):
-        by_flush.setdefault(m.flush_id, []).append(m)
-    batches = [Batch(user, session, f, ms) for f, ms in by_flush.items()]
-    store_batches(store, embedder, "vector_memory", batches)
-
-
-def test_index_file_missing_or_corrupt_is_rebuilt(tmp_path: Path, minilm) -> None:
-    db = tmp_path / "m.db"
-    fill(chat(db, "s1", minilm))
-    store = SQLiteStore(db)
-    store_flushed_batches(store, minilm, "s1", "ana")
-    index = VectorIndex(store, "vector_memory")
-    assert index.path is not None and index.sidecar is not None
-    hits = search(store, minilm, "cello lessons", user_id="ana", k=1, index=index)
-    assert index.path.is_file() and index.sidecar.is_file()
-    assert "cello" in hits[0].text
-    count = json.loads(index.sidecar.read_text())["count"]
-    assert count == longterm.piece_stats(store, "vector_memory")[0]
-
-    index.path.unlink()
-    fresh = VectorIndex(store, "vector_memory")
-    assert (
-        "cello" in search(store, minilm, "cello lessons", user_id="ana", k=1, index=fresh)[0].text
-    )
-    assert fresh.rebuilt and index.path.is_file()
-
-    index.path.write_bytes(b"this is not a faiss index")
-    fresh = VectorIndex(store, "vector_memory")
-    assert (
-        "cello" in search(store, minilm, "cello lessons", user_id="ana", k=1, index=fresh)[0].text
-    )
-    assert fresh.rebuilt
-
-    # Stale: a new batch stored by someone else is picked up (extended, not rebuilt).
-    longterm.add_entries(
-        store,
-        "vector_memory",
-        [
-            longterm.NewEntry(
-                "ana",
-                "s9",
-                None,
-                "I collect vintage typewriters",
-                [],
-                minilm.embed(["I collect vintage typewriters"]),
-            )
-        ],
-    )
-    hits = search(store, minilm, "typewriter collection", user_id="ana", k=1, index=fresh)
-    assert hits[0].text == "I collect vintage typewriters" and not fresh.rebuilt
-
-
 def test_in_memory_database(minilm) -> None:
     memory = chat(None, "s1", minilm)
     fill(memory)
     assert "Rex" in memory.context("my dog's name?").memory_text
-
-
-def test_long_batch_is_split_and_its_tail_is_searchable(tmp_path: Path, minilm) -> None:
-    filler = " ".join(f"The weather report number {i} said it was cloudy." for i in range(60))
-    tail = "By the way, my passport number ends in 4471 and it expires in March."
-    store = SQLiteStore(tmp_path / "m.db")
-    store.create_session("s", "ana", 30000, 0.7, 3000)
-    from memcli.vectors import Batch, store_batches
-
-    messages = [Message("user", filler), Message("user", tail)]
-    assert store_batches(store, minilm, "vector_memory", [Batch("ana", "s", 1, messages)]) == 1
-    pieces = longterm.piece_stats(store, "vector_memory")[0]
-    assert pieces >= 3  # far beyond the model's 256-token window
-    split = minilm.split([batch_text(messages)])[0]
-    assert "".join(split) == batch_text(messages)
-    tokenizer = minilm.model.tokenizer
-    assert all(len(tokenizer(p, add_special_tokens=False)["input_ids"]) <= 254 for p in split)
-    hits = search(store, minilm, "when does my passport expire", user_id="ana", k=1)
-    assert len(hits) == 1 and hits[0].text.endswith("expires in March.</message>")
-    # Same flush again: not stored twice.
-    assert store_batches(store, minilm, "vector_memory", [Batch("ana", "s", 1, messages)]) == 0
 
 
 def test_put_many_embeds_in_one_call_and_search_dedups_batches(tmp_path: Path) -> None:
@@ -214,49 +132,6 @@ def test_put_many_embeds_in_one_call_and_search_dedups_batches(tmp_path: Path) -
     ids = [i for h in hits for i in h.message_ids]
     assert len(hits) == 3 and len(ids) == len(set(ids))
     assert hits == sorted(hits, key=lambda h: -h.score)
-
-
-def test_search_filters_by_user_and_session_with_many_users(tmp_path: Path) -> None:
-    embedder = HashEmbedder(dim=16)
-    store = SQLiteStore(tmp_path / "m.db")
-    rng = np.random.default_rng(0)
-    entries = []
-    for i in range(300):
-        vector = rng.normal(size=(1, 16)).astype("float32")
-        vector /= np.linalg.norm(vector)
-        entries.append(longterm.NewEntry(f"u{i % 3}", f"s{i % 6}", None, f"text {i}", [], vector))
-    longterm.add_entries(store, "vector_memory", entries)
-    hits = search(store, embedder, "text", user_id="u1", k=10)
-    assert len(hits) == 10 and all(int(h.text.split()[1]) % 3 == 1 for h in hits)
-    hits = search(store, embedder, "text", session_id="s4", k=100)
-    assert len(hits) == 50 and all(h.session_id == "s4" for h in hits)
-    assert search(store, embedder, "text", user_id="nobody", k=3) == []
-
-
-def test_stale_index_file_is_extended_or_rebuilt(tmp_path: Path) -> None:
-    embedder = HashEmbedder(dim=16)
-    store = SQLiteStore(tmp_path / "m.db")
-
-    def add(text: str) -> None:
-        entry = longterm.NewEntry("u", "s", None, text, [], embedder.embed([text]))
-        longterm.add_entries(store, "vector_memory", [entry])
-
-    add("alpha beta")
-    add("gamma delta")
-    first = VectorIndex(store, "vector_memory")
-    first.refresh()
-    assert first.rebuilt and first.count == 2
-    add("epsilon zeta")  # the file now covers less than SQLite
-    second = VectorIndex(store, "vector_memory")
-    hits = search(store, embedder, "epsilon zeta", user_id="u", k=1, index=second)
-    assert hits[0].text == "epsilon zeta" and not second.rebuilt and second.count == 3
-    # Rows gone from SQLite that the file still has: the file is stale, rebuilt.
-    store.execute("DELETE FROM vector_pieces WHERE id = 1")
-    store.execute("DELETE FROM vector_entries WHERE id = 1")
-    third = VectorIndex(store, "vector_memory")
-    hits = search(store, embedder, "alpha beta", user_id="u", k=3, index=third)
-    assert third.rebuilt and third.count == 2
-    assert "alpha beta" not in [h.text for h in hits]
 
 
 def test_reset_forgets_and_reused_flush_ids_are_processed(tmp_path: Path) -> None:
@@ -313,47 +188,41 @@ def test_import_embeds_in_bulk(tmp_path: Path) -> None:
     assert block.retriever(store).pending() == 0
 
 
-def test_quantised_index_finds_the_exact_top_k(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
-    rng = np.random.default_rng(1)
-    vectors = rng.normal(size=(3000, 384)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    entries = [
-        longterm.NewEntry("u", "s", None, f"batch {i}", [], vectors[i : i + 1]) for i in range(3000)
-    ]
-    ids = longterm.add_entries(store, "vector_memory", entries)
-    index = VectorIndex(store, "vector_memory")
-    for q in range(20):
-        query = vectors[q * 7] + rng.normal(scale=0.05, size=384).astype(np.float32)
-        query /= np.linalg.norm(query)
-        exact = np.argsort(-(vectors @ query))[:5]
-        found = index.search(query, user_id="u", k=5)
-        assert [entry for entry, _ in found] == [ids[i] for i in exact]
-        assert np.allclose([score for _, score in found], (vectors @ query)[exact], atol=1e-5)
+def test_a_long_message_is_stored_in_pieces_and_its_tail_is_found(tmp_path: Path, minilm) -> None:
+    filler = " ".join(f"The weather report number {i} said it was cloudy." for i in range(60))
+    tail = "By the way, my passport number ends in 4471 and it expires in March."
+    memory = chat(tmp_path / "m.db", "s", minilm)
+    block = memory.memory_blocks[0]
+    memory.put_messages([Message("user", f"{filler} {tail}"), Message("assistant", "Noted.")])
+    for i in range(6):
+        memory.put_messages([Message("user", f"small talk {i}"), Message("assistant", "sure")])
+    memory.context("When does my passport expire?")
+    assert "expires in March." in block.last_hits[0].text  # too long for the context budget
+    retriever = block.retriever(memory.store)
+    # Found by its last piece's vector alone, not only by its words.
+    (hit,) = retriever.search("When does my passport expire?", k=1, mode="vector").hits
+    assert "weather report number 0 " in hit.text and "4471" in hit.text
+    # Far beyond the model's 256-token window: several vectors, none of them cut off.
+    (pieces,) = memory.store.execute(
+        "SELECT COUNT(*) FROM retrieval_vectors WHERE model = ? GROUP BY message_id"
+        " ORDER BY COUNT(*) DESC LIMIT 1",
+        (retriever.model,),
+    ).fetchone()
+    assert pieces >= 3
 
 
-def test_queries_go_to_the_query_embedder(tmp_path: Path) -> None:
-    from memcli.errors import ConfigError
-    from memcli.retrieval import Retriever
-
-    embedder, queries = HashEmbedder(dim=32, max_tokens=8), HashEmbedder(dim=32, max_tokens=8)
-    block = VectorBlock(embedder=embedder, query_embedder=queries, similarity_top_k=2)
+def test_stored_messages_and_queries_share_one_embedder(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=32, max_tokens=8)
+    block = VectorBlock(embedder=embedder, similarity_top_k=2)
     memory = small(tmp_path, block)
     for i in range(12):
         memory.put_messages([Message("user", f"apple banana {i} " * 3), Message("assistant", "ok")])
-    assert embedder.calls and not queries.calls  # stored messages: the embedder
+    assert embedder.calls  # the stored messages
     embedder.calls.clear()
     memory.context("apple banana")
-    assert queries.calls and not embedder.calls  # the query: the query embedder
-    assert block.last_hits
-    calls = len(queries.calls)
+    assert embedder.calls and block.last_hits  # the query, by the same embedder
+    calls = len(embedder.calls)
     memory.context("apple banana")  # the same window: every message's vector is kept
-    assert len(queries.calls) == calls and block.last_hits
+    assert len(embedder.calls) == calls and block.last_hits
     memory.context("cherry")  # a new input: only it is embedded
-    assert queries.calls[calls:] == [1]
-
-    class Other(HashEmbedder):
-        name = "other"
-
-    with pytest.raises(ConfigError, match="query embedder"):
-        Retriever(memory.store, embedder, query_embedder=Other())
+    assert embedder.calls[calls:] == [1]
