@@ -57,10 +57,11 @@ class Retriever:
         self.embedder = embedder
         self.options = options or SearchOptions()
         # The vectors depend on the embedder (its name: the model and how it splits texts) and on
-        # how units are made: both name them ("named+0":
-        # the message alone; "sum+N": summed with the N before it. Stores made before this hold
-        # "named+N" vectors, of the N messages and the message embedded as one text: they are
-        # not searched, and the messages are embedded again).
+        # how units are made: both name them ("named+0": the message alone; "sum+N": summed with
+        # the N before it). Vectors under another key are not searched, and the messages are
+        # embedded again: older stores hold "named+N" vectors (the N messages and the message
+        # embedded as one text) or vectors of plain "all-MiniLM-L6-v2" (two runtimes, two
+        # splitters; now "all-MiniLM-L6-v2:onnx").
         context = self.options.vector_context
         self.model = f"{embedder.name}/{'sum' if context else 'named'}+{context}"
         self.vectors = MessageVectors(store, self.model)
