@@ -1,16 +1,19 @@
-"""Speed of long-term memory: importing with the vector block, and vector queries.
+"""Speed of long-term memory on the live path: importing with the vector block, and vector queries.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/blocks.py [--messages 10000] [--batches 100000]
-        [--engine st|onnx] [--options '{"vector_context": 1}']
+    PYTHONPATH=. .venv/bin/python benchmarks/blocks.py [--messages 10000] [--stored 100000]
+        [--options '{"vector_context": 1}']
 
-1. Import N messages (one put call per message, as `memcli import` does) with the vector block,
-   against sentence-transformers alone embedding the same batch texts (the issue's reference) and
-   the message texts the block really embeds (each message once; `--engine onnx` also times ONNX
-   Runtime alone on them). The models are loaded before the timings. Goal: at most 1.3x.
-2. A vector query over M stored batches in the batch-level index of `memcli.vectors` (synthetic
-   random unit vectors; the query is embedded by the real model), once the model is loaded. Since
-   hybrid retrieval (#6) the vector block searches messages instead: that path (`VectorBlock.get`)
-   is timed warm over 100,000 batches (1,000,000 messages) by `cold_search.py --warm N`.
+1. Import N messages (one put call per message, as `memcli import` does) with the vector block
+   (memcli.OnnxEmbedder, as the CLI), against the same import without blocks and against the
+   model alone embedding what the block embeds (each stored message's `Name: text` once, split
+   to fit the window). The model is loaded before the timings. Goal: the block adds at most 1.3x
+   the model's own time.
+2. A vector query over M stored messages through `Retriever.search(mode="vector")`, the dense
+   side of the vector block and `memcli search` (synthetic random unit vectors stored as the
+   Retriever stores them; the query is embedded by the real model), once the model and the index
+   are loaded: with a user filter, with a one-session filter, and split into embedding the query
+   and the FAISS search. `cold_search.py` times the whole block and a fresh process per query
+   over 1,000,000 messages.
 """
 
 from __future__ import annotations
@@ -27,15 +30,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from memcli import Budget, Memory, Message, SQLiteStore, VectorBlock  # noqa: E402
-from memcli.embeddings import SentenceTransformerEmbedder  # noqa: E402
-from memcli.store import longterm  # noqa: E402
+from memcli import Budget, Memory, Message, OnnxEmbedder, SQLiteStore, VectorBlock  # noqa: E402
+from memcli.retrieval import Retriever  # noqa: E402
+from memcli.store import retrieval as sql  # noqa: E402
+from memcli.store.base import NewMessage  # noqa: E402
 from memcli.transcripts import Record, import_records  # noqa: E402
-from memcli.vectors import VectorIndex, batch_text, search  # noqa: E402
 
 TOPICS = [
     "my sister's wedding in Lisbon",
@@ -47,6 +49,7 @@ TOPICS = [
     "my grandmother's garden",
     "a trip to Kyoto in the spring",
 ]
+WORDS = ["cello", "wedding", "hospital", "garden", "marathon", "Kyoto", "servers", "bread"]
 
 
 def message(i: int, rng: random.Random) -> Message:
@@ -60,16 +63,7 @@ def message(i: int, rng: random.Random) -> Message:
     return Message("assistant", f"Thanks for sharing that about {topic}. What happened next? ({i})")
 
 
-def bench_import(
-    n: int,
-    st: SentenceTransformerEmbedder,
-    limit: int,
-    flush: int,
-    engine: Any = None,
-    options: Any = None,
-) -> None:
-    """`engine`: the block's embedder (default: `st`); the reference is always `st` alone."""
-    embedder = engine or st
+def bench_import(n: int, embedder: OnnxEmbedder, limit: int, flush: int, options: Any) -> None:
     rng = random.Random(7)
     records = [Record(i + 1, [message(i, rng)], "bench") for i in range(n)]
     folder = Path(tempfile.mkdtemp())
@@ -93,160 +87,109 @@ def bench_import(
     print(f"1. Import {n:,} messages (token_limit {limit}, flush size {flush})")
     plain, _ = run(False)
     with_vectors, store = run(True)
-    texts = [batch_text(longterm.flush_messages(store, f.id)) for f in store.list_flushes("bench")]
-    # What the block really embeds: each stored message's `Name: text` once (its vector is then
-    # summed with the previous message's, `Retriever._embed`), split to fit the model's window.
-    from memcli.retrieval import Retriever
-    from memcli.store import retrieval as sql
-
+    # What the block embeds: each stored message's `Name: text` once (its vector is then summed
+    # with the previous message's, `Retriever._embed`), split to fit the model's window.
     retriever = Retriever(store, embedder, options)
-    units = retriever.texts(sql.pending_units(store, "none", n + 1))
-    texts_embedded = list(dict.fromkeys([t for own, before in units for t in (own, *before)]))
-    pieces = [p for ps in st.split(texts_embedded) for p in ps]
-    model = st.model
+    embedded = n - sql.pending_count(store, retriever.model)
+    units = retriever.texts(sql.pending_units(store, "none", n + 1)[:embedded])
+    texts = list(dict.fromkeys([t for own, before in units for t in (own, *before)]))
     start = time.perf_counter()
-    model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
+    pieces = [p for ps in embedder.split(texts) for p in ps]
+    embedder.embed(pieces)
     alone = time.perf_counter() - start
-    start = time.perf_counter()
-    model.encode(pieces, batch_size=64, normalize_embeddings=True, show_progress_bar=False)
-    alone_pieces = time.perf_counter() - start
+    print(f"  the model alone on the {len(pieces):,} texts the block embedded: {alone:.2f} s")
     print(
-        f"  sentence-transformers alone, the {len(texts)} batch texts (cut at 256 tokens):"
-        f" {alone:.2f} s"
+        f"  import with the vector block - without blocks = {with_vectors - plain:.2f} s:"
+        f" {(with_vectors - plain) / alone:.2f}x the model alone"
     )
-    print(
-        f"  sentence-transformers alone, the {len(pieces)} message texts the block embeds:"
-        f" {alone_pieces:.2f} s"
-    )
-    if embedder is not st:
-        start = time.perf_counter()
-        embedder.embed(pieces)
-        print(
-            f"  {type(embedder).__name__} alone, the same units: {time.perf_counter() - start:.2f} s"
-        )
-    print(f"  import with the vector block / ST alone on batch texts: {with_vectors / alone:.2f}x")
-    print(
-        f"  import with the vector block / ST alone on the same units:"
-        f" {with_vectors / alone_pieces:.2f}x"
-    )
-    print(f"  engine overhead (import without blocks): {plain:.2f} s")
     print(f"  load average after: {os.getloadavg()[0]:.2f}")
 
 
-def bench_query(m: int, embedder: SentenceTransformerEmbedder, queries: int = 50) -> None:
-    print(f"2. Vector query over {m:,} stored batches (synthetic unit vectors, real query model)")
-    folder = Path(tempfile.mkdtemp())
-    store = SQLiteStore(folder / "query.db")
+def store_synthetic(store: SQLiteStore, model: str, m: int, sessions: int = 100) -> None:
+    """`m` short messages in `sessions` sessions of one user, each with a random unit vector
+    stored as the Retriever stores a message's (piece 0)."""
     rng = np.random.default_rng(0)
-    dim = embedder.dim
-    start = time.perf_counter()
-    for chunk in range(0, m, 10_000):
-        size = min(10_000, m - chunk)
-        vectors = rng.normal(size=(size, dim)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        entries = [
-            longterm.NewEntry(
-                "default",
-                f"s{(chunk + i) % 100}",
-                None,
-                f"batch {chunk + i}",
-                [],
-                vectors[i : i + 1],
-            )
-            for i in range(size)
+    per_session = m // sessions
+    for s in range(sessions):
+        session_id = f"s{s}"
+        store.create_session(session_id, "default", 30000, 0.7, 3000)
+        new = [
+            NewMessage(Message("user", f"message {i} about the {WORDS[i % len(WORDS)]}"), 6)
+            for i in range(per_session)
         ]
-        longterm.add_entries(store, "vector_memory", entries)
+        vectors = rng.normal(size=(per_session, 384)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        with store.transaction():
+            ids = store.append_messages(session_id, new)
+            rows = [(i, 0, 384, v.tobytes()) for i, v in zip(ids, vectors, strict=True)]
+            sql.add_vectors(store, model, rows, ids[-1])
+
+
+def median_ms(times: list[float]) -> str:
+    return f"median {statistics.median(times) * 1000:.1f} ms, max {max(times) * 1000:.1f} ms"
+
+
+def bench_query(m: int, embedder: OnnxEmbedder, queries: int = 50) -> None:
+    print(f"2. Vector query over {m:,} stored messages (synthetic unit vectors, real query model)")
+    store = SQLiteStore(Path(tempfile.mkdtemp()) / "query.db")
+    start = time.perf_counter()
+    store_synthetic(store, Retriever(store, embedder).model, m)
     print(f"  stored in SQLite: {time.perf_counter() - start:.1f} s")
-    index = VectorIndex(store, "vector_memory")
     start = time.perf_counter()
-    index.refresh()
+    Retriever(store, embedder).search("build the index", k=1, mode="vector")
     print(f"  FAISS index built from SQLite and written: {time.perf_counter() - start:.2f} s")
+    retriever = Retriever(store, embedder)  # a new process's: loads the file
     start = time.perf_counter()
-    cold = VectorIndex(store, "vector_memory")
-    cold.refresh()
-    print(
-        f"  index loaded from its file (a new process): {(time.perf_counter() - start) * 1000:.0f} ms"
-    )
-    words = ["cello", "wedding", "hospital", "garden", "marathon", "Kyoto", "servers", "bread"]
-    times = []
-    for q in range(queries):
-        text = f"what did I say about the {words[q % len(words)]} last time? ({q})"
-        start = time.perf_counter()
-        hits = search(store, embedder, text, user_id="default", k=2, index=index)
-        times.append((time.perf_counter() - start) * 1000)
-        assert len(hits) == 2
-    print(
-        f"  search(k=2), user filter: median {statistics.median(times):.1f} ms, "
-        f"p90 {sorted(times)[int(queries * 0.9)]:.1f} ms, max {max(times):.1f} ms"
-    )
-    times = []
-    for q in range(queries):
-        start = time.perf_counter()
-        search(store, embedder, f"the {words[q % len(words)]}", session_id="s7", k=2, index=index)
-        times.append((time.perf_counter() - start) * 1000)
-    print(
-        f"  search(k=2), one session of 100 (1% of the batches): median {statistics.median(times):.1f} ms"
-    )
+    retriever.vectors.refresh()
+    print(f"  index loaded from its file: {(time.perf_counter() - start) * 1000:.0f} ms")
+    for label, user, session in (("user filter", "default", None), ("one session", None, "s7")):
+        times = []
+        for q in range(queries):
+            text = f"what did I say about the {WORDS[q % len(WORDS)]} last time? ({q})"
+            start = time.perf_counter()
+            hits = retriever.search(text, k=2, mode="vector", user_id=user, session_id=session).hits
+            times.append(time.perf_counter() - start)
+            assert len(hits) == 2
+        print(f"  search(k=2, mode='vector'), {label}: {median_ms(times)}")
     embed_times, rest_times = [], []
     for q in range(queries):
         start = time.perf_counter()
-        vector = embedder.embed([f"what did I say about the {words[q % len(words)]}? ({q})"])[0]
+        vector = embedder.embed([f"what did I say about the {WORDS[q % len(WORDS)]}? ({q})"])[0]
         middle = time.perf_counter()
-        found = index.search(vector, user_id="default", k=2)
-        longterm.get_entries(store, [e for e, _ in found])
-        end = time.perf_counter()
-        embed_times.append((middle - start) * 1000)
-        rest_times.append((end - middle) * 1000)
-    print(
-        f"  of which embedding the query (the model): median {statistics.median(embed_times):.1f} ms"
-    )
-    print(
-        f"  of which FAISS search + SQLite fetch: median {statistics.median(rest_times):.1f} ms, "
-        f"max {max(rest_times):.1f} ms"
-    )
+        retriever.vectors.search(vector, sql.Scope(user_id="default"), retriever.options.candidates)
+        embed_times.append(middle - start)
+        rest_times.append(time.perf_counter() - middle)
+    print(f"  of which embedding the query (the model): {median_ms(embed_times)}")
+    print(f"  of which the FAISS search: {median_ms(rest_times)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--messages", type=int, default=10_000)
-    parser.add_argument("--batches", type=int, default=100_000)
+    parser.add_argument("--messages", type=int, default=10_000, help="messages to import")
+    parser.add_argument("--stored", type=int, default=100_000, help="messages to query over")
     parser.add_argument("--token-limit", type=int, default=2000)
     parser.add_argument("--flush-size", type=int, default=200)
-    parser.add_argument(
-        "--engine",
-        choices=["onnx", "st"],
-        default="st",
-        help="the block's embedder (the CLI's vector block uses sentence-transformers);"
-        " the reference is always sentence-transformers alone",
-    )
     parser.add_argument("--options", help="SearchOptions overrides as JSON")
     parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE")
-        or str(Path(os.environ.get("MEMCLI_HOME", Path.home() / ".cache" / "memcli")) / "models"),
-        help="folder for the exported ONNX model",
+        default=os.environ.get("MEMCLI_MODEL_CACHE"),
+        help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     args = parser.parse_args()
-    embedder = SentenceTransformerEmbedder()
+    embedder = OnnxEmbedder(args.model_cache)
     start = time.perf_counter()
     embedder.embed(["load the model"])
     print(f"model loaded in {time.perf_counter() - start:.1f} s (not counted below)")
-    engine = None
-    if args.engine == "onnx":
-        from memcli.onnx_embedder import OnnxEmbedder
-
-        engine = OnnxEmbedder(args.model_cache)
-        engine.embed(["load the model"])
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     if args.messages:
         from memcli.ranking import SearchOptions
 
         options = SearchOptions(**json.loads(args.options)) if args.options else None
-        bench_import(args.messages, embedder, args.token_limit, args.flush_size, engine, options)
-    if args.batches:
-        bench_query(args.batches, embedder)
+        bench_import(args.messages, embedder, args.token_limit, args.flush_size, options)
+    if args.stored:
+        bench_query(args.stored, embedder)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ QUERIES = [
 ]
 
 
-def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str) -> None:
+def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str | None) -> None:
     import numpy as np
     from locomo import DEFAULT_DATA, transcript
 
@@ -140,12 +140,12 @@ from memcli.onnx_embedder import OnnxEmbedder
 from memcli.retrieval import Retriever
 from memcli.store.sqlite import SQLiteStore
 store = SQLiteStore(sys.argv[1])
-result = Retriever(store, OnnxEmbedder(sys.argv[2])).search(sys.argv[3], k=5, user_id="user3")
+result = Retriever(store, OnnxEmbedder(sys.argv[2] or None)).search(sys.argv[3], k=5, user_id="user3")
 print(len(result.hits), result.pending)
 """
 
 
-def measure(db: Path, cache: str, command: str | None, runs: int) -> list[float]:
+def measure(db: Path, cache: str | None, command: str | None, runs: int) -> list[float]:
     times = []
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for i in range(runs):
@@ -153,7 +153,7 @@ def measure(db: Path, cache: str, command: str | None, runs: int) -> list[float]
         if command:
             argv = [*command.split(), query]
         else:
-            argv = [sys.executable, "-c", SEARCH, str(db), cache, query]
+            argv = [sys.executable, "-c", SEARCH, str(db), cache or "", query]
         started = time.perf_counter()
         done = subprocess.run(argv, capture_output=True, text=True, env=env)
         elapsed = time.perf_counter() - started
@@ -165,7 +165,7 @@ def measure(db: Path, cache: str, command: str | None, runs: int) -> list[float]
 
 
 def warm(
-    db: Path, cache: str, runs: int, threads: int | None, engine: str, options: str | None = None
+    db: Path, cache: str | None, runs: int, threads: int | None, options: str | None = None
 ) -> dict[str, list[float]]:
     """The vector block's query in one process once the model and index are loaded (what a chat
     turn pays): `VectorBlock.get` as `Memory.get` calls it, for user3 (scope "user", k = 2,
@@ -188,16 +188,11 @@ def warm(
         turns += [t["text"] for n in range(1, 40) for t in conv.get(f"session_{n}", [])]
     random.Random(3).shuffle(questions)
     store = SQLiteStore(db)
-    if engine == "st":
-        from memcli.embeddings import SentenceTransformerEmbedder
-
-        embedder: object = SentenceTransformerEmbedder()
-    else:
-        embedder = OnnxEmbedder(Path(cache), threads=threads)
+    embedder = OnnxEmbedder(cache, threads=threads)
     from memcli.ranking import SearchOptions
 
     search_options = SearchOptions(**json.loads(options)) if options else None
-    block = VectorBlock(embedder=embedder, search_options=search_options)  # type: ignore[arg-type]
+    block = VectorBlock(embedder=embedder, search_options=search_options)
     ctx = BlockContext("s00003", "user3", store, WordTokenizer())
     block.get([Message("user", QUERIES[0])], ctx)  # loads the model and the index
     times: dict[str, list[float]] = {
@@ -228,9 +223,10 @@ def warm(
     return times
 
 
-def rekey(db: Path, cache: str) -> None:
+def rekey(db: Path, cache: str | None) -> None:
     """Give a store built by an earlier version of this benchmark the current model key (its
-    vectors are synthetic: only their number and layout matter to the timings)."""
+    vectors are synthetic: only their number and layout matter to the timings). A real store of
+    an older key is embedded again instead (the key names how its vectors were made)."""
     from memcli.onnx_embedder import OnnxEmbedder
     from memcli.retrieval import Retriever
     from memcli.store.sqlite import SQLiteStore
@@ -265,16 +261,9 @@ def main() -> int:
         "--threads", type=int, default=None, help="ONNX Runtime threads for the warm queries"
     )
     parser.add_argument(
-        "--engine",
-        choices=["onnx", "st"],
-        default="onnx",
-        help="the block's embedder for the warm queries (onnx as `memcli search`, st as the CLI's"
-        " vector block)",
-    )
-    parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE")
-        or str(Path(os.environ.get("MEMCLI_HOME", Path.home() / ".cache" / "memcli")) / "models"),
+        default=os.environ.get("MEMCLI_MODEL_CACHE"),
+        help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     parser.add_argument("--options", help="SearchOptions overrides (JSON) for the warm queries")
     parser.add_argument(
@@ -291,11 +280,11 @@ def main() -> int:
         print(f"cold search: median {statistics.median(times):.3f} s, max {max(times):.3f} s")
     if args.warm:
         load = os.getloadavg()[0]
-        shapes = warm(args.db, args.model_cache, args.warm, args.threads, args.engine, args.options)
+        shapes = warm(args.db, args.model_cache, args.warm, args.threads, args.options)
         for shape, times in shapes.items():
             hot = sorted(times)
             print(
-                f"warm vector block query, {args.engine} ({shape}): median {statistics.median(hot) * 1000:.1f} ms,"
+                f"warm vector block query ({shape}): median {statistics.median(hot) * 1000:.1f} ms,"
                 f" p90 {hot[int(len(hot) * 0.9)] * 1000:.1f} ms over {len(hot)} queries"
                 f" (load average {load:.2f} before)"
             )

@@ -265,9 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brief", action="store_true", help="overall rows only")
     parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE")
-        or str(Path(os.environ.get("MEMCLI_HOME", Path.home() / ".cache" / "memcli")) / "models"),
-        help="folder for the exported ONNX model",
+        default=os.environ.get("MEMCLI_MODEL_CACHE"),
+        help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     args = parser.parse_args(argv)
     report = run(args)

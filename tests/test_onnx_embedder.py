@@ -1,4 +1,4 @@
-"""The ONNX Runtime path gives the embeddings sentence-transformers gives; the recall harness runs."""
+"""The ONNX Runtime model gives the embeddings sentence-transformers gives; the recall harness runs."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memcli.onnx_embedder import OnnxEmbedder, bundled_model_dir, cut
+from memcli.onnx_embedder import OnnxEmbedder, bundled_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
+LONG = " ".join(
+    f"Sentence {i} is about cellos, kayaks and a puppy called Biscuit." for i in range(40)
+)
 TEXTS = [
     "Hello there",
     "I went to a LGBTQ support group yesterday and it was so powerful.",
@@ -22,51 +25,43 @@ TEXTS = [
     "What's the date? 2023-05-08T13:56:00Z, $1,234.56 & 100% <b>tags</b>",
     "A much longer passage. " * 20,
     "Caroline: Yes, last May!\nMelanie: That's wonderful, how was it?",
+    LONG,  # far beyond the 256-token window: both truncate it the same way
 ]
 
 
-@pytest.fixture(scope="session")
-def onnx(tmp_path_factory: pytest.TempPathFactory) -> OnnxEmbedder:
-    """Exported once per test session (needs torch and onnx, as the first real use does)."""
-    return OnnxEmbedder(tmp_path_factory.mktemp("models"))
-
-
 @pytest.mark.slow
-def test_onnx_matches_sentence_transformers(onnx: OnnxEmbedder) -> None:
+def test_onnx_matches_sentence_transformers(minilm: OnnxEmbedder) -> None:
+    """The only use of sentence-transformers: the reference the ONNX vectors must match."""
     from sentence_transformers import SentenceTransformer
 
+    assert max(minilm.count([LONG])) > 256
+    pieces = minilm.split([LONG])[0]  # what storing and querying embed of a long text
+    texts = [*TEXTS, *pieces]
     reference = SentenceTransformer(str(bundled_model_dir()), device="cpu")
-    ours = onnx.embed(TEXTS)
-    theirs = reference.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
-    assert ours.shape == (len(TEXTS), 384) and ours.dtype == np.float32
+    ours = minilm.embed(texts)
+    theirs = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
     assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
     cosines = (ours * theirs).sum(axis=1)
     assert cosines.min() > 0.999, cosines
     # a batch and one text at a time agree (padding changes nothing)
-    one = np.vstack([onnx.embed([t]) for t in TEXTS[:3]])
+    one = np.vstack([minilm.embed([t]) for t in TEXTS[:3]])
     assert np.allclose(one, ours[:3], atol=1e-5)
-    assert onnx.is_exported
+    assert minilm.is_exported
 
 
 @pytest.mark.slow
-def test_split_keeps_every_character_within_the_window(onnx: OnnxEmbedder) -> None:
+def test_split_keeps_every_character_within_the_window(minilm: OnnxEmbedder) -> None:
     text = "One sentence about cellos. " * 120 + "The very last words."
-    pieces = onnx.split([text, "short"])
+    pieces = minilm.split([text, "short"])
     assert pieces[1] == ["short"]
     assert len(pieces[0]) > 1 and "".join(pieces[0]) == text
-    assert max(onnx.count(pieces[0])) <= onnx.max_tokens
+    assert max(minilm.count(pieces[0])) <= minilm.max_tokens
     assert pieces[0][0].endswith(". ")  # cut after a sentence, not inside a word
 
 
-def test_cut_without_a_model() -> None:
-    text = "aa bb cc dd ee"
-    offsets = [(0, 2), (3, 5), (6, 8), (9, 11), (12, 14)]
-    assert cut(text, offsets, 2) == ["aa bb ", "cc dd ", "ee"]
-    assert cut(text, offsets, 10) == [text]
-
-
 @pytest.mark.slow
-def test_locomo_recall_harness_on_a_slice(onnx: OnnxEmbedder, tmp_path: Path) -> None:
+def test_locomo_recall_harness_on_a_slice(minilm: OnnxEmbedder) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import locomo
 
@@ -78,7 +73,7 @@ def test_locomo_recall_harness_on_a_slice(onnx: OnnxEmbedder, tmp_path: Path) ->
         turns=60,
         depth=20,
         options=None,
-        model_cache=str(onnx.cache_dir),
+        model_cache=str(minilm.cache_dir),
     )
     report = locomo.run(args)
     assert set(report["variants"]) == {"hybrid", "vector", "lexical"}

@@ -367,6 +367,24 @@ def test_prune_drops_vectors_of_other_settings_only(store: SQLiteStore) -> None:
     assert two.search("cello", k=1, mode="vector").hits
 
 
+def test_vectors_of_the_older_runtimes_are_embedded_again(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    """Before issue 11, `import` stored MiniLM vectors made by sentence-transformers and `search`
+    by ONNX Runtime, with two splitters, under one key: they are not searched, but made again."""
+    from memcli import OnnxEmbedder
+
+    class Older(WordsEmbedder):
+        name = "all-MiniLM-L6-v2"
+
+    add(store, "s1", "u1", CHAT)
+    assert Retriever(store, Older()).index() == len(CHAT)
+    current = Retriever(store, OnnxEmbedder(tmp_path))  # the model loads only when it embeds
+    assert current.model == "all-MiniLM-L6-v2:onnx/sum+1"
+    assert current.pending() == len(CHAT)
+    assert current.prune() == len(CHAT)
+
+
 @pytest.mark.parametrize("mode", ["lexical", "vector"])
 def test_archived_only_leaves_short_term_messages_out(store: SQLiteStore, mode: str) -> None:
     ids = add(store, "s1", "u1", ["cello one", "cello two", "cello three"])

@@ -25,7 +25,6 @@ class Defaults:
     api_base: str | None = None
     llm_timeout: float = 60.0
     embedder: Any = None
-    query_embedder: Any = None
 
 
 #: Per kind: the keys a table may have besides `kind`, with the type each must be.
@@ -145,9 +144,7 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
     kwargs = {k: v for k, v in table.items() if k != "kind"}
     makers: dict[str, Callable[..., MemoryBlock]] = {
         "static": StaticBlock,
-        "vector": lambda **kw: VectorBlock(
-            embedder=defaults.embedder, query_embedder=defaults.query_embedder, **kw
-        ),
+        "vector": lambda **kw: VectorBlock(embedder=defaults.embedder, **kw),
         "facts": lambda **kw: FactBlock(
             **{
                 "model": defaults.model,
@@ -172,9 +169,7 @@ def build_blocks(
     from memcli.blocks.vector import VectorBlock
 
     if tables is None:
-        blocks: list[MemoryBlock] = [
-            VectorBlock(embedder=defaults.embedder, query_embedder=defaults.query_embedder)
-        ]
+        blocks: list[MemoryBlock] = [VectorBlock(embedder=defaults.embedder)]
         if defaults.model:
             blocks.append(
                 FactBlock(

@@ -26,10 +26,10 @@ class VectorBlock(MemoryBlock):
     TEXT</message>` lines, hits separated by a blank line.
 
     After each `get`, `last_hits` holds what was found (memcli.retrieval.Hit: score, text,
-    session_id, message_ids, ranks). The embedder defaults to the bundled all-MiniLM-L6-v2,
-    loaded on first use; `query_embedder`, when given, embeds the queries with the same model
-    (the CLI runs it with ONNX Runtime: a query in milliseconds, without torch);
-    `search_options` are the `[search]` settings.
+    session_id, message_ids, ranks). The embedder, for the stored messages and the queries alike,
+    defaults to the bundled all-MiniLM-L6-v2 run with ONNX Runtime (memcli.OnnxEmbedder, exported
+    into `$MEMCLI_HOME/models` once), loaded on first use; `search_options` are the `[search]`
+    settings.
     """
 
     name = "vector_memory"
@@ -44,7 +44,6 @@ class VectorBlock(MemoryBlock):
         scope: str | None = None,
         embedder: Embedder | None = None,
         search_options: SearchOptions | None = None,
-        query_embedder: Embedder | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name=name, priority=priority, scope=scope, **kwargs)
@@ -60,7 +59,6 @@ class VectorBlock(MemoryBlock):
         self.similarity_top_k = similarity_top_k
         self.retrieval_context_window = retrieval_context_window
         self._embedder = embedder
-        self.query_embedder = query_embedder
         self.search_options = search_options
         self._retrievers: dict[int, Retriever] = {}
         self.last_hits: list[Hit] = []
@@ -68,9 +66,9 @@ class VectorBlock(MemoryBlock):
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            from memcli.embeddings import SentenceTransformerEmbedder
+            from memcli.onnx_embedder import OnnxEmbedder
 
-            self._embedder = SentenceTransformerEmbedder()
+            self._embedder = OnnxEmbedder()
         return self._embedder
 
     def retriever(self, store: Any) -> Retriever:
@@ -79,9 +77,7 @@ class VectorBlock(MemoryBlock):
 
         retriever = self._retrievers.get(id(store))
         if retriever is None or retriever.store is not store:
-            retriever = Retriever(
-                store, self.embedder, self.search_options, query_embedder=self.query_embedder
-            )
+            retriever = Retriever(store, self.embedder, self.search_options)
             self._retrievers[id(store)] = retriever
         return retriever
 

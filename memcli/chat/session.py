@@ -164,13 +164,12 @@ class Chat:
 
     def warm_up(self) -> ContextReady:
         """Load what the blocks need (an embedding model loads on first use: seconds), then ask
-        them once, so that the first message does not wait. Blocks with an `embedder` or a
-        `query_embedder` (the Embedder protocol) get them loaded; others are just asked."""
+        them once, so that the first message does not wait. Blocks with an `embedder` (the
+        Embedder protocol) get it loaded; others are just asked."""
         for block in self.blocks:
-            for attribute in ("embedder", "query_embedder"):
-                embed = getattr(getattr(block, attribute, None), "embed", None)
-                if callable(embed):
-                    embed(["warm up"])
+            embed = getattr(getattr(block, "embedder", None), "embed", None)
+            if callable(embed):
+                embed(["warm up"])
         return self.context()
 
     def context(self) -> ContextReady:

@@ -114,16 +114,14 @@ def make_blocks(s: Settings, store: SQLiteStore | None = None) -> list[Any]:
     """The long-term blocks: the `[[blocks]]` tables of the config file, or without them a vector
     block plus a fact block when a model is configured. Models load only when first used."""
     from memcli.blocks.registry import Defaults, build_blocks
-    from memcli.embeddings import SentenceTransformerEmbedder
     from memcli.onnx_embedder import OnnxEmbedder
 
     defaults = Defaults(
         model=s.model,
         api_base=s.api_base,
         llm_timeout=s.llm_timeout,
-        embedder=SentenceTransformerEmbedder(),
-        # Queries through ONNX Runtime, as `memcli search` (exported once into the home).
-        query_embedder=OnnxEmbedder(s.home / "models"),
+        # As `memcli search`: ONNX Runtime, the model exported once into the home.
+        embedder=OnnxEmbedder(s.home / "models"),
     )
     from memcli.blocks.vector import VectorBlock
     from memcli.ranking import SearchOptions
