@@ -50,40 +50,24 @@ def import_command(
     Example: memcli import chat.jsonl --session demo --token-limit 4000
     """
     from memcli.errors import UsageError
-    from memcli.memory import Memory
-    from memcli.transcripts import PUT_MODES, import_records, read_transcript
+    from memcli.sessions import Opening, import_transcript
+    from memcli.transcripts import PUT_MODES, read_transcript
 
     if put not in PUT_MODES:
         raise UsageError(f"unknown --put {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
     s = common.settings(ctx, user=user)
     records = read_transcript(file)  # validated whole before the store is touched
-    total = sum(len(r.messages) for r in records)
     store = common.open_store(s)
-    tokenizer = common.tokenizer(s)
     blocks = [] if no_blocks else common.make_blocks(s, store)
-
-    def open_memory(session_id: str) -> Memory:
-        info = store.get_session(session_id)
-        if info is not None and user is not None and info.user_id != user:
-            raise UsageError(
-                f"session {session_id!r} belongs to user {info.user_id!r}, not {user!r}",
-                "Import into another --session, or leave out --user",
-            )
-        return Memory(
-            store,
-            session_id,
-            user_id=s.user,
-            budget=common.budget_for(s, info, token_limit, ratio, flush_size),
-            tokenizer=tokenizer,
-            memory_blocks=blocks,
-            insert_method=s.insert_method,
-        )
-
+    opening = Opening.from_settings(
+        s, blocks, user=user, token_limit=token_limit, ratio=ratio, flush_size=flush_size
+    )
+    total = sum(len(r.messages) for r in records)
     with _progress(total) as advance, output.progress("Long-term memory") as bar:
-        result = import_records(
+        result = import_transcript(
+            store,
             records,
-            store=store,
-            open_memory=open_memory,
+            opening,
             session_id=session,
             put=put,
             feed_blocks=not no_blocks,
