@@ -77,7 +77,11 @@ def blocks_command(
         )
     if output.wants_json(json_):
         output.emit_all(records)
-        return
+    else:
+        _print_blocks(records)
+
+
+def _print_blocks(records: list[dict[str, Any]]) -> None:
     console = output.out()
     for r in records:
         cut = (

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from memcli.cli import common, output
+
+if TYPE_CHECKING:
+    from memcli.transcripts import ImportResult
 
 
 def import_command(
@@ -75,8 +78,13 @@ def import_command(
             block_total=bar.total,
             block_progress=bar.advance,
         )
+    _report(result, announce_new=session is None, blocks_fed=bool(blocks), json_=json_)
+
+
+def _report(result: ImportResult, *, announce_new: bool, blocks_fed: bool, json_: bool) -> None:
+    """What an import did: on stderr, and as a summary record with --json."""
     for new in result.new_sessions:
-        if session is None:
+        if announce_new:
             output.info(f"New session: {new}")
     summary: dict[str, Any] = {
         "type": "summary",
@@ -86,7 +94,7 @@ def import_command(
         "calls": result.calls,
         "flushes": result.flushes,
         "archived_messages": result.archived,
-        "blocks_fed": not no_blocks and bool(blocks),
+        "blocks_fed": blocks_fed,
         "block_batches": result.blocks_done,
         "block_batches_pending": result.blocks_pending,
     }
