@@ -309,6 +309,8 @@ def test_ctrl_c_in_plain_mode_keeps_the_partial_reply_marked_and_exits_130(llm):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=os.environ.copy(),
+        # As in a terminal: SIGINT not ignored, even when pytest itself runs in the background.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"talk for a while\n")
