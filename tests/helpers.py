@@ -7,7 +7,10 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 @dataclass
@@ -38,3 +41,14 @@ def memcli(
         timeout=timeout,
     )
     return Run(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+@pytest.fixture
+def no_blocks(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A config file without long-term blocks (`blocks = []`) for every command the test runs:
+    for CLI tests that do not test the blocks, so that no command loads an embedding model.
+    Use it with `pytestmark = pytest.mark.usefixtures("no_blocks")`; `--config` still wins."""
+    path = isolated.parent / "no-blocks.toml"
+    path.write_text("blocks = []\n")
+    monkeypatch.setenv("MEMCLI_CONFIG", str(path))
+    return path

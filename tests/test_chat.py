@@ -191,7 +191,7 @@ def test_commands(tmp_path):
     context = commands.run("/context").text
     assert context.startswith("4 messages go to the LLM")
     assert "five six" in commands.run("/search FIVE").text
-    assert "No stored message" in commands.run("/search 100%").text
+    assert "Nothing in memory matches" in commands.run("/search 100%").text
     flushed = commands.run("/flush").text
     assert flushed.startswith("Flushed 2 messages")  # all but the newest turn
     assert chat.mem.session().archived_messages == 2
@@ -277,3 +277,17 @@ def test_search_command_uses_hybrid_retrieval_with_a_vector_block(tmp_path):
     out = Commands(chat).run("/search cello teacher").text
     assert out.splitlines()[0].endswith(" for 'cello teacher':")
     assert "Marta" in out.splitlines()[1]
+
+
+def test_search_without_a_vector_block_is_lexical_and_scoped_to_the_user(tmp_path):
+    chat = make_chat(tmp_path)
+    play(chat.send("My cello teacher is called Marta"))
+    other = Chat(chat.store, user_id="bob")
+    other.open("bobs")
+    other.mem.put(Message("user", "I sold my cello"))
+    result = chat.search("cello lessons")
+    (hit,) = result.hits
+    assert hit.session_id == chat.session_id and "Marta" in hit.text
+    assert hit.lexical_rank == 1 and hit.vector_rank is None  # BM25 alone: no model
+    out = Commands(chat).run("/search cello").text
+    assert out.splitlines()[0] == "1 hit for 'cello':" and "Marta" in out

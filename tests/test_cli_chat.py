@@ -3,7 +3,6 @@ through prompt-toolkit's pipe input, and the real thing in a terminal (tmux)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import socket
@@ -16,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import memcli
+from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 
 from memcli import MemoryBlock, Message, SQLiteStore
 from memcli.blocks.base import BlockContext
+
+# No test here needs the default vector block: no command loads an embedding model.
+pytestmark = pytest.mark.usefixtures("no_blocks")
 
 
 def model_args(llm: Any) -> list[str]:
@@ -241,23 +243,6 @@ def test_full_screen_app_streams_cancels_and_updates_the_panels(tmp_path, llm):
 
 # -- a real terminal ------------------------------------------------------------------------------
 
-LAUNCHER = """
-import sys
-from memcli.cli import common
-from memcli.blocks.base import MemoryBlock
-
-class Notes(MemoryBlock):
-    name = "profile"
-    priority = 0
-    def get(self, messages, ctx):
-        return "The user prefers short answers."
-
-common.make_blocks = lambda s, store: [Notes()]
-from memcli.cli.app import main
-sys.argv = ["memcli", *sys.argv[1:]]
-main()
-"""
-
 
 def tmux(*args: str) -> str:
     return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
@@ -269,20 +254,14 @@ def tmux(*args: str) -> str:
 )
 def test_chat_in_a_real_terminal(tmp_path, llm, isolated):
     """Types messages into `memcli chat` in tmux and reads the screen. The long-term block is a
-    static block from a config file's [[blocks]], or, while block kinds do not exist yet, from a
-    launcher that patches `make_blocks`."""
+    static block from a config file's [[blocks]]."""
     root = Path(__file__).resolve().parents[1]
-    if importlib.util.find_spec("memcli.blocks.static") is not None:
-        config = tmp_path / "config.toml"  # block kinds exist: a static block from the config
-        config.write_text(
-            '[[blocks]]\nkind = "static"\nname = "profile"\npriority = 0\n'
-            'content = "The user prefers short answers."\n'
-        )
-        program = f"-m memcli --config {config}"
-    else:
-        launcher = tmp_path / "launch.py"
-        launcher.write_text(LAUNCHER)
-        program = str(launcher)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[[blocks]]\nkind = "static"\nname = "profile"\npriority = 0\n'
+        'content = "The user prefers short answers."\n'
+    )
+    program = f"-m memcli --config {config}"
     name = f"memcli-test-{tmp_path.name}"
     command = (
         f"cd {root} && env MEMCLI_HOME={isolated} NO_COLOR=1 PYTHONPATH={root} {sys.executable} "
@@ -330,6 +309,8 @@ def test_ctrl_c_in_plain_mode_keeps_the_partial_reply_marked_and_exits_130(llm):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=os.environ.copy(),
+        # As in a terminal: SIGINT not ignored, even when pytest itself runs in the background.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(b"talk for a while\n")

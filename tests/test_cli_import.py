@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import memcli
+from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
+
+# No test here needs the default vector block: no command loads an embedding model.
+pytestmark = pytest.mark.usefixtures("no_blocks")
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

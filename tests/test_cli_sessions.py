@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import memcli
+import pytest
+from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
+
+# No test here needs the default vector block: no command loads an embedding model.
+pytestmark = pytest.mark.usefixtures("no_blocks")
 
 
 def seed(tmp_path: Path, session: str = "demo", n: int = 10, limit: str = "60") -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memcli.errors import UsageError
+from memcli.sessions import owned
 
 if TYPE_CHECKING:
     from memcli.chat.session import Chat, Turn
@@ -20,7 +21,7 @@ COMMANDS: dict[str, str] = {
     "/context": "show exactly what the LLM is sent",
     "/blocks": "show each long-term block's content",
     "/facts": "show the facts long-term memory holds",
-    "/search": "QUERY find stored messages that contain QUERY",
+    "/search": "QUERY search your stored messages as `memcli search` does",
     "/flush": "flush one batch out of short-term memory now",
     "/model": "[NAME] show the model, or use NAME from now on",
     "/retry": "send the unanswered message again",
@@ -91,12 +92,7 @@ class Commands:
                 f"{info.active_tokens:,} tokens of {info.threshold:,.0f} threshold, "
                 f"{info.archived_messages} archived in {info.flushes} flushes"
             )
-        other = chat.store.get_session(arg)
-        if other is not None and other.user_id != chat.user_id:
-            raise UsageError(
-                f"session {arg!r} belongs to user {other.user_id!r}",
-                f"Run `memcli chat --user {other.user_id} --session {arg}`",
-            )
+        owned(chat.store, arg, chat.user_id, f"Run `memcli chat --user {{owner}} --session {arg}`")
         is_new = chat.open(arg)
         return Result(
             f"{'Started new' if is_new else 'Resumed'} session {chat.session_id}",
@@ -172,34 +168,18 @@ class Commands:
         return Result("\n".join(lines), changed=True)
 
     def search(self, arg: str) -> Result:
-        """The user's memory, searched as `memcli search` does when a vector block is configured
-        (hybrid BM25 + vectors over every stored message), else by plain text match."""
-        from memcli.blocks.vector import VectorBlock
-
+        """The user's memory, searched as `memcli search` searches it (`Chat.search`)."""
         if not arg:
             raise UsageError("/search needs a query", "Example: /search green tea")
-        chat = self.chat
-        block = next((b for b in chat.blocks if isinstance(b, VectorBlock)), None)
-        if block is not None:
-            result = block.retriever(chat.store).search(arg, k=5, user_id=chat.user_id)
-            if not result.hits:
-                return Result(f"Nothing in memory matches {arg!r}.")
-            noun = "hit" if len(result.hits) == 1 else "hits"
-            lines = [f"{len(result.hits)} {noun} for {arg!r}:"]
-            for hit in result.hits:
-                flat = " ".join(hit.text.split())
-                text = flat if len(flat) <= 160 else flat[:159] + "…"
-                lines.append(f"{hit.score:.3f} {hit.session_id} #{hit.message_ids[0]}: {text}")
-            return Result("\n".join(lines))
-        found = chat.store.search_messages(arg, chat.user_id, limit=20)
-        if not found:
-            return Result(f"No stored message contains {arg!r}.")
-        verb = "messages contain" if len(found) != 1 else "message contains"
-        lines = [f"{len(found)} {verb} {arg!r}:"]
-        for m in found:
-            flat = " ".join(m.content.split())
-            text = flat if len(flat) <= 100 else flat[:99] + "…"
-            lines.append(f"{m.session_id} #{m.id} {m.role} ({m.status}): {text}")
+        result = self.chat.search(arg, k=5)
+        if not result.hits:
+            return Result(f"Nothing in memory matches {arg!r}.")
+        noun = "hit" if len(result.hits) == 1 else "hits"
+        lines = [f"{len(result.hits)} {noun} for {arg!r}:"]
+        for hit in result.hits:
+            flat = " ".join(hit.text.split())
+            text = flat if len(flat) <= 160 else flat[:159] + "…"
+            lines.append(f"{hit.score:.3f} {hit.session_id} #{hit.message_ids[0]}: {text}")
         return Result("\n".join(lines))
 
     def flush(self, arg: str) -> Result:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from memcli.ranking import query_terms
+
 if TYPE_CHECKING:
-    from memcli.chat.session import Chat
-    from memcli.messages import Message
+    from memcli.ranking import Hit
+    from memcli.store.retrieval import MessageRow
 
 #: The model chat uses when none is configured but a provider's key variable is set.
 DEFAULT_MODELS = {
@@ -27,13 +29,6 @@ MODEL_HINT = (
     "MEMCLI_MODEL, or `[llm] model` in the config file; `/model NAME` switches now"
 )
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-_STOP = frozenset(
-    "a an and are as at be but by can did do does for from had has have he her his how i if in "
-    "is it its me my no not of on or our she so that the their them then there they this to was "
-    "we were what when where which who why will with you your".split()
-)
-
 
 def default_model(present: Iterable[str]) -> str | None:
     """The model for the first provider key variable that is set, in DEFAULT_MODELS order."""
@@ -44,14 +39,10 @@ def default_model(present: Iterable[str]) -> str | None:
     return None
 
 
-def words(text: str) -> set[str]:
-    """The content words of a text, lower-cased."""
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
-
-
 def ranked_lines(query: str, texts: Iterable[tuple[str, str]], limit: int = 5) -> list[str]:
-    """Lines (of `(source, text)` pairs) sharing the most words with `query`, best first."""
-    wanted = words(query)
+    """Lines (of `(source, text)` pairs) sharing the most of the query's terms (the retriever's
+    `query_terms`), best first."""
+    wanted = set(query_terms(query))
     scored: list[tuple[int, int, str]] = []
     order = 0
     for source, text in texts:
@@ -59,12 +50,32 @@ def ranked_lines(query: str, texts: Iterable[tuple[str, str]], limit: int = 5) -
             line = _strip_tags(line)
             if not line:
                 continue
-            score = len(wanted & words(line))
+            score = len(wanted & set(query_terms(line)))
             if score:
                 scored.append((-score, order, f"[{source}] {line}"))
             order += 1
     scored.sort()
     return [line for _, _, line in scored[:limit]]
+
+
+def related_messages(
+    query: str, hits: Iterable[Hit], skip: Callable[[MessageRow], bool], limit: int = 3
+) -> list[MessageRow]:
+    """The stored messages a search's hits offer for `query`, best first: each hit's matched
+    message, and its neighbours when they share a term with the query; `skip` leaves some out
+    (the message being answered)."""
+    wanted = set(query_terms(query))
+    out: list[MessageRow] = []
+    seen: set[int] = set()
+    for hit in hits:
+        for m in sorted(hit.messages, key=lambda m: m.id != hit.anchor_id):
+            if m.id in seen or skip(m):
+                continue
+            if m.id != hit.anchor_id and not wanted & set(query_terms(m.content)):
+                continue
+            seen.add(m.id)
+            out.append(m)
+    return out[:limit]
 
 
 def _strip_tags(line: str) -> str:
@@ -74,36 +85,32 @@ def _strip_tags(line: str) -> str:
     return text.strip()
 
 
-def offline_answer(chat: Chat, text: str) -> str:
+def offline_answer(
+    text: str,
+    blocks: Sequence[tuple[str, str]],
+    earlier: Sequence[MessageRow],
+    *,
+    active_tokens: int,
+    block_names: Sequence[str],
+) -> str:
     """The reply when no model is configured: that none is, how to set one, and what memory holds
-    for `text`: lines of the blocks' contents and stored messages that share its words."""
+    for `text`: lines of the blocks' contents (`(name, content)` pairs) that share its terms, and
+    the `earlier` stored messages a search found for it (`related_messages`)."""
     lines = [
         "(Offline: no model is configured, so this reply comes from memory alone; set one with "
         "--model, MEMCLI_MODEL, `[llm] model` in the config, or /model NAME.)"
     ]
-    ready = chat.last_context
-    blocks = [(b.name, b.content) for b in ready.context.blocks] if ready else []
     found = ranked_lines(text, blocks)
-    memory = chat.mem
-    earlier: dict[int | None, Message] = {}
-    for word in sorted(words(text), key=len, reverse=True)[:5]:
-        for m in chat.store.search_messages(word, chat.user_id, limit=20):
-            if m.role == "user" and m.content == text and m.session_id == memory.session_id:
-                continue  # the message itself
-            earlier[m.id] = m
-    found += ranked_lines(
-        text,
-        [(f"{m.role}, session {m.session_id} #{m.id}", m.content) for m in earlier.values()],
-        limit=3,
-    )
+    found += [
+        f"[{m.role}, session {m.session_id} #{m.id}] {' '.join(m.content.split())}" for m in earlier
+    ]
     if found:
         lines.append("What memory holds for this message:")
         lines.extend(f"- {line}" for line in found)
     else:
-        active = memory.active_tokens()
-        kinds = ", ".join(b.name for b in chat.blocks) or "none configured"
+        kinds = ", ".join(block_names) or "none configured"
         lines.append(
-            f"Memory holds nothing related yet ({active:,} tokens in short-term memory; "
+            f"Memory holds nothing related yet ({active_tokens:,} tokens in short-term memory; "
             f"long-term blocks: {kinds})."
         )
     return "\n".join(lines)

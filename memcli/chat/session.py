@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memcli.chat.offline import offline_answer, related_messages
 from memcli.errors import ProviderError, UsageError
 from memcli.memory import Context, Flush, Memory
 from memcli.messages import Message
@@ -23,7 +24,10 @@ if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
     from memcli.flush import Budget
     from memcli.llm import LLMConfig
+    from memcli.ranking import SearchOptions, SearchResult
+    from memcli.retrieval import Retriever
     from memcli.store.base import SessionInfo, Store
+    from memcli.store.retrieval import MessageRow
     from memcli.tokens import Tokenizer
 
 StreamFn = Callable[["LLMConfig", Sequence[dict[str, Any]]], Iterator[str]]
@@ -97,7 +101,10 @@ class Chat:
         insert_method: str = "system",
         llm: LLMConfig | None = None,
         stream: StreamFn | None = None,
+        search_options: SearchOptions | None = None,
     ) -> None:
+        """`search_options` shape `search` when no vector block is configured (the vector
+        block's own options apply otherwise)."""
         self.store = store
         self.user_id = user_id
         self.blocks = list(blocks)
@@ -106,6 +113,8 @@ class Chat:
         self.insert_method = insert_method
         self.llm = llm
         self._stream = stream
+        self.search_options = search_options
+        self._lexical: Retriever | None = None
         self.memory: Memory | None = None
         self.last_context: ContextReady | None = None
 
@@ -183,6 +192,41 @@ class Chat:
         self.last_context = ContextReady(ctx, hits)
         return self.last_context
 
+    def search(self, query: str, k: int = 5) -> SearchResult:
+        """The user's stored messages (every session) that best match `query`, found as
+        `memcli search` finds them (memcli.retrieval): hybrid, through the retriever of the chat's
+        vector block (its model embeds the query), or without a vector block lexical (BM25
+        alone), so that no embedding model is loaded for it."""
+        from memcli.blocks.vector import VectorBlock
+
+        block = next((b for b in self.blocks if isinstance(b, VectorBlock)), None)
+        if block is not None:
+            return block.retriever(self.store).search(query, k=k, user_id=self.user_id)
+        if self._lexical is None or self._lexical.store is not self.store:
+            # A vector block that is not in the chat lends its retriever: in lexical mode its
+            # embedding model is never loaded.
+            self._lexical = VectorBlock(search_options=self.search_options).retriever(self.store)
+        return self._lexical.search(query, k=k, user_id=self.user_id, mode="lexical")
+
+    def offline_reply(self, text: str) -> str:
+        """The reply to `text` (the newest user message) when no model is configured: what the
+        blocks (as last assembled) and a search of the stored messages hold for it."""
+        ready = self.last_context
+        blocks = [(b.name, b.content) for b in ready.context.blocks] if ready else []
+        session_id = self.mem.session_id
+
+        def itself(m: MessageRow) -> bool:
+            return m.role == "user" and m.content == text and m.session_id == session_id
+
+        earlier = related_messages(text, self.search(text, k=4).hits, itself)
+        return offline_answer(
+            text,
+            blocks,
+            earlier,
+            active_tokens=self.mem.active_tokens(),
+            block_names=[b.name for b in self.blocks],
+        )
+
     # -- turns ------------------------------------------------------------------------------------
 
     def send(self, text: str) -> Turn:
@@ -240,10 +284,8 @@ class Turn:
         ready = chat.context()
         if chat.llm is None:
             yield ready
-            from memcli.chat.offline import offline_answer
-
             asked = self.text or (chat.pending() or Message("user", "")).content
-            text = offline_answer(chat, asked)
+            text = chat.offline_reply(asked)
             yield ReplyPiece(text)
             yield ReplyDone(text, offline=True)
             self._done = True

@@ -102,34 +102,27 @@ def build_chat(
 ) -> tuple[Chat, bool]:
     """The Chat for these settings, with its session open; True when the session is new."""
     from memcli.chat.session import Chat
-    from memcli.errors import UsageError
+    from memcli.ranking import SearchOptions
+    from memcli.sessions import budget_rule, owned
 
     store = common.open_store(s)
-    flags_given = any(v is not None for v in (token_limit, ratio, flush_size))
     user_id = s.user
     if session:
-        info = store.get_session(session)
-        if info is not None and info.user_id != s.user:
-            if "user" in s.explicit:
-                raise UsageError(
-                    f"session {session!r} belongs to user {info.user_id!r}, not {s.user!r}",
-                    f"Use --user {info.user_id}, or another --session",
-                )
+        # A session of another user: refused for an explicit --user, else chatted in as its user's.
+        user = s.user if "user" in s.explicit else None
+        info = owned(store, session, user, "Use --user {owner}, or another --session")
+        if info is not None:
             user_id = info.user_id
-
-    def budget_for(info: Any) -> Any:
-        if info is not None and not flags_given:
-            return None  # the session's stored budget
-        return common.budget_for(s, info, token_limit, ratio, flush_size)
 
     chat = Chat(
         store,
         user_id=user_id,
         blocks=common.make_blocks(s, store),
         tokenizer=common.tokenizer(s),
-        budget_for=budget_for,
+        budget_for=budget_rule(common.default_budget(s), token_limit, ratio, flush_size),
         insert_method=s.insert_method,
         llm=llm_config(s),
+        search_options=SearchOptions.from_settings(s),
     )
     is_new = chat.open(session)
     return chat, is_new

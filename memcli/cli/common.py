@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from memcli.errors import SessionNotFound
-
 if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.flush import Budget
@@ -71,10 +69,9 @@ def open_store(s: Settings, *, must_exist: bool = False) -> SQLiteStore:
 
 
 def require_session(store: SQLiteStore, session_id: str) -> SessionInfo:
-    info = store.get_session(session_id)
-    if info is None:
-        raise SessionNotFound(session_id)
-    return info
+    from memcli.sessions import require
+
+    return require(store, session_id)
 
 
 def budget_for(
@@ -85,23 +82,14 @@ def budget_for(
     flush_size: int | None,
 ) -> Budget:
     """A session's budget: flags override what the session was created with; new ones use settings."""
-    from memcli.flush import Budget
+    from memcli.sessions import budget_for
 
-    if info is not None:
-        limit = token_limit if token_limit is not None else info.token_limit
-        share = ratio if ratio is not None else info.chat_history_token_ratio
-        if flush_size is not None:
-            size: int | None = flush_size
-        elif token_limit is not None:
-            size = None  # a new limit with no flush size: 10% of it, as for a new session
-        else:
-            size = info.token_flush_size
-        return Budget(limit, share, size)
-    return Budget(
-        token_limit if token_limit is not None else s.token_limit,
-        ratio if ratio is not None else s.ratio,
-        flush_size if flush_size is not None else s.flush_size,
-    )
+    return budget_for(info, default_budget(s), token_limit, ratio, flush_size)
+
+
+def default_budget(s: Settings) -> tuple[int, float, int | None]:
+    """The settings' budget for new sessions: token limit, ratio, flush size."""
+    return (s.token_limit, s.ratio, s.flush_size)
 
 
 def tokenizer(s: Settings) -> Any:

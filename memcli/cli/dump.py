@@ -35,9 +35,8 @@ def blocks_command(
 
     Example: memcli dump blocks demo --input "what do you know about me?"
     """
-    from memcli.blocks.base import BlockContext
     from memcli.errors import UsageError
-    from memcli.memory import assemble
+    from memcli.sessions import blocks_view
 
     s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=True)
@@ -47,14 +46,16 @@ def blocks_command(
         raise UsageError(
             f"no block named {block!r}", f"Configured blocks: {', '.join(names) or 'none'}"
         )
-    if session is not None:
-        memory = _memory(s, store, session, blocks)
-        context = memory.context(input_)
-    else:
-        tokenizer = common.tokenizer(s)
-        context = assemble(
-            blocks, [], input_, BlockContext("", s.user, store, tokenizer), s.token_limit
-        )
+    context = blocks_view(
+        store,
+        session,
+        user=s.user,
+        blocks=blocks,
+        tokenizer=common.tokenizer(s),
+        token_limit=s.token_limit,
+        insert_method=s.insert_method,
+        input=input_,
+    )
     shown = {b.name: b for b in context.blocks}
     records: list[dict[str, Any]] = []
     for b in blocks:
@@ -76,7 +77,11 @@ def blocks_command(
         )
     if output.wants_json(json_):
         output.emit_all(records)
-        return
+    else:
+        _print_blocks(records)
+
+
+def _print_blocks(records: list[dict[str, Any]]) -> None:
     console = output.out()
     for r in records:
         cut = (
@@ -110,9 +115,12 @@ def context_command(
 
     Example: memcli dump context demo --input "what's my dog called?" --json
     """
+    from memcli.sessions import open_stored
+
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
-    memory = _memory(s, store, session, common.make_blocks(s, store))
+    blocks = common.make_blocks(s, store)
+    memory = open_stored(store, session, blocks, common.tokenizer(s), s.insert_method)
     messages = memory.get(input_)
     if output.wants_json(json_):
         output.emit_all({"type": "message", **m.to_dict()} for m in messages)
@@ -122,17 +130,3 @@ def context_command(
         console.print(f"[bold]{m.role}[/]")
         console.print(m.content, markup=False, highlight=False)
         console.print()
-
-
-def _memory(s: Any, store: Any, session: str, blocks: list[Any]) -> Any:
-    from memcli.memory import Memory
-
-    info = common.require_session(store, session)
-    return Memory(
-        store,
-        session,
-        user_id=info.user_id,
-        tokenizer=common.tokenizer(s),
-        memory_blocks=blocks,
-        insert_method=s.insert_method,
-    )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from memcli.cli import common, output
+
+if TYPE_CHECKING:
+    from memcli.transcripts import ImportResult
 
 
 def import_command(
@@ -50,40 +53,24 @@ def import_command(
     Example: memcli import chat.jsonl --session demo --token-limit 4000
     """
     from memcli.errors import UsageError
-    from memcli.memory import Memory
-    from memcli.transcripts import PUT_MODES, import_records, read_transcript
+    from memcli.sessions import Opening, import_transcript
+    from memcli.transcripts import PUT_MODES, read_transcript
 
     if put not in PUT_MODES:
         raise UsageError(f"unknown --put {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
     s = common.settings(ctx, user=user)
     records = read_transcript(file)  # validated whole before the store is touched
-    total = sum(len(r.messages) for r in records)
     store = common.open_store(s)
-    tokenizer = common.tokenizer(s)
     blocks = [] if no_blocks else common.make_blocks(s, store)
-
-    def open_memory(session_id: str) -> Memory:
-        info = store.get_session(session_id)
-        if info is not None and user is not None and info.user_id != user:
-            raise UsageError(
-                f"session {session_id!r} belongs to user {info.user_id!r}, not {user!r}",
-                "Import into another --session, or leave out --user",
-            )
-        return Memory(
-            store,
-            session_id,
-            user_id=s.user,
-            budget=common.budget_for(s, info, token_limit, ratio, flush_size),
-            tokenizer=tokenizer,
-            memory_blocks=blocks,
-            insert_method=s.insert_method,
-        )
-
+    opening = Opening.from_settings(
+        s, blocks, user=user, token_limit=token_limit, ratio=ratio, flush_size=flush_size
+    )
+    total = sum(len(r.messages) for r in records)
     with _progress(total) as advance, output.progress("Long-term memory") as bar:
-        result = import_records(
+        result = import_transcript(
+            store,
             records,
-            store=store,
-            open_memory=open_memory,
+            opening,
             session_id=session,
             put=put,
             feed_blocks=not no_blocks,
@@ -91,8 +78,13 @@ def import_command(
             block_total=bar.total,
             block_progress=bar.advance,
         )
+    _report(result, announce_new=session is None, blocks_fed=bool(blocks), json_=json_)
+
+
+def _report(result: ImportResult, *, announce_new: bool, blocks_fed: bool, json_: bool) -> None:
+    """What an import did: on stderr, and as a summary record with --json."""
     for new in result.new_sessions:
-        if session is None:
+        if announce_new:
             output.info(f"New session: {new}")
     summary: dict[str, Any] = {
         "type": "summary",
@@ -102,7 +94,7 @@ def import_command(
         "calls": result.calls,
         "flushes": result.flushes,
         "archived_messages": result.archived,
-        "blocks_fed": not no_blocks and bool(blocks),
+        "blocks_fed": blocks_fed,
         "block_batches": result.blocks_done,
         "block_batches_pending": result.blocks_pending,
     }

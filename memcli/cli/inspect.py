@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -19,43 +19,13 @@ def inspect_command(
 
     Example: memcli inspect demo --all
     """
+    from memcli.sessions import report
+
     s = common.settings(ctx)
-    store = common.open_store(s, must_exist=True)
-    info = common.require_session(store, session)
-    messages = store.get_messages(session, status=None if all_ else "active")
-    flushes = store.list_flushes(session)
-    summary: dict[str, Any] = {
-        "type": "summary",
-        "session": info.id,
-        "user": info.user_id,
-        "active_messages": info.active_messages,
-        "archived_messages": info.archived_messages,
-        "active_tokens": info.active_tokens,
-        "threshold": info.threshold,
-        "token_limit": info.token_limit,
-        "flush_size": info.token_flush_size,
-        "ratio": info.chat_history_token_ratio,
-        "flushes": len(flushes),
-        "created_at": info.created_at,
-        "updated_at": info.updated_at,
-    }
+    r = report(common.open_store(s, must_exist=True), session, archived=all_)
+    info, messages, flushes = r.info, r.messages, r.flushes
     if output.wants_json(json_):
-        records = [{"type": "message", **m.to_dict(stored=True)} for m in messages]
-        records += [
-            {
-                "type": "flush",
-                "id": f.id,
-                "created_at": f.created_at,
-                "messages": f.messages,
-                "tokens": f.tokens,
-                "first_message_id": f.first_message_id,
-                "last_message_id": f.last_message_id,
-                "reason": f.reason,
-            }
-            for f in flushes
-        ]
-        records.append(summary)
-        output.emit_all(records)
+        output.emit_all(r.records())
         return
     console = output.out()
     console.print(

@@ -56,6 +56,7 @@ def search_command(
     """
     from memcli.errors import UsageError
     from memcli.queries import QueryLine, read_queries
+    from memcli.search import search_lines
 
     if (query is None) == (queries is None):
         raise UsageError("give a QUERY or --queries FILE, not both or neither", "See --help")
@@ -63,49 +64,44 @@ def search_command(
     window = (_time("--since", since), _time("--until", until))
     lines = read_queries(queries) if queries is not None else [QueryLine(0, query or "")]
     store = common.open_store(s, must_exist=True)
-    retriever = _retriever(s, store)
-    records: list[dict[str, Any]] = []
-    pending = 0
-    for line in lines:
-        target = line.session or session
-        if target is not None:
-            common.require_session(store, target)
-        explicit = line.user or user
-        user_filter = (line.user or s.user) if (target is None or explicit) else None
-        result = retriever.search(
-            line.query,
-            k=line.k or k,
-            user_id=user_filter,
-            session_id=target,
-            since=window[0],
-            until=window[1],
-            mode=mode,
-        )
-        pending = max(pending, result.pending)
-        for hit in result.hits:
-            record = hit.to_dict(explain=explain)
-            if queries is not None:
-                record["query_index"] = line.index
-            records.append(record)
-    if pending:
+    found = search_lines(
+        _retriever(s, store),
+        lines,
+        default_user=s.user,
+        user=user,
+        session_id=session,
+        k=k,
+        since=window[0],
+        until=window[1],
+        mode=mode,
+    )
+    records = [
+        {**hit.to_dict(explain=explain), **({"query_index": i} if queries is not None else {})}
+        for i, hit in found.hits
+    ]
+    if found.pending:
         output.info(
-            f"{pending} messages are not embedded yet: found by their words only."
+            f"{found.pending} messages are not embedded yet: found by their words only."
             " `memcli blocks backfill` embeds them."
         )
     if not records:
         output.info("No matches.")
     if output.wants_json(json_):
         output.emit_all(records)
-        return
+    else:
+        _table(records, queries is not None, explain)
+
+
+def _table(records: list[dict[str, Any]], by_query: bool, explain: bool) -> None:
     columns = ["rank", "score", "session", "time", "text"]
-    if queries is not None:
+    if by_query:
         columns.insert(0, "query")
     if explain:
         columns[-1:-1] = ["bm25", "vector"]
     rows = []
     for r in records:
         row: list[Any] = [r["rank"], r["score"], r["session"], (r["first_time"] or "")[:16]]
-        if queries is not None:
+        if by_query:
             row.insert(0, r["query_index"])
         if explain:
             row += [

@@ -1,0 +1,144 @@
+"""memcli.sessions: who may open a session, its budget, imports into sessions, a session's
+report, and the blocks' view of a session or of none."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from memcli import MemoryBlock, Message, SQLiteStore, UsageError
+from memcli.blocks.base import BlockContext
+from memcli.errors import SessionNotFound
+from memcli.flush import Budget
+from memcli.memory import Memory
+from memcli.sessions import (
+    Opening,
+    blocks_view,
+    budget_for,
+    budget_rule,
+    import_transcript,
+    open_stored,
+    owned,
+    report,
+    require,
+)
+from memcli.tokens import TiktokenTokenizer
+from memcli.transcripts import parse_transcript
+
+DEFAULT = (30000, 0.7, None)
+
+
+def store_with(tmp_path: Path, session: str = "s1", user: str = "ann") -> SQLiteStore:
+    store = SQLiteStore(tmp_path / "m.db")
+    memory = Memory(store, session, user_id=user, budget=Budget(500, 0.5, 40))
+    memory.put_messages([Message("user", "I live in Porto"), Message("assistant", "Nice city")])
+    return store
+
+
+class Whose(MemoryBlock):
+    """A block that tells whose memory it was asked for."""
+
+    name = "whose"
+
+    def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
+        return f"session {ctx.session_id!r} user {ctx.user_id} sees {len(messages)} messages"
+
+
+def test_a_session_of_another_user_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    store = store_with(tmp_path)
+    with pytest.raises(UsageError) as caught:
+        owned(store, "s1", "bob", "Use --user {owner}, or another --session")
+    assert caught.value.message == "session 's1' belongs to user 'ann', not 'bob'"
+    assert caught.value.hint == "Use --user ann, or another --session"
+    assert owned(store, "s1", "ann", "unused").user_id == "ann"
+    assert owned(store, "s1", None, "unused").user_id == "ann"  # no user given: anyone's
+    assert owned(store, "new", "bob", "unused") is None
+    with pytest.raises(SessionNotFound):
+        require(store, "new")
+
+
+def test_flags_override_a_stored_budget_and_new_sessions_take_the_defaults(tmp_path: Path) -> None:
+    info = require(store_with(tmp_path), "s1")
+    assert budget_for(info, DEFAULT) == Budget(500, 0.5, 40)
+    assert budget_for(info, DEFAULT, ratio=0.6) == Budget(500, 0.6, 40)
+    assert budget_for(info, DEFAULT, token_limit=900) == Budget(900, 0.5, None)  # 10% of 900
+    assert budget_for(info, DEFAULT, token_limit=900, flush_size=30) == Budget(900, 0.5, 30)
+    assert budget_for(None, DEFAULT) == Budget(30000, 0.7, None)
+    assert budget_for(None, DEFAULT, flush_size=100) == Budget(30000, 0.7, 100)
+    assert budget_rule(DEFAULT)(info) is None  # a stored session keeps its budget
+    assert budget_rule(DEFAULT)(None) == Budget(30000, 0.7, None)
+    assert budget_rule(DEFAULT, ratio=0.6)(info) == Budget(500, 0.6, 40)
+
+
+def opening(**flags: object) -> Opening:
+    return Opening(
+        default_user="default", default_budget=DEFAULT, tokenizer=TiktokenTokenizer(), **flags
+    )
+
+
+def test_import_into_another_users_session_stores_nothing(tmp_path: Path) -> None:
+    store = store_with(tmp_path)
+    records = parse_transcript(b'{"role": "user", "content": "a"}\n')
+    with pytest.raises(UsageError, match="belongs to user 'ann', not 'bob'"):
+        import_transcript(store, records, opening(user="bob"), session_id="s1")
+    assert require(store, "s1").active_messages == 2
+    result = import_transcript(store, records, opening(token_limit=800), session_id="s1")
+    assert result.sessions == {"s1": 1} and result.new_sessions == []
+    info = require(store, "s1")
+    assert info.active_messages == 3 and info.token_limit == 800 and info.user_id == "ann"
+
+
+def test_import_opens_new_sessions_as_the_default_user_with_the_flags(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    data = b'{"role": "user", "content": "a", "session": "x"}\n{"role": "user", "content": "b"}\n'
+    result = import_transcript(store, parse_transcript(data), opening(ratio=0.5))
+    assert result.new_sessions[0] == "x" and len(result.new_sessions) == 2  # one made up
+    for session in result.new_sessions:
+        info = require(store, session)
+        assert (info.user_id, info.token_limit, info.chat_history_token_ratio) == (
+            "default",
+            30000,
+            0.5,
+        )
+
+
+def test_report_lists_messages_flushes_and_a_summary(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    memory = Memory(store, "s1", user_id="ann", budget=Budget(60, 0.5, 10))
+    for i in range(6):
+        memory.put(Message("user", f"message number {i} about the garden"))
+    active = report(store, "s1")
+    every = report(store, "s1", archived=True)
+    assert active.flushes and len(every.messages) == 6
+    assert [m.status for m in active.messages] == ["active"] * len(active.messages)
+    records = every.records()
+    assert [r["type"] for r in records] == ["message"] * 6 + ["flush"] * len(every.flushes) + [
+        "summary"
+    ]
+    summary = records[-1]
+    assert summary["session"] == "s1" and summary["user"] == "ann"
+    assert summary["flushes"] == len(every.flushes)
+    assert summary["archived_messages"] == sum(
+        f["messages"] for f in records if f["type"] == "flush"
+    )
+    with pytest.raises(SessionNotFound):
+        report(store, "nope")
+
+
+def test_blocks_view_of_a_session_or_of_none_stores_nothing(tmp_path: Path) -> None:
+    store = store_with(tmp_path)
+    tokenizer = TiktokenTokenizer()
+    view = blocks_view(
+        store, None, user="bob", blocks=[Whose()], tokenizer=tokenizer, token_limit=1000, input="hi"
+    )
+    assert view.blocks[0].content == "session '' user bob sees 1 messages"
+    assert [i.id for i in store.list_sessions(None)] == ["s1"]  # no session was made
+    view = blocks_view(
+        store, "s1", user="bob", blocks=[Whose()], tokenizer=tokenizer, token_limit=1000
+    )
+    assert view.blocks[0].content == "session 's1' user ann sees 2 messages"  # its own user
+    assert open_stored(store, "s1", [Whose()], tokenizer).get()[0].role == "system"
+    with pytest.raises(SessionNotFound):
+        blocks_view(store, "nope", user="bob", blocks=[], tokenizer=tokenizer, token_limit=1000)
