@@ -126,6 +126,101 @@ def test_failed_extraction_keeps_facts_and_is_retried(llm, tmp_path: Path, failu
     assert porto.flush_id == second[0].id
 
 
+def poisoned(failure: dict, fails: int | None = None):
+    """Replies: `failure` to the batch that holds "poison" (its first `fails` times, or always),
+    a known fact to every other batch."""
+    calls: list[int] = []
+
+    def reply(body: dict) -> dict:
+        if "poison" not in body["messages"][-1]["content"]:
+            return {"content": "<facts><fact>Ana likes tea</fact></facts>"}
+        calls.append(len(calls))
+        if fails is None or len(calls) <= fails:
+            return failure
+        return {"content": "<facts><fact>Ana lives in Porto</fact></facts>"}
+
+    return reply, calls
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [{"content": "Sure! The user lives in Porto."}, {"content": ""}, {"status": 500}],
+    ids=["malformed", "empty", "http500"],
+)
+def test_a_batch_that_always_fails_is_retried_with_back_off_then_left(
+    llm, tmp_path: Path, failure
+) -> None:
+    reply, calls = poisoned(failure)
+    llm.script(*[reply] * 100)
+    memory = facts_memory(llm, tmp_path / "m.db")
+    turn(memory, "one")
+    turn(memory, "poison")  # flushes "one"
+    tried_at = []
+    for i in range(20):  # 20 later flushes: the first flushes "poison"
+        before = len(calls)
+        turn(memory, f"later {i}")
+        tried_at += [i] * (len(calls) - before)
+    # The first attempt, then 3 automatic retries after 1, 2 and 4 later flushes: 4 calls, not 20.
+    assert tried_at == [0, 1, 3, 7]
+    assert len(llm.requests) == 21 + 3  # one per flush, plus the retries
+    # Garbage never touched the facts; the batch stays pending, left for `extract --pending`.
+    assert facts(memory) == ["Ana likes tea"]
+    assert [c.action for c in longterm.fact_history(memory.store, "user:ana")] == ["added"]
+    pending = longterm.pending_flushes(memory.store, "extracted_info", "user:ana")
+    assert len(pending) == 1
+    assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana", retries=3) == []
+
+
+def test_a_batch_that_fails_then_succeeds_on_a_retry_gets_its_facts(llm, tmp_path: Path) -> None:
+    reply, calls = poisoned({"content": "no facts here"}, fails=2)
+    llm.script(*[reply] * 100)
+    memory = facts_memory(llm, tmp_path / "m.db")
+    turn(memory, "one")
+    flushes = turn(memory, "poison")
+    flushes = turn(memory, "later 0")  # flushes "poison": fails
+    poison_flush = flushes[0].id
+    turn(memory, "later 1")  # the next flush retries it: fails again
+    assert len(calls) == 2
+    turn(memory, "later 2")  # backing off: not retried
+    assert len(calls) == 2 and facts(memory) == ["Ana likes tea"]
+    turn(memory, "later 3")  # two flushes later: retried, and it works
+    assert len(calls) == 3
+    assert facts(memory) == ["Ana likes tea", "Ana lives in Porto"]
+    porto = longterm.list_facts(memory.store, "extracted_info", "user:ana")[1]
+    assert porto.flush_id == poison_flush
+    assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == []
+    for i in range(4, 10):  # done: never asked again
+        turn(memory, f"later {i}")
+    assert len(calls) == 3
+
+
+def test_extract_pending_retries_a_batch_left_after_its_automatic_retries(
+    llm, tmp_path: Path
+) -> None:
+    from memcli.blocks.facts import extract_pending
+
+    reply, calls = poisoned({"status": 503}, fails=4)
+    llm.script(*[reply] * 100)
+    memory = facts_memory(llm, tmp_path / "m.db", auto_retries=2)
+    block = memory.memory_blocks[0]
+    turn(memory, "poison")
+    for i in range(8):
+        turn(memory, f"later {i}")
+    assert len(calls) == 3  # the first attempt and 2 automatic retries
+    sessions = memory.store.list_sessions("ana")
+    # Still failing: tried again whatever its back-off, and still pending.
+    result = extract_pending(memory.store, [block], sessions, memory.tokenizer)
+    assert (result.done, result.pending) == ({"extracted_info": 0}, {"extracted_info": 1})
+    assert len(calls) == 4
+    # The LLM answers: done, its facts stored.
+    result = extract_pending(memory.store, [block], sessions, memory.tokenizer)
+    assert (result.done, result.pending) == ({"extracted_info": 1}, {"extracted_info": 0})
+    assert facts(memory) == ["Ana likes tea", "Ana lives in Porto"]
+    result = extract_pending(memory.store, [block], sessions, memory.tokenizer)
+    assert (result.done, result.pending) == ({"extracted_info": 0}, {"extracted_info": 0})
+    assert len(calls) == 5
+
+
 def test_condense_over_max_facts(llm, tmp_path: Path) -> None:
     llm.script(
         {"content": "<facts><fact>F1</fact><fact>F2</fact></facts>"},
@@ -196,6 +291,8 @@ def test_fact_block_needs_a_model() -> None:
         FactBlock()
     with pytest.raises(ConfigError, match="max_facts"):
         FactBlock(model="x", max_facts=0)
+    with pytest.raises(ConfigError, match="auto_retries"):
+        FactBlock(model="x", auto_retries=-1)
 
 
 def test_edit_and_delete_keep_history(tmp_path: Path) -> None:

@@ -113,3 +113,54 @@ def test_extract_without_a_fact_block(tmp_path: Path) -> None:
     )
     run = memcli("--config", str(path), "facts", "extract", "--pending")
     assert run.code == 2 and "no fact block is configured" in run.stderr
+
+
+def test_extract_pending_exits_1_while_batches_stay_pending(llm, tmp_path: Path) -> None:
+    """A batch left after its automatic retries: `--pending` retries it, exit 1 while it fails."""
+    from memcli import FactBlock, Memory, Message, WordTokenizer
+    from memcli.store import longterm
+
+    answering = {"poison": False}
+    poison_calls = []
+
+    def reply(body: dict) -> dict:
+        if "poison" not in body["messages"][-1]["content"]:
+            return {"content": "<facts><fact>Ana likes tea</fact></facts>"}
+        poison_calls.append(1)
+        if not answering["poison"]:
+            return {"content": "I'd rather not say."}
+        return {"content": "<facts><fact>Ana lives in Porto</fact></facts>"}
+
+    llm.script(*[reply] * 100)
+    db = tmp_path / "m.db"
+    block = FactBlock(model="openai/test", api_base=llm.api_base, timeout=5)
+    memory = Memory.from_defaults(
+        session_id="s1",
+        user_id="default",
+        token_limit=100,
+        chat_history_token_ratio=0.1,
+        token_flush_size=5,
+        db=db,
+        memory_blocks=[block],
+        tokenizer=WordTokenizer(),
+    )
+    for text in ["poison"] + [f"later {i}" for i in range(12)]:
+        memory.put_messages([Message("user", f"{text} is what I say"), Message("assistant", "ok")])
+    assert len(poison_calls) == 1 + block.auto_retries  # then left for `extract --pending`
+    assert longterm.pending_flushes(memory.store, "extracted_info", "user:default", retries=3) == []
+    memory.store.close()
+
+    config = write_config(tmp_path, llm)
+    args = ("--db", str(db), "--config", config, "facts", "extract", "--pending", "--json")
+    run = memcli(*args)
+    assert run.code == 1, run.stderr
+    assert run.records()[-1] == {"type": "summary", "done": 0, "pending": 1}
+    assert "1 batch is still pending" in run.stderr
+    assert len(poison_calls) == 2 + block.auto_retries  # retried, whatever its back-off
+
+    answering["poison"] = True
+    run = memcli(*args)
+    assert run.code == 0, run.stderr
+    assert run.records()[-1] == {"type": "summary", "done": 1, "pending": 0}
+    texts = [f["text"] for f in memcli("--db", str(db), "facts", "--json").records()]
+    assert texts == ["Ana likes tea", "Ana lives in Porto"]

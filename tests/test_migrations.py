@@ -11,9 +11,11 @@ import pytest
 from memcli import Memory, Message, WordTokenizer
 from memcli.errors import StoreError
 from memcli.store import longterm
+from memcli.store.migrations import MIGRATIONS
 from memcli.store.sqlite import SQLiteStore
 
 DATA = Path(__file__).parent / "data"
+VERSIONS = [version for version, _ in MIGRATIONS]  # 1, 2, 10, 11, 13, ...
 
 
 def statements(text: str) -> list[str]:
@@ -64,7 +66,7 @@ def test_an_older_database_loses_the_vector_tables_and_keeps_its_data(tmp_path: 
     database_at_version_10(db)
     store = SQLiteStore(db)
     versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
-    assert versions == [1, 2, 10, 11]
+    assert versions == VERSIONS and versions[:4] == [1, 2, 10, 11]
     # The schema of a new database (in another order: rebuilt tables come last).
     assert schema(db) == set(statements((DATA / "schema.sql").read_text()))
     info = store.get_session("s")
@@ -82,12 +84,7 @@ def test_an_older_database_loses_the_vector_tables_and_keeps_its_data(tmp_path: 
     memory.put(Message("user", "and my cat is Tom"))
     assert [m.content for m in memory.get_all()][-1] == "and my cat is Tom"
     store.close()
-    assert [r[0] for r in SQLiteStore(db).execute("SELECT version FROM migrations")] == [
-        1,
-        2,
-        10,
-        11,
-    ]
+    assert [r[0] for r in SQLiteStore(db).execute("SELECT version FROM migrations")] == VERSIONS
 
 
 def test_opening_a_current_database_takes_no_write_lock(tmp_path: Path) -> None:
@@ -113,7 +110,26 @@ def test_a_database_behind_is_migrated_by_the_first_open_only(tmp_path: Path) ->
     first, second = SQLiteStore(db), SQLiteStore(db)
     applied = second.execute("SELECT version, applied_at FROM migrations").fetchall()
     assert applied == first.execute("SELECT version, applied_at FROM migrations").fetchall()
-    assert [v for v, _ in applied] == [1, 2, 10, 11]
+    assert [v for v, _ in applied] == VERSIONS
+
+
+def test_a_batch_pending_before_the_back_off_is_due_at_the_next_flush(tmp_path: Path) -> None:
+    """Migration 13: a batch already pending counts one failure and may be retried at once."""
+    db = tmp_path / "old.db"
+    database_at_version_10(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE block_flushes SET status = 'pending' WHERE block = 'facts'")
+    store = SQLiteStore(db)
+    row = store.execute("SELECT attempts, retry_after FROM block_flushes").fetchone()
+    assert tuple(row) == (1, 0)
+    assert longterm.pending_flushes(store, "facts", "user:ana", retries=1) == [(1, "s")]
+    # Failing again (the latest flush is 1): one more attempt, due after 2 more flushes.
+    longterm.mark_flushes(store, "facts", "user:ana", [1], status="pending", error="boom")
+    row = store.execute("SELECT attempts, retry_after FROM block_flushes").fetchone()
+    assert tuple(row) == (2, 3)
+    assert longterm.pending_flushes(store, "facts", "user:ana", retries=3) == []
+    assert longterm.pending_flushes(store, "facts", "user:ana") == [(1, "s")]
+    store.close()
 
 
 def test_a_migration_that_fails_changes_nothing(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ As the reference: the LLM is asked for concrete facts not already known, answere
 `<facts><fact>...</fact></facts>`; over `max_facts` it is asked for a condensed replacement list.
 Beyond it: facts persist in the store with provenance and a history, duplicates are caught after
 normalising case and white space, and a failed, empty or malformed reply never touches the facts:
-the batch stays pending and is retried on the next flush or with `memcli facts extract --pending`.
+the batch stays pending. After a later flush whose extraction worked, a pending batch is retried
+with back-off: after 1, 2, 4, ... later flushes, at most `auto_retries` times; then it waits for
+`extract_pending` (`memcli facts extract --pending`), which retries every pending batch.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import BlockContext, Deferred, MemoryBlock
+from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
 from memcli.store import longterm
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from memcli.messages import Message
+    from memcli.store.base import SessionInfo
     from memcli.tokens import Tokenizer
 
 EXTRACT_PROMPT = """You are a precise fact extraction system that finds key information in conversations.
@@ -110,7 +114,10 @@ def _conversation(messages: Sequence[Message]) -> str:
 class FactBlock(MemoryBlock):
     """Facts extracted by an LLM (through litellm), kept in the store, rendered as `<fact>` lines.
 
-    Extra keyword arguments go to litellm as they are (temperature=0, ...).
+    A batch whose extraction failed is retried after later flushes whose extraction worked (the
+    LLM answers again): up to `retry_pending` batches per flush, each at most `auto_retries`
+    times, after 1, 2, 4, ... later flushes. Extra keyword arguments go to litellm as they are
+    (temperature=0, ...).
     """
 
     name = "extracted_info"
@@ -127,6 +134,7 @@ class FactBlock(MemoryBlock):
         timeout: float = 60.0,
         scope: str | None = None,
         retry_pending: int = 3,
+        auto_retries: int = 3,
         llm: LLMConfig | None = None,
         **litellm_kwargs: Any,
     ) -> None:
@@ -143,36 +151,45 @@ class FactBlock(MemoryBlock):
                 f"block {self.name!r}: max_facts must be a whole number >= 1, not {max_facts!r}",
                 "The default is 50",
             )
+        for key, value in (("retry_pending", retry_pending), ("auto_retries", auto_retries)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(
+                    f"block {self.name!r}: {key} must be a whole number >= 0, not {value!r}",
+                    "0 turns automatic retries off",
+                )
         self.llm = llm
         self.max_facts = max_facts
         self.retry_pending = retry_pending
+        self.auto_retries = auto_retries
         self._tokenizer: Tokenizer | None = None
 
     # -- receiving flushes ------------------------------------------------------------------------
 
     def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
         """Extract this batch (Deferred if that fails); when it worked, the LLM is answering again:
-        retry up to `retry_pending` batches that failed before."""
+        retry up to `retry_pending` failed batches whose back-off has passed."""
         reason = self.extract(batch, ctx)
         if reason is not None:
             raise Deferred(reason)
-        if self.retry_pending:
-            self.retry(
-                ctx.store, self.scope_key(ctx), ctx.tokenizer, self.retry_pending, ctx.flush_id
-            )
+        if self.retry_pending and self.auto_retries:
+            key = self.scope_key(ctx)
+            due = longterm.pending_flushes(ctx.store, self.name, key, retries=self.auto_retries)
+            due = [p for p in due if p[0] != ctx.flush_id]
+            self.retry(ctx.store, key, ctx.tokenizer, due[: self.retry_pending])
 
     def retry(
         self,
         store: Any,
         scope_key: str,
         tokenizer: Tokenizer,
-        limit: int | None = None,
-        skip: int | None = None,
+        flushes: Sequence[tuple[int, str]] | None = None,
     ) -> tuple[int, int]:
-        """Extract from pending batches again; return (now done, still pending)."""
-        pending = [p for p in longterm.pending_flushes(store, self.name, scope_key) if p[0] != skip]
+        """Extract again from these pending (flush id, session id) batches (default: every pending
+        batch of the scope, whatever its back-off); return (now done, failed again)."""
+        if flushes is None:
+            flushes = longterm.pending_flushes(store, self.name, scope_key)
         done = failed = 0
-        for flush_id, session_id in pending[:limit] if limit is not None else pending:
+        for flush_id, session_id in flushes:
             info = store.get_session(session_id)
             if info is None:
                 continue
@@ -266,3 +283,24 @@ class FactBlock(MemoryBlock):
         while lines and cut < tokens_over:
             cut += count(lines.pop(0))
         return "\n".join(lines) or None
+
+
+def extract_pending(
+    store: Any,
+    blocks: Sequence[FactBlock],
+    sessions: Sequence[SessionInfo],
+    tokenizer: Tokenizer,
+) -> FeedResult:
+    """Retry every pending batch of these sessions' scopes, whatever its back-off or attempts.
+
+    Per block: how many batches are now done, and how many are still pending afterwards.
+    """
+    result = FeedResult()
+    for block in blocks:
+        done = pending = 0
+        for key in sorted({block.key_for(info.id, info.user_id) for info in sessions}):
+            done += block.retry(store, key, tokenizer)[0]
+            pending += len(longterm.pending_flushes(store, block.name, key))
+        result.done[block.name] = done
+        result.pending[block.name] = pending
+    return result

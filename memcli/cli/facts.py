@@ -236,7 +236,7 @@ def extract_command(
 
     Example: memcli facts extract --pending
     """
-    from memcli.blocks.facts import FactBlock
+    from memcli.blocks.facts import FactBlock, extract_pending
     from memcli.blocks.feed import backfill
     from memcli.errors import UsageError
 
@@ -249,20 +249,22 @@ def extract_command(
             'Set [llm] model (--model via MEMCLI_MODEL), or add a [[blocks]] kind = "facts"',
         )
     tokenizer = common.tokenizer(s)
-    done = still = 0
     if pending:
-        for block in blocks:
-            sessions = store.list_sessions(s.user)
-            keys = {block.key_for(i.id, i.user_id) for i in sessions}
-            for key in sorted(keys):
-                d, f = block.retry(store, key, tokenizer)
-                done, still = done + d, still + f
+        result = extract_pending(store, blocks, store.list_sessions(s.user), tokenizer)
     else:
         with output.progress("Extracting facts") as bar:
             result = backfill(
                 store, blocks, store.list_sessions(s.user), tokenizer, bar.advance, bar.total
             )
-        done, still = sum(result.done.values()), sum(result.pending.values())
+    done, still = sum(result.done.values()), sum(result.pending.values())
     output.info(f"Extracted from {done} batches; {still} still pending.")
     if output.wants_json(json_):
         output.emit_all([{"type": "summary", "done": done, "pending": still}])
+    if still:  # the LLM failed on them again: not a success
+        from memcli.errors import MemcliError
+
+        plural = "batch is" if still == 1 else "batches are"
+        raise MemcliError(
+            f"{still} {plural} still pending",
+            "Run `memcli facts extract --pending` again once the LLM answers",
+        )

@@ -34,15 +34,37 @@ def mark_flushes(
     status: str = "done",
     error: str | None = None,
 ) -> None:
-    """Record that `block` processed these flushes (`done`) or must retry them (`pending`)."""
+    """Record that `block` processed these flushes (`done`) or failed on them (`pending`).
+
+    A failure counts one more attempt and sets when the flush is due again: after 1, 2, 4, ...
+    later flushes of the database (`retry_after` holds the flush id from which it is due).
+    """
     stamp = _now()
+    failed = status == "pending"
     with store.transaction():
+        latest = store.execute("SELECT COALESCE(MAX(id), 0) FROM flushes").fetchone()[0]
         store.executemany(
-            "INSERT INTO block_flushes (block, scope_key, flush_id, status, error, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (block, scope_key, flush_id)"
-            " DO UPDATE SET status = excluded.status, error = excluded.error,"
-            " updated_at = excluded.updated_at",
-            [(block, scope_key, f, status, error, stamp) for f in flush_ids],
+            "INSERT INTO block_flushes (block, scope_key, flush_id, status, error, updated_at,"
+            " attempts, retry_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (block, scope_key, flush_id) DO UPDATE SET status = excluded.status,"
+            " error = excluded.error, updated_at = excluded.updated_at,"
+            " attempts = attempts + excluded.attempts,"
+            " retry_after = CASE WHEN excluded.status = 'pending'"
+            " THEN ? + (1 << MIN(attempts, 30)) END",
+            [
+                (
+                    block,
+                    scope_key,
+                    f,
+                    status,
+                    error,
+                    stamp,
+                    int(failed),
+                    latest + 1 if failed else None,
+                    latest,
+                )
+                for f in flush_ids
+            ],
         )
 
 
@@ -56,14 +78,25 @@ def flush_statuses(store: SQLStore, block: str, scope_key: str, session_id: str)
     return {row[0]: row[1] for row in rows}
 
 
-def pending_flushes(store: SQLStore, block: str, scope_key: str) -> list[tuple[int, str]]:
-    """(flush id, session id) of every flush `block` must retry, oldest first."""
-    rows = store.execute(
+def pending_flushes(
+    store: SQLStore, block: str, scope_key: str, *, retries: int | None = None
+) -> list[tuple[int, str]]:
+    """(flush id, session id) of every flush `block` must retry, oldest first.
+
+    With `retries`, only those due for an automatic retry: retried fewer than `retries` times
+    since the first failure, and with their back-off passed (see `mark_flushes`).
+    """
+    sql = (
         "SELECT b.flush_id, f.session_id FROM block_flushes b JOIN flushes f ON f.id = b.flush_id"
-        " WHERE b.block = ? AND b.scope_key = ? AND b.status = 'pending' ORDER BY b.flush_id",
-        (block, scope_key),
+        " WHERE b.block = ? AND b.scope_key = ? AND b.status = 'pending'"
     )
-    return [(row[0], row[1]) for row in rows]
+    params: tuple[Any, ...] = (block, scope_key)
+    if retries is not None:
+        sql += (
+            " AND b.attempts <= ? AND b.retry_after <= (SELECT COALESCE(MAX(id), 0) FROM flushes)"
+        )
+        params += (retries,)
+    return [(row[0], row[1]) for row in store.execute(sql + " ORDER BY b.flush_id", params)]
 
 
 # -- a custom block's own state -----------------------------------------------------------------

@@ -236,6 +236,15 @@ def _migration_11(conn: sqlite3.Connection) -> None:
         sqlite_utils.Database(conn).table(table).transform(not_null=set(keys))
 
 
+def _migration_13(conn: sqlite3.Connection) -> None:
+    """Back-off for failed block work: per processed flush, how many times the block failed on it
+    (`attempts`) and the flush id from which it may be retried automatically (`retry_after`)."""
+    conn.execute('ALTER TABLE "block_flushes" ADD COLUMN "attempts" INTEGER NOT NULL DEFAULT 0')
+    conn.execute('ALTER TABLE "block_flushes" ADD COLUMN "retry_after" INTEGER')
+    # A batch already pending failed at least once, and is due at the next flush.
+    conn.execute("UPDATE block_flushes SET attempts = 1, retry_after = 0 WHERE status = 'pending'")
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -243,6 +252,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (2, _run(_SCHEMA_2)),
     (10, _migration_10),
     (11, _migration_11),
+    (13, _migration_13),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -57,7 +57,7 @@ CREATE TABLE "block_flushes" (
    "flush_id" INTEGER NOT NULL,
    "status" TEXT NOT NULL,
    "error" TEXT,
-   "updated_at" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL, "attempts" INTEGER NOT NULL DEFAULT 0, "retry_after" INTEGER,
    PRIMARY KEY ("block", "scope_key", "flush_id")
 );
 CREATE TABLE "block_state" (
