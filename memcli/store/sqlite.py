@@ -23,7 +23,7 @@ BUSY_TIMEOUT_MS = 10_000
 #: How long a write waits its turn while other processes write, in all.
 WRITE_WAIT_S = 60.0
 #: The first write through a store runs `PRAGMA quick_check` on a file up to this size.
-QUICK_CHECK_BYTES = 256 * 1024 * 1024
+QUICK_CHECK_BYTES = 64 * 1024 * 1024
 #: What SQLite says of a damaged file, whatever its error code.
 _DAMAGE = "database disk image is malformed"
 
