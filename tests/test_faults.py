@@ -156,8 +156,8 @@ def test_four_imports_at_once_all_succeed(tmp_path: Path, same_session: bool) ->
 
 def test_readers_work_while_a_writer_holds_the_lock(tmp_path: Path) -> None:
     """With another connection inside BEGIN IMMEDIATE for the whole test, sessions, inspect,
-    export, check and a lexical search all succeed (they never ask for the write lock); the
-    search finds messages that were never added to the full-text index (it cannot write now)."""
+    export, check, search and dump all succeed (none waits for the write lock); the search finds
+    messages that were never added to the full-text index (it cannot write now)."""
     db = tmp_path / "m.db"
     source = write_transcript(tmp_path / "t.jsonl", 300, "read")
     assert memcli("--db", str(db), "import", str(source), "--session", "s", "--no-blocks").code == 0
@@ -180,6 +180,13 @@ def test_readers_work_while_a_writer_holds_the_lock(tmp_path: Path) -> None:
         )
         assert found.code == 0, found.stderr
         assert "read 157 " in found.records()[0]["text"], found.records()
+        # Hybrid search and the context a chat would get embed what is pending when they can
+        # write; now they cannot: they rank with the vectors there are (none), and do not wait.
+        hybrid = memcli("--db", str(db), "search", "read 157", "-k", "1", "--json")
+        assert hybrid.code == 0, hybrid.stderr
+        assert "read 157 " in hybrid.records()[0]["text"]
+        context = memcli("--db", str(db), "dump", "context", "s", "--json")
+        assert context.code == 0, context.stderr
     finally:
         writer.execute("ROLLBACK")
         writer.close()

@@ -78,6 +78,10 @@ class SQLStore(Protocol):
         `StoreBusy` at once when another process holds it or the database is read-only."""
         ...
 
+    def can_write_now(self) -> bool:
+        """Whether a write transaction would start without waiting (inside one: True)."""
+        ...
+
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         """Run one statement (errors become StoreError)."""
         ...

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import StoreBusy
+from memcli.errors import StoreBusy, StoreDamaged
 from memcli.messages import parse_time
 from memcli.store.migrations import FTS_TOKENIZER
 
@@ -26,7 +26,7 @@ def catch_up(store: SQLStore) -> int:
     """Add the messages stored since the last call to the full-text index; return how many.
 
     A search must not wait for a writer, nor fail on a read-only database: when another process
-    holds the write lock (or the file cannot be written), nothing is added here, and
+    holds the write lock (or the file cannot be written, or is damaged), nothing is added here, and
     `lexical_search` scans the messages not yet indexed itself (`_tail`)."""
     row = store.execute(
         "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
@@ -36,7 +36,7 @@ def catch_up(store: SQLStore) -> int:
         return 0
     try:
         return _catch_up(store)
-    except StoreBusy:
+    except (StoreBusy, StoreDamaged):  # a damaged file is read, never written
         return 0
 
 
@@ -237,9 +237,12 @@ class UnitRow:
 
 
 def pending_units(store: SQLStore, model: str, limit: int) -> list[UnitRow]:
-    """The next `limit` messages without vectors: changed ones first, then in id order. None on
-    a read-only database (their vectors could not be stored: it is searched with those it has)."""
-    if store.read_only:
+    """The next `limit` messages without vectors: changed ones first, then in id order.
+
+    None while another process holds the write lock, or on a read-only database: their vectors
+    could not be stored now, and a search must not wait (it searches the vectors there are; the
+    messages stay pending for the next one)."""
+    if not store.can_write_now():
         return []
     redo = store.execute(
         "SELECT m.id, m.session_id, m.seq, m.role, m.name, m.content FROM retrieval_redo r"

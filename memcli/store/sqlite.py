@@ -71,6 +71,13 @@ class SQLiteStore:
     Opening a database applies the pending migrations (`memcli.store.migrations`) in one write
     transaction, and takes no write lock when there are none; every statement is plain sqlite3,
     so that a command starts fast.
+
+    Readers never wait for writers (WAL). A file that cannot be written (it, or its directory,
+    is read-only) is opened read-only, and only reading works. Writers take turns: a write
+    transaction waits for the lock (busy timeout, then retries with a jittered, growing pause)
+    up to WRITE_WAIT_S. A file SQLite reports damaged (any statement; and `PRAGMA quick_check`
+    before a store's first write, for files up to QUICK_CHECK_BYTES) raises StoreDamaged and is
+    never written to again through this store; `check()` says what is wrong.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
@@ -230,6 +237,17 @@ class SQLiteStore:
         self.txn_serial += 1
         if not self._write_checked:
             self._check_before_writing()
+
+    def can_write_now(self) -> bool:
+        """Whether a write transaction would start without waiting: True inside one; else the
+        write lock is taken and given back at once (nothing is written)."""
+        if self._depth:
+            return True
+        try:
+            with self.transaction(wait=False):
+                return True
+        except (StoreBusy, StoreDamaged):  # a damaged file is read, never written
+            return False
 
     def _begin_waiting(self) -> None:
         """BEGIN IMMEDIATE; while another process holds the lock (past the busy timeout), again
