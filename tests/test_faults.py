@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import memcli
 
-from memcli.errors import StoreError
+from memcli.errors import StoreDamaged, StoreError
 from memcli.store.sqlite import SQLiteStore
 
 WORDS = "alpha beta gamma delta lorem ipsum dolor river stone cloud amber willow harbor".split()
@@ -221,15 +221,23 @@ def _unshare_available() -> bool:
 
 
 @pytest.mark.skipif(not _unshare_available(), reason="needs `unshare -rm` for a read-only mount")
-def test_reading_commands_work_in_a_read_only_directory(tmp_path: Path) -> None:
-    """The database's directory is bind-mounted read-only (no -wal/-shm can be made, nothing can
-    be written, even by root): reading commands work, a write fails with a clear message."""
+@pytest.mark.parametrize("live", [False, True], ids=["closed", "open-elsewhere"])
+def test_reading_commands_work_in_a_read_only_directory(tmp_path: Path, live: bool) -> None:
+    """The database's directory is bind-mounted read-only (nothing can be written there, even by
+    root): reading commands work, a write fails with a clear message. Closed: no -wal/-shm file
+    exists (nor can be made). Open elsewhere: a process outside the mount holds it open with a
+    committed change still in the WAL, which the readers see."""
     data = tmp_path / "data"
     data.mkdir()
     db = data / "m.db"
     source = write_transcript(tmp_path / "t.jsonl", 200, "ro")
     assert memcli("--db", str(db), "import", str(source), "--session", "s", "--no-blocks").code == 0
     assert not Path(f"{db}-wal").exists()  # the last connection closed cleanly
+    holder = None
+    if live:
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("UPDATE sessions SET token_limit = 1234")
+        assert Path(f"{db}-wal").stat().st_size > 0
     commands = [
         ["sessions", "--json"],
         ["inspect", "s", "--json"],
@@ -244,7 +252,11 @@ def test_reading_commands_work_in_a_read_only_directory(tmp_path: Path) -> None:
         + f" > {tmp_path}/out{i} 2> {tmp_path}/err{i}; echo $? > {tmp_path}/rc{i}"
         for i, args in enumerate(commands)
     )
-    subprocess.run(["unshare", "-rm", "sh", "-c", script], check=True, timeout=300)
+    try:
+        subprocess.run(["unshare", "-rm", "sh", "-c", script], check=True, timeout=300)
+    finally:
+        if holder is not None:
+            holder.close()
 
     def result(i: int) -> tuple[int, str, str]:
         return (
@@ -256,7 +268,9 @@ def test_reading_commands_work_in_a_read_only_directory(tmp_path: Path) -> None:
     for i in range(5):
         code, out, err = result(i)
         assert code == 0, (commands[i], err)
-    assert json.loads(result(0)[1].splitlines()[0])["session"] == "s"
+    listed = json.loads(result(0)[1].splitlines()[0])
+    assert listed["session"] == "s"
+    assert (listed["token_limit"] == 1234) == live  # the change in the WAL is seen
     assert len(result(2)[1].splitlines()) == 200
     assert "ro 42 " in json.loads(result(3)[1].splitlines()[0])["text"]
     code, out, err = result(5)
@@ -316,6 +330,27 @@ def test_a_damaged_database_is_reported_never_written_nor_exported_partly(tmp_pa
 
     backup = memcli("--db", str(db), "backup", str(tmp_path / "b.db"))
     assert backup.code == 1 and not (tmp_path / "b.db").exists()
+
+
+def test_once_sqlite_reports_damage_the_store_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the size the check before writing covers, SQLite's own errors decide: the first
+    statement that meets the damage raises StoreDamaged, and the store refuses every write."""
+    import memcli.store.sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "QUICK_CHECK_BYTES", 0)  # as for a file larger than it
+    db = tmp_path / "m.db"
+    source = write_transcript(tmp_path / "t.jsonl", 2000, "big")
+    assert memcli("--db", str(db), "import", str(source), "--session", "s", "--no-blocks").code == 0
+    _damage(db)
+    store = SQLiteStore(db)
+    with pytest.raises(StoreDamaged, match="is damaged"):
+        list(store.iter_messages("s"))
+    with pytest.raises(StoreDamaged, match="does not write"):
+        store.create_session("new", "u", 1000, 0.7, 100)
+    store.close()
+    assert "new" not in {row[0] for row in sqlite3.connect(db).execute("SELECT id FROM sessions")}
 
 
 def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:

@@ -374,6 +374,13 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             raise self._error(exc, f"database error in {self.where}") from None
 
+    def _rows(self, cursor: sqlite3.Cursor) -> list[Any]:
+        """The rest of a cursor's rows (an error reading them becomes StoreError, as in execute)."""
+        try:
+            return cursor.fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, f"database error in {self.where}") from None
+
     def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """Run one statement, leaving buffered inserts buffered."""
         try:
@@ -402,7 +409,7 @@ class SQLiteStore:
     ) -> list[tuple[Any, ...]]:
         """The rows `sql` selects for many ids: it runs once per chunk of ids, its `{ids}` made the
         chunk's placeholders, bound after `params` (`... WHERE session_id = ? AND id IN ({ids})`)."""
-        return [row for cursor in self._for_ids(sql, ids, params) for row in cursor]
+        return [row for cursor in self._for_ids(sql, ids, params) for row in self._rows(cursor)]
 
     def execute_for_ids(self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()) -> int:
         """Change rows by many ids (as `rows_for_ids` reads them); return how many changed."""
@@ -471,7 +478,7 @@ class SQLiteStore:
             sql += " WHERE user_id = ?"
             params = (user_id,)
         sql += " ORDER BY updated_at DESC, id"
-        return [self._session(row) for row in self.execute(sql, params)]
+        return [self._session(row) for row in self._rows(self.execute(sql, params))]
 
     def delete_session(self, session_id: str) -> int:
         with self.transaction():
@@ -556,7 +563,7 @@ class SQLiteStore:
             " ORDER BY seq",
             (session_id,),
         )
-        return [WindowEntry(*row) for row in rows]
+        return [WindowEntry(*row) for row in self._rows(rows)]
 
     #: The columns `message_from_row` reads, in its order.
     MESSAGE_COLUMNS = (
@@ -586,8 +593,16 @@ class SQLiteStore:
             sql += " AND status = ?"
             params += (status,)
         sql += " ORDER BY seq"
-        for row in self.execute(sql, params):
-            yield self.message_from_row(row)
+        rows = self.execute(sql, params)
+        while True:
+            try:
+                batch = rows.fetchmany(256)
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"cannot read session {session_id!r}") from None
+            if not batch:
+                return
+            for row in batch:
+                yield self.message_from_row(row)
 
     def get_messages(
         self, session_id: str, status: str | None = None, ids: Sequence[int] | None = None
@@ -706,7 +721,7 @@ class SQLiteStore:
                 last_message_id=r[6],
                 reason=r[7] or "",
             )
-            for r in rows
+            for r in self._rows(rows)
         ]
 
     # -- whole reads, checks, backups -------------------------------------------------------------
@@ -740,8 +755,6 @@ class SQLiteStore:
                 message = next(rows)
             except StopIteration:
                 return
-            except sqlite3.Error as exc:
-                raise self._error(exc, f"cannot read session {session_id!r}") from None
             except (ValueError, TypeError) as exc:  # a row that does not decode
                 self.damaged = True
                 raise StoreDamaged(
