@@ -77,3 +77,17 @@ class ModelError(MemcliError):
     """The embedding model is missing or failed to load."""
 
     exit_code = 1
+
+
+class StoreDamaged(StoreError):
+    """SQLite reports the database file damaged (malformed, or not a database): nothing more is
+    written to it; `memcli check` lists what is wrong."""
+
+    exit_code = 1
+
+
+class StoreBusy(StoreError):
+    """The write lock is held by another connection, or the database is read-only, and the caller
+    asked not to wait for it."""
+
+    exit_code = 1

@@ -18,6 +18,8 @@ COMMANDS = (
     ("export", "memcli.cli.export", "export_command", False),
     ("rm", "memcli.cli.rm", "rm_command", False),
     ("search", "memcli.cli.search", "search_command", False),
+    ("check", "memcli.cli.check", "check_command", False),
+    ("backup", "memcli.cli.backup", "backup_command", False),
     ("dump", "memcli.cli.dump", "app", True),
     ("facts", "memcli.cli.facts", "app", True),
     ("blocks", "memcli.cli.blocks_cmd", "app", True),

@@ -25,5 +25,6 @@ def export_command(
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
     common.require_session(store, session)
-    messages = store.iter_messages(session, status=None if all_ else "active")
+    # Read whole before the first line is written: a damaged database fails here, writing nothing.
+    messages = store.read_messages(session, status=None if all_ else "active")
     output.emit_all(export_lines(messages, with_status=all_))

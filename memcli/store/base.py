@@ -69,9 +69,17 @@ class SQLStore(Protocol):
 
     #: The columns `message_from_row` reads, in its order.
     MESSAGE_COLUMNS: str
+    #: Opened read-only (the file or its directory is not writable): a transaction raises.
+    read_only: bool
 
-    def transaction(self) -> AbstractContextManager[None]:
-        """All writes inside happen together or not at all (nested calls join the outer one)."""
+    def transaction(self, wait: bool = True) -> AbstractContextManager[None]:
+        """All writes inside happen together or not at all (nested calls join the outer one).
+        An outermost one waits its turn for the write lock; with `wait=False` it raises
+        `StoreBusy` at once when another process holds it or the database is read-only."""
+        ...
+
+    def can_write_now(self) -> bool:
+        """Whether a write transaction would start without waiting (inside one: True)."""
         ...
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from memcli.errors import StoreBusy, StoreDamaged
 from memcli.messages import parse_time
+from memcli.store.migrations import FTS_TOKENIZER
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -21,14 +23,25 @@ if TYPE_CHECKING:
 
 
 def catch_up(store: SQLStore) -> int:
-    """Add the messages stored since the last call to the full-text index; return how many."""
+    """Add the messages stored since the last call to the full-text index; return how many.
+
+    A search must not wait for a writer, nor fail on a read-only database: when another process
+    holds the write lock (or the file cannot be written, or is damaged), nothing is added here, and
+    `lexical_search` scans the messages not yet indexed itself (`_tail`)."""
     row = store.execute(
         "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
         " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
     ).fetchone()
     if row[0] <= row[1]:
         return 0
-    with store.transaction():
+    try:
+        return _catch_up(store)
+    except (StoreBusy, StoreDamaged):  # a damaged file is read, never written
+        return 0
+
+
+def _catch_up(store: SQLStore) -> int:
+    with store.transaction(wait=False):
         top, mark = store.execute(
             "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
             " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
@@ -117,14 +130,49 @@ def lexical_search(
 ) -> list[tuple[int, float]]:
     """(message id, BM25 score: higher is better) of the best `limit` matches in scope of an FTS5
     query; with `recent`, only its `recent` most recent matches (in the whole store) are ranked
-    and then kept if in scope: a cost bounded by `recent`, whatever the term."""
+    and then kept if in scope: a cost bounded by `recent`, whatever the term.
+
+    Messages not yet in the full-text index (`catch_up` could not write) are searched too, in a
+    temporary index of them alone (`_tail`); their scores come from that index's statistics."""
+    hits = _lexical(store, "retrieval_fts", match, scope, limit, recent)
+    if _tail(store):
+        hits += _lexical(store, "retrieval_tail", match, scope, limit, recent)
+        hits.sort(key=lambda hit: -hit[1])
+        del hits[limit:]
+    return hits
+
+
+def _tail(store: SQLStore) -> bool:
+    """Bring the connection's temporary full-text index of the messages past `fts_through` up to
+    date; False when there are none (the usual case: `catch_up` indexed them)."""
+    top = store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+    mark = fts_through(store)
+    if top <= mark:
+        return False
+    store.execute(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.retrieval_tail USING fts5(name, content,"
+        f" tokenize='{FTS_TOKENIZER}')"
+    )
+    store.execute("DELETE FROM temp.retrieval_tail WHERE rowid <= ?", (mark,))
+    store.execute(
+        "INSERT INTO temp.retrieval_tail (rowid, name, content) SELECT id, name, content"
+        " FROM messages WHERE id > MAX(?, (SELECT COALESCE(MAX(rowid), 0) FROM temp.retrieval_tail))",
+        (mark,),
+    )
+    return True
+
+
+def _lexical(
+    store: SQLStore, fts: str, match: str, scope: Scope, limit: int, recent: int | None = None
+) -> list[tuple[int, float]]:
+    """`lexical_search` on one FTS5 table."""
     where, params = _filters(scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     if recent is not None:
         # FTS5 walks its lists by rowid, newest first here, and stops after `recent` rows.
         ranked = (
-            "(SELECT rowid AS id, bm25(retrieval_fts) AS rank FROM retrieval_fts"
-            " WHERE retrieval_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+            f"(SELECT rowid AS id, bm25({fts}) AS rank FROM {fts}"
+            f" WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT ?)"
         )
         sql = f"SELECT f.id, f.rank FROM {ranked} f"
         args: list[Any] = [match, recent]
@@ -134,15 +182,15 @@ def lexical_search(
         rows = store.execute(f"{sql} ORDER BY f.rank LIMIT ?", (*args, limit))
     elif not where:
         rows = store.execute(
-            "SELECT rowid, bm25(retrieval_fts) AS rank FROM retrieval_fts"
-            " WHERE retrieval_fts MATCH ? ORDER BY rank LIMIT ?",
+            f"SELECT rowid, bm25({fts}) AS rank FROM {fts}"
+            f" WHERE {fts} MATCH ? ORDER BY rank LIMIT ?",
             (match, limit),
         )
     else:
         rows = store.execute(
-            "SELECT f.rowid, bm25(retrieval_fts) AS rank FROM retrieval_fts f"
+            f"SELECT f.rowid, bm25({fts}) AS rank FROM {fts} f"
             f" JOIN messages m ON m.id = f.rowid{join}"
-            f" WHERE retrieval_fts MATCH ?{where} ORDER BY rank LIMIT ?",
+            f" WHERE {fts} MATCH ?{where} ORDER BY rank LIMIT ?",
             (match, *params, limit),
         )
     return [(int(r[0]), -float(r[1])) for r in rows]
@@ -189,7 +237,13 @@ class UnitRow:
 
 
 def pending_units(store: SQLStore, model: str, limit: int) -> list[UnitRow]:
-    """The next `limit` messages without vectors: changed ones first, then in id order."""
+    """The next `limit` messages without vectors: changed ones first, then in id order.
+
+    None while another process holds the write lock, or on a read-only database: their vectors
+    could not be stored now, and a search must not wait (it searches the vectors there are; the
+    messages stay pending for the next one)."""
+    if not store.can_write_now():
+        return []
     redo = store.execute(
         "SELECT m.id, m.session_id, m.seq, m.role, m.name, m.content FROM retrieval_redo r"
         " JOIN messages m ON m.id = r.message_id ORDER BY m.id LIMIT ?",

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from memcli.errors import StoreError
+from memcli.errors import StoreBusy, StoreDamaged, StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
+from memcli.store.check import Problem, check_database, integrity_lines
 from memcli.store.migrations import LATEST, schema_version, upgrade
 
 BUSY_TIMEOUT_MS = 10_000
+#: How long a write waits its turn while other processes write, in all.
+WRITE_WAIT_S = 60.0
+#: The first write through a store runs `PRAGMA quick_check` on a file up to this size.
+QUICK_CHECK_BYTES = 64 * 1024 * 1024
+#: What SQLite says of a damaged file, whatever its error code.
+_DAMAGE = "database disk image is malformed"
 
 #: Ids per statement when rows are read or changed by many ids (SQLite allowed 999 parameters
 #: before 3.32).
@@ -25,16 +36,30 @@ def now_utc() -> datetime:
     return datetime.now(tz=UTC)
 
 
+def _writable(path: Path) -> bool:
+    """Whether memcli may write an existing database: the file and its directory (where the
+    journal files go) are writable. (A new one is made, or fails to be, as usual.)"""
+    if not path.exists():
+        return True
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in str(exc)
+
+
 class _Transaction:
     """The context manager behind `SQLiteStore.transaction()` (a class: puts call it a lot)."""
 
-    __slots__ = ("store",)
+    __slots__ = ("store", "wait")
 
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: SQLiteStore, wait: bool = True) -> None:
         self.store = store
+        self.wait = wait
 
     def __enter__(self) -> None:
-        self.store._begin()
+        self.store._begin(self.wait)
 
     def __exit__(self, kind: object, value: object, traceback: object) -> None:
         self.store._finish(failed=kind is not None)
@@ -46,25 +71,37 @@ class SQLiteStore:
     Opening a database applies the pending migrations (`memcli.store.migrations`) in one write
     transaction, and takes no write lock when there are none; every statement is plain sqlite3,
     so that a command starts fast.
+
+    Readers never wait for writers (WAL). A file that cannot be written (it, or its directory,
+    is read-only) is opened read-only, and only reading works. Writers take turns: a write
+    transaction waits for the lock (busy timeout, then retries with a jittered, growing pause)
+    up to WRITE_WAIT_S. A file SQLite reports damaged (any statement; and `PRAGMA quick_check`
+    before a store's first write, for files up to QUICK_CHECK_BYTES) raises StoreDamaged and is
+    never written to again through this store; `check()` says what is wrong.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path is None or str(path) == ":memory:" else Path(path)
+        #: Opened read-only: the file or its directory is not writable. Writing raises StoreError.
+        self.read_only = self.path is not None and not _writable(self.path)
+        #: SQLite reported the file damaged: nothing more is written to it (see `_error`).
+        self.damaged = False
+        #: The first write transaction checks the file first (`_check_before_writing`).
+        self._write_checked = self.path is None
         try:
-            if self.path is not None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                str(self.path) if self.path else ":memory:",
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=BUSY_TIMEOUT_MS / 1000,
-            )
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if self.path is not None:
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
+            if self.read_only:
+                conn = self._connect_read_only()
+            else:
+                if self.path is not None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = self._connect(str(self.path) if self.path else ":memory:")
+                if self.path is not None:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
-        except (sqlite3.Error, OSError) as exc:
+        except sqlite3.Error as exc:
+            raise self._error(exc, f"cannot open the database {self.where}") from None
+        except OSError as exc:
             raise StoreError(
                 f"cannot open the database {self.where}: {exc}",
                 "Check the path and its permissions (--db or MEMCLI_DB)",
@@ -90,9 +127,63 @@ class SQLiteStore:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
+    @staticmethod
+    def _connect(target: str, uri: bool = False) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            target,
+            uri=uri,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """`mode=ro`; in a directory where SQLite cannot make the WAL's shared-memory file, the
+        file is opened immutable (nobody can be writing it there: its directory is read-only)."""
+        assert self.path is not None
+        base = "file:" + quote(str(self.path.resolve()))
+        conn = self._connect(base + "?mode=ro", uri=True)
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorname", "") != "SQLITE_CANTOPEN":
+                raise
+            conn.close()
+            conn = self._connect(base + "?immutable=1", uri=True)
+        return conn
+
+    def _error(self, exc: sqlite3.Error, what: str) -> StoreError:
+        """The StoreError for a sqlite3 error; one that says the file is damaged marks the store
+        damaged, and from then on it refuses to write."""
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB" or _DAMAGE in str(exc):
+            self.damaged = True
+            return StoreDamaged(
+                f"the database {self.where} is damaged ({exc})",
+                "Nothing more is written to it. Run `memcli check` to see what is wrong, and "
+                "restore it from a backup (`memcli backup`)",
+            )
+        if name.startswith("SQLITE_READONLY"):
+            return StoreError(
+                f"{what}: the database {self.where} is read-only ({exc})",
+                "Reading commands work on it; make the file and its directory writable to write",
+            )
+        return StoreError(f"{what}: {exc}", "Check the database file (`memcli check`)")
+
     def _migrate(self) -> None:
-        if schema_version(self.conn) >= LATEST:
+        try:
+            version = schema_version(self.conn)
+        except sqlite3.Error as exc:
+            raise self._error(exc, f"cannot read the database {self.where}") from None
+        if version >= LATEST:
             return  # read outside any transaction: no write lock when the schema is current
+        if self.read_only:
+            raise StoreError(
+                f"the database {self.where} is read-only and has an older schema",
+                "Open it once with write access (any memcli command) to bring it up to date",
+            )
         with self.transaction():
             try:
                 upgrade(self.conn)
@@ -106,23 +197,105 @@ class SQLiteStore:
     def transaction_depth(self) -> int:
         return self._depth
 
-    def transaction(self) -> _Transaction:
-        """All writes inside happen together or not at all; nested calls join the outer one."""
-        return _Transaction(self)
+    def transaction(self, wait: bool = True) -> _Transaction:
+        """All writes inside happen together or not at all; nested calls join the outer one.
 
-    def _begin(self) -> None:
+        An outermost one takes the write lock, waiting its turn while other processes write (up
+        to WRITE_WAIT_S); with `wait=False` it raises StoreBusy at once instead when the lock is
+        held or the database is read-only."""
+        return _Transaction(self, wait)
+
+    def _begin(self, wait: bool = True) -> None:
         if self._depth:
             self._depth += 1
             return
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
+        if self.damaged:
+            raise StoreDamaged(
+                f"the database {self.where} is damaged: memcli does not write to it",
+                "Run `memcli check` to see what is wrong, and restore it from a backup",
+            )
+        if self.read_only:
+            if not wait:
+                raise StoreBusy(f"the database {self.where} is read-only")
             raise StoreError(
-                f"cannot write to {self.where}: {exc}",
-                "Another process may hold the database; try again",
-            ) from None
+                f"cannot write to {self.where}: the file or its directory is read-only",
+                "Reading commands work on it; make the file and its directory writable to write",
+            )
+        if wait:
+            self._begin_waiting()
+        else:
+            self.conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if _is_busy(exc):
+                    raise StoreBusy(f"another process is writing to {self.where}") from None
+                raise self._error(exc, f"cannot write to {self.where}") from None
+            finally:
+                self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._depth = 1
         self.txn_serial += 1
+        if not self._write_checked:
+            self._check_before_writing()
+
+    def can_write_now(self) -> bool:
+        """Whether a write transaction would start without waiting: True inside one; else the
+        write lock is taken and given back at once (nothing is written)."""
+        if self._depth:
+            return True
+        try:
+            with self.transaction(wait=False):
+                return True
+        except (StoreBusy, StoreDamaged):  # a damaged file is read, never written
+            return False
+
+    def _begin_waiting(self) -> None:
+        """BEGIN IMMEDIATE; while another process holds the lock (past the busy timeout), again
+        after a growing, jittered pause, until WRITE_WAIT_S have gone by."""
+        deadline = time.monotonic() + WRITE_WAIT_S
+        pause = 0.05
+        while True:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                left = deadline - time.monotonic()
+                if not _is_busy(exc):
+                    raise self._error(exc, f"cannot write to {self.where}") from None
+                if left <= 0:
+                    raise StoreError(
+                        f"cannot write to {self.where}: {exc}",
+                        f"Another process held it for over {WRITE_WAIT_S:.0f} s; try again",
+                    ) from None
+                time.sleep(min(left, pause * random.uniform(0.5, 1.5)))
+                pause = min(pause * 2, 2.0)
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"cannot write to {self.where}") from None
+
+    def _check_before_writing(self) -> None:
+        """Before the first write through this store: `PRAGMA quick_check` of a file up to
+        QUICK_CHECK_BYTES (a damaged file is left as it is); above that size, only SQLite's own
+        errors tell (and `memcli check`)."""
+        self._write_checked = True
+        assert self.path is not None
+        try:
+            if self.path.stat().st_size > QUICK_CHECK_BYTES:
+                return
+            rows = self.conn.execute("PRAGMA quick_check(1)").fetchall()
+        except OSError:
+            return
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise self._error(exc, f"cannot check {self.where}") from None
+        found = [line for (text,) in rows for line in integrity_lines(text)]
+        if found:
+            self._rollback()
+            self.damaged = True
+            raise StoreDamaged(
+                f"the database {self.where} is damaged ({found[0]})",
+                "Nothing was written to it. Run `memcli check` to see what is wrong, and "
+                "restore it from a backup",
+            )
 
     def _finish(self, failed: bool) -> None:
         if self._depth > 1:
@@ -133,7 +306,7 @@ class SQLiteStore:
                 self._apply_touches()
                 self._write_buffer()
                 if self._next_id is not None:
-                    self.conn.execute(
+                    self.execute(
                         "INSERT INTO counters (name, value) VALUES ('message_id', ?)"
                         " ON CONFLICT(name) DO UPDATE SET value = MAX(value, excluded.value)",
                         (self._next_id - 1,),
@@ -146,15 +319,24 @@ class SQLiteStore:
             try:
                 self.conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self.conn.execute("ROLLBACK")
-                raise StoreError(f"cannot commit to {self.where}: {exc}", "Try again") from None
+                error = self._error(exc, f"cannot commit to {self.where}")
+                self._quiet_rollback()
+                raise error from None
             return
         self._rollback()
 
     def _rollback(self) -> None:
         self._depth = 0
         self._end_transaction()
-        self.conn.execute("ROLLBACK")
+        self._quiet_rollback()
+
+    def _quiet_rollback(self) -> None:
+        """ROLLBACK, if a transaction is still open (SQLite ends one itself on some errors)."""
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
     def _stamp(self) -> str:
         """Now, as stored; one value per transaction (what it writes, it writes at once)."""
@@ -181,9 +363,7 @@ class SQLiteStore:
                 rows,
             )
         except sqlite3.Error as exc:
-            raise StoreError(
-                f"cannot store messages in {self.where}: {exc}", "Check the database file"
-            ) from None
+            raise self._error(exc, f"cannot store messages in {self.where}") from None
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         """Run one statement (after any buffered inserts), turning sqlite errors into StoreError."""
@@ -192,9 +372,21 @@ class SQLiteStore:
         try:
             return self.conn.execute(sql, params)
         except sqlite3.Error as exc:
-            raise StoreError(
-                f"database error in {self.where}: {exc}", "Check the database file"
-            ) from None
+            raise self._error(exc, f"database error in {self.where}") from None
+
+    def _rows(self, cursor: sqlite3.Cursor) -> list[Any]:
+        """The rest of a cursor's rows (an error reading them becomes StoreError, as in execute)."""
+        try:
+            return cursor.fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, f"database error in {self.where}") from None
+
+    def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Run one statement, leaving buffered inserts buffered."""
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise self._error(exc, f"database error in {self.where}") from None
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:
         """Run one statement for each row (after any buffered inserts)."""
@@ -203,9 +395,7 @@ class SQLiteStore:
         try:
             return self.conn.executemany(sql, rows)
         except sqlite3.Error as exc:
-            raise StoreError(
-                f"database error in {self.where}: {exc}", "Check the database file"
-            ) from None
+            raise self._error(exc, f"database error in {self.where}") from None
 
     def _for_ids(
         self, sql: str, ids: Sequence[Any], params: Sequence[Any]
@@ -219,7 +409,7 @@ class SQLiteStore:
     ) -> list[tuple[Any, ...]]:
         """The rows `sql` selects for many ids: it runs once per chunk of ids, its `{ids}` made the
         chunk's placeholders, bound after `params` (`... WHERE session_id = ? AND id IN ({ids})`)."""
-        return [row for cursor in self._for_ids(sql, ids, params) for row in cursor]
+        return [row for cursor in self._for_ids(sql, ids, params) for row in self._rows(cursor)]
 
     def execute_for_ids(self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()) -> int:
         """Change rows by many ids (as `rows_for_ids` reads them); return how many changed."""
@@ -288,7 +478,7 @@ class SQLiteStore:
             sql += " WHERE user_id = ?"
             params = (user_id,)
         sql += " ORDER BY updated_at DESC, id"
-        return [self._session(row) for row in self.execute(sql, params)]
+        return [self._session(row) for row in self._rows(self.execute(sql, params))]
 
     def delete_session(self, session_id: str) -> int:
         with self.transaction():
@@ -373,7 +563,7 @@ class SQLiteStore:
             " ORDER BY seq",
             (session_id,),
         )
-        return [WindowEntry(*row) for row in rows]
+        return [WindowEntry(*row) for row in self._rows(rows)]
 
     #: The columns `message_from_row` reads, in its order.
     MESSAGE_COLUMNS = (
@@ -403,8 +593,16 @@ class SQLiteStore:
             sql += " AND status = ?"
             params += (status,)
         sql += " ORDER BY seq"
-        for row in self.execute(sql, params):
-            yield self.message_from_row(row)
+        rows = self.execute(sql, params)
+        while True:
+            try:
+                batch = rows.fetchmany(256)
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"cannot read session {session_id!r}") from None
+            if not batch:
+                return
+            for row in batch:
+                yield self.message_from_row(row)
 
     def get_messages(
         self, session_id: str, status: str | None = None, ids: Sequence[int] | None = None
@@ -423,7 +621,7 @@ class SQLiteStore:
     def archive(self, session_id: str, message_ids: Sequence[int], tokens: int, reason: str) -> int:
         with self.transaction():
             # (Not self.execute: buffered messages stay buffered, archived in the buffer below.)
-            cursor = self.conn.execute(
+            cursor = self._execute_now(
                 "INSERT INTO flushes (session_id, created_at, messages, tokens, first_message_id,"
                 " last_message_id, reason) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -523,5 +721,106 @@ class SQLiteStore:
                 last_message_id=r[6],
                 reason=r[7] or "",
             )
-            for r in rows
+            for r in self._rows(rows)
         ]
+
+    # -- whole reads, checks, backups -------------------------------------------------------------
+
+    def read_messages(self, session_id: str, status: str | None = None) -> Iterator[Message]:
+        """A session's messages in order, as `iter_messages`, from one snapshot, every one read
+        once before the first is given: a database that cannot be read whole raises StoreError
+        here, before a caller has written anything (what an export needs). Memory stays flat: the
+        rows are read twice, not kept."""
+        if self._depth:
+            raise StoreError("read_messages inside a write transaction", "A bug in memcli")
+        self._execute_now("BEGIN")  # a read snapshot: a writer meanwhile changes neither pass
+        try:
+            for _ in self._checked_messages(session_id, status):
+                pass
+        except BaseException:
+            self._quiet_rollback()
+            raise
+        return self._snapshot_messages(session_id, status)
+
+    def _snapshot_messages(self, session_id: str, status: str | None) -> Iterator[Message]:
+        try:
+            yield from self._checked_messages(session_id, status)
+        finally:
+            self._quiet_rollback()  # ends the read snapshot
+
+    def _checked_messages(self, session_id: str, status: str | None) -> Iterator[Message]:
+        rows = self.iter_messages(session_id, status)
+        while True:
+            try:
+                message = next(rows)
+            except StopIteration:
+                return
+            except (ValueError, TypeError) as exc:  # a row that does not decode
+                self.damaged = True
+                raise StoreDamaged(
+                    f"the database {self.where} holds an unreadable message in session"
+                    f" {session_id!r} ({exc})",
+                    "Run `memcli check` to see what is wrong, and restore it from a backup",
+                ) from None
+            yield message
+
+    def check(self) -> list[Problem]:
+        """What is wrong with the database: SQLite's integrity check and memcli's own (counters,
+        flush ids, vectors against messages); empty when it is sound. Reads one snapshot."""
+        if self._depth:
+            raise StoreError("check inside a write transaction", "A bug in memcli")
+        try:
+            self.conn.execute("BEGIN")
+        except sqlite3.Error as exc:
+            return [Problem("integrity", f"the database cannot be read: {exc}")]
+        try:
+            problems = check_database(self.conn)
+        finally:
+            self._quiet_rollback()
+        if any(p.check == "integrity" for p in problems):
+            self.damaged = True
+        return problems
+
+    def backup(self, target: str | Path) -> list[Problem]:
+        """Copy the database to `target` with SQLite's online backup (one consistent snapshot,
+        while other processes go on writing), as one self-contained file (no WAL). The copy is
+        made under a temporary name, checked, synced, then renamed; what the check found on the
+        copy is returned (empty: a sound copy), and a damaged copy is not kept."""
+        target = Path(target)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        try:
+            copy = sqlite3.connect(str(temporary), isolation_level=None)
+            try:
+                self.conn.backup(copy)  # all pages in one step: one snapshot
+                copy.execute("PRAGMA journal_mode = DELETE")
+                problems = check_database(copy)
+            finally:
+                copy.close()
+            if problems:
+                temporary.unlink()
+                return problems
+            with temporary.open("rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temporary, target)
+            _sync_directory(target.parent)
+        except sqlite3.Error as exc:
+            temporary.unlink(missing_ok=True)
+            raise self._error(exc, f"cannot back up {self.where}") from None
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            raise StoreError(f"cannot write the backup {target}: {exc}", "Check the path") from None
+        return []
+
+
+def _sync_directory(directory: Path) -> None:
+    """fsync a directory, so that a rename in it survives a crash (where the system allows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,169 @@
+"""What `memcli check` looks at: SQLite's integrity check, then memcli's own bookkeeping.
+
+Each check reads; none writes. A database SQLite finds damaged is reported as such, and memcli's
+checks still run as far as the file can be read (a check that fails to read says so).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+#: At most this many problems of one kind are listed (the count says how many there are).
+MAX_PER_CHECK = 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a database: which check found it, and what it found."""
+
+    check: str
+    message: str
+    session: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "type": "problem",
+            "check": self.check,
+            "session": self.session,
+            "message": self.message,
+        }
+
+
+def check_database(conn: sqlite3.Connection) -> list[Problem]:
+    """SQLite's `PRAGMA integrity_check`, then memcli's consistency checks (`CHECKS`)."""
+    problems = list(_guarded("integrity", conn, _integrity))
+    for name, run in CHECKS:
+        problems += _guarded(name, conn, run)
+    return problems
+
+
+def _guarded(
+    name: str, conn: sqlite3.Connection, run: Callable[[sqlite3.Connection], Iterator[Problem]]
+) -> list[Problem]:
+    found: list[Problem] = []
+    try:
+        for problem in run(conn):
+            found.append(problem)
+            if len(found) > MAX_PER_CHECK:
+                break
+    except sqlite3.Error as exc:
+        found.append(Problem(name, f"could not be run: {exc}"))
+    return found
+
+
+def _integrity(conn: sqlite3.Connection) -> Iterator[Problem]:
+    for (text,) in conn.execute(f"PRAGMA integrity_check({MAX_PER_CHECK})"):
+        yield from (Problem("integrity", line) for line in integrity_lines(text))
+
+
+def integrity_lines(text: str) -> list[str]:
+    """The problems in a row of SQLite's integrity check (none in "ok"; a row may hold several
+    lines, under a "*** in database main ***" heading)."""
+    return [
+        line
+        for line in text.splitlines()
+        if line.strip() and line != "ok" and not line.startswith("*** in database")
+    ]
+
+
+def _foreign_keys(conn: sqlite3.Connection) -> Iterator[Problem]:
+    for table, rowid, parent, _ in conn.execute("PRAGMA foreign_key_check"):
+        yield Problem("references", f"{table} row {rowid} points at a missing {parent} row")
+
+
+def _session_counters(conn: sqlite3.Connection) -> Iterator[Problem]:
+    rows = conn.execute(
+        "SELECT s.id, s.active_messages, s.archived_messages, s.active_tokens, s.flushes,"
+        " COALESCE(m.active, 0), COALESCE(m.archived, 0), COALESCE(m.tokens, 0),"
+        " (SELECT COUNT(*) FROM flushes f WHERE f.session_id = s.id)"
+        " FROM sessions s LEFT JOIN (SELECT session_id,"
+        " SUM(status = 'active') AS active, SUM(status = 'archived') AS archived,"
+        " SUM(CASE WHEN status = 'active' THEN tokens ELSE 0 END) AS tokens"
+        " FROM messages GROUP BY session_id) m ON m.session_id = s.id ORDER BY s.id"
+    )
+    names = ("active messages", "archived messages", "active tokens", "flushes")
+    for row in rows:
+        for name, recorded, actual in zip(names, row[1:5], row[5:9], strict=True):
+            if recorded != actual:
+                yield Problem(
+                    "counters", f"the session counts {recorded} {name}, it holds {actual}", row[0]
+                )
+
+
+def _message_status(conn: sqlite3.Connection) -> Iterator[Problem]:
+    rows = conn.execute(
+        "SELECT m.id, m.session_id, m.status, m.flush_id, f.session_id FROM messages m"
+        " LEFT JOIN flushes f ON f.id = m.flush_id"
+        " WHERE m.status NOT IN ('active', 'archived')"
+        " OR (m.status = 'active' AND m.flush_id IS NOT NULL)"
+        " OR (m.status = 'archived' AND (f.id IS NULL OR f.session_id != m.session_id))"
+    )
+    for message_id, session, status, flush_id, flush_session in rows:
+        if status not in ("active", "archived"):
+            what = f"has the unknown status {status!r}"
+        elif status == "active":
+            what = f"is active but belongs to flush {flush_id}"
+        elif flush_id is None:
+            what = "is archived by no flush"
+        elif flush_session is None:
+            what = f"is archived by flush {flush_id}, which does not exist"
+        else:
+            what = f"is archived by flush {flush_id} of session {flush_session!r}"
+        yield Problem("flush ids", f"message {message_id} {what}", session)
+
+
+def _flush_counts(conn: sqlite3.Connection) -> Iterator[Problem]:
+    rows = conn.execute(
+        "SELECT f.id, f.session_id, f.messages, COUNT(m.id) FROM flushes f"
+        " LEFT JOIN messages m ON m.flush_id = f.id GROUP BY f.id"
+        " HAVING f.messages != COUNT(m.id) ORDER BY f.id"
+    )
+    for flush_id, session, recorded, actual in rows:
+        yield Problem(
+            "flushes",
+            f"flush {flush_id} records {recorded} messages, {actual} point at it",
+            session,
+        )
+
+
+def _id_counter(conn: sqlite3.Connection) -> Iterator[Problem]:
+    top, mark = conn.execute(
+        "SELECT (SELECT MAX(id) FROM messages),"
+        " (SELECT value FROM counters WHERE name = 'message_id')"
+    ).fetchone()
+    if top is not None and (mark is None or mark < top):
+        yield Problem(
+            "counters", f"the message id high-water mark ({mark}) is below the highest id ({top})"
+        )
+
+
+def _vectors(conn: sqlite3.Connection) -> Iterator[Problem]:
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'retrieval_vectors'"
+    ).fetchone()
+    if exists is None:
+        return
+    count, sample = conn.execute(
+        "SELECT COUNT(*), MIN(message_id) FROM retrieval_vectors v"
+        " WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = v.message_id)"
+    ).fetchone()
+    if count:
+        yield Problem(
+            "vectors", f"{count} vectors belong to messages that are gone (e.g. message {sample})"
+        )
+
+
+#: memcli's own checks, after SQLite's, in order.
+CHECKS: tuple[tuple[str, Callable[[sqlite3.Connection], Iterator[Problem]]], ...] = (
+    ("references", _foreign_keys),
+    ("counters", _session_counters),
+    ("counters", _id_counter),
+    ("flush ids", _message_status),
+    ("flushes", _flush_counts),
+    ("vectors", _vectors),
+)
