@@ -42,6 +42,13 @@ def unit_text(name: str | None, role: str, content: str) -> str:
 
 #: Query parts (messages) whose vectors a retriever keeps, the least recently used dropped first.
 PART_VECTORS = 256
+#: Characters of messages embedded in one batch (a longer message is a batch alone): memory stays
+#: bounded however long the messages are.
+BATCH_CHARS = 2_000_000
+#: How long `index` waits for another process that is embedding the same model's messages, and how
+#: often it looks whether that one is done.
+CLAIM_WAIT = 60.0
+CLAIM_POLL = 0.2
 #: Messages indexed after a word was counted before the count is taken again (see _term_counts).
 TERM_COUNTS_SLACK = 200
 
@@ -83,18 +90,46 @@ class Retriever:
         limit: int | None = None,
         batch: int = 512,
         progress: Callable[[int], None] | None = None,
+        wait: float = CLAIM_WAIT,
     ) -> int:
-        """Embed messages that have no vectors, `batch` at a time; return how many were done."""
+        """Embed messages that have no vectors, `batch` at a time (fewer when they are long: at
+        most BATCH_CHARS characters of messages in memory); return how many were done.
+
+        One process embeds a model's messages at a time (a claim in the store, renewed each
+        batch): while another holds it, this one waits (up to `wait` seconds, then returns what it
+        did) and takes up what is still missing when the other is done, so that two searches at
+        once do not embed the same messages twice."""
+        import time
+        import uuid
+
+        token = uuid.uuid4().hex
+        claimed = False
         done = 0
-        while limit is None or done < limit:
-            size = batch if limit is None else min(batch, limit - done)
-            rows = sql.pending_units(self.store, self.model, size)
-            if not rows:
-                break
-            self._embed(rows)
-            done += len(rows)
-            if progress is not None:
-                progress(len(rows))
+        waiting_since: float | None = None
+        try:
+            while limit is None or done < limit:
+                size = batch if limit is None else min(batch, limit - done)
+                if not sql.pending_units(self.store, self.model, 1):
+                    break
+                if not sql.claim_embedding(self.store, self.model, token):
+                    now = time.monotonic()
+                    waiting_since = now if waiting_since is None else waiting_since
+                    if now - waiting_since >= wait:
+                        break
+                    time.sleep(CLAIM_POLL)
+                    continue
+                claimed, waiting_since = True, None
+                # Read under the claim: what another process embedded meanwhile is not pending.
+                rows = sql.pending_units(self.store, self.model, size, BATCH_CHARS)
+                if not rows:
+                    break
+                self._embed(rows)
+                done += len(rows)
+                if progress is not None:
+                    progress(len(rows))
+        finally:
+            if claimed:
+                sql.release_embedding(self.store, self.model, token)
         return done
 
     def texts(self, rows: Sequence[sql.UnitRow]) -> list[tuple[str, list[str]]]:
@@ -177,7 +212,7 @@ class Retriever:
             pending = self.pending()
             if pending:  # a search embeds what is missing first (up to `embed_limit`)
                 result.embedded = self.index(limit=o.embed_limit)
-                result.pending = pending - result.embedded
+                result.pending = self.pending()  # another process may have embedded some
             # Embedding the query and the FAISS search (in a cold process, loading the model
             # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
             dense_job = _Background(self._dense, query, scope, o.candidates, parts)
