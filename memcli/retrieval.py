@@ -19,12 +19,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from memcli.dense import MessageVectors
+from memcli.embeddings import embedded_pieces
 from memcli.errors import UsageError
-from memcli.ranking import MODES, Hit, SearchOptions, SearchResult, fts_query, fuse, query_terms
+from memcli.ranking import (
+    EXCERPT_CHARS,
+    LONG_CHARS,
+    MODES,
+    Hit,
+    SearchOptions,
+    SearchResult,
+    excerpt_at,
+    fts_query,
+    fuse,
+    lexical_excerpt,
+    query_terms,
+)
 from memcli.store import retrieval as sql
 from memcli.store.retrieval import MessageRow, Scope
 
@@ -75,6 +89,7 @@ class Retriever:
         self._part_vectors: OrderedDict[str, Any] = OrderedDict()  # see `search(parts=...)`
         self._counts: dict[tuple[str, int], int] = {}  # see `_term_counts`
         self._counts_through = -1
+        self._query: Any = None  # the last search's query vector
 
     def pending(self) -> int:
         """How many stored messages have no vectors yet."""
@@ -193,6 +208,7 @@ class Retriever:
         if since is not None and until is not None and since >= until:
             raise UsageError("--since must be before --until", "Swap the two times")
         result = SearchResult(hits=[])
+        self._query = None
         if k <= 0 or not query.strip():
             return result
         scope = Scope(
@@ -237,7 +253,7 @@ class Retriever:
         fused = fuse(
             [(weights[0], [i for i, _ in lexical]), (weights[1], [i for i, _ in dense])], o.rrf_k
         )
-        result.hits = self._hits(fused, lexical, dense, k, scope)
+        result.hits = self._hits(fused, lexical, dense, k, scope, query_terms(query))
         return result
 
     def _lexical_terms(self, query: str) -> tuple[list[str], bool]:
@@ -280,6 +296,7 @@ class Retriever:
         self, query: str, scope: Scope, n: int, parts: Sequence[str] | None = None
     ) -> list[tuple[int, float]]:
         vector = self._parts_vector(parts) if parts else self._query_vector(query)
+        self._query = vector  # for the best piece of a long message (see `_shorten`)
         self.vectors.refresh()
         return self.vectors.search(vector, scope, n)
 
@@ -299,7 +316,7 @@ class Retriever:
         return total / max(float(np.linalg.norm(total)), 1e-12)
 
     def _query_vector(self, query: str) -> Any:
-        pieces = self.embedder.split([query])[0]
+        pieces = embedded_pieces(self.embedder, [query])[0]
         vectors = self.embedder.embed(pieces)
         if len(pieces) == 1:
             return vectors[0]
@@ -313,6 +330,7 @@ class Retriever:
         dense: list[tuple[int, float]],
         k: int,
         scope: Scope,
+        terms: Sequence[str] = (),
     ) -> list[Hit]:
         lex = {item: (rank, score) for rank, (item, score) in enumerate(lexical, start=1)}
         vec = {item: (rank, score) for rank, (item, score) in enumerate(dense, start=1)}
@@ -329,6 +347,7 @@ class Retriever:
                 continue
             messages = self._with_context(row, taken, scope)
             taken.update(m.id for m in messages)
+            messages = [self._shorten(m, terms, m.id == item and item in vec) for m in messages]
             hits.append(
                 Hit(
                     rank=len(hits) + 1,
@@ -343,6 +362,44 @@ class Retriever:
                 )
             )
         return hits
+
+    def _shorten(self, row: MessageRow, terms: Sequence[str], by_vector: bool) -> MessageRow:
+        """A long message as the stretch that matched (see LONG_CHARS): where the query's words
+        occur most, else (found by its vector) its best-scoring piece, else its beginning. Its
+        tokens are the message's in proportion to the characters kept."""
+        if len(row.content) <= LONG_CHARS:
+            return row
+        text = lexical_excerpt(row.content, terms)
+        if text is None and by_vector:
+            text = self._best_piece(row)
+        if text is None:
+            text = excerpt_at(row.content, 0, EXCERPT_CHARS)
+        tokens = -(-row.tokens * len(text) // len(row.content))
+        return dataclasses.replace(row, content=text, tokens=min(row.tokens, tokens))
+
+    def _best_piece(self, row: MessageRow) -> str | None:
+        """The text of the message's piece whose stored vector is nearest the query's."""
+        import numpy as np
+
+        query = getattr(self, "_query", None)
+        stored = sql.message_vectors(self.store, self.model, [row.id]).get(row.id)
+        if query is None or not stored:
+            return None
+        matrix = np.frombuffer(b"".join(v for _, v in stored), dtype=np.float32)
+        matrix = matrix.reshape(len(stored), -1)
+        if matrix.shape[1] != len(query):
+            return None
+        number = stored[int(np.argmax(matrix @ query))][0]
+        own = unit_text(row.name, row.role, row.content)
+        pieces = embedded_pieces(self.embedder, [own])[0]
+        if number >= len(pieces):
+            return None  # embedded under other rules (an older memcli): not found again
+        piece = pieces[number].strip()
+        prefix = own[: len(own) - len(row.content)]
+        if own.startswith(piece):
+            return excerpt_at(row.content, 0, len(piece) - len(prefix))
+        at = row.content.find(piece)
+        return piece if at < 0 else excerpt_at(row.content, at, at + len(piece))
 
     def _with_context(self, row: MessageRow, taken: set[int], scope: Scope) -> list[MessageRow]:
         """The message plus its nearest neighbours, alternating before and after, while the
@@ -380,7 +437,7 @@ def weighted_pieces(embedder: Embedder, texts: Sequence[str]) -> list[Any]:
 
     if not texts:
         return []
-    pieces = embedder.split(texts)
+    pieces = embedded_pieces(embedder, texts)
     vectors = embedder.embed([p for ps in pieces for p in ps])
     out = []
     at = 0
