@@ -347,7 +347,8 @@ class Retriever:
                 continue
             messages = self._with_context(row, taken, scope)
             taken.update(m.id for m in messages)
-            messages = [self._shorten(m, terms, m.id == item and item in vec) for m in messages]
+            how = "lexical" if item in lex else "vector" if item in vec else ""
+            messages = [self._shorten(m, terms, how if m.id == item else "") for m in messages]
             hits.append(
                 Hit(
                     rank=len(hits) + 1,
@@ -363,15 +364,15 @@ class Retriever:
             )
         return hits
 
-    def _shorten(self, row: MessageRow, terms: Sequence[str], by_vector: bool) -> MessageRow:
-        """A long message as the stretch that matched (see LONG_CHARS): where the query's words
-        occur most, else (found by its vector) its best-scoring piece, else its beginning. Its
+    def _shorten(self, row: MessageRow, terms: Sequence[str], how: str) -> MessageRow:
+        """A long message as the stretch that matched (see LONG_CHARS): found by its vector only,
+        its best-scoring piece; else where the query's words occur most; else its beginning. Its
         tokens are the message's in proportion to the characters kept."""
         if len(row.content) <= LONG_CHARS:
             return row
-        text = lexical_excerpt(row.content, terms)
-        if text is None and by_vector:
-            text = self._best_piece(row)
+        text = self._best_piece(row) if how == "vector" else None
+        if text is None:
+            text = lexical_excerpt(row.content, terms)
         if text is None:
             text = excerpt_at(row.content, 0, EXCERPT_CHARS)
         tokens = -(-row.tokens * len(text) // len(row.content))
