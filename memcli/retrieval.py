@@ -398,9 +398,11 @@ class Retriever:
         piece = pieces[number].strip()
         prefix = own[: len(own) - len(row.content)]
         if own.startswith(piece):
-            return excerpt_at(row.content, 0, len(piece) - len(prefix))
+            return excerpt_at(row.content, 0, min(len(piece) - len(prefix), EXCERPT_CHARS))
         at = row.content.find(piece)
-        return piece if at < 0 else excerpt_at(row.content, at, at + len(piece))
+        if at < 0:
+            return None
+        return excerpt_at(row.content, at, at + min(len(piece), EXCERPT_CHARS))
 
     def _with_context(self, row: MessageRow, taken: set[int], scope: Scope) -> list[MessageRow]:
         """The message plus its nearest neighbours, alternating before and after, while the

@@ -44,9 +44,7 @@ EXACT = SearchOptions(context_before=0, context_after=0, vector_context=0)
 def add(store: SQLiteStore, session: str, texts: Sequence[str]) -> list[int]:
     if store.get_session(session) is None:
         store.create_session(session, "u1", 10**9, 0.7, 10**8)
-    new = [
-        NewMessage(Message(role="user", content=t, name="Ana"), len(t.split())) for t in texts
-    ]
+    new = [NewMessage(Message(role="user", content=t, name="Ana"), len(t.split())) for t in texts]
     return store.append_messages(session, new)
 
 
@@ -91,6 +89,7 @@ def test_index_files_of_another_database_are_not_used(tmp_path: Path) -> None:
     assert fresh.vectors.rebuilt and "cello" in text
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
 def test_index_files_are_flushed_to_disk_before_they_replace_the_old(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
