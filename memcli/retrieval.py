@@ -3,18 +3,21 @@
 - Units: one vector per message, for the message and the one before it in its session
   (`vector_context`), so that a short reply carries what it answers. Each message's `Name: text`
   is embedded once (in pieces when longer than the model's window: nothing is cut off silently,
-  and the message scores as its best piece); its vector is the sum of its own and the earlier
+  and the message scores as its best piece; past `MAX_PIECES` pieces, that many spread evenly
+  through it: `memcli.embeddings.embedded_pieces`); its vector is the sum of its own and the earlier
   message's vectors, each weighted by its words, normalised. That is about what mean pooling over
   the two messages together gives, for half the model's work: each message is read once, not in
   two units.
 - Lexical: an FTS5 index over every message (speaker name and text); messages stored since the
   last search are added to it in one statement before the next, so a put pays nothing.
-- Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing)
-  and stored in SQLite, the source of truth; a FAISS index in a file beside the database is
-  loaded for queries and rebuilt from SQLite when it is missing, stale or unreadable.
+- Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing),
+  by one process at a time (a claim in the store), and stored in SQLite, the source of truth
+  (each piece once: a unique key); a FAISS index in a file beside the database is loaded for
+  queries and rebuilt from SQLite when it is missing, stale, unreadable or damaged.
 - Fusion: weighted reciprocal rank fusion, `sum(weight / (rrf_k + rank))` over the two lists.
 - Hits: best first, never repeating a message; a hit carries its neighbouring turns when they
-  are short, up to a token allowance (a reply such as "Yes, last May!" means little alone).
+  are short, up to a token allowance (a reply such as "Yes, last May!" means little alone). A
+  long message (over `LONG_CHARS` characters) is shown as the stretch that matched.
 """
 
 from __future__ import annotations
