@@ -115,12 +115,14 @@ class Retriever:
 
         One process embeds a model's messages at a time (a claim in the store, renewed each
         batch): while another holds it, this one waits (up to `wait` seconds, then returns what it
-        did) and takes up what is still missing when the other is done, so that two searches at
-        once do not embed the same messages twice."""
+        did; at once inside a write transaction) and takes up what is still missing when the
+        other is done, so that two searches at once do not embed the same messages twice."""
         import time
         import uuid
 
         token = uuid.uuid4().hex
+        if getattr(self.store, "transaction_depth", 0):
+            wait = 0.0  # this process holds the write lock: the claim's holder could not write
         claimed = False
         done = 0
         waiting_since: float | None = None
