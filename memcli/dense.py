@@ -4,7 +4,11 @@ SQLite holds the vectors (the source of truth). The index lives in files beside 
 `<db>.retrieval.faiss` (the vectors), `<db>.retrieval.npz` (per row: message id, session and user
 codes, unix time in ms) and `<db>.retrieval.json` (what the files cover, written last). They are
 loaded by a query, extended when vectors were only added since, and rebuilt from SQLite when they
-are missing, stale or unreadable. An in-memory database keeps its index in memory only.
+are missing, stale, unreadable or damaged: the description holds a CRC-32 of the other two files
+(checked at load; an IVF index, memory-mapped, is not read whole for it), and a sample of the
+index's rows is compared with the vectors SQLite holds for their messages. Each file is written
+to a temporary name, flushed to disk (fsync) and renamed, the description last. An in-memory
+database keeps its index in memory only.
 
 Up to `IVF_FROM` vectors the index is exact (a flat inner-product index). Above, an inverted-file
 index (IVF, `nlist` about the square root of the count) with 8-bit scalar-quantised vectors (a
@@ -15,6 +19,7 @@ visits the `nprobe` nearest lists (and every list when a filter leaves few messa
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -28,7 +33,11 @@ if TYPE_CHECKING:
     from memcli.store.retrieval import Scope
 
 #: Bumped when the files' layout changes, so that older files are rebuilt.
-FORMAT = 3
+FORMAT = 4
+#: Rows of a loaded index compared with SQLite's vectors, and by how much an IVF index's 8-bit
+#: vectors may miss their own cosine of 1.
+SAMPLE = 16
+QUANTISED = 0.02
 IVF_FROM = 200_000
 NPROBE = 48
 _KEYS = ("message_ids", "sessions", "users", "times")
@@ -147,7 +156,14 @@ class MessageVectors:
         self.max_id = int(rows[-1][0])
 
     def _load(self) -> None:
-        """Read the files if all three are there, readable and agree; else leave it empty."""
+        """Read the files if all three are there, readable, undamaged and agree with SQLite; else
+        leave it empty (rebuilt from SQLite).
+
+        Damage: the description records a CRC-32 of each file as written; a file that no longer
+        matches is not used. A flat index (read whole anyway) is checked in full; a memory-mapped
+        one (IVF, a big store) is not read whole to check it, but its arrays are, and for both a
+        sample of rows is compared with the vectors SQLite holds for their messages, which also
+        catches files of another database with the same counts."""
         import numpy as np
 
         self._reset()
@@ -160,16 +176,24 @@ class MessageVectors:
             info = json.loads(meta.read_text())
             if info.get("model") != self.model or info.get("format") != FORMAT:
                 return
-            flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if info.get("ivf") else 0
-            index = faiss.read_index(str(path), flags)
-            with np.load(str(arrays)) as data:
-                loaded = {key: data[key] for key in _KEYS}
+            if _file_crc(arrays) != info["crc_npz"]:
+                return
+            if info.get("ivf"):
+                index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+            else:
+                if _file_crc(path) != info["crc_faiss"]:
+                    return
+                index = faiss.read_index(str(path))
+            with np.load(str(arrays)) as npz:
+                loaded = {key: npz[key] for key in _KEYS}
             if any(len(v) != index.ntotal for v in loaded.values()) or index.d != info["dim"]:
                 return
             if index.ntotal != info["count"]:
                 return
+            if not self._agrees(index, loaded["message_ids"], bool(info.get("ivf"))):
+                return
         except Exception:
-            return  # missing or unreadable: rebuilt from SQLite
+            return  # missing, unreadable or damaged: rebuilt from SQLite
         self.index = index
         self._mapped = bool(info.get("ivf"))
         self._arrays = loaded
@@ -177,24 +201,60 @@ class MessageVectors:
         self.max_id, self.dim = info["max_id"], info["dim"]
         self._codes = {"session": dict(info["sessions"]), "user": dict(info["users"])}
 
+    def _agrees(self, index: Any, message_ids: Any, ivf: bool) -> bool:
+        """Whether SAMPLE rows spread over the index hold vectors SQLite has for their messages
+        (an IVF index's 8-bit vectors to within QUANTISED; a flat index's exactly)."""
+        import numpy as np
+
+        n = int(index.ntotal)
+        if n == 0:
+            return True
+        rows = sorted({i * n // SAMPLE for i in range(SAMPLE)} | {n - 1})
+        ids = [int(message_ids[r]) for r in rows]
+        stored = sql.message_vectors(self.store, self.model, ids)
+        for row, message_id in zip(rows, ids, strict=True):
+            pieces = stored.get(message_id)
+            if not pieces:
+                return False
+            matrix = np.frombuffer(b"".join(v for _, v in pieces), dtype=np.float32)
+            matrix = matrix.reshape(len(pieces), -1)
+            if matrix.shape[1] != index.d:
+                return False
+            if ivf:
+                # The row's own list is the nearest to its vector: found among the first few.
+                scores, found = index.search(np.ascontiguousarray(matrix), 8)
+                if not any(
+                    r >= 0 and int(message_ids[r]) == message_id and s >= 1 - QUANTISED
+                    for r, s in zip(found.ravel(), scores.ravel(), strict=True)
+                ):
+                    return False
+            elif not bool(np.isclose(matrix, index.reconstruct(row), atol=1e-6).all(axis=1).any()):
+                return False
+        return True
+
     def _save(self) -> None:
-        """Write the files, each through a temporary name; the description last."""
+        """Write the files durably, each to a temporary name, flushed to disk and renamed; the
+        description (with each file's checksum) last. A crash leaves either the old files or
+        ones the description does not match, which are rebuilt."""
         import faiss
         import numpy as np
 
         path, arrays, meta = self.file("faiss"), self.file("npz"), self.file("json")
         if path is None or arrays is None or meta is None:
             return
-        tag = f".{os.getpid()}.tmp"
         try:
             if meta.exists():
                 meta.unlink()  # the files are not valid together until the description is back
             if self.index is None:
                 return
-            faiss.write_index(self.index, str(path) + tag)
-            os.replace(str(path) + tag, path)
-            np.savez(str(arrays) + tag + ".npz", **self._arrays)
-            os.replace(str(arrays) + tag + ".npz", arrays)
+            data = faiss.serialize_index(self.index)  # a uint8 array
+            crc_faiss = _crc(data)
+            _write(path, data)
+            del data
+            buffer = io.BytesIO()
+            np.savez(buffer, **self._arrays)
+            crc_npz = _crc(buffer.getvalue())
+            _write(arrays, buffer.getvalue())
             info = {
                 "model": self.model,
                 "format": FORMAT,
@@ -206,9 +266,10 @@ class MessageVectors:
                 "ivf": isinstance(self.index, faiss.IndexIVF),
                 "sessions": list(self._codes["session"].items()),
                 "users": list(self._codes["user"].items()),
+                "crc_faiss": crc_faiss,
+                "crc_npz": crc_npz,
             }
-            Path(str(meta) + tag).write_text(json.dumps(info))
-            os.replace(str(meta) + tag, meta)
+            _write(meta, json.dumps(info).encode())
         except OSError:
             pass  # a cache: SQLite still has everything, and the next query rebuilds it
 
@@ -293,6 +354,46 @@ class MessageVectors:
             params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
         scores, rows = self.index.search(query, want, params=params)
         return scores[0], rows[0]
+
+
+def _crc(data: Any) -> int:
+    import zlib
+
+    return zlib.crc32(data)
+
+
+def _file_crc(path: Path) -> int:
+    import zlib
+
+    crc = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _write(path: Path, data: Any) -> None:
+    """Replace a file durably: a temporary file written and flushed to disk, renamed over it, and
+    the rename flushed to disk (the directory)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    try:
+        folder = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return  # a platform that cannot open a directory (Windows)
+    try:
+        os.fsync(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
 
 
 def _new_index(matrix: Any) -> Any:

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.embeddings import cut
+from memcli.embeddings import cut, segments
 from memcli.errors import ModelError
 
 if TYPE_CHECKING:
@@ -34,6 +34,10 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 VECTORS = f"{MODEL_NAME}:onnx"
 #: Word pieces the model reads, [CLS] and [SEP] included (its max_seq_length).
 WINDOW = 256
+#: A longer text is tokenized a segment of about this many characters at a time (bounded memory).
+SEGMENT_CHARS = 50_000
+#: Word pieces the model reads in one run (rows times width): bounds the memory of a run.
+RUN_TOKENS = 4_096
 #: Bumped when the exported graph changes, so that an old file is exported again.
 EXPORT_VERSION = 1
 
@@ -250,8 +254,16 @@ class OnnxEmbedder:
         encodings = self._tokenizer.encode_batch(list(texts))
         # Similar lengths together: less padding, the same result.
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
+        start = 0
+        while start < len(order):
+            # As many texts as fit in RUN_TOKENS at the width of the longest (the last, sorted).
+            size = min(self.batch_size, len(order) - start)
+            while size > 1 and size * min(WINDOW, len(encodings[order[start + size - 1]].ids)) > (
+                RUN_TOKENS
+            ):
+                size -= 1
+            chunk = order[start : start + size]
+            start += size
             width = min(WINDOW, max(len(encodings[i].ids) for i in chunk))
             ids = np.zeros((len(chunk), width), dtype=np.int64)
             mask = np.zeros((len(chunk), width), dtype=np.int64)
@@ -277,12 +289,34 @@ class OnnxEmbedder:
         return [len(e.ids) for e in encodings]
 
     def split(self, texts: Sequence[str]) -> list[list[str]]:
-        """Each text as pieces of at most `max_tokens` word pieces, in order, losing nothing."""
+        """Each text as pieces of at most `max_tokens` word pieces, in order, losing nothing.
+
+        A text longer than SEGMENT_CHARS is tokenized and cut a segment at a time (time linear in
+        its length, memory bounded): a piece does not run across two segments."""
         limit = self.max_tokens
         # A word piece covers at least one character: short texts fit without tokenizing.
-        long = [t for t in texts if len(t) > limit]
-        spans: dict[str, list[tuple[int, int]]] = {}
-        if long:
-            encodings = self.tokenizer.encode_batch(long, add_special_tokens=False)
-            spans = {t: e.offsets for t, e in zip(long, encodings, strict=True)}
-        return [[t] if t not in spans else cut(t, spans[t], limit) for t in texts]
+        todo = [
+            (i, part)
+            for i, text in enumerate(texts)
+            if len(text) > limit
+            for part in segments(text, SEGMENT_CHARS)
+        ]
+        cuts: list[list[str]] = [[] for _ in texts]
+        at = 0
+        while at < len(todo):  # up to 8 segments' characters at a time: bounded memory
+            end, size = at, 0
+            while end < len(todo) and (end == at or size + len(todo[end][1]) <= 8 * SEGMENT_CHARS):
+                size += len(todo[end][1])
+                end += 1
+            chunk = todo[at:end]
+            encodings = self.tokenizer.encode_batch([p for _, p in chunk], add_special_tokens=False)
+            for (i, part), encoding in zip(chunk, encodings, strict=True):
+                cuts[i] += cut(part, encoding.offsets, limit)
+            at = end
+        out = []
+        for text, pieces in zip(texts, cuts, strict=True):
+            if len(text) <= limit:
+                out.append([text])
+                continue
+            out.append([p for p in pieces if p.strip()] or [text])
+        return out

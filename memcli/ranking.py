@@ -162,6 +162,59 @@ def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(kept))
 
 
+#: A message longer than this many characters is shown in a hit as the stretch that matched: about
+#: EXCERPT_CHARS characters (a few hundred tokens) where the query's words occur most, else the
+#: piece whose vector matched best; "…" marks what is left out.
+LONG_CHARS = 3_000
+EXCERPT_CHARS = 1_500
+ELLIPSIS = "…"
+#: Occurrences of the query's words looked at in one message (bounds the time on a huge one).
+EXCERPT_MATCHES = 100_000
+
+
+def excerpt_at(text: str, start: int, end: int) -> str:
+    """text[start:end] widened or narrowed to word boundaries nearby, "…" where text is left out."""
+    if start > 0:
+        space = text.find(" ", start, min(start + 100, end))
+        start = space + 1 if space >= 0 else start
+    if end < len(text):
+        space = text.rfind(" ", max(end - 100, start), end)
+        end = space if space > start else end
+    return f"{ELLIPSIS if start > 0 else ''}{text[start:end].strip()}{ELLIPSIS if end < len(text) else ''}"
+
+
+def lexical_excerpt(text: str, terms: Sequence[str], width: int = EXCERPT_CHARS) -> str | None:
+    """The stretch of about `width` characters of a long text where the most of the query's terms
+    occur (then the most occurrences), or None when none occurs."""
+    if not terms:
+        return None
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in terms) + r")\b", re.IGNORECASE)
+    found: list[tuple[int, str]] = []
+    for match in pattern.finditer(text):
+        found.append((match.start(), match.group(0).lower()))
+        if len(found) >= EXCERPT_MATCHES:
+            break
+    if not found:
+        return None
+    best = (0, 0, 0)  # (distinct terms, occurrences, first index)
+    low = 0
+    inside: dict[str, int] = {}
+    for high, (at, term) in enumerate(found):  # windows starting at an occurrence
+        inside[term] = inside.get(term, 0) + 1
+        while at - found[low][0] > width * 3 // 4:
+            old = found[low][1]
+            inside[old] -= 1
+            if not inside[old]:
+                del inside[old]
+            low += 1
+        score = (len(inside), high - low + 1, low)
+        if score[:2] > best[:2]:
+            best = score
+    first = found[best[2]][0]
+    start = max(0, first - width // 4)
+    return excerpt_at(text, start, min(len(text), start + width))
+
+
 def fts_query(text: str | Sequence[str]) -> str | None:
     """A query (or its terms) as an FTS5 query: any of its informative words."""
     terms = query_terms(text) if isinstance(text, str) else list(text)

@@ -3,28 +3,45 @@
 - Units: one vector per message, for the message and the one before it in its session
   (`vector_context`), so that a short reply carries what it answers. Each message's `Name: text`
   is embedded once (in pieces when longer than the model's window: nothing is cut off silently,
-  and the message scores as its best piece); its vector is the sum of its own and the earlier
+  and the message scores as its best piece; past `MAX_PIECES` pieces, that many spread evenly
+  through it: `memcli.embeddings.embedded_pieces`); its vector is the sum of its own and the earlier
   message's vectors, each weighted by its words, normalised. That is about what mean pooling over
   the two messages together gives, for half the model's work: each message is read once, not in
   two units.
 - Lexical: an FTS5 index over every message (speaker name and text); messages stored since the
   last search are added to it in one statement before the next, so a put pays nothing.
-- Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing)
-  and stored in SQLite, the source of truth; a FAISS index in a file beside the database is
-  loaded for queries and rebuilt from SQLite when it is missing, stale or unreadable.
+- Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing),
+  by one process at a time (a claim in the store), and stored in SQLite, the source of truth
+  (each piece once: a unique key); a FAISS index in a file beside the database is loaded for
+  queries and rebuilt from SQLite when it is missing, stale, unreadable or damaged.
 - Fusion: weighted reciprocal rank fusion, `sum(weight / (rrf_k + rank))` over the two lists.
 - Hits: best first, never repeating a message; a hit carries its neighbouring turns when they
-  are short, up to a token allowance (a reply such as "Yes, last May!" means little alone).
+  are short, up to a token allowance (a reply such as "Yes, last May!" means little alone). A
+  long message (over `LONG_CHARS` characters) is shown as the stretch that matched.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from memcli.dense import MessageVectors
+from memcli.embeddings import embedded_pieces
 from memcli.errors import UsageError
-from memcli.ranking import MODES, Hit, SearchOptions, SearchResult, fts_query, fuse, query_terms
+from memcli.ranking import (
+    EXCERPT_CHARS,
+    LONG_CHARS,
+    MODES,
+    Hit,
+    SearchOptions,
+    SearchResult,
+    excerpt_at,
+    fts_query,
+    fuse,
+    lexical_excerpt,
+    query_terms,
+)
 from memcli.store import retrieval as sql
 from memcli.store.retrieval import MessageRow, Scope
 
@@ -42,6 +59,13 @@ def unit_text(name: str | None, role: str, content: str) -> str:
 
 #: Query parts (messages) whose vectors a retriever keeps, the least recently used dropped first.
 PART_VECTORS = 256
+#: Characters of messages embedded in one batch (a longer message is a batch alone): memory stays
+#: bounded however long the messages are.
+BATCH_CHARS = 2_000_000
+#: How long `index` waits for another process that is embedding the same model's messages, and how
+#: often it looks whether that one is done.
+CLAIM_WAIT = 60.0
+CLAIM_POLL = 0.2
 #: Messages indexed after a word was counted before the count is taken again (see _term_counts).
 TERM_COUNTS_SLACK = 200
 
@@ -68,6 +92,7 @@ class Retriever:
         self._part_vectors: OrderedDict[str, Any] = OrderedDict()  # see `search(parts=...)`
         self._counts: dict[tuple[str, int], int] = {}  # see `_term_counts`
         self._counts_through = -1
+        self._query: Any = None  # the last search's query vector
 
     def pending(self) -> int:
         """How many stored messages have no vectors yet."""
@@ -83,18 +108,48 @@ class Retriever:
         limit: int | None = None,
         batch: int = 512,
         progress: Callable[[int], None] | None = None,
+        wait: float = CLAIM_WAIT,
     ) -> int:
-        """Embed messages that have no vectors, `batch` at a time; return how many were done."""
+        """Embed messages that have no vectors, `batch` at a time (fewer when they are long: at
+        most BATCH_CHARS characters of messages in memory); return how many were done.
+
+        One process embeds a model's messages at a time (a claim in the store, renewed each
+        batch): while another holds it, this one waits (up to `wait` seconds, then returns what it
+        did; at once inside a write transaction) and takes up what is still missing when the
+        other is done, so that two searches at once do not embed the same messages twice."""
+        import time
+        import uuid
+
+        token = uuid.uuid4().hex
+        if getattr(self.store, "transaction_depth", 0):
+            wait = 0.0  # this process holds the write lock: the claim's holder could not write
+        claimed = False
         done = 0
-        while limit is None or done < limit:
-            size = batch if limit is None else min(batch, limit - done)
-            rows = sql.pending_units(self.store, self.model, size)
-            if not rows:
-                break
-            self._embed(rows)
-            done += len(rows)
-            if progress is not None:
-                progress(len(rows))
+        waiting_since: float | None = None
+        try:
+            while limit is None or done < limit:
+                size = batch if limit is None else min(batch, limit - done)
+                if not sql.pending_units(self.store, self.model, 1):
+                    break
+                if not sql.claim_embedding(self.store, self.model, token):
+                    now = time.monotonic()
+                    waiting_since = now if waiting_since is None else waiting_since
+                    if now - waiting_since >= wait:
+                        break
+                    time.sleep(CLAIM_POLL)
+                    continue
+                claimed, waiting_since = True, None
+                # Read under the claim: what another process embedded meanwhile is not pending.
+                rows = sql.pending_units(self.store, self.model, size, BATCH_CHARS)
+                if not rows:
+                    break
+                self._embed(rows)
+                done += len(rows)
+                if progress is not None:
+                    progress(len(rows))
+        finally:
+            if claimed:
+                sql.release_embedding(self.store, self.model, token)
         return done
 
     def texts(self, rows: Sequence[sql.UnitRow]) -> list[tuple[str, list[str]]]:
@@ -158,6 +213,7 @@ class Retriever:
         if since is not None and until is not None and since >= until:
             raise UsageError("--since must be before --until", "Swap the two times")
         result = SearchResult(hits=[])
+        self._query = None
         if k <= 0 or not query.strip():
             return result
         scope = Scope(
@@ -177,7 +233,7 @@ class Retriever:
             pending = self.pending()
             if pending:  # a search embeds what is missing first (up to `embed_limit`)
                 result.embedded = self.index(limit=o.embed_limit)
-                result.pending = pending - result.embedded
+                result.pending = self.pending()  # another process may have embedded some
             # Embedding the query and the FAISS search (in a cold process, loading the model
             # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
             dense_job = _Background(self._dense, query, scope, o.candidates, parts)
@@ -202,7 +258,7 @@ class Retriever:
         fused = fuse(
             [(weights[0], [i for i, _ in lexical]), (weights[1], [i for i, _ in dense])], o.rrf_k
         )
-        result.hits = self._hits(fused, lexical, dense, k, scope)
+        result.hits = self._hits(fused, lexical, dense, k, scope, query_terms(query))
         return result
 
     def _lexical_terms(self, query: str) -> tuple[list[str], bool]:
@@ -245,6 +301,7 @@ class Retriever:
         self, query: str, scope: Scope, n: int, parts: Sequence[str] | None = None
     ) -> list[tuple[int, float]]:
         vector = self._parts_vector(parts) if parts else self._query_vector(query)
+        self._query = vector  # for the best piece of a long message (see `_shorten`)
         self.vectors.refresh()
         return self.vectors.search(vector, scope, n)
 
@@ -264,7 +321,7 @@ class Retriever:
         return total / max(float(np.linalg.norm(total)), 1e-12)
 
     def _query_vector(self, query: str) -> Any:
-        pieces = self.embedder.split([query])[0]
+        pieces = embedded_pieces(self.embedder, [query])[0]
         vectors = self.embedder.embed(pieces)
         if len(pieces) == 1:
             return vectors[0]
@@ -278,6 +335,7 @@ class Retriever:
         dense: list[tuple[int, float]],
         k: int,
         scope: Scope,
+        terms: Sequence[str] = (),
     ) -> list[Hit]:
         lex = {item: (rank, score) for rank, (item, score) in enumerate(lexical, start=1)}
         vec = {item: (rank, score) for rank, (item, score) in enumerate(dense, start=1)}
@@ -294,6 +352,8 @@ class Retriever:
                 continue
             messages = self._with_context(row, taken, scope)
             taken.update(m.id for m in messages)
+            how = "lexical" if item in lex else "vector" if item in vec else ""
+            messages = [self._shorten(m, terms, how if m.id == item else "") for m in messages]
             hits.append(
                 Hit(
                     rank=len(hits) + 1,
@@ -308,6 +368,46 @@ class Retriever:
                 )
             )
         return hits
+
+    def _shorten(self, row: MessageRow, terms: Sequence[str], how: str) -> MessageRow:
+        """A long message as the stretch that matched (see LONG_CHARS): found by its vector only,
+        its best-scoring piece; else where the query's words occur most; else its beginning. Its
+        tokens are the message's in proportion to the characters kept."""
+        if len(row.content) <= LONG_CHARS:
+            return row
+        text = self._best_piece(row) if how == "vector" else None
+        if text is None:
+            text = lexical_excerpt(row.content, terms)
+        if text is None:
+            text = excerpt_at(row.content, 0, EXCERPT_CHARS)
+        tokens = -(-row.tokens * len(text) // len(row.content))
+        return dataclasses.replace(row, content=text, tokens=min(row.tokens, tokens))
+
+    def _best_piece(self, row: MessageRow) -> str | None:
+        """The text of the message's piece whose stored vector is nearest the query's."""
+        import numpy as np
+
+        query = getattr(self, "_query", None)
+        stored = sql.message_vectors(self.store, self.model, [row.id]).get(row.id)
+        if query is None or not stored:
+            return None
+        matrix = np.frombuffer(b"".join(v for _, v in stored), dtype=np.float32)
+        matrix = matrix.reshape(len(stored), -1)
+        if matrix.shape[1] != len(query):
+            return None
+        number = stored[int(np.argmax(matrix @ query))][0]
+        own = unit_text(row.name, row.role, row.content)
+        pieces = embedded_pieces(self.embedder, [own])[0]
+        if number >= len(pieces):
+            return None  # embedded under other rules (an older memcli): not found again
+        piece = pieces[number].strip()
+        prefix = own[: len(own) - len(row.content)]
+        if own.startswith(piece):
+            return excerpt_at(row.content, 0, min(len(piece) - len(prefix), EXCERPT_CHARS))
+        at = row.content.find(piece)
+        if at < 0:
+            return None
+        return excerpt_at(row.content, at, at + min(len(piece), EXCERPT_CHARS))
 
     def _with_context(self, row: MessageRow, taken: set[int], scope: Scope) -> list[MessageRow]:
         """The message plus its nearest neighbours, alternating before and after, while the
@@ -345,7 +445,7 @@ def weighted_pieces(embedder: Embedder, texts: Sequence[str]) -> list[Any]:
 
     if not texts:
         return []
-    pieces = embedder.split(texts)
+    pieces = embedded_pieces(embedder, texts)
     vectors = embedder.embed([p for ps in pieces for p in ps])
     out = []
     at = 0

@@ -101,3 +101,33 @@ def test_public_blocks_import_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_huge_text_embeds_at_most_max_pieces_spread_through_it() -> None:
+    from memcli.embeddings import MAX_PIECES, WHOLE_CHARS, embedded_pieces
+
+    embedder = HashEmbedder(max_tokens=16)
+    huge = " ".join(f"w{i}" for i in range(WHOLE_CHARS // 3))  # longer than WHOLE_CHARS
+    medium = " ".join(f"m{i}" for i in range(16 * MAX_PIECES * 2))  # 2 * MAX_PIECES pieces
+    short = "just a few words"
+    pieces = embedded_pieces(embedder, [huge, medium, short, huge])
+    assert pieces[3] == pieces[0]  # the same text, the same pieces (found again by number)
+    assert pieces[2] == [short]
+    assert len(pieces[1]) == MAX_PIECES and pieces[1] == embedder.split([medium])[0][::2]
+    assert len(pieces[0]) == MAX_PIECES
+    assert all(len(p.split()) <= 16 and p in huge for p in pieces[0])
+    assert pieces[0][0].startswith("w0 ")
+    numbers = [int(p.split()[0][1:]) for p in pieces[0]]
+    assert numbers == sorted(numbers) and numbers[-1] > len(huge.split()) * 0.9
+
+
+@pytest.mark.slow
+def test_split_of_a_long_text_goes_a_segment_at_a_time(minilm: OnnxEmbedder) -> None:
+    from memcli.onnx_embedder import SEGMENT_CHARS
+
+    text = "One sentence about cellos and violins. " * (SEGMENT_CHARS * 3 // 39)
+    word = "x" * (SEGMENT_CHARS * 2 + 10)  # no white space: cut every SEGMENT_CHARS
+    long, single = minilm.split([text, word])
+    assert "".join(long) == text
+    assert max(minilm.count(long)) <= minilm.max_tokens
+    assert "".join(single) == word and len(single) == 3

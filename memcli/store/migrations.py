@@ -245,6 +245,22 @@ def _migration_13(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE block_flushes SET attempts = 1, retry_after = 0 WHERE status = 'pending'")
 
 
+def _migration_14(conn: sqlite3.Connection) -> None:
+    """A message's vector piece is stored once per model: the duplicates that two processes
+    embedding at once could store are deleted (the first kept; the delete trigger counts them, so
+    index files are rebuilt), then a unique key makes another impossible. It also serves lookups
+    by message id, so the index on that column alone goes."""
+    conn.execute(
+        "DELETE FROM retrieval_vectors WHERE id NOT IN"
+        " (SELECT MIN(id) FROM retrieval_vectors GROUP BY message_id, piece, model)"
+    )
+    conn.execute('DROP INDEX IF EXISTS "retrieval_vectors_msg"')
+    conn.execute(
+        'CREATE UNIQUE INDEX "retrieval_vectors_key"'
+        '\n    ON "retrieval_vectors" ("message_id", "piece", "model")'
+    )
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -253,6 +269,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (10, _migration_10),
     (11, _migration_11),
     (13, _migration_13),
+    (14, _migration_14),
 ]
 
 LATEST = MIGRATIONS[-1][0]

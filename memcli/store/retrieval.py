@@ -8,6 +8,7 @@ take deleted or changed messages out of both. (The tables: migration 10, `memcli
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -236,8 +237,12 @@ class UnitRow:
     content: str
 
 
-def pending_units(store: SQLStore, model: str, limit: int) -> list[UnitRow]:
-    """The next `limit` messages without vectors: changed ones first, then in id order.
+def pending_units(
+    store: SQLStore, model: str, limit: int, max_chars: int | None = None
+) -> list[UnitRow]:
+    """The next `limit` messages without vectors: changed ones first, then in id order; with
+    `max_chars`, only as many as hold that many characters together (at least one), so that a
+    batch of huge messages is not read into memory at once.
 
     None while another process holds the write lock, or on a read-only database: their vectors
     could not be stored now, and a search must not wait (it searches the vectors there are; the
@@ -245,16 +250,61 @@ def pending_units(store: SQLStore, model: str, limit: int) -> list[UnitRow]:
     if not store.can_write_now():
         return []
     redo = store.execute(
-        "SELECT m.id, m.session_id, m.seq, m.role, m.name, m.content FROM retrieval_redo r"
+        "SELECT m.id, length(m.content) FROM retrieval_redo r"
         " JOIN messages m ON m.id = r.message_id ORDER BY m.id LIMIT ?",
         (limit,),
     ).fetchall()
     rows = store.execute(
-        "SELECT id, session_id, seq, role, name, content FROM messages WHERE id > ?"
-        " ORDER BY id LIMIT ?",
+        "SELECT id, length(content) FROM messages WHERE id > ? ORDER BY id LIMIT ?",
         (embedded_through(store, model), limit - len(redo)),
     ).fetchall()
-    return [UnitRow(*r) for r in [*redo, *rows]]
+    ids: list[int] = []
+    total = 0
+    for item, size in [*redo, *rows]:
+        total += size or 0
+        if ids and max_chars is not None and total > max_chars:
+            break
+        ids.append(item)
+    found = store.rows_for_ids(
+        "SELECT id, session_id, seq, role, name, content FROM messages WHERE id IN ({ids})", ids
+    )
+    by_id = {r[0]: UnitRow(*r) for r in found}
+    return [by_id[i] for i in ids if i in by_id]
+
+
+#: How long a claim to embed a model's messages lasts unless renewed (each batch renews it).
+CLAIM_SECONDS = 120.0
+
+
+def claim_embedding(store: SQLStore, model: str, token: str) -> bool:
+    """Take or renew the right to embed messages for `model` (one process at a time, so that two
+    do not spend the model on the same messages); False while another holder's claim is live."""
+    key = f"embedding:{model}"
+    now = time.time()
+    with store.transaction():
+        row = store.execute("SELECT value FROM retrieval_state WHERE key = ?", (key,)).fetchone()
+        if row is not None:
+            holder, _, until = str(row[0]).rpartition(" ")
+            try:
+                live = float(until) > now
+            except ValueError:
+                live = False
+            if holder != token and live:
+                return False
+        store.execute(
+            "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, f"{token} {now + CLAIM_SECONDS:.3f}"),
+        )
+    return True
+
+
+def release_embedding(store: SQLStore, model: str, token: str) -> None:
+    """Give up a claim taken with `token` (a claim left by a killed process expires)."""
+    store.execute(
+        "DELETE FROM retrieval_state WHERE key = ? AND substr(value, 1, ?) = ?",
+        (f"embedding:{model}", len(token) + 1, f"{token} "),
+    )
 
 
 def add_vectors(
@@ -263,27 +313,31 @@ def add_vectors(
     rows: Sequence[tuple[int, int, int, bytes]],
     through: int,
     cleared: Sequence[int] = (),
-) -> None:
+) -> int:
     """Store (message id, piece, dim, float32 bytes) rows and move the embedded mark to `through`
-    (`cleared`: messages handled that got no vector, e.g. empty ones)."""
+    (`cleared`: messages handled that got no vector, e.g. empty ones). A piece already stored (by
+    another process that embedded the message meanwhile) is kept, not stored twice; return how
+    many rows were added."""
     with store.transaction():
         store.execute(
             "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
             " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (f"embedded:{model}", str(max(through, embedded_through(store, model)))),
         )
+        added = store.executemany(
+            "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (message_id, piece, model) DO NOTHING",
+            [(m, p, model, d, v) for m, p, d, v in rows],
+        ).rowcount
+        added = max(int(added), 0)
         store.execute(
             "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
             " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + excluded.value",
-            (f"vectors_added:{model}", len(rows)),
-        )
-        store.executemany(
-            "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
-            " VALUES (?, ?, ?, ?, ?)",
-            [(m, p, model, d, v) for m, p, d, v in rows],
+            (f"vectors_added:{model}", added),
         )
         done = sorted({r[0] for r in rows} | set(cleared))
         store.execute_for_ids("DELETE FROM retrieval_redo WHERE message_id IN ({ids})", done)
+    return added
 
 
 def drop_other_models(store: SQLStore, model: str) -> int:
@@ -392,3 +446,19 @@ def session_span(store: SQLStore, session_id: str, first: int, last: int) -> lis
         (session_id, first, last),
     )
     return [_row(r) for r in rows]
+
+
+def message_vectors(
+    store: SQLStore, model: str, ids: Sequence[int]
+) -> dict[int, list[tuple[int, bytes]]]:
+    """Per message id, its stored (piece, float32 bytes) vectors for `model`, in piece order."""
+    out: dict[int, list[tuple[int, bytes]]] = {}
+    rows = store.rows_for_ids(
+        "SELECT message_id, piece, vector FROM retrieval_vectors"
+        " WHERE model = ? AND message_id IN ({ids}) ORDER BY message_id, piece",
+        list(ids),
+        (model,),
+    )
+    for message_id, piece, vector in rows:
+        out.setdefault(int(message_id), []).append((int(piece), bytes(vector)))
+    return out

@@ -109,8 +109,6 @@ CREATE TABLE "retrieval_vectors" (
    "dim" INTEGER NOT NULL,
    "vector" BLOB NOT NULL
 );
-CREATE INDEX "retrieval_vectors_msg"
-    ON "retrieval_vectors" ("message_id");
 CREATE TABLE "retrieval_state" (
    "key" TEXT PRIMARY KEY,
    "value" TEXT
@@ -123,3 +121,5 @@ CREATE TRIGGER retrieval_delete AFTER DELETE ON messages BEGIN DELETE FROM retri
 CREATE TRIGGER retrieval_fts_delete AFTER DELETE ON messages WHEN old.id <= (SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state WHERE key = 'fts_through') BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content) VALUES ('delete', old.id, old.name, old.content); END;
 CREATE TRIGGER retrieval_update AFTER UPDATE OF name, content ON messages BEGIN DELETE FROM retrieval_vectors WHERE message_id = old.id; INSERT OR IGNORE INTO retrieval_redo (message_id) VALUES (old.id); END;
 CREATE TRIGGER retrieval_fts_update AFTER UPDATE OF name, content ON messages WHEN old.id <= (SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state WHERE key = 'fts_through') BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content) VALUES ('delete', old.id, old.name, old.content); INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content); END;
+CREATE UNIQUE INDEX "retrieval_vectors_key"
+    ON "retrieval_vectors" ("message_id", "piece", "model");
