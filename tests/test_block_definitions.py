@@ -266,3 +266,16 @@ def test_a_fact_block_without_a_model_takes_no_flushes_until_one_is_configured(
     assert result.done == {"extracted_info": len(flushes)} and result.pending["extracted_info"] == 0
     texts = [f.text for f in longterm.list_facts(store, "extracted_info", "user:ana")]
     assert texts == ["Ana has a dog", "Ana counts messages"]
+
+
+def test_chat_sends_the_apps_blocks(tmp_path: Path, llm) -> None:
+    db = str(run_app(tmp_path))
+    llm.script({"content": "Arr."})
+    run = memcli(
+        "--db", db, "chat", "--session", "s1", "--model", "openai/test",
+        "--api-base", llm.api_base, input="who are you?\n",
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    sent = llm.requests[-1]["messages"]
+    assert "<persona>\nYou are a helpful pirate.\n</persona>" in sent[0]["content"]
+    assert [m["content"] for m in sent[1:]] == ["hello", "who are you?"]
