@@ -112,6 +112,10 @@ class Memory:
                     self.budget.chat_history_token_ratio,
                     self.budget.flush_size,
                 )
+        if self.memory_blocks:  # so that the CLI builds these blocks for this session
+            from memcli.blocks.registry import record
+
+            record(store, self.session_id, self.memory_blocks)
         # The active window as of session version `_version`: what the flush policy needs of each
         # message, and, once `get()` has asked for them, the messages themselves as a fresh read
         # returns them (index for index with `_window`). Puts and flushes by this object keep both

@@ -67,10 +67,13 @@ retrieval_context_window = 2
 
 
 def test_defaults_without_config() -> None:
-    blocks = build_blocks(None, Defaults())
-    assert [type(b) for b in blocks] == [VectorBlock]
-    blocks = build_blocks(None, Defaults(model="openai/x", api_base="http://h/v1"))
-    assert [type(b) for b in blocks] == [VectorBlock, FactBlock]
+    # A fact block always: without a model it extracts nothing but shows facts added by hand.
+    vector, facts = build_blocks(None, Defaults())
+    assert isinstance(vector, VectorBlock) and isinstance(facts, FactBlock)
+    assert facts.llm is None and not facts.receives_flushes
+    vector, facts = build_blocks(None, Defaults(model="openai/x", api_base="http://h/v1"))
+    assert isinstance(facts, FactBlock) and facts.receives_flushes
+    assert facts.llm is not None and facts.llm.api_base == "http://h/v1"
 
 
 @pytest.mark.parametrize(
@@ -83,7 +86,8 @@ def test_defaults_without_config() -> None:
         ('kind = "vector"\nsimilarity_top_k = 0', r"similarity_top_k must be a whole number"),
         ('kind = "static"', r"#1.*exactly one of content and file"),
         ('kind = "static"\nfile = "/nonexistent/x.txt"', r"cannot read file"),
-        ('kind = "facts"', r"#1.*needs a model"),
+        ('kind = "facts"\nmodel = ""', r"#1.*model must be a model name"),
+        ('kind = "vector"\nsearch = {rrf_k = "x"}', r"#1.*bad search options"),
         ('kind = "sql"', r"kind must be one of static, facts, vector, python"),
         ('name = "x"', r"#1 \('x'\): kind must be one of"),
         ('kind = "python"', r"needs path"),

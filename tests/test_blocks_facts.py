@@ -284,11 +284,11 @@ def test_facts_survive_a_restart_and_are_shared_by_the_users_sessions(llm, tmp_p
     assert other.context().memory_text == ""
 
 
-def test_fact_block_needs_a_model() -> None:
+def test_fact_block_checks_its_settings() -> None:
     from memcli import ConfigError
 
-    with pytest.raises(ConfigError, match="needs a model"):
-        FactBlock()
+    with pytest.raises(ConfigError, match="model must be a model name"):
+        FactBlock(model="")
     with pytest.raises(ConfigError, match="max_facts"):
         FactBlock(model="x", max_facts=0)
     with pytest.raises(ConfigError, match="auto_retries"):

@@ -88,6 +88,7 @@ def test_dump_blocks_with_the_default_vector_block(tmp_path: Path) -> None:
     assert memcli("import", write_chat(tmp_path / "a.jsonl"), *BUDGET).code == 0
     run = memcli("dump", "blocks", "--input", "where do I live?", "--json")
     assert run.code == 0, run.stderr
-    (vector,) = run.records()
+    vector, facts = run.records()  # the default fact block: no model, no facts yet
+    assert (facts["name"], facts["content"]) == ("extracted_info", "")
     assert vector["name"] == "vector_memory" and vector["priority"] == 2
     assert "Porto" in vector["content"] and vector["tokens"] > 0

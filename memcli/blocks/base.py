@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+import json
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -13,6 +16,9 @@ if TYPE_CHECKING:
     from memcli.tokens import Tokenizer
 
 SCOPES = ("user", "session")
+
+#: Constructor arguments a definition never records: keys, secrets, passwords, tokens.
+SECRET = re.compile(r"(^|_)(api_?key|key|secret|password|passwd|token|credentials?)$", re.I)
 
 
 @dataclass(frozen=True)
@@ -43,12 +49,24 @@ class MemoryBlock:
     messages it is given, and keeps its state in the store so that a fresh process sees it.
     `scope` is "user" (the default: every session of the user shares the block's memory) or
     "session". A block that ignores flushes sets `receives_flushes = False`.
+
+    `definition()` describes the block as a `[[blocks]]` table, which a Memory records for its
+    session so that the CLI builds the same blocks (memcli.blocks.registry).
     """
 
     name: str = "block"
     priority: int = 1
     scope: str = "user"
     receives_flushes: bool = True
+    #: Where the CLI got this block's definition ("config file PATH", "stored for session ID",
+    #: "default"); None for a block an application built itself.
+    origin: str | None = None
+    _arguments: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        block = super().__new__(cls)
+        block._arguments = (args, kwargs)  # what it was built with, for `definition()`
+        return block
 
     def __init__(
         self,
@@ -81,6 +99,49 @@ class MemoryBlock:
                 f"block {self.name!r}: scope must be 'user' or 'session', not {self.scope!r}",
                 "'user' shares the memory across the user's sessions; 'session' isolates it",
             )
+
+    def definition(self) -> dict[str, Any]:
+        """This block as a `[[blocks]]` table that rebuilds it: here, for a custom block, kind
+        "python", its `module:Class` path, and the arguments it was built with (keys and secrets
+        left out). When they cannot be recorded (not JSON, a class in a script or a function),
+        `not_rebuildable` says why, and building from the table fails with that reason."""
+        cls = type(self)
+        table: dict[str, Any] = {"kind": "python", "path": f"{cls.__module__}:{cls.__qualname__}"}
+        params = inspect.signature(cls).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        args, kwargs = self._arguments
+        try:
+            bound = inspect.signature(cls).bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            bound = dict(kwargs)
+        arguments: dict[str, Any] = {}
+        problems = []
+        for key, value in bound.items():
+            kind = params[key].kind if key in params else None
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                arguments.update(value)
+            elif kind is inspect.Parameter.VAR_POSITIONAL:
+                if value:
+                    problems.append(f"it was given *{key} (a table has only named arguments)")
+            else:
+                arguments[key] = value
+        for key in ("name", "priority", "scope"):
+            if key in params or takes_any:
+                arguments[key] = getattr(self, key)
+        if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+            problems.append(f"{cls.__qualname__} is defined in a script or a function")
+        for key, value in arguments.items():
+            if SECRET.search(key):
+                continue
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError):
+                problems.append(f"argument {key!r} is a {type(value).__name__}, not JSON")
+                continue
+            table[key] = value
+        if problems:
+            table["not_rebuildable"] = "; ".join(problems)
+        return table
 
     def scope_key(self, ctx: BlockContext) -> str:
         """Whose memory this is: `user:ID` or `session:ID`."""

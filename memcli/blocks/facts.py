@@ -139,13 +139,18 @@ class FactBlock(MemoryBlock):
         **litellm_kwargs: Any,
     ) -> None:
         super().__init__(name=name, priority=priority, scope=scope)
-        if llm is None:
+        if llm is None and model is not None:
             if not model or not isinstance(model, str):
                 raise ConfigError(
-                    f"block {self.name!r}: a fact block needs a model",
+                    f"block {self.name!r}: model must be a model name, not {model!r}",
                     'Set model = "..." on the block, or [llm] model (--model)',
                 )
             llm = LLMConfig(model, api_base, api_key, float(timeout), dict(litellm_kwargs))
+        if llm is None:
+            # No model: the block shows the facts it holds (added by hand) and takes no flushes,
+            # so none is marked done or pending: once a model is configured, `memcli blocks
+            # backfill` (or `facts extract`) hands it every archived batch.
+            self.receives_flushes = False
         if not isinstance(max_facts, int) or isinstance(max_facts, bool) or max_facts < 1:
             raise ConfigError(
                 f"block {self.name!r}: max_facts must be a whole number >= 1, not {max_facts!r}",
@@ -157,11 +162,35 @@ class FactBlock(MemoryBlock):
                     f"block {self.name!r}: {key} must be a whole number >= 0, not {value!r}",
                     "0 turns automatic retries off",
                 )
-        self.llm = llm
+        self.llm: LLMConfig | None = llm
         self.max_facts = max_facts
         self.retry_pending = retry_pending
         self.auto_retries = auto_retries
         self._tokenizer: Tokenizer | None = None
+
+    def definition(self) -> dict[str, Any]:
+        """kind "facts" with its model, API base, limits and the litellm options a table takes
+        (temperature, max_tokens); never the API key."""
+        if type(self) is not FactBlock:
+            return super().definition()
+        table: dict[str, Any] = {
+            "kind": "facts",
+            "name": self.name,
+            "priority": self.priority,
+            "scope": self.scope,
+            "max_facts": self.max_facts,
+            "retry_pending": self.retry_pending,
+            "auto_retries": self.auto_retries,
+        }
+        if self.llm is not None:
+            table["model"] = self.llm.model
+            if self.llm.api_base is not None:
+                table["api_base"] = self.llm.api_base
+            table["timeout"] = self.llm.timeout
+            for key in ("temperature", "max_tokens"):
+                if key in self.llm.extra:
+                    table[key] = self.llm.extra[key]
+        return table
 
     # -- receiving flushes ------------------------------------------------------------------------
 
@@ -205,6 +234,11 @@ class FactBlock(MemoryBlock):
         """Ask the LLM for the batch's new facts and store them; the reason it failed, or None."""
         from memcli.llm import complete
 
+        if self.llm is None:
+            raise ConfigError(
+                f"block {self.name!r} has no model: it cannot extract facts",
+                'Set [llm] model (--model, MEMCLI_MODEL) or model = "..." on the block',
+            )
         key = self.scope_key(ctx)
         existing = longterm.list_facts(ctx.store, self.name, key)
         prompt = EXTRACT_PROMPT.format(existing=self._render(existing))
@@ -238,7 +272,7 @@ class FactBlock(MemoryBlock):
         from memcli.llm import complete
 
         facts = longterm.list_facts(store, self.name, scope_key)
-        if len(facts) <= self.max_facts:
+        if self.llm is None or len(facts) <= self.max_facts:
             return False
         prompt = CONDENSE_PROMPT.format(max_facts=self.max_facts, existing=self._render(facts))
         try:

@@ -1,4 +1,5 @@
-"""The registry of block kinds: building blocks from `[[blocks]]` tables of the config file.
+"""The registry of block kinds: building blocks from `[[blocks]]` tables, those of the config file
+and those a Memory recorded for its session (each block's `definition()`).
 
 Kinds: static, facts, vector, and python (`path = "package.module:ClassName"`, a MemoryBlock
 subclass whose constructor takes the table's other keys). Every key is checked; errors name the
@@ -11,10 +12,13 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import MemoryBlock
-from memcli.errors import ConfigError
+from memcli.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from memcli.store.base import SQLStore
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "max_facts": (int,),
         "temperature": (int, float),
         "max_tokens": (int,),
+        "retry_pending": (int,),
+        "auto_retries": (int,),
     },
     "vector": {
         "name": (str,),
@@ -47,6 +53,7 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "scope": (str,),
         "similarity_top_k": (int,),
         "retrieval_context_window": (int,),
+        "search": (dict,),
     },
 }
 
@@ -104,6 +111,12 @@ def _python_block(where: str, table: Mapping[str, Any]) -> MemoryBlock:
         raise ConfigError(
             f"{where}: kind 'python' needs path = \"package.module:ClassName\"", "Add it"
         )
+    reason = table.get("not_rebuildable")
+    if reason is not None:
+        raise ConfigError(
+            f"{where}: {path} cannot be rebuilt from its definition: {reason}",
+            'Define it in [[blocks]] of the config file (kind = "python")',
+        )
     cls = load_class(path, where)
     kwargs = {k: v for k, v in table.items() if k not in ("kind", "path")}
     params = inspect.signature(cls).parameters
@@ -130,6 +143,7 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
     from memcli.blocks.facts import FactBlock
     from memcli.blocks.static import StaticBlock
     from memcli.blocks.vector import VectorBlock
+    from memcli.ranking import SearchOptions
 
     where = _where(index, table)
     kind = table.get("kind")
@@ -142,6 +156,11 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
         )
     _check_keys(where, kind, table)
     kwargs = {k: v for k, v in table.items() if k != "kind"}
+    if "search" in kwargs:
+        try:
+            kwargs["search_options"] = SearchOptions(**kwargs.pop("search"))
+        except (TypeError, ValueError, UsageError) as exc:
+            raise ConfigError(f"{where}: bad search options: {exc}", "See [search]") from None
     makers: dict[str, Callable[..., MemoryBlock]] = {
         "static": StaticBlock,
         "vector": lambda **kw: VectorBlock(embedder=defaults.embedder, **kw),
@@ -156,27 +175,26 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
     }
     try:
         return makers[kind](**kwargs)
-    except ConfigError as exc:
+    except (ConfigError, UsageError) as exc:
         raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
 
 
 def build_blocks(
     tables: Sequence[Mapping[str, Any]] | None, defaults: Defaults
 ) -> list[MemoryBlock]:
-    """The blocks of `[[blocks]]` tables; without tables, a vector block, plus a fact block when a
-    model is configured."""
+    """The blocks of `[[blocks]]` tables; without tables, the default blocks: a vector block and a
+    fact block (which extracts facts only when a model is configured, and always shows the facts
+    added by hand)."""
     from memcli.blocks.facts import FactBlock
     from memcli.blocks.vector import VectorBlock
 
     if tables is None:
-        blocks: list[MemoryBlock] = [VectorBlock(embedder=defaults.embedder)]
-        if defaults.model:
-            blocks.append(
-                FactBlock(
-                    model=defaults.model, api_base=defaults.api_base, timeout=defaults.llm_timeout
-                )
-            )
-        return blocks
+        return [
+            VectorBlock(embedder=defaults.embedder),
+            FactBlock(
+                model=defaults.model, api_base=defaults.api_base, timeout=defaults.llm_timeout
+            ),
+        ]
     blocks = [build_block(i, table, defaults) for i, table in enumerate(tables)]
     seen: set[str] = set()
     for i, block in enumerate(blocks):
@@ -187,3 +205,31 @@ def build_blocks(
             )
         seen.add(block.name)
     return blocks
+
+
+def rebuild(
+    tables: Sequence[Mapping[str, Any]], defaults: Defaults
+) -> tuple[list[MemoryBlock], list[tuple[Mapping[str, Any], str]]]:
+    """The blocks of recorded definitions, as `build_block` builds them, and each definition that
+    cannot be rebuilt here (a class that does not import, arguments that were not recorded) with
+    the reason: the others still serve."""
+    blocks: list[MemoryBlock] = []
+    problems: list[tuple[Mapping[str, Any], str]] = []
+    for i, table in enumerate(tables):
+        try:
+            blocks.append(build_block(i, table, defaults))
+        except ConfigError as exc:
+            problems.append((table, exc.message))
+        except Exception as exc:  # a custom class failing in its own way
+            problems.append((table, f"{_where(i, table)}: {type(exc).__name__}: {exc}"))
+    return blocks, problems
+
+
+def record(store: SQLStore, session_id: str, blocks: Sequence[MemoryBlock]) -> bool:
+    """Record the blocks' definitions for the session (a write only when they changed); blocks
+    the CLI built from a definition (`origin` set) are not recorded again. True when written."""
+    from memcli.store import longterm
+
+    if not blocks or any(b.origin is not None for b in blocks):
+        return False
+    return longterm.save_block_definitions(store, session_id, [b.definition() for b in blocks])

@@ -51,5 +51,16 @@ class StaticBlock(MemoryBlock):
             raise ConfigError(f"block {self.name!r}: content must be text", "Quote it")
         self.content = content.strip()
 
+    def definition(self) -> dict[str, Any]:
+        """kind "static" with the content as read (a file's text too: the CLI may run elsewhere)."""
+        if type(self) is not StaticBlock:
+            return super().definition()
+        return {
+            "kind": "static",
+            "name": self.name,
+            "priority": self.priority,
+            "content": self.content,
+        }
+
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
         return self.content

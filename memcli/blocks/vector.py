@@ -3,6 +3,7 @@ message, memcli.retrieval), shown with each message's time."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import BlockContext, MemoryBlock
@@ -62,6 +63,24 @@ class VectorBlock(MemoryBlock):
         self.search_options = search_options
         self._retrievers: dict[int, Retriever] = {}
         self.last_hits: list[Hit] = []
+
+    def definition(self) -> dict[str, Any]:
+        """kind "vector" with its settings, and its search options when it was given some (else
+        the reader's `[search]` settings apply). The embedder is not recorded: the CLI uses its
+        own (the bundled model)."""
+        if type(self) is not VectorBlock:
+            return super().definition()
+        table: dict[str, Any] = {
+            "kind": "vector",
+            "name": self.name,
+            "priority": self.priority,
+            "scope": self.scope,
+            "similarity_top_k": self.similarity_top_k,
+            "retrieval_context_window": self.retrieval_context_window,
+        }
+        if self.search_options is not None:
+            table["search"] = dataclasses.asdict(self.search_options)
+        return table
 
     @property
     def embedder(self) -> Embedder:

@@ -16,31 +16,68 @@ app = typer.Typer(
 
 
 @app.command("list")
-def list_command(ctx: typer.Context, json_: common.Json = False) -> None:
-    """The configured blocks: name, kind, priority, scope.
+def list_command(
+    ctx: typer.Context,
+    session: Annotated[
+        str | None,
+        typer.Argument(help="The blocks of this session (default: those of the user's last)."),
+    ] = None,
+    user: common.User = None,
+    json_: common.Json = False,
+) -> None:
+    """The blocks commands use for a session or user: name, kind, priority, scope, and where each
+    definition came from: the config file's [[blocks]], the definitions an application's Memory
+    stored for a session, or the defaults. A stored block that cannot be rebuilt is listed with
+    the reason.
 
-    Example: memcli blocks list
+    Example: memcli blocks list demo
     """
-    s = common.settings(ctx)
-    blocks = common.make_blocks(s)
-    records = [
+    s = common.settings(ctx, user=user)
+    store = common.open_store(s) if s.db_path.exists() else None
+    if session is not None:
+        if store is None:
+            common.open_store(s, must_exist=True)  # says there is no database
+        else:
+            common.require_session(store, session)
+    blocks, problems = common.blocks_with_problems(s, store, session=session)
+    records: list[dict[str, Any]] = [
         {
             "type": "block",
             "name": b.name,
             "kind": type(b).__name__,
             "priority": b.priority,
             "scope": b.scope,
+            "source": b.origin,
         }
         for b in blocks
+    ]
+    records += [
+        {
+            "type": "block",
+            "name": table.get("name"),
+            "kind": table.get("path", table.get("kind")),
+            "priority": table.get("priority"),
+            "scope": table.get("scope"),
+            "source": origin,
+            "error": reason,
+        }
+        for origin, table, reason in problems
     ]
     if output.wants_json(json_):
         output.emit_all(records)
         return
     output.table(
         None,
-        ["name", "kind", "priority", "scope"],
-        [(r["name"], r["kind"], r["priority"], r["scope"]) for r in records],
+        ["name", "kind", "priority", "scope", "source"],
+        [
+            (r["name"], r["kind"], r["priority"], r["scope"], r["source"])
+            for r in records
+            if "error" not in r
+        ],
     )
+    for r in records:
+        if "error" in r:
+            output.info(f"not rebuilt: {r['error']} ({r['source']})")
 
 
 @app.command("backfill")
@@ -65,7 +102,7 @@ def backfill_command(
         sessions = [common.require_session(store, session)]
     else:
         sessions = store.list_sessions(s.user)
-    blocks = common.make_blocks(s, store)
+    blocks = common.make_blocks(s, store, session=session)
     with output.progress("Backfilling") as bar:
         result = backfill(store, blocks, sessions, common.tokenizer(s), bar.advance, bar.total)
     records: list[dict[str, Any]] = [

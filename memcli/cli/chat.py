@@ -117,7 +117,7 @@ def build_chat(
     chat = Chat(
         store,
         user_id=user_id,
-        blocks=common.make_blocks(s, store),
+        blocks=common.make_blocks(s, store, session=session, user=user_id),
         tokenizer=common.tokenizer(s),
         budget_for=budget_rule(common.default_budget(s), token_limit, ratio, flush_size),
         insert_method=s.insert_method,

@@ -98,11 +98,42 @@ def tokenizer(s: Settings) -> Any:
     return TiktokenTokenizer(s.encoding)
 
 
-def make_blocks(s: Settings, store: SQLiteStore | None = None) -> list[Any]:
-    """The long-term blocks: the `[[blocks]]` tables of the config file, or without them a vector
-    block plus a fact block when a model is configured. Models load only when first used."""
-    from memcli.blocks.registry import Defaults, build_blocks
+def make_blocks(
+    s: Settings,
+    store: SQLiteStore | None = None,
+    *,
+    session: str | None = None,
+    user: str | None = None,
+    warn: bool = True,
+) -> list[Any]:
+    """The long-term blocks for a session (or with none, for `user`, default the settings'), by
+    this precedence: the config file's `[[blocks]]` (`blocks = []` too); else the definitions an
+    application's Memory recorded for the session (for a user: their session recorded last);
+    else the defaults, a vector block and a fact block. Each block's `origin` says which. A
+    recorded block that cannot be rebuilt here is left out, with a warning. Models load only
+    when first used."""
+    blocks, problems = blocks_with_problems(s, store, session=session, user=user)
+    if warn:
+        from memcli.cli import output
+
+        for origin, _, reason in problems:
+            output.info(f"warning: {reason} ({origin}); left out")
+    return blocks
+
+
+def blocks_with_problems(
+    s: Settings,
+    store: SQLiteStore | None = None,
+    *,
+    session: str | None = None,
+    user: str | None = None,
+) -> tuple[list[Any], list[tuple[str, dict[str, Any], str]]]:
+    """`make_blocks`, and each recorded definition left out: (origin, table, reason)."""
+    from memcli.blocks.registry import Defaults, build_blocks, rebuild
+    from memcli.blocks.vector import VectorBlock
     from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.ranking import SearchOptions
+    from memcli.store import longterm
 
     defaults = Defaults(
         model=s.model,
@@ -111,11 +142,22 @@ def make_blocks(s: Settings, store: SQLiteStore | None = None) -> list[Any]:
         # As `memcli search`: ONNX Runtime, the model exported once into the home.
         embedder=OnnxEmbedder(s.home / "models"),
     )
-    from memcli.blocks.vector import VectorBlock
-    from memcli.ranking import SearchOptions
-
-    blocks = build_blocks(s.blocks, defaults)
+    problems: list[tuple[str, dict[str, Any], str]] = []
+    recorded = None
+    if s.blocks is None and store is not None:
+        recorded = longterm.block_definitions(store, session, user or s.user)
+    if s.blocks is not None:
+        origin = f"config file {s.config_path}"
+        blocks = build_blocks(s.blocks, defaults)
+    elif recorded is not None:
+        origin = f"stored for session {recorded[0]}"
+        blocks, failed = rebuild(recorded[1], defaults)
+        problems = [(origin, dict(table), reason) for table, reason in failed]
+    else:
+        origin = "default"
+        blocks = build_blocks(None, defaults)
     for block in blocks:
+        block.origin = origin
         if isinstance(block, VectorBlock) and block.search_options is None:
             block.search_options = SearchOptions.from_settings(s)  # the [search] settings
-    return blocks
+    return blocks, problems

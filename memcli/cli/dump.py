@@ -40,7 +40,7 @@ def blocks_command(
 
     s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=True)
-    blocks = common.make_blocks(s, store)
+    blocks = common.make_blocks(s, store, session=session)
     names = [b.name for b in blocks]
     if block is not None and block not in names:
         raise UsageError(
@@ -119,7 +119,7 @@ def context_command(
 
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
-    blocks = common.make_blocks(s, store)
+    blocks = common.make_blocks(s, store, session=session)
     memory = open_stored(store, session, blocks, common.tokenizer(s), s.insert_method)
     messages = memory.get(input_)
     if output.wants_json(json_):

@@ -32,13 +32,14 @@ def _scope(ctx: typer.Context, user: str | None, session: str | None) -> tuple[A
     return s, store, f"user:{s.user}"
 
 
-def _block_name(s: Any, block: str | None) -> str:
+def _block_name(s: Any, store: Any, block: str | None, session: str | None) -> str:
+    """The named block, else the first fact block of those the session (or user) uses."""
+    from memcli.blocks.facts import FactBlock
+
     if block is not None:
         return block
-    for table in s.blocks or ():
-        if table.get("kind") == "facts":
-            return str(table.get("name", "extracted_info"))
-    return "extracted_info"
+    blocks = common.make_blocks(s, store, session=session, warn=False)
+    return next((b.name for b in blocks if isinstance(b, FactBlock)), FactBlock.name)
 
 
 def _fact_record(f: Any) -> dict[str, Any]:
@@ -110,7 +111,9 @@ def add_command(
     s, store, key = _scope(ctx, user, session)
     if not text.strip():
         raise UsageError("the fact is empty", "Give the fact's text")
-    added = longterm.add_facts(store, _block_name(s, block), key, [text], origin="manual")
+    added = longterm.add_facts(
+        store, _block_name(s, store, block, session), key, [text], origin="manual"
+    )
     if not added:
         output.info("Already known; nothing added.")
         return
@@ -243,11 +246,13 @@ def extract_command(
     s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=True)
     blocks = [b for b in common.make_blocks(s, store) if isinstance(b, FactBlock)]
-    if not blocks:
+    if not any(b.llm for b in blocks):
         raise UsageError(
-            "no fact block is configured",
-            'Set [llm] model (--model via MEMCLI_MODEL), or add a [[blocks]] kind = "facts"',
+            "no fact block is configured" if not blocks else "no model is configured for facts",
+            'Set [llm] model (--model via MEMCLI_MODEL), or add a [[blocks]] kind = "facts"'
+            " with a model",
         )
+    blocks = [b for b in blocks if b.llm]
     tokenizer = common.tokenizer(s)
     if pending:
         result = extract_pending(store, blocks, store.list_sessions(s.user), tokenizer)

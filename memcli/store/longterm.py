@@ -23,6 +23,53 @@ def _now() -> str:
     return format_time(datetime.now(tz=UTC))
 
 
+# -- which blocks a session uses --------------------------------------------------------------------
+
+
+def save_block_definitions(
+    store: SQLStore, session_id: str, definitions: Sequence[dict[str, Any]]
+) -> bool:
+    """Record the session's block definitions (`[[blocks]]` tables), unless they are the ones
+    recorded already; True when written."""
+    text = json.dumps(list(definitions), sort_keys=True)
+    row = store.execute(
+        "SELECT definitions FROM block_definitions WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if row is not None and row[0] == text:
+        return False
+    with store.transaction():
+        store.execute(
+            "INSERT INTO block_definitions (session_id, definitions, updated_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (session_id) DO UPDATE SET definitions = excluded.definitions,"
+            " updated_at = excluded.updated_at",
+            (session_id, text, _now()),
+        )
+    return True
+
+
+def block_definitions(
+    store: SQLStore, session_id: str | None = None, user_id: str | None = None
+) -> tuple[str, list[dict[str, Any]]] | None:
+    """The block definitions recorded for a session, else for its user's (or `user_id`'s)
+    session recorded last; with that session's id. None when none were recorded."""
+    if session_id is not None:
+        row = store.execute(
+            "SELECT session_id, definitions FROM block_definitions WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()
+        if row is not None:
+            return row[0], json.loads(row[1])
+        owner = store.execute("SELECT user_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        user_id = owner[0] if owner is not None else user_id
+    row = store.execute(
+        "SELECT d.session_id, d.definitions FROM block_definitions d"
+        " JOIN sessions s ON s.id = d.session_id WHERE s.user_id = ?"
+        " ORDER BY d.updated_at DESC, d.rowid DESC LIMIT 1",
+        (user_id,),
+    ).fetchone()
+    return None if row is None else (row[0], json.loads(row[1]))
+
+
 # -- which flushes a block has processed ----------------------------------------------------------
 
 

@@ -261,6 +261,22 @@ def _migration_14(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_15(conn: sqlite3.Connection) -> None:
+    """The block definitions a session's Memory was opened with (a JSON list of `[[blocks]]`
+    tables), so that the CLI builds the blocks an application used; gone with the session."""
+    conn.execute(
+        'CREATE TABLE "block_definitions" (\n'
+        '   "session_id" TEXT PRIMARY KEY,\n'
+        '   "definitions" TEXT NOT NULL,\n'
+        '   "updated_at" TEXT NOT NULL\n'
+        ")"
+    )
+    conn.execute(
+        'CREATE TRIGGER "block_definitions_gone" AFTER DELETE ON "sessions" BEGIN'
+        " DELETE FROM block_definitions WHERE session_id = old.id; END"
+    )
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -270,6 +286,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (11, _migration_11),
     (13, _migration_13),
     (14, _migration_14),
+    (15, _migration_15),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -123,3 +123,9 @@ CREATE TRIGGER retrieval_update AFTER UPDATE OF name, content ON messages BEGIN 
 CREATE TRIGGER retrieval_fts_update AFTER UPDATE OF name, content ON messages WHEN old.id <= (SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state WHERE key = 'fts_through') BEGIN INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content) VALUES ('delete', old.id, old.name, old.content); INSERT INTO retrieval_fts (rowid, name, content) VALUES (new.id, new.name, new.content); END;
 CREATE UNIQUE INDEX "retrieval_vectors_key"
     ON "retrieval_vectors" ("message_id", "piece", "model");
+CREATE TABLE "block_definitions" (
+   "session_id" TEXT PRIMARY KEY,
+   "definitions" TEXT NOT NULL,
+   "updated_at" TEXT NOT NULL
+);
+CREATE TRIGGER "block_definitions_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM block_definitions WHERE session_id = old.id; END;
