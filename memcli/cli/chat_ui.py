@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.chat import view
-from memcli.chat.session import ReplyDone, ReplyFailed, ReplyPiece, UserStored
+from memcli.chat.session import ReplyDone, ReplyFailed, ReplyPiece, UserStored, readable
 from memcli.cli import chat_panels
 from memcli.cli.chat_panels import Entry, history_entries
 from memcli.errors import MemcliError
@@ -193,7 +193,7 @@ class ChatApp:
 
     def submit(self, text: str) -> bool:
         """Enter: send a message or run a command (queued behind the one running, if any)."""
-        text = text.strip()
+        text = readable(text).strip()  # undecodable input is shown and stored as U+FFFD
         if not text:
             return False
         self.scroll_back = 0
