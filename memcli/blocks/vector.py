@@ -9,7 +9,7 @@ from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from memcli.embeddings import Embedder
     from memcli.messages import Message
@@ -84,12 +84,16 @@ class VectorBlock(MemoryBlock):
     def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
         self.put_many([(batch, ctx)])
 
-    def put_many(self, items: Sequence[tuple[Sequence[Message], BlockContext]]) -> list[str | None]:
+    def put_many(
+        self,
+        items: Sequence[tuple[Sequence[Message], BlockContext]],
+        progress: Callable[[int], None] | None = None,
+    ) -> list[str | None]:
         """Embed every message not embedded yet (those of these batches among them), in batches
-        of many messages per model call."""
+        of many messages per model call; `progress(n)` is told after each how many it embedded."""
         stores = {id(ctx.store): ctx.store for _, ctx in items}
         for store in stores.values():
-            self.retriever(store).index()
+            self.retriever(store).index(progress=progress)
         return [None] * len(items)
 
     def query_text(self, messages: Sequence[Message]) -> str:

@@ -11,6 +11,7 @@ import typer
 if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.flush import Budget
+    from memcli.onnx_embedder import OnnxEmbedder
     from memcli.store.base import SessionInfo
     from memcli.store.sqlite import SQLiteStore
 
@@ -102,14 +103,12 @@ def make_blocks(s: Settings, store: SQLiteStore | None = None) -> list[Any]:
     """The long-term blocks: the `[[blocks]]` tables of the config file, or without them a vector
     block plus a fact block when a model is configured. Models load only when first used."""
     from memcli.blocks.registry import Defaults, build_blocks
-    from memcli.onnx_embedder import OnnxEmbedder
 
     defaults = Defaults(
         model=s.model,
         api_base=s.api_base,
         llm_timeout=s.llm_timeout,
-        # As `memcli search`: ONNX Runtime, the model exported once into the home.
-        embedder=OnnxEmbedder(s.home / "models"),
+        embedder=embedder(s),  # as `memcli search`
     )
     from memcli.blocks.vector import VectorBlock
     from memcli.ranking import SearchOptions
@@ -119,3 +118,16 @@ def make_blocks(s: Settings, store: SQLiteStore | None = None) -> list[Any]:
         if isinstance(block, VectorBlock) and block.search_options is None:
             block.search_options = SearchOptions.from_settings(s)  # the [search] settings
     return blocks
+
+
+#: Said on stderr by the command that exports the embedding model (the first to need it).
+PREPARING = "Preparing the embedding model (once, about 15 s)…"
+
+
+def embedder(s: Settings) -> OnnxEmbedder:
+    """The embedding model of every command: ONNX Runtime, exported once into the home's
+    `models` folder; the command that exports it says so (`PREPARING`), whatever it is."""
+    from memcli.cli import output
+    from memcli.onnx_embedder import OnnxEmbedder
+
+    return OnnxEmbedder(s.home / "models", on_prepare=lambda: output.info(PREPARING))
