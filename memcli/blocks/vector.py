@@ -34,6 +34,9 @@ class VectorBlock(MemoryBlock):
 
     name = "vector_memory"
     priority = 2
+    #: Messages embedded per model call when batches are put: enough for the model's full
+    #: mini-batches, few enough that an import's progress moves every few seconds.
+    embed_batch = 128
 
     def __init__(
         self,
@@ -89,11 +92,12 @@ class VectorBlock(MemoryBlock):
         items: Sequence[tuple[Sequence[Message], BlockContext]],
         progress: Callable[[int], None] | None = None,
     ) -> list[str | None]:
-        """Embed every message not embedded yet (those of these batches among them), in batches
-        of many messages per model call; `progress(n)` is told after each how many it embedded."""
+        """Embed every message not embedded yet (those of these batches among them),
+        `embed_batch` messages per model call; `progress(n)` is told after each call how many
+        it embedded."""
         stores = {id(ctx.store): ctx.store for _, ctx in items}
         for store in stores.values():
-            self.retriever(store).index(progress=progress)
+            self.retriever(store).index(batch=self.embed_batch, progress=progress)
         return [None] * len(items)
 
     def query_text(self, messages: Sequence[Message]) -> str:
