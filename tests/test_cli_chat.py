@@ -290,6 +290,51 @@ def test_full_screen_app_streams_cancels_and_updates_the_panels(tmp_path, llm):
     assert "hello there, I am Ana" in history
 
 
+class Preparing:
+    """An embedder that must be prepared first, as OnnxEmbedder before its export."""
+
+    def __init__(self) -> None:
+        self.on_prepare: Any = None
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.on_prepare is not None:
+            self.on_prepare()
+            self.on_prepare = None
+        return [[1.0] for _ in texts]
+
+
+class Embedding(StaticText):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedder = Preparing()
+
+
+def test_full_screen_app_keeps_undecodable_input_and_says_when_the_model_is_prepared(tmp_path):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.common import PREPARING
+
+    chat = Chat(SQLiteStore(tmp_path / "ui.db"), blocks=[Embedding()])
+    chat.open("bytes")
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, tmp_path / "history", pipe, DummyOutput())
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        try:
+            wait_for(lambda: any(e.text == PREPARING for e in ui.entries))
+            pipe.send_bytes(b"bad \xff line\r")
+            pipe.send_text("after\r")
+            wait_for(lambda: len(chat.mem.get_all()) == 2 and not ui.pending)
+        finally:
+            pipe.send_text("\x04")
+            runner.join(10)
+    assert not runner.is_alive()
+    assert [m.content for m in chat.mem.get_all()] == ["bad \ufffd line", "after"]
+
+
 # -- a real terminal ------------------------------------------------------------------------------
 
 
