@@ -23,7 +23,7 @@ from memcli.embeddings import cut, segments
 from memcli.errors import ModelError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import numpy as np
 
@@ -158,7 +158,10 @@ class OnnxEmbedder:
         model_dir: str | Path | None = None,
         batch_size: int = 32,
         threads: int | None = None,
+        on_prepare: Callable[[], None] | None = None,
     ) -> None:
+        """`on_prepare()` is called when the model must be exported first (seconds, once)."""
+        self.on_prepare = on_prepare
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.batch_size = batch_size
@@ -186,6 +189,8 @@ class OnnxEmbedder:
             model_dir = self.model_dir or bundled_model_dir()
             path = onnx_path(self.cache_dir)
             if not path.is_file():
+                if self.on_prepare is not None:
+                    self.on_prepare()
                 export_onnx(model_dir, path)
             try:
                 import onnxruntime

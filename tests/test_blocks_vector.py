@@ -184,7 +184,8 @@ def test_import_embeds_in_bulk(tmp_path: Path) -> None:
     assert result.flushes > 50 and result.blocks_done == result.flushes
     assert totals == [result.flushes] and sum(progress) == result.flushes
     # Issue 6: messages are embedded many per model call, not one call per flushed batch.
-    assert CHUNK >= 1 and len(embedder.calls) <= -(-400 // 512) * -(-result.flushes // CHUNK)
+    per_call = VectorBlock.embed_batch
+    assert CHUNK >= 1 and len(embedder.calls) <= -(-400 // per_call) * -(-result.flushes // CHUNK)
     assert block.retriever(store).pending() == 0
 
 

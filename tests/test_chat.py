@@ -185,7 +185,10 @@ def test_commands(tmp_path):
     commands = Commands(chat)
     for text in ("one two three", "four five six", "seven eight"):
         play(chat.send(text))
-    assert "/search" in commands.run("/help").text
+    help_text = commands.run("/help").text
+    search_line = next(line for line in help_text.splitlines() if line.startswith("/search"))
+    assert "hybrid" in search_line and "BM25" in search_line and "vector" in search_line
+    assert "Ctrl-C" in help_text and "PageUp" in help_text
     assert "notes" in commands.run("/blocks").text
     assert commands.run("/facts").text == "[notes] likes tea"
     context = commands.run("/context").text
@@ -291,3 +294,25 @@ def test_search_without_a_vector_block_is_lexical_and_scoped_to_the_user(tmp_pat
     assert hit.lexical_rank == 1 and hit.vector_rank is None  # BM25 alone: no model
     out = Commands(chat).run("/search cello").text
     assert out.splitlines()[0] == "1 hit for 'cello':" and "Marta" in out
+
+
+def test_undecodable_input_is_stored_with_replacement_characters_and_the_chat_goes_on(tmp_path):
+    chat = make_chat(tmp_path)
+    for text in ("ok", "bad \udcff line \ud800", "after"):  # bytes a pipe could not decode
+        play(chat.send(text))
+    assert [m.content for m in chat.mem.get_all()] == ["ok", "bad \ufffd line \ufffd", "after"]
+
+
+def test_chat_messages_are_stored_with_their_time(tmp_path, llm):
+    from datetime import UTC, datetime, timedelta
+
+    llm.script({"content": "Noted."})
+    chat = make_chat(tmp_path, llm)
+    before = datetime.now(UTC).replace(microsecond=0)
+    play(chat.send("I moved to Lisbon"))
+    after = datetime.now(UTC)
+    stored = chat.mem.get_all()
+    assert [m.role for m in stored] == ["user", "assistant"]
+    for message in stored:
+        assert message.timestamp is not None
+        assert before <= message.timestamp <= after + timedelta(seconds=1)

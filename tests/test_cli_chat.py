@@ -34,13 +34,15 @@ def stored(session: str) -> list[dict[str, Any]]:
     return [r for r in run.records() if r["type"] == "message"]
 
 
-def test_plain_mode_streams_replies_one_per_line_and_stores_both_sides(llm):
+def test_plain_mode_streams_replies_each_then_an_empty_line_and_stores_both_sides(llm):
     llm.script({"content": "Hello! Nice to meet you, Ana."}, {"content": "You said hi."})
     run = memcli(
         "chat", "--session", "demo", *model_args(llm), input="hi, I'm Ana\nwhat did I say?\n"
     )
     assert run.code == 0, run.stderr
-    assert run.stdout == "Hello! Nice to meet you, Ana.\nYou said hi.\n"
+    assert (
+        run.stdout == "Hello! Nice to meet you, Ana.\n\nYou said hi.\n\n"
+    )  # an empty line after each
     assert "new session demo" in run.stderr
     assert [(m["role"], m["content"]) for m in stored("demo")] == [
         ("user", "hi, I'm Ana"),
@@ -122,7 +124,7 @@ def test_retry_in_plain_mode_resends_without_storing_twice(llm):
     llm.script({"status": 500}, {"content": "Back again."})
     run = memcli("chat", "--session", "r", *model_args(llm), input="hello?\n/retry\n")
     assert run.code == 1  # the first call failed
-    assert run.stdout == "Back again.\n"
+    assert run.stdout == "Back again.\n\n"
     assert [(m["role"], m["content"]) for m in stored("r")] == [
         ("user", "hello?"),
         ("assistant", "Back again."),
@@ -136,13 +138,60 @@ def test_offline_without_a_model_answers_from_memory(llm):
     )
     assert run.code == 0, run.stderr
     assert "No model is configured" in run.stderr
-    replies = run.stdout.strip().split("\n(Offline")
-    assert len(replies) == 2
+    replies = run.stdout.split("\n\n")  # multi-line replies, each ended by an empty line
+    assert replies[-1] == "" and len(replies) == 3
+    assert all(r.startswith("(Offline") and "\n" in r for r in replies[:2])
     assert "no model is configured" in run.stdout and "--model" in run.stdout
     assert "I like green tea" in replies[1]
     assert "1 hit for 'tea':" in run.stderr and "I like green tea" in run.stderr.split("hit for")[1]
     assert llm.requests == []
     assert [m["role"] for m in stored("off")] == ["user", "user"]
+
+
+def test_json_mode_writes_an_error_record_for_each_failed_turn(llm):
+    llm.script({"status": 500}, {"content": "Back."})
+    run = memcli(
+        "chat", "--json", "--session", "j", *model_args(llm), input="hello?\n/nope\n/retry\n"
+    )
+    assert run.code == 1
+    failed, unknown, reply = run.records()
+    assert failed["type"] == "error" and failed["failed"] == "reply"
+    assert failed["user_message_stored"] is True and "server error" in failed["hint"]
+    assert unknown["type"] == "error" and unknown["failed"] == "command"
+    assert unknown["user_message_stored"] is False and "unknown command" in unknown["error"]
+    assert reply["type"] == "reply" and reply["content"] == "Back."
+    assert "Error:" in run.stderr  # and the person reads it too
+
+
+def test_undecodable_input_is_stored_with_replacement_characters_and_the_chat_goes_on():
+    run = memcli("chat", "--plain", "--session", "u", input=b"ok\nbad \xff line\nafter\n")
+    assert run.code == 0, run.stderr
+    assert "Line 2 is not valid UTF-8" in run.stderr
+    assert [m["content"] for m in stored("u")] == ["ok", "bad \ufffd line", "after"]
+
+
+def test_chat_messages_carry_their_time_in_export_and_search(llm):
+    llm.script({"content": "Lisbon is lovely."})
+    run = memcli("chat", "--session", "t", *model_args(llm), input="I moved to Lisbon\n")
+    assert run.code == 0, run.stderr
+    exported = memcli("export", "t", "--all").records()
+    messages = [r for r in exported if "role" in r]
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert all(m["timestamp"].endswith("Z") for m in messages)
+    assert all(m["timestamp"] for m in stored("t"))
+    (hit,) = memcli("search", "Lisbon", "--mode", "lexical", "-k", "1", "--json").records()
+    assert hit["first_time"] == messages[0]["timestamp"]
+
+
+def test_chat_help_lists_the_slash_commands_and_keys():
+    from memcli.chat.commands import COMMANDS, KEY_LIST
+
+    run = memcli("chat", "--help")
+    assert run.code == 0
+    lines = run.stdout.splitlines()
+    for name in [*COMMANDS, *KEY_LIST]:
+        assert any(line.strip().startswith(name) for line in lines), name
+    assert "hybrid" in next(line for line in lines if line.strip().startswith("/search"))
 
 
 def test_unknown_command_in_plain_mode_is_reported(llm):
@@ -239,6 +288,51 @@ def test_full_screen_app_streams_cancels_and_updates_the_panels(tmp_path, llm):
     assert ui.panels.short.flush_count >= 1  # the small budget flushed
     history = (tmp_path / "history").read_text()
     assert "hello there, I am Ana" in history
+
+
+class Preparing:
+    """An embedder that must be prepared first, as OnnxEmbedder before its export."""
+
+    def __init__(self) -> None:
+        self.on_prepare: Any = None
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.on_prepare is not None:
+            self.on_prepare()
+            self.on_prepare = None
+        return [[1.0] for _ in texts]
+
+
+class Embedding(StaticText):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedder = Preparing()
+
+
+def test_full_screen_app_keeps_undecodable_input_and_says_when_the_model_is_prepared(tmp_path):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.common import PREPARING
+
+    chat = Chat(SQLiteStore(tmp_path / "ui.db"), blocks=[Embedding()])
+    chat.open("bytes")
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, tmp_path / "history", pipe, DummyOutput())
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        try:
+            wait_for(lambda: any(e.text == PREPARING for e in ui.entries))
+            pipe.send_bytes(b"bad \xff line\r")
+            pipe.send_text("after\r")
+            wait_for(lambda: len(chat.mem.get_all()) == 2 and not ui.pending)
+        finally:
+            pipe.send_text("\x04")
+            runner.join(10)
+    assert not runner.is_alive()
+    assert [m.content for m in chat.mem.get_all()] == ["bad \ufffd line", "after"]
 
 
 # -- a real terminal ------------------------------------------------------------------------------

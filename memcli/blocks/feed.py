@@ -7,8 +7,11 @@ processed, so a block added later, an `import --no-blocks` or a failed extractio
 
 from __future__ import annotations
 
+import inspect
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import BlockContext, MemoryBlock
@@ -54,7 +57,8 @@ def feed(
 ) -> FeedResult:
     """Hand every batch to every block that takes flushes, CHUNK at a time, and record the outcome.
 
-    `progress(n)` is told after each chunk how many (block, batch) pairs were handed over.
+    `progress(n)` is told how many (block, batch) pairs were handed over: after each chunk, and
+    as it goes for a block that reports its progress (see `_put_many`).
     """
     result = FeedResult()
     for block in blocks:
@@ -71,7 +75,8 @@ def feed(
                 )
                 for b in chunk
             ]
-            outcomes = block.put_many(items)
+            share = _Share(chunk, progress)
+            outcomes = _put_many(block, items, share.messages)
             with store.transaction():
                 for (_, ctx), outcome in zip(items, outcomes, strict=True):
                     assert ctx.flush_id is not None
@@ -81,9 +86,45 @@ def feed(
                     )
                     key = "done" if outcome is None else "pending"
                     getattr(result, key)[block.name] += 1
-            if progress is not None:
-                progress(len(chunk))
+            share.finish()
     return result
+
+
+def _put_many(
+    block: MemoryBlock,
+    items: list[tuple[list[Message], BlockContext]],
+    tick: Callable[[int], None],
+) -> list[str | None]:
+    """`block.put_many(items)`. A block whose `put_many` takes `progress` (the vector block)
+    calls it with how many messages it just processed, so that long work shows as it goes."""
+    if "progress" in inspect.signature(block.put_many).parameters:
+        put_many: Callable[..., list[str | None]] = block.put_many
+        return put_many(items, progress=tick)
+    return block.put_many(items)
+
+
+class _Share:
+    """Turns a block's progress in messages into whole batches of a chunk for `progress(n)`:
+    a batch counts once as many messages as the chunk holds up to it are processed; the last
+    one only when the chunk is recorded (`finish`)."""
+
+    def __init__(self, chunk: Sequence[FlushedBatch], progress: Callable[[int], None] | None):
+        self.ends = list(accumulate(max(1, len(b.messages)) for b in chunk))
+        self.progress = progress
+        self.seen = 0
+        self.told = 0
+
+    def messages(self, n: int) -> None:
+        self.seen += n
+        self._tell(min(bisect_right(self.ends, self.seen), len(self.ends) - 1))
+
+    def finish(self) -> None:
+        self._tell(len(self.ends))
+
+    def _tell(self, done: int) -> None:
+        if self.progress is not None and done > self.told:
+            self.progress(done - self.told)
+        self.told = max(self.told, done)
 
 
 def unprocessed(

@@ -10,7 +10,7 @@ from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.errors import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from memcli.embeddings import Embedder
     from memcli.messages import Message
@@ -35,6 +35,9 @@ class VectorBlock(MemoryBlock):
 
     name = "vector_memory"
     priority = 2
+    #: Messages embedded per model call when batches are put: enough for the model's full
+    #: mini-batches, few enough that an import's progress moves every few seconds.
+    embed_batch = 128
 
     def __init__(
         self,
@@ -103,12 +106,17 @@ class VectorBlock(MemoryBlock):
     def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
         self.put_many([(batch, ctx)])
 
-    def put_many(self, items: Sequence[tuple[Sequence[Message], BlockContext]]) -> list[str | None]:
-        """Embed every message not embedded yet (those of these batches among them), in batches
-        of many messages per model call."""
+    def put_many(
+        self,
+        items: Sequence[tuple[Sequence[Message], BlockContext]],
+        progress: Callable[[int], None] | None = None,
+    ) -> list[str | None]:
+        """Embed every message not embedded yet (those of these batches among them),
+        `embed_batch` messages per model call; `progress(n)` is told after each call how many
+        it embedded."""
         stores = {id(ctx.store): ctx.store for _, ctx in items}
         for store in stores.values():
-            self.retriever(store).index()
+            self.retriever(store).index(batch=self.embed_batch, progress=progress)
         return [None] * len(items)
 
     def query_text(self, messages: Sequence[Message]) -> str:

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memcli.errors import UsageError
-from memcli.sessions import owned
 
 if TYPE_CHECKING:
     from memcli.chat.session import Chat, Turn
@@ -21,7 +20,8 @@ COMMANDS: dict[str, str] = {
     "/context": "show exactly what the LLM is sent",
     "/blocks": "show each long-term block's content",
     "/facts": "show the facts long-term memory holds",
-    "/search": "QUERY search your stored messages as `memcli search` does",
+    "/search": "QUERY hybrid search (BM25 + vectors) of your messages, as `memcli search`; "
+    "BM25 alone with no vector block",
     "/flush": "flush one batch out of short-term memory now",
     "/model": "[NAME] show the model, or use NAME from now on",
     "/retry": "send the unanswered message again",
@@ -29,10 +29,25 @@ COMMANDS: dict[str, str] = {
     "/exit": "quit (Ctrl-D too)",
 }
 
-KEYS = (
-    "Enter sends · Alt+Enter or Esc Enter adds a line · Ctrl-C cancels a reply or clears the line · "
-    "Ctrl-D or /exit quits · PageUp/PageDown scroll · Up/Down history"
-)
+#: The keys of the full-screen chat, with what each does.
+KEY_LIST: dict[str, str] = {
+    "Enter": "send (with the /command menu open: take the highlighted command)",
+    "Alt+Enter, Esc Enter": "start a new line in the message",
+    "Ctrl-C": "cancel the reply, or clear the line",
+    "Ctrl-D": "quit, on an empty line (/exit too)",
+    "PageUp, PageDown": "scroll the conversation",
+    "Up, Down": "your earlier messages",
+}
+
+
+def help_lines() -> list[str]:
+    """The slash commands, then the keys of the full-screen chat, one a line, aligned (what
+    `/help` and `memcli chat --help` show)."""
+    width = max(len(name) for name in [*COMMANDS, *KEY_LIST])
+    lines = [f"{name.ljust(width)}  {text}" for name, text in COMMANDS.items()]
+    lines += ["", "Keys (full-screen chat):"]
+    lines += [f"{key.ljust(width)}  {does}" for key, does in KEY_LIST.items()]
+    return lines
 
 
 @dataclass
@@ -79,9 +94,7 @@ class Commands:
         return handler(arg.strip())
 
     def help(self, arg: str) -> Result:
-        width = max(len(c) for c in COMMANDS)
-        lines = [f"{name.ljust(width)}  {text}" for name, text in COMMANDS.items()]
-        return Result("\n".join([*lines, "", KEYS]))
+        return Result("\n".join(help_lines()))
 
     def session(self, arg: str) -> Result:
         chat = self.chat
@@ -92,6 +105,8 @@ class Commands:
                 f"{info.active_tokens:,} tokens of {info.threshold:,.0f} threshold, "
                 f"{info.archived_messages} archived in {info.flushes} flushes"
             )
+        from memcli.sessions import owned
+
         owned(chat.store, arg, chat.user_id, f"Run `memcli chat --user {{owner}} --session {arg}`")
         is_new = chat.open(arg)
         return Result(

@@ -10,9 +10,11 @@ that `Turn.cancel()` takes effect at once even while the network is silent.
 from __future__ import annotations
 
 import queue
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.chat.offline import offline_answer, related_messages
@@ -34,6 +36,15 @@ StreamFn = Callable[["LLMConfig", Sequence[dict[str, Any]]], Iterator[str]]
 BudgetFn = Callable[["SessionInfo | None"], "Budget | None"]
 
 CANCELLED = "cancelled"  # the metadata key that marks a reply cut short by the user
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def readable(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD. Bytes that are not UTF-8 reach Python
+    as lone surrogates (a terminal or a pipe decoded with `surrogateescape`), and SQLite stores
+    UTF-8 only: such a message would fail to store."""
+    return _SURROGATES.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
@@ -230,10 +241,11 @@ class Chat:
     # -- turns ------------------------------------------------------------------------------------
 
     def send(self, text: str) -> Turn:
-        """A turn for a new user message (nothing happens until its events are read)."""
+        """A turn for a new user message (nothing happens until its events are read); undecodable
+        characters (lone surrogates) are stored as U+FFFD (`readable`)."""
         if not text.strip():
             raise UsageError("the message is empty", "Type something to send")
-        return Turn(self, text)
+        return Turn(self, readable(text))
 
     def retry(self) -> Turn:
         """A turn that sends the unanswered user message again, without storing it twice."""
@@ -264,6 +276,8 @@ class Turn:
         self.pieces: list[str] = []
         self._streaming = False
         self._done = False
+        #: The user message is in memory (a retry's was stored before): what a failed turn keeps.
+        self.user_stored = self.is_retry
 
     def cancel(self) -> None:
         """Stop the reply: what arrived so far is stored, marked as cancelled."""
@@ -278,8 +292,9 @@ class Turn:
         chat = self.chat
         memory = chat.mem
         if self.text is not None:
-            message = Message("user", self.text)
+            message = Message("user", self.text, timestamp=_now())
             flushes = memory.put(message)
+            self.user_stored = True
             yield UserStored(message, flushes)
         ready = chat.context()
         if chat.llm is None:
@@ -350,9 +365,16 @@ class Turn:
         text = "".join(self.pieces)
         if not text:
             return ReplyDone("", cancelled=cancelled)
-        message = Message("assistant", text, metadata={CANCELLED: True} if cancelled else None)
+        message = Message(
+            "assistant", text, metadata={CANCELLED: True} if cancelled else None, timestamp=_now()
+        )
         flushes = self.chat.mem.put(message)
         return ReplyDone(text, message, flushes, cancelled=cancelled)
+
+
+def _now() -> datetime:
+    """The time a chat message is stored with: now, in UTC, to the second (as exported)."""
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 def _wire(message: Message) -> dict[str, Any]:

@@ -44,18 +44,25 @@ def chat_command(
     plain: Annotated[
         bool,
         typer.Option(
-            "--plain", help="One message per stdin line, replies on stdout (the default in a pipe)."
+            "--plain",
+            help="One message per stdin line; each reply on stdout, then an empty line (the "
+            "default in a pipe).",
         ),
     ] = False,
     json_: Annotated[
-        bool, typer.Option("--json", help="Plain mode with each reply as a JSON Lines record.")
+        bool,
+        typer.Option(
+            "--json",
+            help="Plain mode with each reply, and each failed turn, as a JSON Lines record.",
+        ),
     ] = False,
 ) -> None:
     """Chat with an LLM through memory: live short-term and long-term panels, slash commands.
 
     With no model configured it still runs, offline: replies come from memory and say how to set a
     model. In a pipe, or with --plain or --json, it reads one message per line from stdin and writes
-    only the replies to stdout.
+    only the replies to stdout, each followed by an empty line (--json: one record per reply, and
+    a {"type": "error"} record per failed turn). Every message is stored with its time.
 
     Example: printf 'hi\\nwhat did I say?\\n' | memcli chat --plain --session demo
     """
@@ -139,13 +146,39 @@ def llm_config(s: Settings) -> Any:
     return LLMConfig(model=name, api_base=s.api_base, timeout=s.llm_timeout)
 
 
+def _with_commands(doc: str) -> str:
+    """The help text of `chat` with the slash commands and keys (`\\b` keeps click from
+    rewrapping them)."""
+    from inspect import cleandoc
+
+    from memcli.chat.commands import help_lines
+
+    lines = help_lines()
+    blank = lines.index("")
+    commands, keys = lines[:blank], lines[blank + 1 :]
+    listed = "\n".join(["\b", "Slash commands (typed as a message):", *commands, "", "\b", *keys])
+    return f"{cleandoc(doc)}\n\n{listed}"
+
+
+chat_command.__doc__ = _with_commands(chat_command.__doc__ or "")
+
+
 # -- plain mode -----------------------------------------------------------------------------------
 
 
 def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
-    """One user message per stdin line; replies on stdout; return the exit code."""
+    """One user message per stdin line; replies on stdout; return the exit code.
+
+    Each reply is written as it streams, then ends with a newline and one empty line (a model's
+    reply may hold empty lines of its own: `--json` writes one record per reply). With `--json`,
+    a failed turn is a `{"type": "error"}` record on stdout as well as a message on stderr.
+    """
     from memcli.errors import MemcliError
 
+    for stream in (sys.stdout, sys.stderr):  # a character the terminal cannot show is no crash
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
     state = "new session" if is_new else "resumed session"
     output.info(
         f"memcli chat: {state} {chat.session_id} (user {chat.user_id}); resume with --session {chat.session_id}"
@@ -155,10 +188,14 @@ def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
 
         output.info(f"No model is configured: replies come from memory alone. {MODEL_HINT}.")
     code = 0
-    for raw in sys.stdin:
-        line = raw.rstrip("\r\n")
+    for number, (line, is_damaged) in enumerate(stdin_lines(), 1):
+        if is_damaged:
+            output.info(
+                f"Line {number} is not valid UTF-8: its undecodable bytes are kept as \ufffd."
+            )
         if not line.strip():
             continue
+        turn: Turn | None = None
         try:
             if line.startswith("/"):
                 result = commands.run(line)
@@ -176,15 +213,38 @@ def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
                 code = 1
         except MemcliError as error:
             output.print_error(error)
+            if json_:
+                failed = "message" if turn is not None else "command"
+                stored = turn is not None and turn.user_stored
+                _error_record(chat, failed, error, stored=stored)
             code = max(code, 1)
     return code
+
+
+def stdin_lines() -> Iterator[tuple[str, bool]]:
+    """stdin's lines without their line ends, read as UTF-8 whatever the locale, each with
+    whether it was damaged: bytes that are not UTF-8 become U+FFFD and never stop the chat."""
+    from memcli.chat.session import readable
+
+    binary = getattr(sys.stdin, "buffer", None)
+    if binary is None:  # a text stream without bytes underneath (an embedding program's)
+        for text in sys.stdin:
+            clean = readable(text.rstrip("\r\n"))
+            yield clean, clean != text.rstrip("\r\n")
+        return
+    for raw in binary:
+        raw = raw.rstrip(b"\r\n")
+        try:
+            yield raw.decode("utf-8"), False
+        except UnicodeDecodeError:
+            yield raw.decode("utf-8", errors="replace"), True
 
 
 def play(chat: Chat, turn: Turn, json_: bool) -> bool:
     """Run a turn, streaming the reply to stdout; False when the LLM call failed."""
     from memcli.chat.session import ReplyDone, ReplyFailed, ReplyPiece, UserStored
 
-    written = False
+    written = ""
     try:
         for event in turn.events():
             if isinstance(event, UserStored):
@@ -192,28 +252,29 @@ def play(chat: Chat, turn: Turn, json_: bool) -> bool:
             elif isinstance(event, ReplyPiece) and not json_:
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
-                written = True
+                written += event.text
             elif isinstance(event, ReplyDone):
-                _done(chat, event, json_)
+                _done(chat, event, json_, written)
                 _note_flushes(event.flushes)
             elif isinstance(event, ReplyFailed):
                 if written:
-                    sys.stdout.write("\n")
+                    _end_reply(written)
                 output.print_error(event.error)
                 output.info("Your message is kept in memory; send /retry to try again.")
+                if json_:
+                    _error_record(chat, "reply", event.error, stored=True, partial=event.partial)
                 return False
     except KeyboardInterrupt:
         done = turn.interrupt()
         if written:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
+            _end_reply(written)
         if done is not None and done.message is not None:
             output.info("Cancelled: the partial reply is kept, marked as cancelled.")
         raise
     return True
 
 
-def _done(chat: Chat, event: Any, json_: bool) -> None:
+def _done(chat: Chat, event: Any, json_: bool, written: str) -> None:
     if json_:
         output.emit(
             {
@@ -226,8 +287,33 @@ def _done(chat: Chat, event: Any, json_: bool) -> None:
                 "flushes": len(event.flushes),
             }
         )
+        sys.stdout.flush()
     else:
-        sys.stdout.write("\n")  # one reply per line, an empty reply too
+        _end_reply(written)
+
+
+def _end_reply(written: str) -> None:
+    """End a reply in plain mode: its last line, then one empty line (an empty reply too)."""
+    sys.stdout.write("\n\n" if not written.endswith("\n") else "\n")
+    sys.stdout.flush()
+
+
+def _error_record(chat: Chat, failed: str, error: Any, *, stored: bool, partial: str = "") -> None:
+    """A failed turn as a JSON Lines record: what failed (`reply`: the LLM call; `message`:
+    storing the message; `command`: a slash command), the error, and whether the user message
+    is in memory (then `/retry` sends it again)."""
+    output.emit(
+        {
+            "type": "error",
+            "session": chat.session_id,
+            "failed": failed,
+            "error": error.message,
+            "hint": error.hint,
+            "exit_code": error.exit_code,
+            "user_message_stored": stored,
+            "partial": partial,
+        }
+    )
     sys.stdout.flush()
 
 

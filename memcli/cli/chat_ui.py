@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.chat import view
-from memcli.chat.session import ReplyDone, ReplyFailed, ReplyPiece, UserStored
+from memcli.chat.session import ReplyDone, ReplyFailed, ReplyPiece, UserStored, readable
 from memcli.cli import chat_panels
 from memcli.cli.chat_panels import Entry, history_entries
 from memcli.errors import MemcliError
@@ -170,6 +170,7 @@ class ChatApp:
         self.worker.submit(load_tokenizer)
         if self.chat.blocks:
             self.loading.add("blocks")
+            self._say_when_preparing()
 
             def ask_blocks() -> None:
                 try:
@@ -180,6 +181,16 @@ class ChatApp:
 
             self.worker.submit(ask_blocks)
         self.worker.submit(lambda: self.post(self._check_warm))
+
+    def _say_when_preparing(self) -> None:
+        """The embedding model's first export (seconds) is told in the conversation: stderr,
+        where other commands say it, goes to the log while the app runs."""
+        from memcli.cli.common import PREPARING
+
+        for block in self.chat.blocks:
+            embedder: Any = getattr(block, "embedder", None)
+            if hasattr(embedder, "on_prepare"):
+                embedder.on_prepare = lambda: self.post(lambda: self.note(PREPARING))
 
     def _loaded(self, what: str) -> None:
         self.loading.discard(what)
@@ -193,7 +204,7 @@ class ChatApp:
 
     def submit(self, text: str) -> bool:
         """Enter: send a message or run a command (queued behind the one running, if any)."""
-        text = text.strip()
+        text = readable(text).strip()  # undecodable input is shown and stored as U+FFFD
         if not text:
             return False
         self.scroll_back = 0

@@ -11,6 +11,7 @@ import typer
 if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.flush import Budget
+    from memcli.onnx_embedder import OnnxEmbedder
     from memcli.store.base import SessionInfo
     from memcli.store.sqlite import SQLiteStore
 
@@ -131,7 +132,6 @@ def blocks_with_problems(
     """`make_blocks`, and each recorded definition left out: (origin, table, reason)."""
     from memcli.blocks.registry import Defaults, build_blocks, rebuild
     from memcli.blocks.vector import VectorBlock
-    from memcli.onnx_embedder import OnnxEmbedder
     from memcli.ranking import SearchOptions
     from memcli.store import longterm
 
@@ -139,8 +139,7 @@ def blocks_with_problems(
         model=s.model,
         api_base=s.api_base,
         llm_timeout=s.llm_timeout,
-        # As `memcli search`: ONNX Runtime, the model exported once into the home.
-        embedder=OnnxEmbedder(s.home / "models"),
+        embedder=embedder(s),  # as `memcli search`
     )
     problems: list[tuple[str, dict[str, Any], str]] = []
     recorded = None
@@ -161,3 +160,16 @@ def blocks_with_problems(
         if isinstance(block, VectorBlock) and block.search_options is None:
             block.search_options = SearchOptions.from_settings(s)  # the [search] settings
     return blocks, problems
+
+
+#: Said on stderr by the command that exports the embedding model (the first to need it).
+PREPARING = "Preparing the embedding model (once, about 15 s)…"
+
+
+def embedder(s: Settings) -> OnnxEmbedder:
+    """The embedding model of every command: ONNX Runtime, exported once into the home's
+    `models` folder; the command that exports it says so (`PREPARING`), whatever it is."""
+    from memcli.cli import output
+    from memcli.onnx_embedder import OnnxEmbedder
+
+    return OnnxEmbedder(s.home / "models", on_prepare=lambda: output.info(PREPARING))

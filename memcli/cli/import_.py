@@ -66,18 +66,24 @@ def import_command(
         s, blocks, user=user, token_limit=token_limit, ratio=ratio, flush_size=flush_size
     )
     total = sum(len(r.messages) for r in records)
-    with _progress(total) as advance, output.progress("Long-term memory") as bar:
-        result = import_transcript(
-            store,
-            records,
-            opening,
-            session_id=session,
-            put=put,
-            feed_blocks=not no_blocks,
-            progress=advance,
-            block_total=bar.total,
-            block_progress=bar.advance,
-        )
+    bar = output.progress("Long-term memory")
+    fed = _Fed(bar)
+    try:
+        with _progress(total) as advance, bar:
+            result = import_transcript(
+                store,
+                records,
+                opening,
+                session_id=session,
+                put=put,
+                feed_blocks=not no_blocks,
+                progress=advance,
+                block_total=fed.total,
+                block_progress=fed.advance,
+            )
+    except KeyboardInterrupt:
+        fed.interrupted(total)
+        raise
     _report(result, announce_new=session is None, blocks_fed=bool(blocks), json_=json_)
 
 
@@ -110,6 +116,34 @@ def _report(result: ImportResult, *, announce_new: bool, blocks_fed: bool, json_
         )
     if json_:
         output.emit_all([summary])
+
+
+class _Fed:
+    """The blocks' progress bar, counted: how far the blocks got when Ctrl-C stops an import
+    (`todo` is set once the messages are stored)."""
+
+    def __init__(self, bar: output.progress) -> None:
+        self.bar = bar
+        self.todo: int | None = None
+        self.done = 0
+
+    def total(self, n: int) -> None:
+        self.todo = n
+        self.bar.total(n)
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        self.bar.advance(n)
+
+    def interrupted(self, messages: int) -> None:
+        if self.todo is None:
+            output.info("Interrupted before the import was stored: nothing of it was kept.")
+            return
+        output.info(
+            f"Interrupted while feeding long-term blocks: all {messages:,} messages are stored; "
+            f"the blocks took {self.done:,} of {self.todo:,} batches. "
+            "`memcli blocks backfill` catches them up."
+        )
 
 
 class _progress:

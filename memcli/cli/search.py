@@ -113,14 +113,10 @@ def _table(records: list[dict[str, Any]], by_query: bool, explain: bool) -> None
 
 
 def _retriever(s: Any, store: Any) -> Retriever:
-    from memcli.onnx_embedder import OnnxEmbedder
     from memcli.ranking import SearchOptions
     from memcli.retrieval import Retriever
 
-    embedder = OnnxEmbedder(s.home / "models")
-    if not embedder.is_exported:
-        output.info("Preparing the embedding model for fast search (once; about 15 s)...")
-    return Retriever(store, embedder, SearchOptions.from_settings(s))
+    return Retriever(store, common.embedder(s), SearchOptions.from_settings(s))
 
 
 def _time(flag: str, value: str | None) -> datetime | None:

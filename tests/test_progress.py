@@ -1,0 +1,112 @@
+"""Long work shows progress that moves: the vector block's embedding during an import, the first
+export of the embedding model (said by every command that triggers it), Ctrl-C during an import."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from helpers import memcli
+
+from memcli import Memory, Message, SQLiteStore, VectorBlock
+from memcli.cli.common import PREPARING
+from memcli.embeddings import HashEmbedder
+
+
+def test_import_progress_moves_as_messages_are_embedded(tmp_path: Path) -> None:
+    from memcli.blocks.feed import CHUNK
+    from memcli.transcripts import Record, import_records
+
+    embedder = HashEmbedder(dim=16)
+    block = VectorBlock(embedder=embedder)
+    store = SQLiteStore(tmp_path / "m.db")
+    records = [
+        Record(i, [Message("user" if i % 2 == 0 else "assistant", f"message number {i} " * 4)], "s")
+        for i in range(1600)
+    ]
+    calls_at_tick: list[int] = []
+    ticks: list[int] = []
+
+    def tick(n: int) -> None:
+        ticks.append(n)
+        calls_at_tick.append(len(embedder.calls))
+
+    result = import_records(
+        records,
+        store=store,
+        open_memory=lambda sid: Memory.from_defaults(
+            session_id=sid, token_limit=100, token_flush_size=20, db=store, memory_blocks=[block]
+        ),
+        block_progress=tick,
+    )
+    assert result.flushes < CHUNK  # one chunk: before, a single tick once everything was embedded
+    assert sum(ticks) == result.flushes and len(ticks) >= 3
+    assert calls_at_tick[0] < calls_at_tick[-1]  # the first tick came while embedding went on
+
+
+@pytest.fixture
+def unexported(isolated: Path, tmp_path: Path) -> dict[str, str]:
+    """A home whose embedding model is not exported, and an environment where exporting fails at
+    once (a `torch` that cannot be imported): what a command says before exporting is seen
+    without waiting for the export."""
+    models = isolated / "models"
+    models.unlink()
+    models.mkdir()
+    fake = tmp_path / "no-torch" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("no torch in this test")\n')
+    path = os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])
+    return {"PYTHONPATH": path}
+
+
+def test_every_command_that_prepares_the_model_says_so_and_lexical_search_does_not(unexported):
+    text = "".join(f'{{"role": "user", "content": "cup {i} of tea"}}\n' for i in range(20))
+    stored = memcli(
+        "import", "-", "--session", "s", "--token-limit", "40", "--no-blocks", input=text
+    )
+    assert stored.code == 0, stored.stderr
+    assert PREPARING not in stored.stderr
+    lexical = memcli("search", "tea", "--mode", "lexical", env=unexported)
+    assert lexical.code == 0, lexical.stderr
+    assert PREPARING not in lexical.stderr
+    for args in (
+        ["dump", "blocks", "s", "--input", "tea?"],
+        ["search", "tea"],
+        ["blocks", "backfill"],
+        ["chat", "--plain", "--session", "s"],
+        ["import", "-", "--session", "s2", "--token-limit", "40"],
+    ):
+        run = memcli(*args, input=text, env=unexported)
+        assert PREPARING in run.stderr, (args, run.stderr)
+        assert "Install torch" in " ".join(run.stderr.split()), (args, run.stderr)
+
+
+INTERRUPTING = '''
+from memcli import MemoryBlock
+
+
+class Interrupting(MemoryBlock):
+    """A block that is fed slowly enough for the person to press Ctrl-C."""
+
+    def put(self, batch, ctx):
+        raise KeyboardInterrupt
+'''
+
+
+def test_ctrl_c_while_blocks_are_fed_says_what_is_stored_and_how_to_catch_up(tmp_path):
+    (tmp_path / "interrupting.py").write_text(INTERRUPTING)
+    config = tmp_path / "blocks.toml"
+    config.write_text('[[blocks]]\nkind = "python"\npath = "interrupting:Interrupting"\n')
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        "MEMCLI_CONFIG": str(config),
+    }
+    text = "".join(f'{{"role": "user", "content": "message {i} with words"}}\n' for i in range(30))
+    run = memcli("import", "-", "--session", "cut", "--token-limit", "40", input=text, env=env)
+    assert run.code == 130
+    stderr = " ".join(run.stderr.split())
+    assert "all 30 messages are stored" in stderr and "took 0 of" in stderr
+    assert "memcli blocks backfill" in stderr
+    shown = memcli("inspect", "cut", "--all", "--json", env=env)
+    assert sum(1 for r in shown.records() if r.get("type") == "message") == 30
