@@ -187,7 +187,6 @@ def _consistent(db: Path) -> tuple[int, int, int]:
 @pytest.mark.parametrize("point", ["archive", "commit"])
 def test_crash_in_the_middle_of_a_flush(tmp_path: Path, point: str) -> None:
     db = tmp_path / "crash.db"
-    memory = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer(), budget=None)
     from memcli.flush import Budget
 
     memory = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer(), budget=Budget(40, 0.7, 10))
