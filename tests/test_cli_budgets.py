@@ -1,0 +1,59 @@
+"""Budget options: a writing command (import, chat) never changes a stored session's budget
+unless --rebudget says so; a reading command (inspect, dump, simulate --session) never stores one."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.usefixtures("no_blocks")
+
+
+def seed(tmp_path: Path, session: str = "demo") -> str:
+    lines = []
+    for i in range(20):
+        lines.append({"role": "user", "content": f"question {i} about the garden and its roses"})
+        lines.append({"role": "assistant", "content": f"answer {i} about planting in spring"})
+    path = tmp_path / "seed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    run = memcli("import", str(path), "--session", session, "--token-limit", "4000")
+    assert run.code == 0, run.stderr
+    return memcli("export", session, "--all").stdout
+
+
+def test_chat_with_another_budget_is_refused_unless_rebudget(tmp_path: Path) -> None:
+    before = seed(tmp_path)
+    run = memcli("chat", "--plain", "--session", "demo", "--token-limit", "100", input="hello\n")
+    assert run.code == 2
+    assert "has the budget 4,000 × 0.7 (flush 400)" in run.stderr and "--rebudget" in run.stderr
+    assert memcli("export", "demo", "--all").stdout == before  # the line was not stored either
+    run = memcli(
+        "chat", "--plain", "--session", "demo", "--token-limit", "100", "--rebudget", input="hi\n"
+    )
+    assert run.code == 0, run.stderr
+    assert "budget 100 × 0.7 (flush 10) stored (was 4,000 × 0.7 (flush 400))" in run.stderr
+    said = re.search(r"the change flushed (\d+) messages", run.stderr)
+    summary = memcli("inspect", "demo", "--json").records()[-1]
+    assert summary["token_limit"] == 100
+    assert said is not None and 0 < int(said.group(1)) <= summary["archived_messages"]
+    run = memcli("chat", "--plain", "--session", "demo", "--token-limit", "100", input="ok\n")
+    assert run.code == 0, run.stderr  # the budget it has: no error
+
+
+def test_reading_commands_store_no_budget(tmp_path: Path) -> None:
+    before = seed(tmp_path)
+    what_if = {"MEMCLI_TOKEN_LIMIT": "50", "MEMCLI_RATIO": "0.2"}
+    runs = [
+        memcli("simulate", "flush", "--session", "demo", "--token-limit", "100", "--json"),
+        memcli("inspect", "demo", env=what_if),
+        memcli("dump", "context", "demo", env=what_if),
+        memcli("dump", "blocks", "demo", env=what_if),
+    ]
+    assert [r.code for r in runs] == [0, 0, 0, 0], [r.stderr for r in runs]
+    summary = [r for r in runs[0].records() if r["type"] == "summary"][0]
+    assert summary["token_limit"] == 100  # the what-if was simulated
+    assert memcli("export", "demo", "--all").stdout == before
