@@ -4,7 +4,7 @@ report, and the blocks' view of a session or of none."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -337,3 +337,26 @@ def test_a_bad_session_record_names_its_line_and_later_lines_keep_theirs(tmp_pat
         read_import(path)
     path.write_bytes(lines(*CHAT))
     assert read_import(path)[0] is None
+
+
+def test_an_import_racing_another_into_one_session_aligns_again(tmp_path: Path) -> None:
+    """Another process stores the same records between this import's read of the session and
+    its transaction: the session's version tells, and the import aligns again (nothing twice)."""
+    db = tmp_path / "m.db"
+    store, other = SQLiteStore(db), SQLiteStore(db)
+    records = parse_transcript(lines(*CHAT))
+    import_transcript(store, records[:2], opening(), session_id="s")
+    reads = 0
+    read = store.iter_messages
+
+    def racing(session_id: str, status: str | None = None) -> Iterator[Message]:
+        nonlocal reads
+        reads += 1
+        yield from read(session_id, status)
+        if reads == 1:  # the other import commits right after this one read the session
+            import_transcript(other, records, opening(), session_id="s")
+
+    store.iter_messages = racing  # type: ignore[method-assign]
+    result = import_transcript(store, records, opening(), session_id="s")
+    assert reads == 2 and (result.messages, result.already_stored) == (0, 4)
+    assert contents(store, "s") == ["hi", "ok", "thanks", "ok"]
