@@ -104,9 +104,9 @@ def budget_rule(
         if wanted == stored:
             return None
         if not rebudget:
-            source = "the budget options" if flags_given else "the file's session record"
+            source = "the budget options ask" if flags_given else "the file's session record asks"
             raise UsageError(
-                f"session {info.id!r} has the budget {budget_text(stored)}; {source} ask for"
+                f"session {info.id!r} has the budget {budget_text(stored)}; {source} for"
                 f" {budget_text(wanted)}",
                 "Leave the budget options out to keep it, or add --rebudget to store the new"
                 " one (it flushes what no longer fits)",

@@ -95,7 +95,7 @@ def test_a_budget_that_differs_from_a_stored_one_is_an_error_unless_rebudget(
         " the budget options ask for 500 × 0.6 (flush 40)"
     )
     assert caught.value.hint is not None and "--rebudget" in caught.value.hint
-    with pytest.raises(UsageError, match="the file's session record ask"):
+    with pytest.raises(UsageError, match="the file's session record asks for"):
         budget_rule(DEFAULT, given=Budget(900, 0.5, 90))(info)
     assert budget_rule(DEFAULT, ratio=0.6, rebudget=True)(info) == Budget(500, 0.6, 40)
 

@@ -125,11 +125,13 @@ def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bo
             f" in {change.flushes:,} {'flush' if change.flushes == 1 else 'flushes'}."
         )
     names = ", ".join(result.sessions) or "no session"
-    already = f" ({result.messages:,} new, {result.already_stored:,} already stored)"
+    what = (
+        f"Imported into {names}: {result.messages:,} new, {result.already_stored:,} already stored;"
+        if result.already_stored
+        else f"Imported {_count(result.messages)} into {names}:"
+    )
     output.info(
-        f"Imported {_count(result.messages)} into {names}"
-        f"{already if result.already_stored else ''}: "
-        f"{result.flushes:,} {'flush' if result.flushes == 1 else 'flushes'},"
+        f"{what} {result.flushes:,} {'flush' if result.flushes == 1 else 'flushes'},"
         f" {_count(result.archived)} archived."
     )
     if result.blocks_pending:
