@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from memcli.chat.commands import Commands
     from memcli.chat.session import Chat, Turn
     from memcli.config import Settings
+    from memcli.flush import Budget
 
 
 def chat_command(
@@ -146,7 +147,7 @@ def build_chat(
     return chat, is_new
 
 
-def _rebudget(s: Settings, store: Any, session: str, blocks: list[Any], budget: Any) -> None:
+def _rebudget(s: Settings, store: Any, session: str, blocks: list[Any], budget: Budget) -> None:
     """Store another budget in a stored session (--rebudget) and say what it flushed."""
     from memcli.memory import budget_text
     from memcli.sessions import open_stored
