@@ -507,6 +507,7 @@ class Report:
     info: SessionInfo
     messages: list[Message]
     flushes: list[FlushRecord]
+    what_if: WhatIf | None = None
 
     def summary(self) -> dict[str, Any]:
         info = self.info
@@ -524,6 +525,7 @@ class Report:
             "flushes": len(self.flushes),
             "created_at": info.created_at,
             "updated_at": info.updated_at,
+            **({"what_if": self.what_if.to_dict()} if self.what_if else {}),
         }
 
     def records(self) -> list[dict[str, Any]]:
@@ -548,11 +550,51 @@ class Report:
         return out
 
 
-def report(store: Store, session_id: str, *, archived: bool = False) -> Report:
-    """A stored session's report: its active messages (every message with `archived`)."""
+def report(
+    store: Store, session_id: str, *, archived: bool = False, budget: Budget | None = None
+) -> Report:
+    """A stored session's report: its active messages (every message with `archived`); with
+    `budget`, what the session would flush under that budget now (nothing is stored)."""
     info = require(store, session_id)
     messages = store.get_messages(session_id, status=None if archived else "active")
-    return Report(info, messages, store.list_flushes(session_id))
+    what_if = None
+    if budget is not None:
+        from memcli.flush import plan_flush
+
+        window = store.active_window(session_id)
+        batches = plan_flush(
+            [e.role for e in window],
+            [e.tokens for e in window],
+            budget.threshold,
+            budget.flush_size,
+        )
+        what_if = WhatIf(
+            budget, len(batches), sum(b.count for b in batches), sum(b.tokens for b in batches)
+        )
+    return Report(info, messages, store.list_flushes(session_id), what_if)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A budget a reading command was asked to show, and what the session would flush under it
+    now: how many flushes, messages and tokens (`--rebudget` would do exactly that)."""
+
+    budget: Budget
+    flushes: int
+    messages: int
+    tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        b = self.budget
+        return {
+            "token_limit": b.token_limit,
+            "ratio": b.chat_history_token_ratio,
+            "flush_size": b.flush_size,
+            "threshold": b.threshold,
+            "flushes": self.flushes,
+            "messages": self.messages,
+            "tokens": self.tokens,
+        }
 
 
 def blocks_view(

@@ -31,6 +31,7 @@ def test_chat_with_another_budget_is_refused_unless_rebudget(tmp_path: Path) -> 
     assert run.code == 2
     assert "has the budget 4,000 × 0.7 (flush 400)" in run.stderr and "--rebudget" in run.stderr
     assert memcli("export", "demo", "--all").stdout == before  # the line was not stored either
+    what_if = memcli("inspect", "demo", "--token-limit", "100", "--json").records()[-1]["what_if"]
     run = memcli(
         "chat", "--plain", "--session", "demo", "--token-limit", "100", "--rebudget", input="hi\n"
     )
@@ -40,6 +41,7 @@ def test_chat_with_another_budget_is_refused_unless_rebudget(tmp_path: Path) -> 
     summary = memcli("inspect", "demo", "--json").records()[-1]
     assert summary["token_limit"] == 100
     assert said is not None and 0 < int(said.group(1)) <= summary["archived_messages"]
+    assert int(said.group(1)) == what_if["messages"]  # as `inspect --token-limit` foretold
     run = memcli("chat", "--plain", "--session", "demo", "--token-limit", "100", input="ok\n")
     assert run.code == 0, run.stderr  # the budget it has: no error
 
@@ -49,11 +51,16 @@ def test_reading_commands_store_no_budget(tmp_path: Path) -> None:
     what_if = {"MEMCLI_TOKEN_LIMIT": "50", "MEMCLI_RATIO": "0.2"}
     runs = [
         memcli("simulate", "flush", "--session", "demo", "--token-limit", "100", "--json"),
+        memcli("inspect", "demo", "--token-limit", "100", "--ratio", "0.5", "--json"),
         memcli("inspect", "demo", env=what_if),
         memcli("dump", "context", "demo", env=what_if),
         memcli("dump", "blocks", "demo", env=what_if),
     ]
-    assert [r.code for r in runs] == [0, 0, 0, 0], [r.stderr for r in runs]
+    assert [r.code for r in runs] == [0] * 5, [r.stderr for r in runs]
     summary = [r for r in runs[0].records() if r["type"] == "summary"][0]
     assert summary["token_limit"] == 100  # the what-if was simulated
+    inspected = runs[1].records()[-1]
+    assert inspected["token_limit"] == 4000  # the session's own budget, and the what-if beside it
+    assert inspected["what_if"]["token_limit"] == 100 and inspected["what_if"]["threshold"] == 50
+    assert inspected["what_if"]["messages"] > 0 and inspected["what_if"]["flush_size"] == 10
     assert memcli("export", "demo", "--all").stdout == before
