@@ -604,17 +604,26 @@ def blocks_view(
     user: str,
     blocks: Sequence[MemoryBlock],
     tokenizer: Tokenizer,
-    token_limit: int,
+    token_limit: int | None,
     insert_method: str = "system",
     input: str | None = None,
 ) -> Context:
     """What the blocks hold for a stored session, or with `session_id=None` for `user` with an
-    empty chat history (nothing is stored): the context `get(input)` would assemble."""
+    empty chat history (nothing is stored): the context `get(input)` would assemble.
+
+    `token_limit` is what the blocks are truncated to: for a stored session, None is its own
+    and another is a what-if (nothing is stored); with no session it must be given."""
     from memcli.blocks.base import BlockContext
     from memcli.memory import assemble
 
     if session_id is not None:
-        return open_stored(store, session_id, blocks, tokenizer, insert_method).context(input)
+        memory = open_stored(store, session_id, blocks, tokenizer, insert_method)
+        if token_limit is None or token_limit == memory.token_limit:
+            return memory.context(input)
+        active = memory.get_all(status="active")
+        return assemble(blocks, active, input, memory.block_context(), token_limit, insert_method)
+    if token_limit is None:
+        raise UsageError("a token limit is needed for the blocks of no session", "Pass one")
     return assemble(blocks, [], input, BlockContext("", user, store, tokenizer), token_limit)
 
 

@@ -64,3 +64,26 @@ def test_reading_commands_store_no_budget(tmp_path: Path) -> None:
     assert inspected["what_if"]["token_limit"] == 100 and inspected["what_if"]["threshold"] == 50
     assert inspected["what_if"]["messages"] > 0 and inspected["what_if"]["flush_size"] == 10
     assert memcli("export", "demo", "--all").stdout == before
+
+
+def test_dump_with_a_token_limit_is_a_what_if(tmp_path: Path) -> None:
+    c = tmp_path / "blocks.toml"
+    c.write_text(
+        '[[blocks]]\nkind = "static"\nname = "persona"\ncontent = "You are terse."\n\n'
+        '[[blocks]]\nkind = "static"\nname = "notes"\npriority = 2\n'
+        'content = "' + " ".join(["note"] * 50) + '"\n'
+    )
+    hello = '{"role": "user", "content": "hello there"}\n'
+    run = memcli(
+        "--config", str(c), "import", "-", "--session", "t", "--token-limit", "40", input=hello
+    )
+    assert run.code == 0, run.stderr
+    _, notes = memcli("--config", str(c), "dump", "blocks", "t", "--json").records()
+    assert notes["truncated"] == "dropped"  # the session's own 40 tokens
+    what_if = ("--token-limit", "4000", "--json")
+    _, notes = memcli("--config", str(c), "dump", "blocks", "t", *what_if).records()
+    assert notes["truncated"] is None and notes["tokens_after_truncation"] == 50
+    system = memcli("--config", str(c), "dump", "context", "t", *what_if).records()[0]
+    assert system["role"] == "system" and "note note" in system["content"]
+    assert "note note" not in memcli("--config", str(c), "dump", "context", "t").stdout
+    assert memcli("inspect", "t", "--json").records()[-1]["token_limit"] == 40  # nothing stored
