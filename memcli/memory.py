@@ -103,14 +103,12 @@ class Memory:
             )
         else:
             self.user_id = info.user_id
-            stored = Budget(info.token_limit, info.chat_history_token_ratio, info.token_flush_size)
-            self.budget = budget or stored
-            if self.budget != stored:
-                store.update_session_budget(
-                    self.session_id,
-                    self.budget.token_limit,
-                    self.budget.chat_history_token_ratio,
-                    self.budget.flush_size,
+            self.budget = stored_budget(info)
+            if budget is not None and budget != self.budget:
+                raise UsageError(
+                    f"session {self.session_id!r} has the budget {budget_text(self.budget)},"
+                    f" not {budget_text(budget)}",
+                    "Open it without a budget to use its own, or call rebudget() to store another",
                 )
         if self.memory_blocks:  # so that the CLI builds these blocks for this session
             from memcli.blocks.registry import record
@@ -132,19 +130,32 @@ class Memory:
         cls,
         session_id: str | None = None,
         user_id: str = "default",
-        token_limit: int = 30000,
-        chat_history_token_ratio: float = 0.7,
+        token_limit: int | None = None,
+        chat_history_token_ratio: float | None = None,
         token_flush_size: int | None = None,
         insert_method: str = "system",
         memory_blocks: Iterable[MemoryBlock] = (),
         db: str | Path | Store | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> Memory:
-        """A Memory as LlamaIndex builds one; `db=None` is an in-memory SQLite database."""
+        """A Memory as LlamaIndex builds one; `db=None` is an in-memory SQLite database.
+
+        A budget value left out (None) is the stored session's, or for a new session LlamaIndex's
+        default (30,000 tokens, ratio 0.7, a flush size of 10% of the limit). A stored session
+        opened with a value that differs from its own raises UsageError: change a session's
+        budget with `rebudget()`."""
         from memcli.store.sqlite import SQLiteStore
 
         store: Store = SQLiteStore(db) if db is None or isinstance(db, str | PathLike) else db
-        budget = Budget(token_limit, chat_history_token_ratio, token_flush_size)
+        budget = None
+        if any(v is not None for v in (token_limit, chat_history_token_ratio, token_flush_size)):
+            info = store.get_session(session_id) if session_id else None
+            budget = adjust_budget(
+                stored_budget(info) if info is not None else Budget(),
+                token_limit,
+                chat_history_token_ratio,
+                token_flush_size,
+            )
         return cls(
             store,
             session_id=session_id,
@@ -301,6 +312,32 @@ class Memory:
                 self.feed_blocks(flush)
         return flushes
 
+    def rebudget(self, budget: Budget, *, feed_blocks: bool = True) -> list[Flush]:
+        """Store another budget for the session and flush now what it no longer holds, as a put
+        would (whole turns, oldest first); return the flushes. The only way a stored session's
+        budget changes: opening it with another budget is an error."""
+        old = self.budget
+        try:
+            with self.store.transaction():
+                nested = self.store.transaction_depth > 1
+                self._sync()
+                self.store.update_session_budget(
+                    self.session_id,
+                    budget.token_limit,
+                    budget.chat_history_token_ratio,
+                    budget.flush_size,
+                )
+                self.budget = budget
+                flushes = self._flush()
+                self._settle(nested)
+        except BaseException:
+            self.budget = old
+            self._forget()
+            raise
+        if feed_blocks and self.memory_blocks and flushes:
+            self.feed_blocks_many(flushes)
+        return flushes
+
     def _flush(self, threshold: float | None = None, max_batches: int | None = None) -> list[Flush]:
         """Archive the batches the flush policy picks (each one a transaction)."""
         threshold = self.budget.threshold if threshold is None else threshold
@@ -402,6 +439,35 @@ class Memory:
         count = self.store.delete_messages(self.session_id)
         self._forget()
         return count
+
+
+def stored_budget(info: SessionInfo) -> Budget:
+    """The budget a stored session runs under."""
+    return Budget(info.token_limit, info.chat_history_token_ratio, info.token_flush_size)
+
+
+def adjust_budget(
+    base: Budget,
+    token_limit: int | None = None,
+    ratio: float | None = None,
+    flush_size: int | None = None,
+) -> Budget:
+    """`base` with the values given in place of its own; a new token limit without a flush size
+    gets the default flush size, 10% of it."""
+    if flush_size is None and token_limit in (None, base.token_limit):
+        flush_size = base.token_flush_size
+    return Budget(
+        token_limit if token_limit is not None else base.token_limit,
+        ratio if ratio is not None else base.chat_history_token_ratio,
+        flush_size,
+    )
+
+
+def budget_text(budget: Budget) -> str:
+    """A budget as `inspect` shows it: `4,000 × 0.7 (flush 400)`."""
+    return (
+        f"{budget.token_limit:,} × {budget.chat_history_token_ratio} (flush {budget.flush_size:,})"
+    )
 
 
 def assemble(

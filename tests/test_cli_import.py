@@ -33,7 +33,8 @@ def test_import_new_session_printed_on_stderr(tmp_path: Path) -> None:
     run = memcli("import", str(path))
     assert run.code == 0, run.stderr
     assert "New session:" in run.stderr and "Imported 6 messages" in run.stderr
-    assert run.stdout == ""
+    (summary,) = run.records()  # stdout is a pipe: the summary as JSON Lines, without --json
+    assert summary["type"] == "summary" and summary["new"] == 6 and summary["already_stored"] == 0
     sessions = memcli("sessions", "--json").records()
     assert len(sessions) == 1 and sessions[0]["active_messages"] == 6
 
@@ -85,12 +86,90 @@ def test_conversation_lines_and_array(tmp_path: Path) -> None:
 
 def test_session_remembers_its_budget(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "t.jsonl", turns(1))
+    more = write_jsonl(tmp_path / "more.jsonl", turns(2))
     assert memcli("import", str(path), "--session", "b", "--token-limit", "500").code == 0
-    assert memcli("import", str(path), "--session", "b").code == 0
+    assert memcli("import", str(more), "--session", "b").code == 0
     summary = memcli("inspect", "b", "--json").records()[-1]
     assert summary["token_limit"] == 500 and summary["flush_size"] == 50
-    assert memcli("import", str(path), "--session", "b", "--token-limit", "900").code == 0
-    assert memcli("inspect", "b", "--json").records()[-1]["token_limit"] == 900
+    assert memcli("import", str(more), "--session", "b", "--token-limit", "500").code == 0
+
+
+def test_a_budget_option_that_differs_is_an_error_unless_rebudget(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", turns(30))
+    run = memcli("import", str(path), "--session", "demo", "--token-limit", "4000")
+    assert run.code == 0, run.stderr
+    before = memcli("export", "demo", "--all").stdout
+    more = write_jsonl(tmp_path / "more.jsonl", turns(31)[-2:])
+    run = memcli("import", str(more), "--session", "demo", "--token-limit", "100")
+    assert run.code == 2
+    assert "has the budget 4,000 × 0.7 (flush 400)" in run.stderr and "--rebudget" in run.stderr
+    assert memcli("export", "demo", "--all").stdout == before  # nothing stored, nothing flushed
+    run = memcli("import", str(more), "--session", "demo", "--token-limit", "100", "--rebudget")
+    assert run.code == 0, run.stderr
+    assert "budget 100 × 0.7 (flush 10) stored (was 4,000 × 0.7 (flush 400))" in run.stderr
+    (summary,) = run.records()
+    change = summary["rebudgets"]["demo"]
+    assert change["to"] == {"token_limit": 100, "ratio": 0.7, "flush_size": 10}
+    assert change["archived_messages"] > 50 and summary["new"] == 2
+    assert memcli("inspect", "demo", "--json").records()[-1]["token_limit"] == 100
+
+
+def test_importing_again_stores_nothing_new(tmp_path: Path) -> None:
+    records = turns(3, "s")
+    records[3]["content"] = records[1]["content"] = "ok"  # "ok" twice: not a duplicate
+    path = write_jsonl(tmp_path / "t.jsonl", records)
+    assert memcli("import", str(path)).records()[0]["new"] == 6
+    run = memcli("import", str(path))
+    assert run.code == 0, run.stderr
+    assert "0 new, 6 already stored" in run.stderr
+    assert run.records()[0]["new"] == 0 and run.records()[0]["already_stored"] == 6
+    exported = memcli("export", "s", "--all").stdout
+    run = memcli("import", "-", "--session", "s", input=exported)  # its own export
+    assert run.code == 0 and run.records()[0]["already_stored"] == 6
+    grown = write_jsonl(tmp_path / "grown.jsonl", records + turns(4, "s")[-2:])
+    assert memcli("import", str(grown)).records()[0]["new"] == 2
+    assert memcli("import", str(path), "--again").records()[0]["new"] == 6
+    stored = memcli("inspect", "s", "--all", "--json").records()
+    assert len([r for r in stored if r["type"] == "message"]) == 14
+
+
+def test_export_keeps_the_budget(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", turns(10))
+    assert (
+        memcli("import", str(path), "--session", "a", "--token-limit", "300", "--user", "ana").code
+        == 0
+    )
+    exported = memcli("export", "a", "--all")
+    first = exported.records()[0]
+    assert first == {
+        "type": "session",
+        "id": "a",
+        "user": "ana",
+        "token_limit": 300,
+        "chat_history_token_ratio": 0.7,
+        "token_flush_size": 30,
+    }
+    run = memcli("import", "-", "--session", "b", input=exported.stdout)
+    assert run.code == 0, run.stderr
+    a, b = (memcli("inspect", s, "--all", "--json").records()[-1] for s in ("a", "b"))
+    for key in ("token_limit", "flush_size", "ratio", "user", "active_messages", "flushes"):
+        assert a[key] == b[key], key
+    run = memcli("import", "-", "--session", "c", "--token-limit", "200", input=exported.stdout)
+    assert memcli("inspect", "c", "--json").records()[-1]["token_limit"] == 200  # flags win
+    bare = [r for r in exported.records() if r.get("type") != "session"]
+    run = memcli("import", "-", "--session", "d", input="".join(json.dumps(r) + "\n" for r in bare))
+    assert run.code == 0 and memcli("inspect", "d", "--json").records()[-1]["token_limit"] == 30000
+
+
+def test_an_empty_file_says_nothing_to_import(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    run = memcli("import", str(empty))
+    assert run.code == 0 and "Nothing to import" in run.stderr
+    assert run.records()[0]["new"] == 0
+    run = memcli("import", "-", input="")
+    assert run.code == 0 and "Nothing to import" in run.stderr
+    assert not list(tmp_path.glob("**/*.db"))  # no database was made
 
 
 @pytest.mark.parametrize(

@@ -113,7 +113,8 @@ def test_export_round_trip(tmp_path: Path) -> None:
     seed(tmp_path)
     exported = memcli("export", "demo", "--all")
     assert exported.code == 0
-    records = exported.records()
+    head, *records = exported.records()  # the session's record, then its messages
+    assert head["type"] == "session" and head["token_limit"] == 60
     assert len(records) == 20 and {r["status"] for r in records} == {"active", "archived"}
     path = tmp_path / "export.jsonl"
     path.write_text(exported.stdout)
@@ -140,7 +141,7 @@ def test_export_round_trip(tmp_path: Path) -> None:
         ]
 
     assert shape(copy) == shape(original)
-    active_only = memcli("export", "demo").records()
+    active_only = memcli("export", "demo").records()[1:]
     assert all("status" not in r for r in active_only)
     assert len(active_only) == original[-1]["active_messages"]
 

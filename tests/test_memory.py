@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from memcli import Memory, Message, UsageError, WordTokenizer
+from memcli.flush import Budget
 from memcli.memory import insert_memory, render_memory
 from memcli.store.sqlite import SQLiteStore
 
@@ -187,9 +188,6 @@ def _consistent(db: Path) -> tuple[int, int, int]:
 @pytest.mark.parametrize("point", ["archive", "commit"])
 def test_crash_in_the_middle_of_a_flush(tmp_path: Path, point: str) -> None:
     db = tmp_path / "crash.db"
-    memory = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer(), budget=None)
-    from memcli.flush import Budget
-
     memory = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer(), budget=Budget(40, 0.7, 10))
     memory.put_messages(chat(2))
     before = _consistent(db)
@@ -204,3 +202,40 @@ def test_crash_in_the_middle_of_a_flush(tmp_path: Path, point: str) -> None:
     memory.put(Message("user", "w " * 30))
     after = _consistent(db)
     assert after[2] > before[2]
+
+
+# -- budgets: a stored session keeps its own unless rebudget() changes it --------------------------
+
+
+def test_resuming_without_a_budget_uses_the_stored_one(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    Memory.from_defaults(session_id="s", token_limit=40, token_flush_size=10, db=db).store.close()
+    again = Memory.from_defaults(session_id="s", db=db)  # no budget given: the stored one
+    assert again.budget == Budget(40, 0.7, 10)
+    assert Memory.from_defaults(session_id="s", db=db, token_flush_size=10).budget.token_limit == 40
+    info = SQLiteStore(db).get_session("s")
+    assert info is not None and info.token_limit == 40 and info.token_flush_size == 10
+
+
+def test_opening_a_session_with_another_budget_is_an_error(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    Memory(SQLiteStore(db), "s", budget=Budget(40, 0.7, 10)).put_messages(chat(2))
+    with pytest.raises(UsageError, match=r"'s' has the budget 40 × 0.7 \(flush 10\), not 100"):
+        Memory(SQLiteStore(db), "s", budget=Budget(100, 0.7, 10))
+    with pytest.raises(UsageError, match="rebudget"):
+        Memory.from_defaults(session_id="s", db=db, token_limit=100)
+    info = SQLiteStore(db).get_session("s")
+    assert info is not None and info.token_limit == 40  # nothing was stored
+
+
+def test_rebudget_stores_the_budget_and_flushes_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    memory = Memory(SQLiteStore(db), "s", budget=Budget(1000, 0.7, 10), tokenizer=WordTokenizer())
+    memory.put_messages(chat(4))
+    assert memory.store.list_flushes("s") == []
+    flushes = memory.rebudget(Budget(20, 0.5, 5))
+    assert len(flushes) == 3  # every turn but the newest, which always stays
+    assert [m.content for m in memory.get()] == [m.content for m in chat(4)[-2:]]
+    again = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer())
+    assert again.budget == Budget(20, 0.5, 5)
+    assert len(again.store.list_flushes("s")) == len(flushes)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from memcli.chat.commands import Commands
     from memcli.chat.session import Chat, Turn
     from memcli.config import Settings
+    from memcli.flush import Budget
 
 
 def chat_command(
@@ -41,6 +42,13 @@ def chat_command(
     token_limit: common.TokenLimit = None,
     ratio: common.Ratio = None,
     flush_size: common.FlushSize = None,
+    rebudget: Annotated[
+        bool,
+        typer.Option(
+            "--rebudget",
+            help="Store the budget options in a session that has another budget (else an error).",
+        ),
+    ] = False,
     plain: Annotated[
         bool,
         typer.Option(
@@ -67,7 +75,7 @@ def chat_command(
     Example: printf 'hi\\nwhat did I say?\\n' | memcli chat --plain --session demo
     """
     s = common.settings(ctx, user=user, model=model, api_base=api_base)
-    chat, is_new = build_chat(s, session, token_limit, ratio, flush_size)
+    chat, is_new = build_chat(s, session, token_limit, ratio, flush_size, rebudget)
     from memcli.chat.commands import Commands
 
     commands = Commands(chat)
@@ -106,25 +114,38 @@ def build_chat(
     token_limit: int | None,
     ratio: float | None,
     flush_size: int | None,
+    rebudget: bool = False,
 ) -> tuple[Chat, bool]:
-    """The Chat for these settings, with its session open; True when the session is new."""
+    """The Chat for these settings, with its session open; True when the session is new.
+
+    Budget options that differ from a stored session's budget are an error (exit 2) unless
+    `rebudget`, which stores them in the session first and says what that flushed."""
     from memcli.chat.session import Chat
     from memcli.ranking import SearchOptions
     from memcli.sessions import budget_rule, owned
 
     store = common.open_store(s)
     user_id = s.user
+    info = None
     if session:
         # A session of another user: refused for an explicit --user, else chatted in as its user's.
         user = s.user if "user" in s.explicit else None
         info = owned(store, session, user, "Use --user {owner}, or another --session")
         if info is not None:
             user_id = info.user_id
+    blocks = common.make_blocks(s, store, session=session, user=user_id)
+    if session and info is not None:
+        rule = budget_rule(
+            common.default_budget(s), token_limit, ratio, flush_size, rebudget=rebudget
+        )
+        wanted = rule(info)  # UsageError when it differs and --rebudget is not given
+        if wanted is not None:
+            _rebudget(s, store, session, blocks, wanted)
 
     chat = Chat(
         store,
         user_id=user_id,
-        blocks=common.make_blocks(s, store, session=session, user=user_id),
+        blocks=blocks,
         tokenizer=common.tokenizer(s),
         budget_for=budget_rule(common.default_budget(s), token_limit, ratio, flush_size),
         insert_method=s.insert_method,
@@ -133,6 +154,21 @@ def build_chat(
     )
     is_new = chat.open(session)
     return chat, is_new
+
+
+def _rebudget(s: Settings, store: Any, session: str, blocks: list[Any], budget: Budget) -> None:
+    """Store another budget in a stored session (--rebudget) and say what it flushed."""
+    from memcli.memory import budget_text
+    from memcli.sessions import open_stored
+
+    memory = open_stored(store, session, blocks, common.tokenizer(s), s.insert_method)
+    old = memory.budget
+    flushes = memory.rebudget(budget)
+    moved = sum(len(f.message_ids) for f in flushes)
+    output.info(
+        f"Session {session}: budget {budget_text(budget)} stored (was {budget_text(old)});"
+        f" the change flushed {moved:,} {'message' if moved == 1 else 'messages'}."
+    )
 
 
 def llm_config(s: Settings) -> Any:

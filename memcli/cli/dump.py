@@ -18,6 +18,13 @@ Input = Annotated[
     str | None,
     typer.Option("--input", help="A user message to assemble the context for (not stored)."),
 ]
+WhatIfLimit = Annotated[
+    int | None,
+    typer.Option(
+        "--token-limit",
+        help="What if the token limit were this: blocks truncated to it (nothing is stored).",
+    ),
+]
 
 
 @app.command("blocks")
@@ -29,6 +36,7 @@ def blocks_command(
     block: Annotated[str | None, typer.Option("--block", help="Only this block.")] = None,
     input_: Input = None,
     user: common.User = None,
+    token_limit: WhatIfLimit = None,
     json_: common.Json = False,
 ) -> None:
     """Each block's content with its priority and tokens, and what truncation would cut.
@@ -52,7 +60,7 @@ def blocks_command(
         user=s.user,
         blocks=blocks,
         tokenizer=common.tokenizer(s),
-        token_limit=s.token_limit,
+        token_limit=token_limit if token_limit is not None or session else s.token_limit,
         insert_method=s.insert_method,
         input=input_,
     )
@@ -109,19 +117,28 @@ def context_command(
     ctx: typer.Context,
     session: Annotated[str, typer.Argument(help="The session.")],
     input_: Input = None,
+    token_limit: WhatIfLimit = None,
     json_: common.Json = False,
 ) -> None:
     """Exactly the messages get() would return: the active window with long-term memory inserted.
 
     Example: memcli dump context demo --input "what's my dog called?" --json
     """
-    from memcli.sessions import open_stored
+    from memcli.sessions import blocks_view
 
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
     blocks = common.make_blocks(s, store, session=session)
-    memory = open_stored(store, session, blocks, common.tokenizer(s), s.insert_method)
-    messages = memory.get(input_)
+    messages = blocks_view(
+        store,
+        session,
+        user=s.user,
+        blocks=blocks,
+        tokenizer=common.tokenizer(s),
+        token_limit=token_limit,
+        insert_method=s.insert_method,
+        input=input_,
+    ).messages
     if output.wants_json(json_):
         output.emit_all({"type": "message", **m.to_dict()} for m in messages)
         return

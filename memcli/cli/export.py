@@ -18,13 +18,18 @@ def export_command(
 ) -> None:
     """Write a session's messages as JSON Lines on stdout (active ones, or all with --all).
 
+    The first record is the session's: {"type": "session", "id", "user", "token_limit",
+    "chat_history_token_ratio", "token_flush_size"}, so that `memcli import` recreates its budget.
+
     Example: memcli export demo --all > demo.jsonl && memcli import demo.jsonl --session copy
     """
+    from memcli.sessions import SessionRecord
     from memcli.transcripts import export_lines
 
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
-    common.require_session(store, session)
+    info = common.require_session(store, session)
     # Read whole before the first line is written: a damaged database fails here, writing nothing.
     messages = store.read_messages(session, status=None if all_ else "active")
+    output.emit_all([SessionRecord.of(info).to_dict()])
     output.emit_all(export_lines(messages, with_status=all_))

@@ -9,7 +9,7 @@ import typer
 from memcli.cli import common, output
 
 if TYPE_CHECKING:
-    from memcli.transcripts import ImportResult
+    from memcli.sessions import Imported
 
 
 def import_command(
@@ -42,30 +42,58 @@ def import_command(
             help="Store and flush without feeding long-term blocks (they catch up later).",
         ),
     ] = False,
+    rebudget: Annotated[
+        bool,
+        typer.Option(
+            "--rebudget",
+            help="Store the budget options in a session that has another budget (else an error).",
+        ),
+    ] = False,
+    again: Annotated[
+        bool,
+        typer.Option("--again", help="Import a second copy of messages the session already holds."),
+    ] = False,
     json_: common.Json = False,
 ) -> None:
     """Import a transcript; messages go through the engine, so flushes happen as they would live.
 
     Formats: one {"role", "content"} message per line (optional session, name, timestamp, metadata),
-    one {"messages": [...]} conversation per line, or a JSON array of messages. A malformed record
-    stops the import (exit 2) and nothing of it is stored.
+    one {"messages": [...]} conversation per line, or a JSON array of messages; a first
+    {"type": "session", ...} record (as `memcli export` writes) gives new sessions their budget.
+    A malformed record stops the import (exit 2) and nothing of it is stored.
+
+    Running an import again stores nothing twice: messages already stored at the end of the
+    session, in the same order, are skipped ("0 new, 419 already stored"); --again imports a
+    second copy. A budget option that differs from a stored session's budget is an error unless
+    --rebudget is given. Flushes are recomputed: a `status` in the file is not used.
 
     Example: memcli import chat.jsonl --session demo --token-limit 4000
     """
     from memcli.errors import UsageError
-    from memcli.sessions import Opening, import_transcript
-    from memcli.transcripts import PUT_MODES, read_transcript
+    from memcli.sessions import Opening, import_transcript, read_import
+    from memcli.transcripts import PUT_MODES
 
     if put not in PUT_MODES:
         raise UsageError(f"unknown --put {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
     s = common.settings(ctx, user=user)
-    records = read_transcript(file)  # validated whole before the store is touched
-    store = common.open_store(s)
-    blocks = [] if no_blocks else common.make_blocks(s, store)
-    opening = Opening.from_settings(
-        s, blocks, user=user, token_limit=token_limit, ratio=ratio, flush_size=flush_size
-    )
+    header, records = read_import(file)  # validated whole before the store is touched
     total = sum(len(r.messages) for r in records)
+    if not total:
+        output.info("Nothing to import: the input holds no messages.")
+        if output.wants_json(json_):
+            output.emit_all([_summary(None, blocks_fed=False)])
+        return
+    store = common.open_store(s)
+    blocks = [] if no_blocks else common.make_blocks(s, store, session=session)
+    opening = Opening.from_settings(
+        s,
+        blocks,
+        user=user,
+        token_limit=token_limit,
+        ratio=ratio,
+        flush_size=flush_size,
+        rebudget=rebudget,
+    )
     bar = output.progress("Long-term memory")
     fed = _Fed(bar)
     try:
@@ -75,6 +103,8 @@ def import_command(
                 records,
                 opening,
                 session_id=session,
+                session_record=header,
+                again=again,
                 put=put,
                 feed_blocks=not no_blocks,
                 progress=advance,
@@ -87,35 +117,63 @@ def import_command(
     _report(result, announce_new=session is None, blocks_fed=bool(blocks), json_=json_)
 
 
-def _report(result: ImportResult, *, announce_new: bool, blocks_fed: bool, json_: bool) -> None:
-    """What an import did: on stderr, and as a summary record with --json."""
+def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bool) -> None:
+    """What an import did: a line on stderr, and the summary record on stdout in JSON mode."""
+    from memcli.memory import budget_text
+
     for new in result.new_sessions:
         if announce_new:
             output.info(f"New session: {new}")
-    summary: dict[str, Any] = {
-        "type": "summary",
-        "sessions": result.sessions,
-        "new_sessions": result.new_sessions,
-        "messages": result.messages,
-        "calls": result.calls,
-        "flushes": result.flushes,
-        "archived_messages": result.archived,
-        "blocks_fed": blocks_fed,
-        "block_batches": result.blocks_done,
-        "block_batches_pending": result.blocks_pending,
-    }
+    for session, change in result.rebudgets.items():
+        output.info(
+            f"Session {session}: budget {budget_text(change.new)} stored"
+            f" (was {budget_text(change.old)}); the change flushed {_count(change.archived)}"
+            f" in {change.flushes:,} {'flush' if change.flushes == 1 else 'flushes'}."
+        )
     names = ", ".join(result.sessions) or "no session"
+    what = (
+        f"Imported into {names}: {result.messages:,} new, {result.already_stored:,} already stored;"
+        if result.already_stored
+        else f"Imported {_count(result.messages)} into {names}:"
+    )
     output.info(
-        f"Imported {result.messages:,} messages into {names}: "
-        f"{result.flushes:,} flushes, {result.archived:,} messages archived."
+        f"{what} {result.flushes:,} {'flush' if result.flushes == 1 else 'flushes'},"
+        f" {_count(result.archived)} archived."
     )
     if result.blocks_pending:
         output.info(
             f"{result.blocks_pending:,} batches are pending in a block (the LLM failed); "
             "retry with `memcli facts extract --pending` or `memcli blocks backfill`."
         )
-    if json_:
-        output.emit_all([summary])
+    if output.wants_json(json_):
+        output.emit_all([_summary(result, blocks_fed=blocks_fed)])
+
+
+def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:
+    """The summary record (`result` None: nothing was imported)."""
+    if result is None:
+        from memcli.sessions import Imported
+
+        result = Imported(sessions={}, new_sessions=[])
+    return {
+        "type": "summary",
+        "sessions": result.sessions,
+        "new_sessions": result.new_sessions,
+        "messages": result.messages,
+        "new": result.messages,
+        "already_stored": result.already_stored,
+        "calls": result.calls,
+        "flushes": result.flushes,
+        "archived_messages": result.archived,
+        "rebudgets": {s: change.to_dict() for s, change in result.rebudgets.items()},
+        "blocks_fed": blocks_fed,
+        "block_batches": result.blocks_done,
+        "block_batches_pending": result.blocks_pending,
+    }
+
+
+def _count(n: int) -> str:
+    return f"{n:,} message" if n == 1 else f"{n:,} messages"
 
 
 class _Fed:

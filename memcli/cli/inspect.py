@@ -13,16 +13,27 @@ def inspect_command(
     ctx: typer.Context,
     session: Annotated[str, typer.Argument(help="The session id (see `memcli sessions`).")],
     all_: Annotated[bool, typer.Option("--all", help="Show archived messages too.")] = False,
+    token_limit: common.TokenLimit = None,
+    ratio: common.Ratio = None,
+    flush_size: common.FlushSize = None,
     json_: common.Json = False,
 ) -> None:
     """Show a session: its active messages, the token budget gauge, archived count and flushes.
+
+    Budget options are a what-if: the gauge and what the session would flush under that budget
+    now; nothing is stored (`memcli import`/`chat --rebudget` store a budget).
 
     Example: memcli inspect demo --all
     """
     from memcli.sessions import report
 
     s = common.settings(ctx)
-    r = report(common.open_store(s, must_exist=True), session, archived=all_)
+    store = common.open_store(s, must_exist=True)
+    budget = None
+    if any(v is not None for v in (token_limit, ratio, flush_size)):
+        info = common.require_session(store, session)
+        budget = common.budget_for(s, info, token_limit, ratio, flush_size)
+    r = report(store, session, archived=all_, budget=budget)
     info, messages, flushes = r.info, r.messages, r.flushes
     if output.wants_json(json_):
         output.emit_all(r.records())
@@ -34,6 +45,14 @@ def inspect_command(
         f"(flush {info.token_flush_size:,})"
     )
     console.print(output.gauge(info.active_tokens, info.threshold, info.token_limit))
+    if r.what_if is not None:
+        w, b = r.what_if, r.what_if.budget
+        console.print(
+            f"What if the budget were {b.token_limit:,} × {b.chat_history_token_ratio}"
+            f" (flush {b.flush_size:,}): {w.messages} messages ({w.tokens:,} tokens) would flush"
+            f" in {w.flushes} flushes; nothing is stored"
+        )
+        console.print(output.gauge(info.active_tokens - w.tokens, b.threshold, b.token_limit))
     console.print(
         f"{info.active_messages} active, {info.archived_messages} archived, {len(flushes)} flushes"
     )
