@@ -16,10 +16,15 @@ app = typer.Typer(
 
 Session = Annotated[
     str | None,
-    typer.Option("--session", help="The facts of a session-scoped block (default: the user's)."),
+    typer.Option(
+        "--session",
+        metavar="SESSION",
+        help="The facts of a session-scoped block (default: the user's).",
+    ),
 ]
 Block = Annotated[
-    str | None, typer.Option("--block", help="The fact block (default: the first configured).")
+    str | None,
+    typer.Option("--block", metavar="NAME", help="The fact block (default: the first configured)."),
 ]
 
 
@@ -73,7 +78,9 @@ def facts_command(
     ctx: typer.Context,
     user: common.User = None,
     session: Session = None,
-    block: Annotated[str | None, typer.Option("--block", help="Only this block's facts.")] = None,
+    block: Annotated[
+        str | None, typer.Option("--block", metavar="NAME", help="Only this block's facts.")
+    ] = None,
     json_: common.Json = False,
 ) -> None:
     """List the facts of a user (or of a session-scoped block), oldest first.
