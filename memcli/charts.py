@@ -109,7 +109,7 @@ def terminal_chart(
         legend.append(f"─── thresholds {thresholds}")
     top = max([s.token_limit for s in shown] + [max(s.y, default=0) for s in shown])
     right = max([max(s.x, default=1) for s in shown])
-    figure.ruler("y").lim(0, top * 1.1).ticks(*_whole_ticks(0, int(top * 1.1), height // 5))
+    figure.ruler("y").lim(0, top * 1.1).ticks(*_whole_ticks(0, int(top * 1.1), height // 4))
     figure.ruler("x").lim(1, max(2, right)).ticks(*_whole_ticks(1, max(2, right), width // 12))
     figure.legend(active=False)
     figure.title(_title(sims))
