@@ -424,7 +424,7 @@ def test_rows_never_separate_a_flush_from_its_put(
         table = shown.split("Summary")[0]
         cells = [[c.strip() for c in line.split("│")] for line in table.splitlines() if "│" in line]
         assert any(c[0] == "…" for c in cells), rows
-        for before, row in zip(cells, cells[1:]):
+        for before, row in zip(cells, cells[1:], strict=False):
             if row[4].startswith("flush "):  # a flush row follows its put (or a sibling flush)
                 assert before[0] != "…", rows
                 assert "over the threshold" in before[4] or before[4].startswith("flush "), rows
