@@ -218,5 +218,10 @@ def test_counts_of_one_are_singular(tmp_path: Path) -> None:
     path = tmp_path / "single.jsonl"
     path.write_text(json.dumps({"role": "user", "content": "hello"}) + "\n")
     assert memcli("import", str(path), "--session", "single").code == 0
+    proc = terminal_run("simulate", "flush", str(path), "--no-chart")
+    assert proc.returncode == 0, proc.stderr
+    assert "1 message, " in proc.stdout and "1 messages" not in proc.stdout
+    proc = terminal_run("inspect", "single")
+    assert "0 flushes" in proc.stdout
     run = memcli("rm", "single")
     assert run.code == 0 and "(1 message)" in run.stderr and "1 messages" not in run.stderr

@@ -356,24 +356,33 @@ def _summary_one(sim: Simulation, put: str) -> None:
         )
     rows = [
         ("budget", f"{_label(b)}; threshold {b.threshold:,.0f}; --put {put}"),
-        ("transcript", f"{m.messages:,} messages, {m.tokens:,} tokens"),
+        (
+            "transcript",
+            f"{output.plural(m.messages, 'message')}, {output.plural(m.tokens, 'token')}",
+        ),
         ("puts", f"{m.puts:,}"),
         ("flushes", f"{m.flushes:,}"),
-        ("archived", f"{m.archived_messages:,} messages, {m.archived_tokens:,} tokens"),
+        (
+            "archived",
+            f"{output.plural(m.archived_messages, 'message')}, {output.plural(m.archived_tokens, 'token')}",
+        ),
         (
             "average batch",
             f"{m.average_batch_messages:g} messages, {m.average_batch_tokens:,.1f} tokens",
         ),
         (
             "largest batch",
-            f"{m.largest_batch_messages:,} messages, {m.largest_batch_tokens:,} tokens",
+            f"{output.plural(m.largest_batch_messages, 'message')}, {output.plural(m.largest_batch_tokens, 'token')}",
         ),
         (
             "largest active window",
-            f"{m.largest_active_tokens:,} tokens, {m.largest_active_messages:,} messages (right after a put)",
+            f"{output.plural(m.largest_active_tokens, 'token')}, {output.plural(m.largest_active_messages, 'message')} (right after a put)",
         ),
-        ("largest kept after flushing", f"{m.largest_kept_tokens:,} tokens"),
-        ("active at the end", f"{m.active_messages:,} messages, {m.active_tokens:,} tokens"),
+        ("largest kept after flushing", f"{output.plural(m.largest_kept_tokens, 'token')}"),
+        (
+            "active at the end",
+            f"{output.plural(m.active_messages, 'message')}, {output.plural(m.active_tokens, 'token')}",
+        ),
         ("stayed over the threshold", over),
     ]
     output.table("Summary", ["", ""], rows)
@@ -413,7 +422,8 @@ def _summary_many(sims: Sequence[Simulation], put: str) -> None:
         )
     first = sims[0].summary
     title = (
-        f"{len(sims)} parameter sets: {first.messages:,} messages, {first.tokens:,} tokens,"
+        f"{len(sims)} parameter sets: {output.plural(first.messages, 'message')},"
+        f" {output.plural(first.tokens, 'token')},"
         f" --put {put}. Archived in messages; batches, peak (active tokens right after a put)"
         " and at end in tokens"
     )
