@@ -1,7 +1,7 @@
 """Charts of a flush simulation: active tokens over the transcript, with the threshold and limit.
 
-`terminal_chart` draws with plotext and returns the text; `write_png` draws the same chart with
-matplotlib (Agg, no display). Both libraries are imported only when a chart is drawn.
+`terminal_chart` draws with plotext and returns the text; `write_chart` draws the same chart with
+matplotlib (no display) into a PNG, SVG or PDF file. Both libraries are imported only when a chart is drawn.
 """
 
 from __future__ import annotations
@@ -67,10 +67,19 @@ def series(sim: Simulation, max_points: int = 2000, label: str | None = None) ->
     return Series(name, x, y, flush_x, flush_y, b.threshold, b.token_limit)
 
 
+#: Each set's marker in the terminal chart, so that sets differ without colour.
+MARKERS = ("braille", "•", "+", "o", "*", "#")
+#: What each marker looks like in the legend.
+SAMPLES = {"braille": "⠤⠔⠊"}
+#: File formats `write_chart` writes, chosen by the file's extension.
+FORMATS = ("png", "svg", "pdf")
+
+
 def terminal_chart(
     sims: Sequence[Simulation], width: int = 100, height: int = 20, color: bool = True
 ) -> str:
-    """The chart as text for a terminal (ANSI colours unless `color` is False)."""
+    """The chart as text for a terminal (ANSI colours unless `color` is False). Each set has its
+    own marker; the legend is written under the plot, where it covers nothing."""
     import plotext
 
     figure = plotext.figure
@@ -79,30 +88,78 @@ def terminal_chart(
     figure.theme("simple" if color else "colorless")
     shown = [series(s, max_points=max(40, width) * 2) for s in sims[:MAX_SETS]]
     one = len(shown) == 1
+    legend: list[str] = []
+    for i, s in enumerate(shown):
+        marker = MARKERS[i % len(MARKERS)]
+        figure.draw(figure.signal(s.x, s.y, marker=marker).lines())
+        sample = SAMPLES.get(marker, marker * 3)
+        legend.append(f"{sample} {'active tokens' if one else s.label}")
     for s in shown:
-        label = "active tokens" if one else s.label
-        figure.draw(figure.signal(s.x, s.y, marker="braille").lines().label(label))
-    for s in shown:
-        figure.line(s.threshold, label=f"threshold {s.threshold:,.0f}" if one else None)
+        figure.line(s.threshold)
     if one:
         s = shown[0]
-        figure.line(s.token_limit, style="dotted", label=f"token_limit {s.token_limit:,}")
+        legend.append(f"─── threshold {s.threshold:,.0f}")
+        figure.line(s.token_limit, style="dotted")
+        legend.append(f"┈┈┈ token_limit {s.token_limit:,}")
         if s.flush_x:
-            figure.draw(figure.signal(s.flush_x, s.flush_y, marker="x").label("a put that flushed"))
+            figure.draw(figure.signal(s.flush_x, s.flush_y, marker="x"))
+            legend.append("x a put that flushed")
+    else:
+        thresholds = ", ".join(f"{s.threshold:,.0f}" for s in shown)
+        legend.append(f"─── thresholds {thresholds}")
     top = max([s.token_limit for s in shown] + [max(s.y, default=0) for s in shown])
     right = max([max(s.x, default=1) for s in shown])
-    figure.ruler("y").lim(0, top * 1.1)
-    # Bottom right, in data units: the active window rarely drops to zero.
-    figure.legend(x=right, y=0, ha="right", va="bottom", relative=True)
+    figure.ruler("y").lim(0, top * 1.1).ticks(*_whole_ticks(0, int(top * 1.1), height // 4))
+    figure.ruler("x").lim(1, max(2, right)).ticks(*_whole_ticks(1, max(2, right), width // 12))
+    figure.legend(active=False)
     figure.title(_title(sims))
     figure.label("messages put", "x")
-    return str(figure.build().string(colorless=not color))
+    plot = str(figure.build().string(colorless=not color))
+    lines = [""]
+    for entry in legend:  # as many entries on a line as fit the width
+        if lines[-1] and len(lines[-1]) + 3 + len(entry) > width:
+            lines.append("")
+        lines[-1] += ("   " if lines[-1] else "") + entry
+    return "\n".join([plot, *lines])
 
 
-def write_png(
+def _whole_ticks(low: int, high: int, most: int) -> tuple[list[int], list[str]]:
+    """At most `most` ticks between low and high, whole numbers 1, 2 or 5 × 10^k apart."""
+    span, most = max(1, high - low), max(2, most)
+    scale = 1
+    while True:
+        step = next((f * scale for f in (1, 2, 5) if span / (f * scale) <= most), 0)
+        if step:
+            break
+        scale *= 10
+    first = -(-low // step) * step
+    positions = list(range(first, high + 1, step))
+    return positions, [f"{p:,}" for p in positions]
+
+
+def chart_format(path: str | Path) -> str:
+    """The image format a chart file's extension names: png, svg or pdf (UsageError otherwise)."""
+    from pathlib import Path
+
+    name = str(path)
+    if name in ("", "-"):
+        raise UsageError("--png needs a file name", "Pass e.g. --png budget.png")
+    suffix = Path(name).suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise UsageError(
+            f"--png {name}: cannot tell the image format from "
+            + (f"the extension .{suffix}" if suffix else "a name without an extension"),
+            "Name the file .png, .svg or .pdf",
+        )
+    return suffix
+
+
+def write_chart(
     sims: Sequence[Simulation], path: str | Path, width: float = 10, height: float = 5
 ) -> None:
-    """The same chart as a PNG image (matplotlib, Agg backend)."""
+    """The same chart as an image file (matplotlib, no display): PNG, SVG or PDF, as the file's
+    extension says."""
+    kind = chart_format(path)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -111,10 +168,19 @@ def write_png(
     ax = fig.add_subplot()
     shown = [series(s, max_points=20000) for s in sims[:MAX_SETS]]
     one = len(shown) == 1
+    styles = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
     for i, s in enumerate(shown):
         color = f"C{i}"
         label = "active tokens" if one else s.label
-        ax.step(s.x, s.y, where="post", color=color, linewidth=0.8, label=label)
+        ax.step(
+            s.x,
+            s.y,
+            where="post",
+            color=color,
+            linewidth=0.8,
+            linestyle=styles[i % len(styles)],
+            label=label,
+        )
         ax.axhline(
             s.threshold,
             color="C3" if one else color,
@@ -134,16 +200,19 @@ def write_png(
                 ax.scatter(
                     s.flush_x, s.flush_y, marker="v", s=12, color="C1", label="flush", zorder=3
                 )
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(_title(sims))
     ax.set_xlabel("messages put")
     ax.set_ylabel("active tokens")
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper left", fontsize="small")
+    # Outside the plot, to the right: it covers no line.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize="small", borderaxespad=0)
     fig.tight_layout()
-    if str(path) in ("", "-"):
-        raise UsageError("--png needs a file name", "Pass e.g. --png budget.png")
     try:
-        fig.savefig(str(path), format="png")
+        fig.savefig(str(path), format=kind)
     except OSError as exc:
         raise MemcliError(f"cannot write {path}: {exc}", "Check the path and permissions") from None
 

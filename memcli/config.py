@@ -77,6 +77,9 @@ class Settings:
     search_vector_context: int = 1
     blocks: tuple[dict[str, Any], ...] | None = None
     explicit: frozenset[str] = field(default_factory=frozenset)
+    #: Where each setting came from: "flag", "env", "file" or "default"; also for "config" (the
+    #: file: flag, env or default) and "home" (env or default).
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def db_path(self) -> Path:
@@ -167,10 +170,14 @@ def load_settings(
     """Resolve every setting: flags > MEMCLI_* environment > TOML file > defaults."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     path: Path | None = None
+    sources: dict[str, str] = {
+        "config": "default",
+        "home": "env" if env.get("MEMCLI_HOME") else "default",
+    }
     if config_path is not None:
-        path = Path(config_path).expanduser()
+        path, sources["config"] = Path(config_path).expanduser(), "flag"
     elif env.get("MEMCLI_CONFIG"):
-        path = Path(env["MEMCLI_CONFIG"]).expanduser()
+        path, sources["config"] = Path(env["MEMCLI_CONFIG"]).expanduser(), "env"
     else:
         candidate = default_config_path(env)
         if candidate.is_file():
@@ -185,15 +192,15 @@ def load_settings(
             raise ConfigError(
                 f"{path}: [{spec.section}] must be a table", "See config.example.toml"
             )
-        value = spec.default
+        value, sources[spec.name] = spec.default, "default"
         if spec.key in table:
-            value = _convert(table[spec.key], spec, str(path))
-            explicit.add(spec.name)
+            value, sources[spec.name] = _convert(table[spec.key], spec, str(path)), "file"
         if spec.env and env.get(spec.env):
             value = _convert(env[spec.env], spec, f"environment variable {spec.env}")
-            explicit.add(spec.name)
+            sources[spec.name] = "env"
         if spec.name in flags:
-            value = flags[spec.name]
+            value, sources[spec.name] = flags[spec.name], "flag"
+        if sources[spec.name] != "default":
             explicit.add(spec.name)
         values[spec.name] = value
     blocks = data.get("blocks")
@@ -210,6 +217,7 @@ def load_settings(
         config_path=path,
         blocks=blocks,
         explicit=frozenset(explicit),
+        sources=sources,
         **values,
     )
 

@@ -75,7 +75,7 @@ def test_unknown_fact_id(tmp_path: Path, llm) -> None:
     config = write_config(tmp_path, llm)
     for args in (["edit", "99", "x"], ["rm", "99"], ["history", "99"]):
         run = memcli("--config", config, "facts", *args)
-        assert run.code == 2 and "no fact 99" in run.stderr
+        assert run.code == 1 and "no fact 99" in run.stderr
 
 
 def test_failed_extraction_is_pending_then_extract_pending(llm, tmp_path: Path) -> None:

@@ -63,3 +63,30 @@ def test_import_feeds_the_vector_block_and_a_second_session_recalls(tmp_path: Pa
     messages = run.records()
     assert messages[0]["role"] == "system" and "Rex" in messages[0]["content"]
     assert messages[-1] == {"type": "message", "role": "user", "content": "hello again"}
+
+
+def test_queries_table_shows_each_querys_text(tmp_path: Path) -> None:
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    chat = write_chat(tmp_path / "chat.jsonl")
+    assert memcli("import", chat, "--no-blocks", *BUDGET).code == 0
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        json.dumps({"query": "cello lessons"}) + "\n" + json.dumps({"query": "Douro river"}) + "\n"
+    )
+    args = ["search", "--queries", str(queries), "--mode", "lexical", "-k", "1"]
+    code = (
+        f"import sys; sys.stdout.isatty = lambda: True; sys.argv = ['memcli', *{args!r}];"
+        "from memcli.cli.app import main; main()"
+    )
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
+    rows = [line.split("│") for line in shown.splitlines() if "│" in line]
+    firsts = [r for r in rows if r[0].strip()]  # a hit's text may take several lines
+    assert [r[0].strip() for r in firsts] == ["cello lessons", "Douro river"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +185,44 @@ def test_bad_config_is_a_usage_error(tmp_path: Path) -> None:
     config.write_text("[memory]\ntoken_limit = 'x'\n")
     run = memcli("--config", str(config), "sessions")
     assert run.code == 2 and str(config) in run.stderr
+
+
+def terminal_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """memcli with stdout taken for a terminal (rich tables), 200 columns wide."""
+    code = (
+        f"import sys; sys.stdout.isatty = lambda: True; sys.argv = ['memcli', *{list(args)!r}];"
+        "from memcli.cli.app import main; main()"
+    )
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    proc.stdout = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)  # bold headers
+    return proc
+
+
+def test_inspect_shows_names_and_times_when_messages_have_them(tmp_path: Path) -> None:
+    seed(tmp_path)
+    proc = terminal_run("inspect", "demo", "--all")
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if "role" in line)
+    assert [c.strip() for c in header.split("┃")][:4] == ["id", "role", "name", "time"]
+    assert "Ana" in proc.stdout and "2023-05-0" in proc.stdout
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"role": "user", "content": "no name, no time"}) + "\n")
+    assert memcli("import", str(plain), "--session", "plain").code == 0
+    proc = terminal_run("inspect", "plain")
+    header = next(line for line in proc.stdout.splitlines() if "role" in line)
+    assert "name" not in header and "time" not in header
+    assert "1 active, 0 archived, 0 flushes" in proc.stdout
+
+
+def test_counts_of_one_are_singular(tmp_path: Path) -> None:
+    path = tmp_path / "single.jsonl"
+    path.write_text(json.dumps({"role": "user", "content": "hello"}) + "\n")
+    assert memcli("import", str(path), "--session", "single").code == 0
+    proc = terminal_run("simulate", "flush", str(path), "--no-chart")
+    assert proc.returncode == 0, proc.stderr
+    assert "1 message, " in proc.stdout and "1 messages" not in proc.stdout
+    proc = terminal_run("inspect", "single")
+    assert "0 flushes" in proc.stdout
+    run = memcli("rm", "single")
+    assert run.code == 0 and "(1 message)" in run.stderr and "1 messages" not in run.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -382,3 +383,69 @@ def test_a_long_transcripts_json_lines_are_the_librarys_events(tmp_path: Path) -
     events, summary = result.stdout.rsplit("\n", 2)[0] + "\n", result.stdout.splitlines()[-1]
     assert events == events_json(sim.events, 0)
     assert json.loads(summary)["flushes"] == sim.summary.flushes > 0
+
+
+# -- chart files, the terminal chart, --rows ---------------------------------------------------
+
+
+def test_chart_file_format_follows_its_extension(tmp_path: Path, transcript: Path) -> None:
+    heads = {"svg": b"<?xml", "pdf": b"%PDF", "png": b"\x89PNG"}
+    for kind, head in heads.items():
+        path = tmp_path / f"budget.{kind.upper() if kind == 'pdf' else kind}"
+        run = memcli("simulate", "flush", str(transcript), *BUDGET, "--png", str(path))
+        assert run.code == 0, run.stderr
+        assert path.read_bytes().startswith(head), kind
+    assert b"<svg" in (tmp_path / "budget.svg").read_bytes()
+    missing = tmp_path / "missing.jsonl"  # the name is refused before the source is read
+    for name in ("budget.jpg", "budget"):
+        run = memcli("simulate", "flush", str(missing), "--png", str(tmp_path / name))
+        assert run.code == 2 and "Name the file .png, .svg or .pdf" in said(run.stderr)
+        assert not (tmp_path / name).exists()
+
+
+def terminal(args: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
+    from memcli.cli import output
+    from memcli.cli.app import app
+
+    monkeypatch.setattr(output, "stdout_is_tty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "300")
+    output.out.cache_clear()
+    result = CliRunner().invoke(app, ["simulate", "flush", *args])
+    output.out.cache_clear()
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_rows_never_separate_a_flush_from_its_put(
+    transcript: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for rows in range(1, 16):
+        shown = terminal([str(transcript), *BUDGET, "--rows", str(rows), "--no-chart"], monkeypatch)
+        table = shown.split("Summary")[0]
+        cells = [[c.strip() for c in line.split("│")] for line in table.splitlines() if "│" in line]
+        assert any(c[0] == "…" for c in cells), rows
+        for before, row in zip(cells, cells[1:], strict=False):
+            if row[4].startswith("flush "):  # a flush row follows its put (or a sibling flush)
+                assert before[0] != "…", rows
+                assert "over the threshold" in before[4] or before[4].startswith("flush "), rows
+
+
+def test_terminal_chart_whole_ticks_legend_below_and_a_marker_per_set(
+    transcript: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shown = terminal([str(transcript), "--token-limit", "200,400", "--no-timeline"], monkeypatch)
+    chart = shown[shown.index("Active tokens") :]
+    lines = chart.splitlines()
+    bottom = next(i for i, line in enumerate(lines) if line.lstrip().startswith("└"))
+    x_ticks = lines[bottom + 1].split()
+    y_ticks = [m[1] for line in lines[1:bottom] if (m := re.match(r"\s*([\d,.]+)[┤┼]", line))]
+    assert x_ticks and all(t.replace(",", "").isdigit() for t in x_ticks)
+    assert y_ticks and all(t.replace(",", "").isdigit() for t in y_ticks), y_ticks
+    # The legend is under the plot (after the axis label), one marker per set.
+    below = "\n".join(lines[bottom + 1 :])
+    assert "messages put" in below
+    legend = below[below.index("messages put") :]
+    first, second = legend.index("limit 200"), legend.index("limit 400")
+    assert legend[first - 4 : first - 1] == "⠤⠔⠊" and legend[second - 4 : second - 1] == "•••"
+    plot = "\n".join(lines[1:bottom])
+    assert "•" in plot and "limit 200" not in plot

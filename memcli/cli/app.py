@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
 
 from memcli.cli import common
 
@@ -24,8 +25,17 @@ COMMANDS = (
     ("facts", "memcli.cli.facts", "app", True),
     ("blocks", "memcli.cli.blocks_cmd", "app", True),
     ("simulate", "memcli.cli.simulate", "app", True),
+    ("info", "memcli.cli.info", "info_command", False),
 )
 _GLOBAL_OPTIONS = ("--db", "--config")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from memcli import __version__
+
+        sys.stdout.write(f"memcli {__version__}\n")
+        raise typer.Exit()
 
 
 def _global(
@@ -33,18 +43,47 @@ def _global(
     db: Annotated[
         str | None,
         typer.Option(
-            "--db", help="The database file (default: $MEMCLI_DB, else $MEMCLI_HOME/memcli.db)."
+            "--db",
+            metavar="PATH",
+            help="The database file (default: $MEMCLI_DB, else $MEMCLI_HOME/memcli.db).",
         ),
     ] = None,
     config: Annotated[
         str | None,
         typer.Option(
             "--config",
+            metavar="FILE",
             help="A TOML config file (default: $MEMCLI_CONFIG, else the user config dir).",
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_show_version,
+            expose_value=False,
+            help="Print memcli's version and exit.",
+        ),
+    ] = False,
 ) -> None:
     ctx.obj = common.Globals(db=db, config=config)
+
+
+class _Group(typer.core.TyperGroup):
+    """The root command. A reader that closes the pipe early (`memcli sessions | head -1`) raises
+    BrokenPipeError in whichever command is writing; click would turn it into exit 1, which breaks
+    `set -o pipefail` scripts. Here it becomes ReaderGone, which `main` ends with exit 0."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as error:
+            raise ReaderGone from error
+
+
+class ReaderGone(Exception):
+    """Whoever read stdout has stopped reading."""
 
 
 def build_app(only: str | None = None) -> typer.Typer:
@@ -53,12 +92,14 @@ def build_app(only: str | None = None) -> typer.Typer:
     from importlib import import_module
 
     app = typer.Typer(
+        cls=_Group,
         name="memcli",
         help="Local memory for LLM conversations: short-term window, long-term blocks, one SQLite file.",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
     app.callback()(_global)
     for name, module, attribute, is_group in COMMANDS:
@@ -102,7 +143,10 @@ def main() -> None:
 
     try:
         app = build_app(requested_command(sys.argv[1:]))
-        code = app(standalone_mode=False)  # click returns a typer.Exit's code instead of exiting
+        # click returns a typer.Exit's code instead of exiting; usage lines and completion scripts
+        # name the program `memcli`, also when it runs as `python -m memcli`.
+        code = app(standalone_mode=False, prog_name="memcli")
+        sys.stdout.flush()  # a reader that left shows here, not in Python's shutdown
         if isinstance(code, int) and code:
             sys.exit(code)
     except MemcliError as error:
@@ -110,7 +154,7 @@ def main() -> None:
 
         print_error(error)
         sys.exit(error.exit_code)
-    except BrokenPipeError:
+    except (BrokenPipeError, ReaderGone):
         _quiet_broken_pipe()
     except KeyboardInterrupt:
         sys.stderr.write("\nInterrupted.\n")

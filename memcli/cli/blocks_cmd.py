@@ -115,5 +115,5 @@ def backfill_command(
         for r in records:
             pending = f", {r['pending']} pending" if r["pending"] else ""
             output.info(f"{r['name']}: {r['done']} batches processed{pending}.")
-    if json_:
+    if output.wants_json(json_):
         output.emit_all(records)

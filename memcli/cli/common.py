@@ -16,19 +16,28 @@ if TYPE_CHECKING:
     from memcli.store.sqlite import SQLiteStore
 
 TokenLimit = Annotated[
-    int | None, typer.Option("--token-limit", help="Token budget of short-term memory plus blocks.")
+    int | None,
+    typer.Option(
+        "--token-limit", metavar="N", help="Token budget of short-term memory plus blocks."
+    ),
 ]
 Ratio = Annotated[
     float | None,
     typer.Option(
-        "--ratio", help="Share of --token-limit the chat history may hold before it flushes."
+        "--ratio",
+        metavar="RATIO",
+        help="Share of --token-limit the chat history may hold before it flushes.",
     ),
 ]
 FlushSize = Annotated[
     int | None,
-    typer.Option("--flush-size", help="Tokens moved out per flush (default: 10% of the limit)."),
+    typer.Option(
+        "--flush-size", metavar="N", help="Tokens moved out per flush (default: 10% of the limit)."
+    ),
 ]
-User = Annotated[str | None, typer.Option("--user", help="The user whose memory this is.")]
+User = Annotated[
+    str | None, typer.Option("--user", metavar="NAME", help="The user whose memory this is.")
+]
 Json = Annotated[bool, typer.Option("--json", help="JSON Lines on stdout (the default in a pipe).")]
 
 

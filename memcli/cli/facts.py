@@ -16,10 +16,15 @@ app = typer.Typer(
 
 Session = Annotated[
     str | None,
-    typer.Option("--session", help="The facts of a session-scoped block (default: the user's)."),
+    typer.Option(
+        "--session",
+        metavar="SESSION",
+        help="The facts of a session-scoped block (default: the user's).",
+    ),
 ]
 Block = Annotated[
-    str | None, typer.Option("--block", help="The fact block (default: the first configured).")
+    str | None,
+    typer.Option("--block", metavar="NAME", help="The fact block (default: the first configured)."),
 ]
 
 
@@ -74,7 +79,9 @@ def facts_command(
     ctx: typer.Context,
     user: common.User = None,
     session: Session = None,
-    block: Annotated[str | None, typer.Option("--block", help="Only this block's facts.")] = None,
+    block: Annotated[
+        str | None, typer.Option("--block", metavar="NAME", help="Only this block's facts.")
+    ] = None,
     json_: common.Json = False,
 ) -> None:
     """List the facts of a user (or of a session-scoped block), oldest first.
@@ -95,7 +102,7 @@ def facts_command(
 @app.command("add")
 def add_command(
     ctx: typer.Context,
-    text: Annotated[str, typer.Argument(help="The fact.")],
+    text: Annotated[str, typer.Argument(help="The fact.", metavar="TEXT")],
     user: common.User = None,
     session: Session = None,
     block: Block = None,
@@ -121,33 +128,57 @@ def add_command(
     _show(added, json_)
 
 
-def _live(store: Any, fact_id: int) -> Any:
-    from memcli.errors import UsageError
+def _not_found(fact_id: int, user: str | None = None) -> Exception:
+    from memcli.errors import MemcliError
+
+    owner = f" of user {user!r}" if user is not None else ""
+    return MemcliError(  # exit 1, as for an unknown session
+        f"no fact {fact_id}{owner}", "Run `memcli facts` to see the facts and their ids"
+    )
+
+
+def _owner(store: Any, fact: Any) -> str | None:
+    """The user a fact belongs to: its user scope, or its session's user."""
+    kind, _, key = fact.scope_key.partition(":")
+    if kind == "user":
+        return str(key)
+    info = store.get_session(key) if kind == "session" else None
+    return None if info is None else str(info.user_id)
+
+
+def _live(s: Any, store: Any, fact_id: int) -> Any:
+    """The fact, not deleted; with --user (or MEMCLI_USER), only one of that user's."""
     from memcli.store import longterm
 
     fact = longterm.get_fact(store, fact_id)
+    user = s.user if s.sources.get("user", "default") != "default" else None
     if fact is None or fact.deleted_at is not None:
-        raise UsageError(f"no fact {fact_id}", "Run `memcli facts` to see the facts and their ids")
+        raise _not_found(fact_id)
+    if user is not None and _owner(store, fact) != user:
+        raise _not_found(fact_id, user)
     return fact
 
 
 @app.command("edit")
 def edit_command(
     ctx: typer.Context,
-    fact_id: Annotated[int, typer.Argument(help="The fact's id (see `memcli facts`).")],
-    text: Annotated[str, typer.Argument(help="Its new text.")],
+    fact_id: Annotated[
+        int, typer.Argument(help="The fact's id (see `memcli facts`).", metavar="ID")
+    ],
+    text: Annotated[str, typer.Argument(help="Its new text.", metavar="TEXT")],
+    user: common.User = None,
     json_: common.Json = False,
 ) -> None:
-    """Change a fact's text; the old text stays in its history.
+    """Change a fact's text; the old text stays in its history. With --user, only that user's.
 
     Example: memcli facts edit 12 "Ana lives in Lisbon"
     """
     from memcli.errors import UsageError
     from memcli.store import longterm
 
-    s = common.settings(ctx)
+    s = common.settings(ctx, user=user)
     store = common.open_store(s)
-    _live(store, fact_id)
+    _live(s, store, fact_id)
     if not text.strip():
         raise UsageError("the fact is empty", "Give the new text, or use `memcli facts rm`")
     changed = longterm.edit_fact(store, fact_id, text)
@@ -159,28 +190,35 @@ def edit_command(
 @app.command("rm")
 def rm_command(
     ctx: typer.Context,
-    fact_ids: Annotated[list[int], typer.Argument(help="The ids of the facts to remove.")],
+    fact_ids: Annotated[
+        list[int], typer.Argument(help="The ids of the facts to remove.", metavar="ID...")
+    ],
+    user: common.User = None,
+    json_: common.Json = False,
 ) -> None:
-    """Remove facts (kept in the history as deleted).
+    """Remove facts (kept in the history as deleted). With --user, only that user's.
 
     Example: memcli facts rm 12 13
     """
     from memcli.store import longterm
 
-    s = common.settings(ctx)
+    s = common.settings(ctx, user=user)
     store = common.open_store(s)
+    removed = []
     with store.transaction():
-        for fact_id in fact_ids:
-            _live(store, fact_id)
+        for fact_id in dict.fromkeys(fact_ids):
+            removed.append(_live(s, store, fact_id))
             longterm.delete_fact(store, fact_id)
-    output.info(f"Removed {len(fact_ids)} fact{'s' if len(fact_ids) != 1 else ''}.")
+    output.info(f"Removed {output.plural(len(removed), 'fact')}.")
+    if output.wants_json(json_):
+        output.emit_all([{**_fact_record(f), "type": "removed"} for f in removed])
 
 
 @app.command("history")
 def history_command(
     ctx: typer.Context,
     fact_id: Annotated[
-        int | None, typer.Argument(help="One fact's history (default: all).")
+        int | None, typer.Argument(help="One fact's history (default: all).", metavar="[ID]")
     ] = None,
     user: common.User = None,
     session: Session = None,
@@ -196,9 +234,7 @@ def history_command(
     if fact_id is not None:
         fact = longterm.get_fact(store, fact_id)
         if fact is None:
-            from memcli.errors import UsageError
-
-            raise UsageError(f"no fact {fact_id}", "Run `memcli facts` to see the ids")
+            raise _not_found(fact_id)
         key = fact.scope_key
     changes = longterm.fact_history(store, key, fact_id=fact_id)
     records = [
@@ -262,7 +298,7 @@ def extract_command(
                 store, blocks, store.list_sessions(s.user), tokenizer, bar.advance, bar.total
             )
     done, still = sum(result.done.values()), sum(result.pending.values())
-    output.info(f"Extracted from {done} batches; {still} still pending.")
+    output.info(f"Extracted from {output.plural(done, 'batch')}; {still} still pending.")
     if output.wants_json(json_):
         output.emit_all([{"type": "summary", "done": done, "pending": still}])
     if still:  # the LLM failed on them again: not a success

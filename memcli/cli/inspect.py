@@ -11,7 +11,9 @@ from memcli.cli import common, output
 
 def inspect_command(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(help="The session id (see `memcli sessions`).")],
+    session: Annotated[
+        str, typer.Argument(help="The session id (see `memcli sessions`).", metavar="SESSION")
+    ],
     all_: Annotated[bool, typer.Option("--all", help="Show archived messages too.")] = False,
     token_limit: common.TokenLimit = None,
     ratio: common.Ratio = None,
@@ -54,14 +56,28 @@ def inspect_command(
         )
         console.print(output.gauge(info.active_tokens - w.tokens, b.threshold, b.token_limit))
     console.print(
-        f"{info.active_messages} active, {info.archived_messages} archived, {len(flushes)} flushes"
+        f"{info.active_messages:,} active, {info.archived_messages:,} archived,"
+        f" {output.plural(len(flushes), 'flush')}"
     )
     title = "Messages" if all_ else "Active window"
+    # Names and times only when some message has them (an imported transcript often does).
+    named = any(m.name for m in messages)
+    timed = any(m.timestamp for m in messages)
+    columns = ["id", "role", *(["name"] if named else []), *(["time"] if timed else [])]
     output.table(
         title,
-        ["id", "role", "tokens", "status", "flush", "content"],
+        [*columns, "tokens", "status", "flush", "content"],
         [
-            (m.id, m.role, m.tokens, m.status, m.flush_id, output.preview(m.content, 70))
+            (
+                m.id,
+                m.role,
+                *([m.name] if named else []),
+                *([m.timestamp.astimezone() if m.timestamp else None] if timed else []),
+                m.tokens,
+                m.status,
+                m.flush_id,
+                output.preview(m.content, 70),
+            )
             for m in messages
         ],
     )

@@ -121,6 +121,14 @@ def _cell(value: Any) -> Any:
     return value if hasattr(value, "__rich_console__") else str(value)
 
 
+def plural(n: int, noun: str, plural_form: str | None = None) -> str:
+    """`1 message`, `2 messages`, `1,200 batches` (`plural_form` when adding s is wrong)."""
+    if n == 1:
+        return f"1 {noun}"
+    form = plural_form or (noun + "es" if noun.endswith(("s", "sh", "ch", "x")) else noun + "s")
+    return f"{n:,} {form}"
+
+
 def preview(text: str, width: int = 60) -> str:
     """One line of a message, cut to `width` characters."""
     flat = " ".join(text.split())

@@ -11,7 +11,9 @@ from memcli.cli import common, output
 
 def rm_command(
     ctx: typer.Context,
-    session: Annotated[list[str], typer.Argument(help="One or more session ids.")],
+    session: Annotated[
+        list[str], typer.Argument(help="One or more session ids.", metavar="SESSION...")
+    ],
     json_: common.Json = False,
 ) -> None:
     """Delete sessions with their messages (active and archived) and flushes.
@@ -22,8 +24,10 @@ def rm_command(
     store = common.open_store(s, must_exist=True)
     for session_id in session:
         common.require_session(store, session_id)
-    for session_id in session:
+    records = []
+    for session_id in dict.fromkeys(session):
         count = store.delete_session(session_id)
-        output.info(f"Deleted session {session_id} ({count:,} messages).")
-        if json_:
-            output.emit({"type": "deleted", "session": session_id, "messages": count})
+        output.info(f"Deleted session {session_id} ({output.plural(count, 'message')}).")
+        records.append({"type": "deleted", "session": session_id, "messages": count})
+    if output.wants_json(json_):
+        output.emit_all(records)

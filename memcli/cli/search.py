@@ -18,21 +18,30 @@ if TYPE_CHECKING:
 def search_command(
     ctx: typer.Context,
     query: Annotated[
-        str | None, typer.Argument(help="What to look for (or give --queries).", show_default=False)
+        str | None,
+        typer.Argument(
+            help="What to look for (or give --queries).", show_default=False, metavar="[QUERY]"
+        ),
     ] = None,
     user: common.User = None,
     session: Annotated[
-        str | None, typer.Option("--session", help="Only this session's messages.")
+        str | None,
+        typer.Option("--session", metavar="SESSION", help="Only this session's messages."),
     ] = None,
-    k: Annotated[int, typer.Option("-k", "--top", help="How many hits to return.", min=1)] = 5,
+    k: Annotated[
+        int, typer.Option("-k", "--top", metavar="N", help="How many hits to return.", min=1)
+    ] = 5,
     since: Annotated[
         str | None,
         typer.Option(
-            "--since", help="Only messages at or after this time (ISO 8601, UTC if bare)."
+            "--since",
+            metavar="TIME",
+            help="Only messages at or after this time (ISO 8601, UTC if bare).",
         ),
     ] = None,
     until: Annotated[
-        str | None, typer.Option("--until", help="Only messages before this time (ISO 8601).")
+        str | None,
+        typer.Option("--until", metavar="TIME", help="Only messages before this time (ISO 8601)."),
     ] = None,
     explain: Annotated[
         bool, typer.Option("--explain", help="Show each hit's BM25 and vector ranks and scores.")
@@ -41,11 +50,17 @@ def search_command(
         str | None,
         typer.Option(
             "--queries",
+            metavar="FILE",
             help='A file of {"query": ...} lines (optional user, session, k); - for stdin.',
         ),
     ] = None,
     mode: Annotated[
-        str, typer.Option("--mode", help="hybrid, lexical (BM25 only) or vector (dense only).")
+        str,
+        typer.Option(
+            "--mode",
+            metavar="[hybrid|lexical|vector]",
+            help="hybrid (words and meaning), lexical (BM25 only) or vector (dense only).",
+        ),
     ] = "hybrid",
     json_: common.Json = False,
 ) -> None:
@@ -81,7 +96,8 @@ def search_command(
     ]
     if found.pending:
         output.info(
-            f"{found.pending} messages are not embedded yet: found by their words only."
+            f"{output.plural(found.pending, 'message')} {'is' if found.pending == 1 else 'are'}"
+            " not embedded yet: found by their words only."
             " `memcli blocks backfill` embeds them."
         )
     if not records:
@@ -89,10 +105,16 @@ def search_command(
     if output.wants_json(json_):
         output.emit_all(records)
     else:
-        _table(records, queries is not None, explain)
+        _table(
+            records,
+            {line.index: line.query for line in lines} if queries is not None else None,
+            explain,
+        )
 
 
-def _table(records: list[dict[str, Any]], by_query: bool, explain: bool) -> None:
+def _table(records: list[dict[str, Any]], texts: dict[int, str] | None, explain: bool) -> None:
+    """The hits; with --queries, each row starts with its query's text."""
+    by_query = texts is not None
     columns = ["rank", "score", "session", "time", "text"]
     if by_query:
         columns.insert(0, "query")
@@ -102,7 +124,7 @@ def _table(records: list[dict[str, Any]], by_query: bool, explain: bool) -> None
     for r in records:
         row: list[Any] = [r["rank"], r["score"], r["session"], (r["first_time"] or "")[:16]]
         if by_query:
-            row.insert(0, r["query_index"])
+            row.insert(0, output.preview(texts[r["query_index"]], 40) if texts else "")
         if explain:
             row += [
                 _explain(r["lexical_rank"], r["lexical_score"]),
@@ -116,6 +138,7 @@ def _retriever(s: Any, store: Any) -> Retriever:
     from memcli.ranking import SearchOptions
     from memcli.retrieval import Retriever
 
+    # The embedder says when it prepares the model (`common.embedder`); lexical never loads it.
     return Retriever(store, common.embedder(s), SearchOptions.from_settings(s))
 
 

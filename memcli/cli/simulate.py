@@ -29,30 +29,41 @@ def flush_command(
     ctx: typer.Context,
     source: Annotated[
         str | None,
-        typer.Argument(help="A transcript (JSON Lines or a JSON array); - for stdin."),
+        typer.Argument(
+            help="A transcript (JSON Lines or a JSON array); - for stdin.", metavar="[FILE]"
+        ),
     ] = None,
     session: Annotated[
         str | None,
-        typer.Option("--session", help="Replay a stored session instead (read only)."),
+        typer.Option(
+            "--session", metavar="SESSION", help="Replay a stored session instead (read only)."
+        ),
     ] = None,
     token_limit: Annotated[
         str | None,
-        typer.Option("--token-limit", help="Token limit, or several: 2000,4000,8000."),
+        typer.Option(
+            "--token-limit", metavar="N[,N...]", help="Token limit, or several: 2000,4000,8000."
+        ),
     ] = None,
     ratio: Annotated[
         str | None,
-        typer.Option("--ratio", help="Chat history ratio, or several: 0.5,0.7."),
+        typer.Option(
+            "--ratio", metavar="R[,R...]", help="Chat history ratio, or several: 0.5,0.7."
+        ),
     ] = None,
     flush_size: Annotated[
         str | None,
         typer.Option(
-            "--flush-size", help="Flush size in tokens, or several (default: 10% of the limit)."
+            "--flush-size",
+            metavar="N[,N...]",
+            help="Flush size in tokens, or several (default: 10% of the limit).",
         ),
     ] = None,
     put: Annotated[
         str,
         typer.Option(
             "--put",
+            metavar="[call|message|batch]",
             help="How messages are put: one call per record (call), one at a time (message), all at once (batch).",
         ),
     ] = "call",
@@ -67,6 +78,7 @@ def flush_command(
         int,
         typer.Option(
             "--rows",
+            metavar="N",
             min=0,
             help="Longest timeline: its first and last rows, the middle left out (0: all).",
         ),
@@ -75,7 +87,12 @@ def flush_command(
         bool, typer.Option("--chart/--no-chart", help="Draw the chart in the terminal.")
     ] = True,
     png: Annotated[
-        str | None, typer.Option("--png", help="Also write the chart to this PNG file.")
+        str | None,
+        typer.Option(
+            "--png",
+            metavar="FILE",
+            help="Also write the chart to this image file: .png, .svg or .pdf, by its extension.",
+        ),
     ] = None,
     json_: common.Json = False,
 ) -> None:
@@ -106,6 +123,10 @@ def flush_command(
 
     if put not in PUT_MODES:
         raise UsageError(f"unknown --put {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
+    if png is not None:  # a name that says no format fails before the transcript is read
+        from memcli.charts import chart_format
+
+        chart_format(png)
     if (source is None) == (session is None):
         raise UsageError(
             "give a transcript file or --session ID (one of them)",
@@ -134,9 +155,9 @@ def _show(
 ) -> None:
     """Write the simulations: the PNG if asked, then JSON Lines, or the timeline, summary, chart."""
     if png is not None:
-        from memcli.charts import write_png
+        from memcli.charts import write_chart
 
-        write_png(sims, png)
+        write_chart(sims, png)
         output.info(f"Wrote the chart to {png}")
     if output.wants_json(json_):
         _emit_json(sims, put)
@@ -259,7 +280,7 @@ def _timeline(sim: Simulation, limit: int, title: str | None) -> None:
                     _span(event.first, event.last),
                     f"−{event.tokens:,}",
                     "",
-                    f"flush {event.messages:,} message{'s' if event.messages != 1 else ''}: {event.reason}",
+                    f"flush {output.plural(event.messages, 'message')}: {event.reason}",
                 )
             )
             continue
@@ -271,7 +292,7 @@ def _timeline(sim: Simulation, limit: int, title: str | None) -> None:
         if event.over_threshold:
             what = f"still over the threshold {threshold:,.0f}: the newest turn is larger than the budget"
         else:
-            what = f"over the threshold {threshold:,.0f}: {event.flushes} flush{'es' if event.flushes != 1 else ''}"
+            what = f"over the threshold {threshold:,.0f}: {output.plural(event.flushes, 'flush')}"
         rows.append(
             (
                 str(event.call + 1),
@@ -283,10 +304,15 @@ def _timeline(sim: Simulation, limit: int, title: str | None) -> None:
         )
     fold()
     shown: list[Sequence[str]] = list(rows)
-    if limit and len(rows) > limit:
-        head = rows[: (limit + 1) // 2]
-        tail = rows[len(rows) - limit // 2 :]
-        left_out = len(rows) - len(head) - len(tail)
+    groups: list[list[Sequence[str]]] = []
+    for row in rows:
+        if row[0] == "" and groups:  # a flush row stays with the put that caused it
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    head, tail = _ends(groups, (limit + 1) // 2, limit // 2) if limit else (rows, [])
+    left_out = len(rows) - len(head) - len(tail)
+    if left_out:
         shown = [
             *head,
             ("…", "", "", "", f"{left_out:,} rows left out (--rows 0 shows them all)"),
@@ -295,6 +321,24 @@ def _timeline(sim: Simulation, limit: int, title: str | None) -> None:
     output.table(
         title or "Timeline", ["put", "messages", "tokens", "active", "what happened"], shown
     )
+
+
+def _ends(
+    groups: Sequence[list[Sequence[str]]], head_rows: int, tail_rows: int
+) -> tuple[list[Sequence[str]], list[Sequence[str]]]:
+    """The rows of the first and of the last groups that fit in `head_rows` and `tail_rows`
+    (the first group always): a put and its flushes are shown together or left out together."""
+    head: list[Sequence[str]] = []
+    i = 0
+    while i < len(groups) and (not head or len(head) + len(groups[i]) <= head_rows):
+        head += groups[i]
+        i += 1
+    tail: list[Sequence[str]] = []
+    j = len(groups)
+    while j > i and len(tail) + len(groups[j - 1]) <= tail_rows:
+        j -= 1
+        tail = [*groups[j], *tail]
+    return head, tail
 
 
 def _span(first: int, last: int) -> str:
@@ -307,29 +351,38 @@ def _summary_one(sim: Simulation, put: str) -> None:
     over = "no"
     if m.stayed_over:
         over = (
-            f"yes, after {m.over_threshold_puts:,} put{'s' if m.over_threshold_puts != 1 else ''}"
+            f"yes, after {output.plural(m.over_threshold_puts, 'put')}"
             f" (first at message {m.first_over_threshold}): a turn larger than the budget stays whole"
         )
     rows = [
         ("budget", f"{_label(b)}; threshold {b.threshold:,.0f}; --put {put}"),
-        ("transcript", f"{m.messages:,} messages, {m.tokens:,} tokens"),
+        (
+            "transcript",
+            f"{output.plural(m.messages, 'message')}, {output.plural(m.tokens, 'token')}",
+        ),
         ("puts", f"{m.puts:,}"),
         ("flushes", f"{m.flushes:,}"),
-        ("archived", f"{m.archived_messages:,} messages, {m.archived_tokens:,} tokens"),
+        (
+            "archived",
+            f"{output.plural(m.archived_messages, 'message')}, {output.plural(m.archived_tokens, 'token')}",
+        ),
         (
             "average batch",
             f"{m.average_batch_messages:g} messages, {m.average_batch_tokens:,.1f} tokens",
         ),
         (
             "largest batch",
-            f"{m.largest_batch_messages:,} messages, {m.largest_batch_tokens:,} tokens",
+            f"{output.plural(m.largest_batch_messages, 'message')}, {output.plural(m.largest_batch_tokens, 'token')}",
         ),
         (
             "largest active window",
-            f"{m.largest_active_tokens:,} tokens, {m.largest_active_messages:,} messages (right after a put)",
+            f"{output.plural(m.largest_active_tokens, 'token')}, {output.plural(m.largest_active_messages, 'message')} (right after a put)",
         ),
-        ("largest kept after flushing", f"{m.largest_kept_tokens:,} tokens"),
-        ("active at the end", f"{m.active_messages:,} messages, {m.active_tokens:,} tokens"),
+        ("largest kept after flushing", f"{output.plural(m.largest_kept_tokens, 'token')}"),
+        (
+            "active at the end",
+            f"{output.plural(m.active_messages, 'message')}, {output.plural(m.active_tokens, 'token')}",
+        ),
         ("stayed over the threshold", over),
     ]
     output.table("Summary", ["", ""], rows)
@@ -369,7 +422,8 @@ def _summary_many(sims: Sequence[Simulation], put: str) -> None:
         )
     first = sims[0].summary
     title = (
-        f"{len(sims)} parameter sets: {first.messages:,} messages, {first.tokens:,} tokens,"
+        f"{len(sims)} parameter sets: {output.plural(first.messages, 'message')},"
+        f" {output.plural(first.tokens, 'token')},"
         f" --put {put}. Archived in messages; batches, peak (active tokens right after a put)"
         " and at end in tokens"
     )

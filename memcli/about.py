@@ -1,0 +1,102 @@
+"""What memcli is running with: version, database, home, config file and where each setting came
+from, the model, the blocks, and whether the embedding model is exported. Nothing is loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from memcli.config import Settings
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved setting and where it came from: flag, env, file or default."""
+
+    name: str
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True)
+class About:
+    version: str
+    db_path: Path
+    db_bytes: int | None  # None: no database yet
+    home: Path
+    home_source: str
+    config_path: Path | None
+    config_source: str
+    model: str | None
+    settings: tuple[Setting, ...]
+    blocks: tuple[dict[str, Any], ...]
+    blocks_source: str  # "file" ([[blocks]] tables) or "default"
+    embedding_model_dir: Path
+    embedding_model_exported: bool
+
+    def records(self) -> list[dict[str, Any]]:
+        """JSON Lines: one `info` record, then one `setting` and one `block` record each."""
+        head = {
+            "type": "info",
+            "version": self.version,
+            "db": self.db_path,
+            "db_bytes": self.db_bytes,
+            "home": self.home,
+            "home_source": self.home_source,
+            "config": self.config_path,
+            "config_source": self.config_source,
+            "model": self.model,
+            "blocks_source": self.blocks_source,
+            "embedding_model": self.embedding_model_dir,
+            "embedding_model_exported": self.embedding_model_exported,
+        }
+        settings = [
+            {"type": "setting", "name": s.name, "value": s.value, "source": s.source}
+            for s in self.settings
+        ]
+        blocks = [{"type": "block", **b} for b in self.blocks]
+        return [head, *settings, *blocks]
+
+
+def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
+    """The facts `memcli info` reports, for these settings and the blocks they build. The
+    embedding model's state is read from its files: nothing is loaded or exported."""
+    from dataclasses import fields
+
+    from memcli import __version__
+    from memcli.onnx_embedder import OnnxEmbedder
+
+    path = settings.db_path
+    shown = [
+        Setting(f.name, getattr(settings, f.name), settings.sources.get(f.name, "default"))
+        for f in fields(settings)
+        if f.name not in ("home", "config_path", "blocks", "explicit", "sources")
+    ]
+    embedder = OnnxEmbedder(settings.home / "models")
+    return About(
+        version=__version__,
+        db_path=path,
+        db_bytes=path.stat().st_size if path.is_file() else None,
+        home=settings.home,
+        home_source=settings.sources.get("home", "default"),
+        config_path=settings.config_path,
+        config_source=settings.sources.get("config", "default"),
+        model=settings.model,
+        settings=tuple(shown),
+        blocks=tuple(
+            {
+                "name": b.name,
+                "kind": type(b).__name__,
+                "priority": b.priority,
+                "scope": getattr(b, "scope", None),
+            }
+            for b in blocks
+        ),
+        blocks_source="file" if settings.blocks is not None else "default",
+        embedding_model_dir=embedder.cache_dir,
+        embedding_model_exported=embedder.is_exported,
+    )

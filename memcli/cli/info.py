@@ -1,0 +1,49 @@
+"""`memcli info`: the version, the database, the home, the config file and where each setting came
+from, the model, the blocks and the embedding model's state."""
+
+from __future__ import annotations
+
+import typer
+
+from memcli.cli import common, output
+
+
+def info_command(ctx: typer.Context, json_: common.Json = False) -> None:
+    """Show what memcli runs with: version, database (path, size), MEMCLI_HOME, the config file,
+    each setting with where it came from (flag, env, file or default), the model, the blocks, and
+    whether the embedding model is exported (nothing is loaded).
+
+    Example: memcli info --json | jq 'select(.type == "setting")'
+    """
+    from memcli.about import about
+
+    s = common.settings(ctx)
+    a = about(s, common.make_blocks(s))
+    if output.wants_json(json_):
+        output.emit_all(a.records())
+        return
+    size = "not created yet" if a.db_bytes is None else output.plural(a.db_bytes, "byte")
+    config = "none" if a.config_path is None else f"{a.config_path} ({a.config_source})"
+    state = "exported" if a.embedding_model_exported else "not exported yet (the first use does it)"
+    output.table(
+        None,
+        ["", ""],
+        [
+            ("version", a.version),
+            ("database", f"{a.db_path} ({size})"),
+            ("MEMCLI_HOME", f"{a.home} ({a.home_source})"),
+            ("config file", config),
+            ("model", a.model or "none"),
+            ("embedding model", f"{a.embedding_model_dir}: {state}"),
+        ],
+    )
+    output.table(
+        "Settings",
+        ["setting", "value", "from"],
+        [(x.name, "" if x.value is None else str(x.value), x.source) for x in a.settings],
+    )
+    output.table(
+        f"Blocks ({'config file' if a.blocks_source == 'file' else 'default'})",
+        ["name", "kind", "priority", "scope"],
+        [(b["name"], b["kind"], b["priority"], b["scope"]) for b in a.blocks],
+    )

@@ -1,0 +1,113 @@
+"""`memcli info`, `--version`, `-h` and shell completion."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
+
+from memcli import __version__
+from memcli.onnx_embedder import onnx_path
+
+
+def test_version() -> None:
+    run = memcli("--version")
+    assert run.code == 0 and run.stdout == f"memcli {__version__}\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["sessions"],
+        ["inspect"],
+        ["facts"],
+        ["facts", "rm"],
+        ["facts", "edit"],
+        ["export"],
+        ["search"],
+        ["simulate", "flush"],
+        ["info"],
+        ["dump", "context"],
+    ],
+    ids=lambda c: " ".join(c) or "memcli",
+)
+def test_dash_h_is_help(command: list[str]) -> None:
+    short, long = memcli(*command, "-h"), memcli(*command, "--help")
+    assert short.code == long.code == 0
+    assert short.stdout == long.stdout and "Usage: memcli" in short.stdout
+
+
+def test_help_names_values_and_choices() -> None:
+    top = memcli("--help").stdout
+    assert "--db PATH" in top and "--config FILE" in top and "--version" in top
+    assert "--install-completion" in top and "--show-completion" in top
+    search = memcli("search", "--help").stdout
+    assert "-k, --top N" in search and "--mode [hybrid|lexical|vector]" in search
+    assert "--queries FILE" in search and "--user NAME" in search
+    simulate = memcli("simulate", "flush", "--help").stdout
+    assert "--png FILE" in simulate and "--put [call|message|batch]" in simulate
+    assert ".svg" in simulate
+    for command in (["facts", "rm"], ["facts", "edit"]):
+        text = memcli(*command, "--help").stdout
+        assert "--user NAME" in text and "--json" in text
+    assert "<str>" not in top + search + simulate
+
+
+def test_show_completion_writes_a_bash_script() -> None:
+    run = memcli("--show-completion", "bash")
+    assert run.code == 0, run.stderr
+    assert "_MEMCLI_COMPLETE" in run.stdout and "complete " in run.stdout
+
+
+def test_completion_completes_commands() -> None:
+    env = {"_MEMCLI_COMPLETE": "complete_bash", "COMP_WORDS": "memcli fa", "COMP_CWORD": "1"}
+    run = memcli(env=env)
+    assert run.code == 0, run.stderr
+    assert "facts" in run.stdout.split()
+
+
+def test_info_reports_where_each_setting_came_from(tmp_path: Path) -> None:
+    config = tmp_path / "memcli.toml"
+    config.write_text('user = "ana"\n[memory]\ntoken_limit = 5000\n')
+    db = tmp_path / "chats.db"
+    run = memcli(
+        "--db",
+        str(db),
+        "--config",
+        str(config),
+        "info",
+        env={"MEMCLI_RATIO": "0.5"},
+    )
+    assert run.code == 0, run.stderr
+    records = run.records()
+    head = records[0]
+    assert head["type"] == "info" and head["version"] == __version__
+    assert head["db"] == str(db) and head["db_bytes"] is None  # not created by `info`
+    assert not db.exists()
+    assert head["config"] == str(config) and head["config_source"] == "flag"
+    assert head["home_source"] == "env" and head["model"] is None
+    # Read from the files (the test session may have exported it already): nothing is exported.
+    exported = onnx_path(Path(head["embedding_model"])).is_file()
+    assert head["embedding_model_exported"] is exported
+    settings = {r["name"]: (r["value"], r["source"]) for r in records if r["type"] == "setting"}
+    assert settings["db"] == (str(db), "flag")
+    assert settings["user"] == ("ana", "file")
+    assert settings["token_limit"] == (5000, "file")
+    assert settings["ratio"] == (0.5, "env")
+    assert settings["encoding"] == ("cl100k_base", "default")
+    blocks = [r for r in records if r["type"] == "block"]
+    assert head["blocks_source"] == "default" and [b["kind"] for b in blocks] == ["VectorBlock"]
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_info_sizes_the_database(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"role": "user", "content": "hi"}) + "\n")
+    assert memcli("import", str(path), "--session", "x").code == 0
+    records = memcli("info", "--json").records()
+    assert records[0]["db_bytes"] > 0 and records[0]["config_source"] == "env"
+    assert records[0]["blocks_source"] == "file"
+    assert [r for r in records if r["type"] == "block"] == []

@@ -1,0 +1,167 @@
+"""The output contract of every data command: JSON Lines in a pipe, "not found" exits 1, and a
+reader that stops reading early (`| head -1`) ends the command quietly with exit 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
+
+# No test here needs the default vector block: no command loads an embedding model.
+pytestmark = pytest.mark.usefixtures("no_blocks")
+
+
+def seed(tmp_path: Path, session: str = "demo", n: int = 6) -> None:
+    records = []
+    for i in range(n):
+        records += [
+            {"role": "user", "content": f"user line {i} about the garden", "name": "Ana"},
+            {"role": "assistant", "content": f"assistant line {i} about roses"},
+        ]
+    path = tmp_path / f"{session}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = memcli(
+        "import", str(path), "--session", session, "--token-limit", "60", "--flush-size", "10"
+    )
+    assert run.code == 0, run.stderr
+
+
+def add_fact(text: str = "Ana grows roses", *more: str) -> int:
+    run = memcli("facts", "add", text, *more, "--json")
+    assert run.code == 0, run.stderr
+    return int(run.records()[0]["id"])
+
+
+#: Every data command (import's summary is tested with import), as run in a pipe.
+DATA_COMMANDS = [
+    ["sessions"],
+    ["inspect", "demo"],
+    ["inspect", "demo", "--all"],
+    ["export", "demo"],
+    ["export", "demo", "--all"],
+    ["rm", "demo"],
+    ["search", "garden", "--mode", "lexical"],
+    ["facts"],
+    ["facts", "add", "Ana likes tulips"],
+    ["facts", "edit", "{fact}", "Ana grows white roses"],
+    ["facts", "rm", "{fact}"],
+    ["facts", "history"],
+    ["facts", "history", "{fact}"],
+    ["dump", "context", "demo"],
+    ["simulate", "flush", "--session", "demo"],
+    ["info"],
+]
+
+
+@pytest.mark.parametrize("args", DATA_COMMANDS, ids=" ".join)
+def test_data_commands_write_json_lines_in_a_pipe(tmp_path: Path, args: list[str]) -> None:
+    seed(tmp_path)
+    fact = add_fact()
+    run = memcli(*(a.replace("{fact}", str(fact)) for a in args))
+    assert run.code == 0, run.stderr
+    lines = [line for line in run.stdout.splitlines() if line.strip()]
+    assert lines, f"{args}: nothing on stdout in a pipe"
+    for line in lines:
+        assert isinstance(json.loads(line), dict), line
+
+
+def test_removed_facts_and_sessions_are_records(tmp_path: Path) -> None:
+    seed(tmp_path, "a", n=1)
+    first, second = add_fact("one"), add_fact("two")
+    run = memcli("facts", "rm", str(first), str(second))
+    assert run.code == 0, run.stderr
+    assert [(r["type"], r["id"], r["text"]) for r in run.records()] == [
+        ("removed", first, "one"),
+        ("removed", second, "two"),
+    ]
+    assert "Removed 2 facts." in run.stderr
+    run = memcli("rm", "a")
+    assert run.records() == [{"type": "deleted", "session": "a", "messages": 2}]
+    assert "(2 messages)" in run.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["inspect", "nope"],
+        ["export", "nope"],
+        ["rm", "nope"],
+        ["dump", "context", "nope"],
+        ["dump", "blocks", "nope"],
+        ["search", "garden", "--session", "nope", "--mode", "lexical"],
+        ["simulate", "flush", "--session", "nope"],
+        ["blocks", "backfill", "nope"],
+        ["facts", "--session", "nope"],
+        ["facts", "rm", "999"],
+        ["facts", "edit", "999", "new text"],
+        ["facts", "history", "999"],
+    ],
+    ids=" ".join,
+)
+def test_not_found_exits_1(tmp_path: Path, args: list[str]) -> None:
+    seed(tmp_path)
+    run = memcli(*args)
+    assert run.code == 1, run.stderr
+    assert run.stderr.startswith("Error: no ") and run.stdout == ""
+
+
+def test_a_fact_of_another_user_is_not_found(tmp_path: Path) -> None:
+    seed(tmp_path)
+    fact = add_fact("Bo runs", "--user", "bo")
+    for args in (["rm", str(fact)], ["edit", str(fact), "Bo walks"]):
+        run = memcli("facts", *args, "--user", "ana")
+        assert run.code == 1 and f"no fact {fact} of user 'ana'" in run.stderr
+    run = memcli("facts", "edit", str(fact), "Bo walks", "--user", "bo")
+    assert run.code == 0 and run.records()[0]["text"] == "Bo walks"
+    assert memcli("facts", "rm", str(fact)).code == 0  # without --user, any user's
+
+
+def closed_pipe(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run memcli with stdout a pipe whose reader has already gone (as `| head -1` ends up)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "memcli", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sessions"],
+        ["export", "demo", "--all"],
+        ["search", "garden", "--mode", "lexical"],
+        ["inspect", "demo", "--all"],
+        ["facts", "history"],
+    ],
+    ids=" ".join,
+)
+def test_a_reader_that_left_ends_the_command_with_exit_0(tmp_path: Path, args: list[str]) -> None:
+    seed(tmp_path)
+    add_fact()
+    proc = closed_pipe(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == b""
+
+
+def test_head_under_pipefail(tmp_path: Path) -> None:
+    seed(tmp_path, n=600)
+    proc = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f"{sys.executable} -m memcli export demo --all | head -1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["role"] == "user" and proc.stderr == ""
