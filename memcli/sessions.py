@@ -26,11 +26,12 @@ if TYPE_CHECKING:
     from memcli.transcripts import Record
 
 
-def require(store: Store, session_id: str) -> SessionInfo:
-    """The stored session; SessionNotFound when there is none."""
+def require(store: Store, session_id: str, user: str | None = None) -> SessionInfo:
+    """The stored session; SessionNotFound when there is none (with `user`, none of that user's:
+    another user's session is not found for them)."""
     info = store.get_session(session_id)
-    if info is None:
-        raise SessionNotFound(session_id)
+    if info is None or (user is not None and info.user_id != user):
+        raise SessionNotFound(session_id, user)
     return info
 
 

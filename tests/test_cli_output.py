@@ -165,3 +165,15 @@ def test_head_under_pipefail(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["role"] == "user" and proc.stderr == ""
+
+
+def test_export_takes_user_and_json(tmp_path: Path) -> None:
+    seed(tmp_path)  # session demo of user "default"
+    mine = memcli("export", "demo", "--user", "default", "--json")
+    assert mine.code == 0, mine.stderr
+    records = mine.records()
+    assert records[0]["type"] == "session" and records[0]["user"] == "default"
+    theirs = memcli("export", "demo", "--user", "bob")
+    assert theirs.code == 1
+    assert theirs.stdout == ""
+    assert "no session 'demo' of user 'bob'" in theirs.stderr

@@ -78,10 +78,10 @@ def open_store(s: Settings, *, must_exist: bool = False) -> SQLiteStore:
     return SQLiteStore(path)
 
 
-def require_session(store: SQLiteStore, session_id: str) -> SessionInfo:
+def require_session(store: SQLiteStore, session_id: str, user: str | None = None) -> SessionInfo:
     from memcli.sessions import require
 
-    return require(store, session_id)
+    return require(store, session_id, user)
 
 
 def budget_for(
