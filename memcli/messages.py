@@ -21,7 +21,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 #: Characters JSON leaves raw that readers splitting on Unicode line breaks take for the end of a
 #: line (Python's str.splitlines, JavaScript): written escaped, one record stays one line.
 _LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-_TIME_HINT = "Use ISO 8601 (e.g. 2023-05-08T13:56:00Z) or Unix seconds, between the years 1 and 9999"
+_TIME_HINT = (
+    "Use ISO 8601 (e.g. 2023-05-08T13:56:00Z) or Unix seconds, between the years 1 and 9999"
+)
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,9 @@ def _short(value: Any, width: int = 60) -> str:
 def _json_type(value: Any) -> str:
     """The JSON name of a parsed value's type, with the value when short: `false`, `[]`."""
     if value is None or isinstance(value, bool | int | float):
-        return json.dumps(value) if not isinstance(value, int) or abs(value) < 10**20 else "a number"
+        return (
+            json.dumps(value) if not isinstance(value, int) or abs(value) < 10**20 else "a number"
+        )
     if isinstance(value, str):
         return f"a string {_short(value, 30)}"
     if isinstance(value, list):

@@ -51,7 +51,15 @@ def globals_(ctx: typer.Context) -> Globals:
 def settings(ctx: typer.Context, **flags: Any) -> Settings:
     """Resolve the settings for this command: flags > MEMCLI_* > TOML > defaults."""
     from memcli.config import load_settings
+    from memcli.messages import validate_session_id
 
+    option = next((p for p in ctx.command.params if p.name == "session"), None)
+    if (
+        option is not None
+        and option.param_type_name == "option"
+        and ctx.params.get("session") is not None
+    ):
+        validate_session_id(ctx.params["session"], "--session")  # "" or blank: exit 2
     g = globals_(ctx)
     flags = {**flags, "db": g.db}
     return load_settings(os.environ, flags, g.config)
