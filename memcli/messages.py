@@ -231,7 +231,7 @@ def check_json(value: Any, what: str) -> None:
         elif isinstance(item, dict | list):
             if depth >= MAX_DEPTH:
                 raise InputError(
-                    f"{where} is nested more than {MAX_DEPTH} levels deep",
+                    f"{what} is nested more than {MAX_DEPTH} levels deep",
                     "Flatten the value",
                 )
             if isinstance(item, list):
