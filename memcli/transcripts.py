@@ -28,7 +28,7 @@ PUT_MODES = ("message", "batch", "call")
 _ROLES = frozenset(ROLES)
 #: A `\\uD800`-`\\uDFFF` escape: the only way a surrogate gets into decoded JSON (strict UTF-8
 #: decoding refuses encoded ones). A line with one has every string it holds checked.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class _Refused(ValueError):

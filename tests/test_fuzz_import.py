@@ -73,6 +73,7 @@ BIG = "9" * 5000
 DEEP = "[" * 100_000 + "]" * 100_000
 HOSTILE = {
     "surrogate in content": (r'{"role": "user", "content": "x\ud800y"}', "content"),
+    "low surrogate alone in content": (r'{"role": "system", "content": "\udc00"}', "content"),
     "surrogate in name": (r'{"role": "user", "content": "x", "name": "a\udc00"}', "name"),
     "surrogate in a metadata key": (
         r'{"role": "user", "content": "x", "metadata": {"k\ud800": 1}}',
@@ -324,14 +325,17 @@ def test_non_utf8_config_file(tmp_path: Path) -> None:
 MISSING = object()
 #: Any character, lone surrogates and the characters that trip line-based readers included.
 CHARS = st.one_of(
-    st.characters(),  # every code point but the surrogates
-    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+    st.characters(),  # every code point
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),  # surrogates more often
     st.sampled_from(["\x00", "\n", "\r", "\x85", "\u2028", "\u2029", "\ufeff", '"', "\\", "é"]),
 )
 TEXT = st.text(CHARS, max_size=12)
 #: Text without lone surrogates (characters beyond U+FFFF are written as escaped pairs).
 CLEAN_TEXT = st.text(
-    st.one_of(st.characters(), st.sampled_from(["\x00", "\n", "\x85", "\u2028", '"', "\\"])),
+    st.one_of(
+        st.characters(exclude_categories=["Cs"]),
+        st.sampled_from(["\x00", "\n", "\x85", "\u2028", '"', "\\"]),
+    ),
     max_size=12,
 )
 

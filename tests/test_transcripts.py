@@ -176,6 +176,8 @@ def test_columns_name_the_line_of_an_error(data: bytes, message: str) -> None:
 
 BAD_LINES = [
     (rb'{"role": "user", "content": "x\ud800y"}', "t.jsonl:2: content holds a lone surrogate"),
+    (rb'{"role": "user", "content": "\udc00"}', "t.jsonl:2: content holds a lone surrogate"),
+    (rb'{"role": "user", "content": "\uDFFF"}', "t.jsonl:2: content holds a lone surrogate"),
     (rb'{"role": "user", "content": "x", "name": "\uDC00"}', "t.jsonl:2: name holds a lone"),
     (
         rb'{"role": "user", "content": "x", "metadata": {"\ud800": 1}}',
