@@ -6,6 +6,7 @@ The library never reads the environment: the CLI passes `os.environ` to `load_se
 from __future__ import annotations
 
 import math
+import sys
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -214,6 +215,13 @@ def read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
             f"{path}: invalid TOML: {exc}", "Fix the file; see config.example.toml"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply", "Flatten it") from None
+    except ValueError:  # a number of more digits than int() takes
+        raise ConfigError(
+            f"{path}: invalid TOML: a number of more than {sys.get_int_max_str_digits()} digits",
+            "See config.example.toml for every setting and its range",
         ) from None
 
 

@@ -153,3 +153,25 @@ def test_a_database_path_that_is_no_file_is_a_usage_error(tmp_path: Path) -> Non
             _ = settings.db_path
     fine = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"db": str(tmp_path / "new.db")})
     assert fine.db_path == tmp_path / "new.db"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[memory]\ntoken_limit = " + "9" * 5000 + "\n", "more than 4300 digits"),
+        ("x = " + "[" * 100_000 + "\n", "nested too deeply"),
+        ("[[blocks]]\nkind = 'vector'\nsimilarity_top_k = 99999999999999999999999\n", "at most"),
+        ("[[blocks]]\nkind = 'facts'\ntimeout = nan\n", "timeout must be at most"),
+        ("[[blocks]]\nkind = 'facts'\ntemperature = inf\n", "temperature must be at most"),
+    ],
+)
+def test_absurd_values_in_the_file_are_config_errors(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    from memcli.blocks.registry import build_blocks
+
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=message) as info:
+        settings = load_settings({"MEMCLI_HOME": str(tmp_path)}, None, path)
+        build_blocks(settings.blocks, None)  # type: ignore[arg-type]
+    assert str(path) in str(info.value) or "[[blocks]]" in str(info.value)
