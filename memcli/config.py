@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import ConfigError, UsageError
+from memcli.errors import ConfigError, InputError, UsageError
 from memcli.flush import MAX_TOKEN_LIMIT
+from memcli.messages import check_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -251,10 +252,11 @@ def load_settings(
             raise ConfigError(
                 f"{path}: [{spec.section}] must be a table", "See config.example.toml"
             )
-        value = spec.default
+        value, where = spec.default, "default"
         if spec.key in table:
-            value = _convert(table[spec.key], spec, str(path))
-            spec.check_range(value, str(path))
+            where = str(path)
+            value = _convert(table[spec.key], spec, where)
+            spec.check_range(value, where)
             explicit.add(spec.name)
         if spec.env and env.get(spec.env):
             where = f"environment variable {spec.env}"
@@ -262,9 +264,14 @@ def load_settings(
             spec.check_range(value, where)
             explicit.add(spec.name)
         if spec.name in flags:
-            value = flags[spec.name]
-            spec.check_range(value, f"--{spec.name.replace('_', '-')}")
+            value, where = flags[spec.name], f"--{spec.name.replace('_', '-')}"
+            spec.check_range(value, where)
             explicit.add(spec.name)
+        if isinstance(value, str) and spec.name != "db":  # a path may be any bytes
+            try:
+                check_text(value, spec.key)
+            except InputError as exc:  # bytes that are not UTF-8, in a flag or the environment
+                raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
         values[spec.name] = value
     blocks = data.get("blocks")
     if blocks is not None:

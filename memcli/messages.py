@@ -206,8 +206,8 @@ def check_text(value: str, what: str) -> None:
     if found is not None:
         raise InputError(
             f"{what} holds a lone surrogate {found.group()!r} at character {found.start()}",
-            "Text must be valid Unicode: write the character itself, or a character beyond"
-            " U+FFFF as a surrogate pair (e.g. \\ud83d\\ude00)",
+            "Text must be valid Unicode: no bytes that are not UTF-8, and in JSON a character"
+            " beyond U+FFFF written as a whole surrogate pair (e.g. \\ud83d\\ude00)",
         )
 
 

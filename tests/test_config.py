@@ -175,3 +175,13 @@ def test_absurd_values_in_the_file_are_config_errors(
         settings = load_settings({"MEMCLI_HOME": str(tmp_path)}, None, path)
         build_blocks(settings.blocks, None)  # type: ignore[arg-type]
     assert str(path) in str(info.value) or "[[blocks]]" in str(info.value)
+
+
+def test_text_settings_that_are_not_utf8_name_where_they_came_from(tmp_path: Path) -> None:
+    """`--user $'u\\xff'` or MEMCLI_USER with such bytes: Python hands a lone surrogate over."""
+    home = {"MEMCLI_HOME": str(tmp_path)}
+    with pytest.raises(ConfigError, match="environment variable MEMCLI_USER: user holds a lone"):
+        load_settings({**home, "MEMCLI_USER": "u\udcff"})
+    with pytest.raises(ConfigError, match="--user: user holds a lone surrogate"):
+        load_settings(home, {"user": "u\udcff"})
+    assert load_settings(home, {"db": str(tmp_path / "d\udcff.db")}).db.endswith("d\udcff.db")

@@ -276,6 +276,22 @@ def test_empty_session_is_refused_by_every_command(
     assert stored(db) == {"seed": 2}
 
 
+def test_command_line_text_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    """Bytes of argv that are not UTF-8 reach Python as lone surrogates."""
+    db = seeded(tmp_path)
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"role": "user", "content": "x"}\n')
+    for args, what in (
+        (("import", str(path), "--no-blocks", "--session", "s\udcff"), "--session holds"),
+        (("import", str(path), "--no-blocks", "--user", "u\udcff"), "--user: user holds"),
+        (("export", "s\udcff"), "SESSION holds"),
+        (("inspect", "s\udcff"), "SESSION holds"),
+    ):
+        result = run("--db", str(db), *args)
+        assert result.code == 2 and what in result.stderr, (args, result.stderr)
+    assert stored(db) == {"seed": 2}
+
+
 def test_db_that_is_no_regular_file_is_a_usage_error(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"role": "user", "content": "x"}\n')
