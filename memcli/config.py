@@ -5,12 +5,16 @@ The library never reads the environment: the CLI passes `os.environ` to `load_se
 
 from __future__ import annotations
 
+import math
+import sys
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import ConfigError
+from memcli.errors import ConfigError, InputError, UsageError
+from memcli.flush import MAX_TOKEN_LIMIT
+from memcli.messages import check_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -18,7 +22,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Field:
-    """One setting: where it sits in the TOML file, its environment variable and its type."""
+    """One setting: where it sits in the TOML file, its environment variable and its type; a
+    number also has its range, `low` to `high` (`low` itself excluded when `above`)."""
 
     name: str
     section: str | None
@@ -26,28 +31,61 @@ class Field:
     env: str | None
     kind: type
     default: Any
+    low: float | None = None
+    high: float | None = None
+    above: bool = False
+
+    def check_range(self, value: Any, where: str) -> None:
+        """Raise ConfigError naming `where` unless the number `value` is in range (and finite)."""
+        if self.low is None or self.high is None or value is None:
+            return
+        low_ok = value > self.low if self.above else value >= self.low
+        if (isinstance(value, float) and not math.isfinite(value)) or not (
+            low_ok and value <= self.high
+        ):
+            low = f"above {_number(self.low)}" if self.above else f"at least {_number(self.low)}"
+            shown = f"{value!r}" if len(repr(value)) <= 30 else f"{repr(value)[:27]}..."
+            raise ConfigError(
+                f"{where}: {self.key} must be {low} and at most {_number(self.high)}, not {shown}",
+                "See config.example.toml for every setting and its range",
+            )
+
+
+def _number(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
 #: Every setting. config.example.toml mirrors this table (a test checks it).
 FIELDS: tuple[Field, ...] = (
     Field("user", None, "user", "MEMCLI_USER", str, "default"),
     Field("db", None, "db", "MEMCLI_DB", str, None),
-    Field("token_limit", "memory", "token_limit", "MEMCLI_TOKEN_LIMIT", int, 30000),
-    Field("ratio", "memory", "chat_history_token_ratio", "MEMCLI_RATIO", float, 0.7),
-    Field("flush_size", "memory", "token_flush_size", "MEMCLI_FLUSH_SIZE", int, None),
+    Field(
+        "token_limit", "memory", "token_limit", "MEMCLI_TOKEN_LIMIT", int, 30000, 1, MAX_TOKEN_LIMIT
+    ),
+    Field("ratio", "memory", "chat_history_token_ratio", "MEMCLI_RATIO", float, 0.7, 0, 1, True),
+    Field(
+        "flush_size",
+        "memory",
+        "token_flush_size",
+        "MEMCLI_FLUSH_SIZE",
+        int,
+        None,
+        1,
+        MAX_TOKEN_LIMIT,
+    ),
     Field("insert_method", "memory", "insert_method", "MEMCLI_INSERT_METHOD", str, "system"),
     Field("encoding", "memory", "encoding", "MEMCLI_ENCODING", str, "cl100k_base"),
     Field("model", "llm", "model", "MEMCLI_MODEL", str, None),
     Field("api_base", "llm", "api_base", "MEMCLI_API_BASE", str, None),
-    Field("llm_timeout", "llm", "timeout", "MEMCLI_LLM_TIMEOUT", float, 60.0),
-    Field("search_lexical_weight", "search", "lexical_weight", None, float, 1.0),
-    Field("search_vector_weight", "search", "vector_weight", None, float, 1.0),
-    Field("search_rrf_k", "search", "rrf_k", None, int, 10),
-    Field("search_candidates", "search", "candidates", None, int, 100),
-    Field("search_context_before", "search", "context_before", None, int, 1),
-    Field("search_context_after", "search", "context_after", None, int, 1),
-    Field("search_context_tokens", "search", "context_tokens", None, int, 60),
-    Field("search_vector_context", "search", "vector_context", None, int, 1),
+    Field("llm_timeout", "llm", "timeout", "MEMCLI_LLM_TIMEOUT", float, 60.0, 0, 86400, True),
+    Field("search_lexical_weight", "search", "lexical_weight", None, float, 1.0, 0, 1e6),
+    Field("search_vector_weight", "search", "vector_weight", None, float, 1.0, 0, 1e6),
+    Field("search_rrf_k", "search", "rrf_k", None, int, 10, 0, 1e6),
+    Field("search_candidates", "search", "candidates", None, int, 100, 1, 100_000),
+    Field("search_context_before", "search", "context_before", None, int, 1, 0, 1000),
+    Field("search_context_after", "search", "context_after", None, int, 1, 0, 1000),
+    Field("search_context_tokens", "search", "context_tokens", None, int, 60, 0, 1e6),
+    Field("search_vector_context", "search", "vector_context", None, int, 1, 0, 1000),
 )
 
 
@@ -83,10 +121,22 @@ class Settings:
 
     @property
     def db_path(self) -> Path:
-        """The database file: --db, MEMCLI_DB or `db` in the config, else $MEMCLI_HOME/memcli.db."""
-        if self.db:
-            return Path(self.db).expanduser()
-        return self.home / "memcli.db"
+        """The database file: --db, MEMCLI_DB or `db` in the config, else $MEMCLI_HOME/memcli.db.
+
+        A path that exists but is no regular file (a directory, /dev/null, a pipe) can never hold
+        a database: a UsageError (exit 2) says so before anything opens it."""
+        path = Path(self.db).expanduser() if self.db else self.home / "memcli.db"
+        try:
+            if path.exists() and not path.is_file():
+                kind = "a directory" if path.is_dir() else "not a regular file"
+                raise UsageError(
+                    f"the database path {path} is {kind}",
+                    "Give --db (or MEMCLI_DB, or db in the config) the path of a database file;"
+                    " a new one is created there",
+                )
+        except OSError:
+            pass  # unreadable or too long: opening it says why
+        return path
 
 
 def default_home(env: Mapping[str, str]) -> Path:
@@ -148,17 +198,34 @@ def _convert(value: Any, spec: Field, where: str) -> Any:
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML config file; errors name the file."""
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"no config file at {path}", "Check --config or MEMCLI_CONFIG") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read config file {path}: {exc}", "Check its permissions"
+        ) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1)
+        raise ConfigError(
+            f"{path}:{line}: invalid UTF-8 at byte {column} of the line",
+            "TOML files are UTF-8: save the file as UTF-8",
+        ) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
             f"{path}: invalid TOML: {exc}", "Fix the file; see config.example.toml"
         ) from None
-    except OSError as exc:
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply", "Flatten it") from None
+    except ValueError:  # a number of more digits than int() takes
         raise ConfigError(
-            f"cannot read config file {path}: {exc}", "Check its permissions"
+            f"{path}: invalid TOML: a number of more than {sys.get_int_max_str_digits()} digits",
+            "See config.example.toml for every setting and its range",
         ) from None
 
 
@@ -192,16 +259,28 @@ def load_settings(
             raise ConfigError(
                 f"{path}: [{spec.section}] must be a table", "See config.example.toml"
             )
-        value, sources[spec.name] = spec.default, "default"
+        value, where, sources[spec.name] = spec.default, "default", "default"
         if spec.key in table:
-            value, sources[spec.name] = _convert(table[spec.key], spec, str(path)), "file"
+            where = str(path)
+            value = _convert(table[spec.key], spec, where)
+            spec.check_range(value, where)
+            sources[spec.name] = "file"
         if spec.env and env.get(spec.env):
-            value = _convert(env[spec.env], spec, f"environment variable {spec.env}")
+            where = f"environment variable {spec.env}"
+            value = _convert(env[spec.env], spec, where)
+            spec.check_range(value, where)
             sources[spec.name] = "env"
         if spec.name in flags:
-            value, sources[spec.name] = flags[spec.name], "flag"
+            value, where = flags[spec.name], f"--{spec.name.replace('_', '-')}"
+            spec.check_range(value, where)
+            sources[spec.name] = "flag"
         if sources[spec.name] != "default":
             explicit.add(spec.name)
+        if isinstance(value, str) and spec.name != "db":  # a path may be any bytes
+            try:
+                check_text(value, spec.key)
+            except InputError as exc:  # bytes that are not UTF-8, in a flag or the environment
+                raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
         values[spec.name] = value
     blocks = data.get("blocks")
     if blocks is not None:

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 REASON_FLUSH_SIZE = "flush_size"
 #: The queue ran down to one message before the batch reached the flush size.
 REASON_QUEUE_END = "queue_end"
+#: The largest token limit (and flush size) a budget takes: far beyond any model's context, and
+#: within what SQLite stores as an integer.
+MAX_TOKEN_LIMIT = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -32,9 +35,10 @@ class Budget:
     def __post_init__(self) -> None:
         if isinstance(self.token_limit, bool) or not isinstance(self.token_limit, int):
             raise UsageError("token_limit must be a whole number", "Pass e.g. --token-limit 30000")
-        if self.token_limit <= 0:
+        if not 0 < self.token_limit <= MAX_TOKEN_LIMIT:
+            shown = str(self.token_limit) if self.token_limit < 10**30 else "a far larger number"
             raise UsageError(
-                f"token_limit must be positive, not {self.token_limit}",
+                f"token_limit must be positive and at most {MAX_TOKEN_LIMIT:,}, not {shown}",
                 "Pass e.g. --token-limit 30000",
             )
         ratio = self.chat_history_token_ratio

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -11,6 +14,16 @@ from memcli.errors import InputError
 
 ROLES = ("system", "user", "assistant", "tool")
 STATUSES = ("active", "archived")
+#: Metadata may nest objects and arrays this deep (a deeper value is refused, not stored).
+MAX_DEPTH = 100
+#: A lone UTF-16 surrogate: not a character, and not encodable as UTF-8 (SQLite, files, pipes).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Characters JSON leaves raw that readers splitting on Unicode line breaks take for the end of a
+#: line (Python's str.splitlines, JavaScript): written escaped, one record stays one line.
+_LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_TIME_HINT = (
+    "Use ISO 8601 (e.g. 2023-05-08T13:56:00Z) or Unix seconds, between the years 1 and 9999"
+)
 
 
 @dataclass(frozen=True)
@@ -43,10 +56,18 @@ class Message:
                 f"content must be text, not {type(self.content).__name__}",
                 "Give the message content as a string",
             )
-        if self.metadata is not None and not isinstance(self.metadata, dict):
-            raise InputError("metadata must be an object", "Give metadata as a JSON object")
-        if self.name is not None and not isinstance(self.name, str):
-            raise InputError("name must be text", "Give the name as a string")
+        check_text(self.content, "content")
+        if self.metadata is not None:
+            if not isinstance(self.metadata, dict):
+                raise InputError(
+                    f"metadata must be an object, not {_json_type(self.metadata)}",
+                    'Give metadata as a JSON object, e.g. {"source": "mail"}, or leave it out',
+                )
+            check_json(self.metadata, "metadata")
+        if self.name is not None:
+            if not isinstance(self.name, str):
+                raise InputError("name must be text", "Give the name as a string")
+            check_text(self.name, "name")
         if self.timestamp is not None and self.timestamp.tzinfo is None:
             object.__setattr__(self, "timestamp", self.timestamp.replace(tzinfo=UTC))
 
@@ -100,11 +121,13 @@ class Message:
         if not isinstance(role, str):
             raise InputError("role must be text", f"Use one of: {', '.join(ROLES)}")
         timestamp = data.get("timestamp")
+        metadata = data.get("metadata")
         return cls(
             role=role,
             content=data["content"],
             name=data.get("name"),
-            metadata=data.get("metadata") or None,
+            # null and {} both mean none; any other non-object is refused by __post_init__
+            metadata=None if metadata == {} else metadata,
             timestamp=parse_time(timestamp) if timestamp is not None else None,
         )
 
@@ -130,24 +153,133 @@ def format_time(value: datetime) -> str:
 
 
 def parse_time(value: Any) -> datetime:
-    """Parse an ISO 8601 time (a naive one is taken as UTC) or a Unix time in seconds."""
-    if isinstance(value, bool):
-        raise InputError(f"invalid timestamp {value!r}", "Use ISO 8601, e.g. 2023-05-08T13:56:00Z")
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value, tz=UTC)
-    if not isinstance(value, str):
-        raise InputError(f"invalid timestamp {value!r}", "Use ISO 8601, e.g. 2023-05-08T13:56:00Z")
+    """Parse an ISO 8601 time (a naive one is taken as UTC) or a Unix time in seconds; a time
+    that is not a number or a string, not finite, or outside the years 1 to 9999 (in UTC) is an
+    InputError."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InputError(f"invalid timestamp {_short(value)}", _TIME_HINT)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"invalid timestamp {value!r}: not a finite number", _TIME_HINT)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(
+                value.replace("Z", "+00:00") if value.endswith("Z") else value
+            )
+        except ValueError:
+            raise InputError(f"invalid timestamp {_short(value)}", _TIME_HINT) from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
     try:
-        parsed = datetime.fromisoformat(
-            value.replace("Z", "+00:00") if value.endswith("Z") else value
+        if isinstance(value, str):
+            return parsed.astimezone(UTC)
+        return datetime.fromtimestamp(value, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        # beyond time_t, or a year outside 1-9999, here or once moved to UTC
+        raise InputError(f"timestamp {_short(value)} is out of range", _TIME_HINT) from None
+
+
+def _short(value: Any, width: int = 60) -> str:
+    """`repr(value)`, cut to about `width` characters (an error message quotes the value)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, with the value when short: `false`, `[]`."""
+    if value is None or isinstance(value, bool | int | float):
+        return (
+            json.dumps(value) if not isinstance(value, int) or abs(value) < 10**20 else "a number"
         )
-    except ValueError:
+    if isinstance(value, str):
+        return f"a string {_short(value, 30)}"
+    if isinstance(value, list):
+        return "[]" if not value else "an array"
+    return type(value).__name__
+
+
+def check_text(value: str, what: str) -> None:
+    """Raise InputError when `value` holds a lone surrogate (`"\\ud800"` in JSON): it is no
+    character, and neither SQLite nor a UTF-8 file can hold it."""
+    if value.isascii():
+        return
+    found = _SURROGATE.search(value)
+    if found is not None:
         raise InputError(
-            f"invalid timestamp {value!r}", "Use ISO 8601, e.g. 2023-05-08T13:56:00Z"
-        ) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+            f"{what} holds a lone surrogate {found.group()!r} at character {found.start()}",
+            "Text must be valid Unicode: no bytes that are not UTF-8, and in JSON a character"
+            " beyond U+FFFF written as a whole surrogate pair (e.g. \\ud83d\\ude00)",
+        )
+
+
+def check_json(value: Any, what: str) -> None:
+    """Raise InputError, naming the place (`metadata["a"][2]`), unless `value` is JSON that every
+    reader takes back the same: objects with text keys, arrays, valid Unicode text, whole
+    numbers, finite floats, true, false, null, nested at most MAX_DEPTH deep."""
+    stack: list[tuple[Any, str, int]] = [(value, what, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if isinstance(item, str):
+            check_text(item, where)
+        elif item is None or isinstance(item, bool | int):
+            continue
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise InputError(
+                    f"{where} is {item!r}, not a finite number",
+                    "JSON has no NaN or Infinity: use a finite number, a string or null",
+                )
+        elif isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                raise InputError(
+                    f"{what} is nested more than {MAX_DEPTH} levels deep",
+                    "Flatten the value",
+                )
+            if isinstance(item, list):
+                stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
+                continue
+            for key, v in item.items():
+                if not isinstance(key, str):
+                    raise InputError(f"{where} has a key {key!r} that is not text", "Use text keys")
+                prefix, _, path = where.rpartition(": ")
+                check_text(key, f"{prefix}: a key in {path}" if prefix else f"a key in {path}")
+                stack.append((v, f"{where}[{_short(key, 40)}]", depth + 1))
+        else:
+            raise InputError(
+                f"{where} holds a {type(item).__name__}, which JSON cannot hold",
+                "Use objects, arrays, text, numbers, true, false or null",
+            )
+
+
+def validate_session_id(value: Any, what: str = "session") -> str:
+    """A session id as given (a flag, a record's "session"): text that is not blank and is valid
+    Unicode; raises InputError otherwise."""
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be text, not {_json_type(value)}", "Give the session a name")
+    if not value.strip():
+        raise InputError(
+            f"{what} must not be empty", "Give the session a name, e.g. --session work"
+        )
+    check_text(value, what)
+    return value
+
+
+def to_json_line(record: dict[str, Any]) -> str:
+    """One JSON Lines record, without its newline: UTF-8 text as is, datetimes as `format_time`,
+    paths as text, and U+0085, U+2028, U+2029 escaped so that every reader, whatever it takes
+    for a line break, sees one record per line (`memcli import` reads it back the same)."""
+    text = json.dumps(record, ensure_ascii=False, default=_json_default)
+    if "\x85" in text or "\u2028" in text or "\u2029" in text:
+        for char, escaped in _LINE_BREAKS.items():
+            text = text.replace(char, escaped)
+    return text
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return format_time(value)
+    if hasattr(value, "__fspath__"):
+        return os.fspath(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 def metadata_json(metadata: dict[str, Any] | None) -> str | None:

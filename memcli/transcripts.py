@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import re
+import sys
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from memcli.errors import InputError
-from memcli.messages import ROLES, Message
+from memcli.messages import ROLES, Message, check_json, validate_session_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -24,6 +26,34 @@ if TYPE_CHECKING:
 
 PUT_MODES = ("message", "batch", "call")
 _ROLES = frozenset(ROLES)
+#: A `\\uD800`-`\\uDFFF` escape: the only way a surrogate gets into decoded JSON (strict UTF-8
+#: decoding refuses encoded ones). A line with one has every string it holds checked.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class _Refused(ValueError):
+    """JSON that Python's parser takes but a transcript must not hold."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"duplicate key {key!r}", "Give each key once")
+            seen.add(key)
+    return obj
+
+
+def _constant(name: str) -> Any:
+    raise _Refused(f"{name} is not JSON", "Write a finite number, a string or null")
+
+
+#: The JSON parser of transcripts: Python's, refusing duplicate keys (which the standard parser
+#: silently resolves to the last) and NaN / Infinity (which no other JSON reader takes).
+_DECODER = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_constant)
+_JSON_HINT = "Each line must be one JSON object"
 
 
 class Record(NamedTuple):
@@ -46,8 +76,6 @@ def read_source(source: str | Path, stdin: IO[bytes] | None = None) -> tuple[byt
     name = str(source)
     if name == "-":
         if stdin is None:
-            import sys
-
             stdin = sys.stdin.buffer
         return stdin.read(), "<stdin>"
     try:
@@ -115,9 +143,10 @@ def _line_objects(data: bytes, name: str, first_line: int = 1) -> Iterator[tuple
             f"{name}:{line}: invalid UTF-8 at byte {exc.start - start}", "Save the file as UTF-8"
         ) from None
     # The C scanner behind json.loads, without its Python wrappers: a third of the time on a
-    # long file. A line it cannot take whole goes through json.loads, which names the error.
+    # long file. A line it cannot take whole goes through _loads, which names the error.
     # (typeshed types make_scanner's argument as itself; a JSONDecoder is what it takes.)
-    scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+    scan = json.scanner.make_scanner(_DECODER)  # type: ignore[arg-type]
+    escapes = _SURROGATE_ESCAPE.search(text) is not None
     for number, raw in enumerate(text.split("\n"), start=first_line):
         if number == 1:
             raw = raw.lstrip("\ufeff")
@@ -125,11 +154,23 @@ def _line_objects(data: bytes, name: str, first_line: int = 1) -> Iterator[tuple
             obj, end = scan(raw, 0)
             if end != len(raw) and not raw[end:].isspace():
                 raise ValueError
-        except (StopIteration, ValueError):
+        except (StopIteration, ValueError, RecursionError):
             if not raw or raw.isspace():
                 continue
             obj = _loads(raw, f"{name}:{number}")
+        if escapes and _SURROGATE_ESCAPE.search(raw):
+            _check_strings(obj, f"{name}:{number}")
         yield number, obj
+
+
+def _check_strings(obj: Any, where: str) -> None:
+    """Every string of a record valid Unicode (no lone surrogate); the error names the field."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            check_json(key, f"{where}: a key")
+            check_json(value, f"{where}: {key}")
+    else:
+        check_json(obj, where)
 
 
 class Columns(NamedTuple):
@@ -207,34 +248,51 @@ def call_sizes(sizes: Sequence[int], put: str = "call") -> list[int]:
     return [n for n in sizes if n]
 
 
-def _loads(raw: str, where: str) -> Any:
+def _loads(raw: str, where: str, hint: str = _JSON_HINT, *, whole_file: bool = False) -> Any:
+    """`raw` (a line, or with `whole_file` the file) parsed by `_DECODER`; InputError naming
+    `where` (with the line of a syntax error in a whole file) and what is wrong."""
     try:
-        return json.loads(raw)
+        return _DECODER.decode(raw)
     except json.JSONDecodeError as exc:
+        line = f":{exc.lineno}" if whole_file else ""
+        raise InputError(f"{where}{line}: invalid JSON ({exc.msg})", hint) from None
+    except _Refused as exc:
+        message, fix = exc.args
+        raise InputError(f"{where}: invalid JSON ({message})", fix) from None
+    except RecursionError:
         raise InputError(
-            f"{where}: invalid JSON ({exc.msg})", "Each line must be one JSON object"
+            f"{where}: JSON nested too deeply for the parser", "Flatten the record"
+        ) from None
+    except ValueError:  # a number of more digits than int() takes
+        raise InputError(
+            f"{where}: invalid JSON (a number of more than {sys.get_int_max_str_digits()} digits)",
+            "Write a number this long as a string",
         ) from None
 
 
 def _parse_array(data: bytes, name: str) -> list[Record]:
     text = _decode(data, name).lstrip("\ufeff")
-    try:
-        items = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{name}:{exc.lineno}: invalid JSON ({exc.msg})", "The file must be one JSON array"
-        ) from None
+    items = _loads(text, name, "The file must be one JSON array", whole_file=True)
     if not isinstance(items, list):
         raise InputError(f"{name}: expected a JSON array of messages", "See `memcli import --help`")
-    return [_record(item, i, f"{name}: item {i}", in_array=True) for i, item in enumerate(items)]
+    escapes = _SURROGATE_ESCAPE.search(text) is not None
+    records = []
+    for i, item in enumerate(items):
+        if escapes:
+            _check_strings(item, f"{name}: item {i}")
+        records.append(_record(item, i, f"{name}: item {i}", in_array=True))
+    return records
 
 
 def _record(obj: Any, line: int, where: str, in_array: bool = False) -> Record:
     if not isinstance(obj, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}", _FORMATS)
     session = obj.get("session")
-    if session is not None and (not isinstance(session, str) or not session.strip()):
-        raise InputError(f"{where}: session must be a non-empty string", _FORMATS)
+    if session is not None:
+        try:
+            validate_session_id(session)
+        except InputError as exc:
+            raise InputError(f"{where}: {exc.message}", _FORMATS) from None
     if "messages" in obj and not in_array:
         items = obj["messages"]
         if not isinstance(items, list):
@@ -333,7 +391,9 @@ def import_records(
     """
     from memcli.memory import new_session_id
 
-    default_session = session_id or None
+    if session_id is not None:
+        validate_session_id(session_id, "--session")
+    default_session = session_id
     groups: dict[str, list[Record]] = {}
     for record in records:
         target = session_id or record.session or default_session

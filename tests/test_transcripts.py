@@ -172,3 +172,75 @@ def test_columns_name_the_line_of_an_error(data: bytes, message: str) -> None:
 
     with pytest.raises(InputError, match=message):
         parse_columns(data, "t.jsonl")
+
+
+BAD_LINES = [
+    (rb'{"role": "user", "content": "x\ud800y"}', "t.jsonl:2: content holds a lone surrogate"),
+    (rb'{"role": "user", "content": "\udc00"}', "t.jsonl:2: content holds a lone surrogate"),
+    (rb'{"role": "user", "content": "\uDFFF"}', "t.jsonl:2: content holds a lone surrogate"),
+    (rb'{"role": "user", "content": "x", "name": "\uDC00"}', "t.jsonl:2: name holds a lone"),
+    (
+        rb'{"role": "user", "content": "x", "metadata": {"\ud800": 1}}',
+        "t.jsonl:2: a key in metadata holds",
+    ),
+    (rb'{"role": "user", "content": "x", "session": "\udfff"}', "t.jsonl:2: session holds"),
+    (
+        rb'{"messages": [{"role": "user", "content": "\ud83d"}]}',
+        "t.jsonl:2: messages[0]['content'] holds",
+    ),
+    (b'{"role": "user", "role": "assistant", "content": "x"}', "duplicate key 'role'"),
+    (b'{"role": "user", "content": "x", "timestamp": NaN}', "t.jsonl:2: invalid JSON (NaN"),
+    (b'{"role": "user", "content": "x", "timestamp": -Infinity}', "-Infinity is not JSON"),
+    (b'{"role": "user", "content": "x", "timestamp": 1e400}', "not a finite number"),
+    (b'{"role": "user", "content": "x", "timestamp": 1e20}', "t.jsonl:2: timestamp 1e+20 is out"),
+    (b'{"role": "user", "content": "x", "timestamp": -1e15}', "is out of range"),
+    (b'{"role": "user", "content": "x", "metadata": {"n": ' + b"1" * 5000 + b"}}", "4300 digits"),
+    (b'{"role": "user", "content": "x", "metadata": ' + b"[" * 100_000, "nested too deeply"),
+    (b'{"role": "user", "content": "x", "metadata": false}', "metadata must be an object"),
+    (b'{"role": "user", "content": "x", "metadata": 0}', "t.jsonl:2: metadata must be"),
+    (b'{"role": "user", "content": "x", "metadata": []}', "metadata must be an object, not []"),
+    (b'{"role": "user", "content": "x", "session": ""}', "t.jsonl:2: session must not be empty"),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), BAD_LINES)
+def test_hostile_lines_are_input_errors_naming_the_line(line: bytes, message: str) -> None:
+    from memcli.transcripts import parse_columns
+
+    data = b'{"role": "user", "content": "fine"}\n' + line + b"\n"
+    for parse in (parse_transcript, parse_columns):  # import, and simulate
+        with pytest.raises(InputError) as info:
+            parse(data, "t.jsonl")
+        assert message in str(info.value)
+
+
+def test_hostile_items_of_a_json_array_name_the_item() -> None:
+    data = rb'[{"role": "user", "content": "ok"}, {"role": "user", "content": "\ud800"}]'
+    with pytest.raises(InputError, match="t.json: item 1: content holds a lone surrogate"):
+        parse_transcript(data, "t.json")
+    with pytest.raises(InputError, match="t.json: JSON nested too deeply"):
+        parse_transcript(b"[" * 100_000 + b"]" * 100_000, "t.json")
+    with pytest.raises(InputError, match="t.json: invalid JSON \\(duplicate key 'a'\\)"):
+        parse_transcript(
+            b'[{"role": "user", "content": "x", "metadata": {"a": 1, "a": 2}}]', "t.json"
+        )
+
+
+def test_escapes_that_are_not_lone_surrogates_are_fine() -> None:
+    data = (
+        rb'{"role": "user", "content": "\ud83d\ude00 \uD83D\uDE00"}' + b"\n"
+        rb'{"role": "user", "content": "\\ud800 is how you write it"}' + b"\n"
+        rb'{"role": "user", "content": "x", "metadata": {"k": "\u00e9"}, "name": "\ud83d\ude00"}'
+    )
+    messages = [r.messages[0] for r in parse_transcript(data)]
+    assert messages[0].content == "\U0001f600 \U0001f600"
+    assert messages[1].content == "\\ud800 is how you write it"
+    assert messages[2].metadata == {"k": "é"} and messages[2].name == "\U0001f600"
+
+
+def test_import_refuses_an_empty_session_flag() -> None:
+    from memcli.transcripts import import_records
+
+    records = parse_transcript(lines({"role": "user", "content": "x"}))
+    with pytest.raises(InputError, match="--session must not be empty"):
+        import_records(records, store=None, open_memory=None, session_id="")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import MemoryBlock
 from memcli.errors import ConfigError, UsageError
+from memcli.flush import MAX_TOKEN_LIMIT
 
 if TYPE_CHECKING:
     from memcli.store.base import SQLStore
@@ -78,6 +79,11 @@ def _check_keys(where: str, kind: str, table: Mapping[str, Any]) -> None:
             names = " or ".join("number" if t is float else t.__name__ for t in types)
             raise ConfigError(
                 f"{where}: {key} must be {names}, not {value!r}", "See config.example.toml"
+            )
+        if isinstance(value, int | float) and not abs(value) <= MAX_TOKEN_LIMIT:  # NaN too
+            raise ConfigError(
+                f"{where}: {key} must be at most {MAX_TOKEN_LIMIT:,}, not {value!r}",
+                "See config.example.toml",
             )
 
 

@@ -59,7 +59,14 @@ def globals_(ctx: typer.Context) -> Globals:
 def settings(ctx: typer.Context, **flags: Any) -> Settings:
     """Resolve the settings for this command: flags > MEMCLI_* > TOML > defaults."""
     from memcli.config import load_settings
+    from memcli.messages import check_text, validate_session_id
 
+    param = next((p for p in ctx.command.params if p.name == "session"), None)
+    if param is not None and isinstance(ctx.params.get("session"), str):
+        if param.param_type_name == "option":
+            validate_session_id(ctx.params["session"], "--session")  # "" or blank: exit 2
+        else:
+            check_text(ctx.params["session"], "SESSION")  # bytes of argv that are not UTF-8
     g = globals_(ctx)
     flags = {**flags, "db": g.db}
     return load_settings(os.environ, flags, g.config)

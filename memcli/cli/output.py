@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from datetime import datetime
@@ -50,18 +49,10 @@ def wants_json(flag: bool) -> bool:
     return flag or not stdout_is_tty()
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        from memcli.messages import format_time
-
-        return format_time(value)
-    if hasattr(value, "__fspath__"):
-        return os.fspath(value)
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
 def json_line(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False, default=_default)
+    from memcli.messages import to_json_line
+
+    return to_json_line(record)
 
 
 def emit(record: dict[str, Any]) -> None:
