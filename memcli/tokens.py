@@ -1,4 +1,5 @@
-"""Token counting: tiktoken (lazy, offline) behind a small protocol, and a message's token count."""
+"""Token counting: tiktoken (lazy, offline), word by word with a bounded cache of word counts,
+behind a small protocol; and a message's token count (one path for the engine and `simulate`)."""
 
 from __future__ import annotations
 
