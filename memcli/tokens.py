@@ -1,9 +1,11 @@
-"""Token counting: tiktoken (lazy, offline) behind a small protocol, and a message's token count."""
+"""Token counting: tiktoken (lazy, offline), word by word with a bounded cache of word counts,
+behind a small protocol; and a message's token count (one path for the engine and `simulate`)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -59,11 +61,36 @@ def load_encoding(name: str) -> tiktoken.Encoding:
 
 
 class TiktokenTokenizer:
-    """Counts tokens with a tiktoken encoding, as LlamaIndex does (special tokens allowed)."""
+    """Counts tokens as tiktoken does with special tokens allowed (as LlamaIndex counts them):
+    `count(text) == len(encoding.encode(text, allowed_special="all"))` for every text.
+
+    Every count in memcli goes through `count`: the engine's (each put, the blocks, the window)
+    and `memcli simulate`'s. It counts word by word, each word counted by tiktoken once and
+    remembered; where a text is cut into words, and why the sum of the words' counts is the
+    text's, is told at `cut`. The words remembered, and when tiktoken counts a text whole:
+    - a word met for the first time is only noted as seen: ids, hashes, numbers and typos are
+      mostly met once, and counting each alone would cost a tiktoken call. A word met again is
+      counted alone by tiktoken, and its count kept.
+    - a text whose words all have a count kept is the sum of those counts, without tiktoken.
+      Otherwise its other words are counted alone, not kept; or, when they are more than
+      `NEW_SHARE` of its words (a text of ids, the first texts), the text is counted whole, and
+      so are the `SKIP` texts after it, without being cut.
+    - the counts kept, and the words seen, are each emptied when they hold more than `WORDS`
+      words; words longer than `LONGEST` characters are never kept nor noted.
+    Texts that may hold special tokens (`<|`), and all texts in an encoding not in
+    `WORD_ENCODINGS`, are counted whole.
+    """
 
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
         self.encoding_name = encoding
         self._encoding: Any = None
+        self._by_words = encoding in WORD_ENCODINGS
+        self._breaks = AFTER_BREAKS.get(encoding)
+        self._alone: dict[str, int] = {}  # word -> tokens of the word (first, or after breaks)
+        self._spaced: dict[str, int] = {}  # word -> tokens of " " + word
+        self._seen_alone: set[str] = set()  # words met once, without a count
+        self._seen_spaced: set[str] = set()
+        self._skip = 0  # how many texts to count whole next, without cutting them
 
     def encoding(self) -> tiktoken.Encoding:
         """The tiktoken encoding (loaded on first use)."""
@@ -74,10 +101,134 @@ class TiktokenTokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
+        if "<|" in text or not self._by_words:
+            return self._whole(text)
+        if self._skip:
+            self._skip -= 1
+            return self._whole(text)
+        alone, spaced = self.cut(text)
+        try:
+            return sum(map(self._alone.__getitem__, alone)) + sum(
+                map(self._spaced.__getitem__, spaced)
+            )
+        except KeyError:  # a word without a count kept
+            return self._count_new(text, alone, spaced)
+
+    def cut(self, text: str) -> tuple[list[str], list[str]]:
+        """The text cut into words: those counted alone (the first; in cl100k_base and o200k_base,
+        also a word's part after line breaks), and those counted after a space (`" " + word`).
+        The text's tokens are the sum of theirs; in an encoding of `WORD_ENCODINGS` and for a text
+        without special tokens.
+
+        Why: tiktoken cuts a text with its encoding's regex and encodes each match on its own.
+        The regexes look only ahead, never behind; so where no match runs across a place and the
+        matches before it do not depend on what follows it, the text's tokens are those before
+        plus those after, each counted alone. Such places (the cuts):
+        1. a space after a non-space character, in all three encodings. A match that holds a
+           space holds only white space, or begins with that space (`[^\\r\\n\\p{L}\\p{N}]?+`,
+           ` ?`): no match holds a non-space then a space. The matches before end at a letter,
+           digit or mark run's end or a possessive run's end, unchanged by what follows; the
+           only look-ahead, `\\s+(?!\\S)`, and `$`, ask about white space, which the text
+           before does not end with.
+        2. after line breaks, before a non-space character, in cl100k_base, and in o200k_base
+           unless that character is `/`. Every match that holds a line break ends with it
+           (`[\\r\\n]*+`, white space runs), except, in o200k_base, punctuation's
+           `[\\r\\n/]*` running on into a `/`. A white space run ending in line breaks is one
+           match, whether the text ends there (`\\s++$`) or not (`\\s*[\\r\\n]`). p50k_base
+           splits such a run by what follows (`\\s+(?!\\S)`): there a word keeps its breaks.
+        White space is judged by Python, which counts more characters as white space than the
+        regexes' `\\s` (`\\x1c`..`\\x1f`): it may cut less, never wrongly. The tests check the
+        counts against tiktoken on all three encodings, on text with every kind of white space.
+        """
+        if "  " not in text and (text.isprintable() or _lines_apart(text)):
+            spaced = text.split(" ")  # every space a cut: the common case, no regex
+        else:
+            spaced = CUT.split(text)
+        alone = [spaced.pop(0)]
+        if self._breaks is None or ("\n" not in text and "\r" not in text):
+            return alone, spaced
+        split = self._breaks.split
+        parts = [split(word) for word in alone + spaced]
+        alone = [parts[0][0]] + [part for word in parts for part in word[1:]]
+        return alone, [word[0] for word in parts[1:]]
+
+    def _whole(self, text: str) -> int:
+        """The text counted by tiktoken in one call."""
         encoding = self._encoding or self.encoding()
         if "<|" in text:  # every special token starts so; the ordinary path is twice as fast
             return len(encoding.encode(text, allowed_special="all"))
         return len(encoding.encode_ordinary(text))
+
+    def _count_new(self, text: str, alone: list[str], spaced: list[str]) -> int:
+        """The tokens of a text some of whose words have no count kept (see the class)."""
+        if len(self._seen_alone) + len(self._seen_spaced) > WORDS:
+            self._seen_alone.clear()
+            self._seen_spaced.clear()
+        if len(self._alone) + len(self._spaced) > WORDS:
+            self._alone.clear()
+            self._spaced.clear()
+        encode = self.encoding().encode_ordinary
+        total = 0
+        new: list[str] = []  # the words without a count, as counted alone
+        for counts, seen, words, space in (
+            (self._alone, self._seen_alone, alone, ""),
+            (self._spaced, self._seen_spaced, spaced, " "),
+        ):
+            for word, n in zip(words, map(counts.get, words), strict=True):
+                if n is not None:
+                    total += n
+                elif word in seen:  # met again: counted alone, and kept
+                    seen.discard(word)
+                    total += counts.setdefault(word, len(encode(space + word)))
+                else:
+                    if len(word) <= LONGEST:
+                        seen.add(word)
+                    new.append(space + word)
+        if len(new) > NEW_SHARE * (len(alone) + len(spaced)):
+            self._skip = SKIP
+            return len(encode(text))
+        return total + sum(len(encode(piece)) for piece in new)
+
+    @property
+    def words_held(self) -> int:
+        """How many words the tokenizer holds now, counted or seen: at most 2 x WORDS, and the
+        words of one text."""
+        return len(self._alone) + len(self._spaced) + len(self._seen_alone) + len(self._seen_spaced)
+
+
+#: The encodings whose regexes `TiktokenTokenizer.cut` relies on (the tests check each).
+WORD_ENCODINGS = frozenset({"cl100k_base", "o200k_base", "p50k_base"})
+#: The cut between words: a space after a non-space character, before one (rule 1 of `cut`;
+#: a space before a space stays in the word after it, as in "a  b" -> "a", " b").
+CUT = re.compile(r"(?<=\S) (?=\S)")
+#: The cuts after line breaks inside a word (rule 2 of `cut`), in the encodings that allow them.
+AFTER_BREAKS = {
+    "cl100k_base": re.compile(r"(?<=[\r\n])(?=\S)"),
+    "o200k_base": re.compile(r"(?<=[\r\n])(?=[^\s/])"),
+}
+#: The counts kept, and the words seen once, are each emptied when they hold more than this many
+#: words. The words of a long English chat fit many times over (LoCoMo's two conversations, 600
+#: sessions' worth, have about 3,200 distinct words, punctuation attached), and a text of new
+#: words only fills the seen ones; at about 140 bytes a word (LONGEST characters at most), the
+#: two hold at most about 11 MB.
+WORDS = 40_000
+#: A text more than this share of whose words have no count is counted whole. tiktoken takes about
+#: 1 us a call on top of the work on the text (on this machine), and a known word in a text
+#: costs it about 0.4 us: from about a quarter of new words on, one call on the whole text
+#: costs less than one a new word.
+NEW_SHARE = 0.25
+#: After a text counted whole for its new words, this many texts are counted whole without being
+#: cut: texts of ids come in runs (a tool's output, a log), and looking at their words costs about
+#: a third of what tiktoken takes on them; every SKIP + 1st text of such a run is still looked at.
+SKIP = 16
+#: Longer words (hashes, URLs, blobs) are counted by tiktoken each time, never kept nor noted.
+LONGEST = 32
+
+
+def _lines_apart(text: str) -> bool:
+    """Besides spaces, `text` has only line breaks as white space, never beside a space (a word
+    may then hold a line break: paragraphs and lists need no regex)."""
+    return " \n" not in text and "\n " not in text and text.replace("\n", "").isprintable()
 
 
 class WordTokenizer:
@@ -88,11 +239,10 @@ class WordTokenizer:
 
 
 def count_texts(texts: Sequence[str], tokenizer: Tokenizer) -> list[int]:
-    """`[tokenizer.count(t) for t in texts]`, each distinct text counted once (a system prompt on
-    every line, "ok", a tool's usual answer)."""
+    """`[tokenizer.count(t) for t in texts]`. (A text met again is not looked up whole: with
+    `TiktokenTokenizer` its words are, and that costs less than keeping every text.)"""
     count = tokenizer.count
-    counts = {text: count(text) for text in dict.fromkeys(texts)}
-    return [counts[text] for text in texts]
+    return [count(text) for text in texts]
 
 
 def count_contents(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli import ConfigError, Message, TiktokenTokenizer, WordTokenizer
-from memcli.tokens import count_contents, count_messages, count_texts, message_tokens
+from memcli import ConfigError, Message, TiktokenTokenizer, WordTokenizer, tokens
+from memcli.tokens import count_contents, count_messages, count_texts, load_encoding, message_tokens
 
 
 def test_cl100k_counts() -> None:
@@ -73,41 +76,149 @@ TRICKY = [
 ENCODINGS = ["cl100k_base", "o200k_base", "p50k_base"]
 
 
+def reference(encoding: str) -> Callable[[str], int]:
+    """tiktoken's own count, special tokens allowed."""
+    tiktoken_encoding = load_encoding(encoding)
+    return lambda text: len(tiktoken_encoding.encode(text, allowed_special="all"))
+
+
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_count_is_tiktokens_count_with_special_tokens_allowed(encoding: str) -> None:
-    import tiktoken
-
     tokenizer = TiktokenTokenizer(encoding)
-    tokenizer.count("load")  # loads the encoding offline (TIKTOKEN_CACHE_DIR)
-    reference = tiktoken.get_encoding(encoding)
-    for text in TRICKY:
-        assert tokenizer.count(text) == len(reference.encode(text, allowed_special="all")), text
+    expected = reference(encoding)
+    for _ in range(3):  # words first seen, seen again (counted and kept), known
+        for text in TRICKY:
+            assert tokenizer.count(text) == expected(text), text
 
 
-class CountingTokenizer:
-    """Counts words, and remembers which texts it was asked to count."""
+# Words of every kind the encodings' regexes tell apart (letters by case, marks, digits,
+# apostrophes, punctuation, symbols, slashes), joined by every kind of white space and line
+# break, one space most often.
+_WORD = st.text(
+    st.sampled_from("aZé'sStTdLlVvRrMm019!?.,-/_:;()\"\u0301\u00e9\u4e2d\U0001f642\u0394\u02b0"),
+    min_size=1,
+    max_size=6,
+)
+_SPACE = st.sampled_from(
+    [" "] * 8
+    + ["  ", "\n", "\n\n", " \n", "\n ", "\t", "\r\n", "\r", "\n/", "\u00a0", "\x1c", "\u3000"]
+    + ["\u2028", "\x85", "\x0b", "\x0c", " \t ", "\n\n\n", "\u200b"]
+)
+_WORDS_TEXT = st.lists(st.tuples(_SPACE, _WORD), max_size=12).map(
+    lambda pairs: "".join(space + word for space, word in pairs)
+) | st.lists(st.tuples(_WORD, _SPACE), max_size=12).map(
+    lambda pairs: "".join(word + space for word, space in pairs)
+)
 
-    def __init__(self) -> None:
-        self.asked: list[str] = []
 
-    def count(self, text: str) -> int:
-        self.asked.append(text)
-        return len(text.split())
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@given(texts=st.lists(_WORDS_TEXT, max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_counting_word_by_word_is_exact_on_every_encoding(encoding: str, texts: list[str]) -> None:
+    tokenizer = TiktokenTokenizer(encoding)
+    expected = reference(encoding)
+    for text in texts + texts + texts:  # the words are new, seen again, then known
+        assert tokenizer.count(text) == expected(text), text
 
 
-def test_count_texts_counts_each_distinct_text_once() -> None:
-    tokenizer = CountingTokenizer()
-    texts = ["ok", "a b c", "ok", "", "a b c", "ok"]
-    assert count_texts(texts, tokenizer) == [1, 3, 1, 0, 3, 1]
-    assert sorted(tokenizer.asked) == ["", "a b c", "ok"]
-    assert count_texts([], tokenizer) == []
+_PIECES = st.sampled_from(
+    [" ", "  ", "\n", "\r", "\t", "'s", "1", "!", "/", "<|", "|>", "<|endoftext|>", "\ud800"]
+)
+_TEXT = st.lists(st.text(max_size=8) | _PIECES, max_size=8).map("".join)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@given(texts=st.lists(_TEXT | st.text(), max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_count_is_exact_on_any_text(encoding: str, texts: list[str]) -> None:
+    """Arbitrary Unicode (`st.text()`, without surrogates), with special tokens, lone surrogates
+    and every white space mixed in."""
+    tokenizer = TiktokenTokenizer(encoding)
+    expected = reference(encoding)
+    for text in texts + texts:
+        assert tokenizer.count(text) == expected(text), text
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_special_tokens_count_as_one_token_anywhere(encoding: str) -> None:
+    tokenizer = TiktokenTokenizer(encoding)
+    expected = reference(encoding)
+    for text in ["<|endoftext|>", "a <|endoftext|> b", "x<|endoftext|>y\n\nz", "<|endoftext|>" * 3]:
+        for _ in range(2):
+            assert tokenizer.count(text) == expected(text), text
+    assert tokenizer.count("<|endoftext|>") == 1
+
+
+def test_long_texts_of_known_words_are_exact() -> None:
+    tokenizer = TiktokenTokenizer()
+    expected = reference("cl100k_base")
+    paragraph = "The cat sat on the mat.\n\n- It slept; then it ran!\n  Why?  "
+    for n in [1, 2, 50, 400]:
+        assert tokenizer.count(paragraph * n) == expected(paragraph * n)
+
+
+def test_the_words_held_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokens, "WORDS", 200)
+    tokenizer = TiktokenTokenizer()
+    expected = reference("cl100k_base")
+    rng = random.Random(3)
+    most = 0
+    for i in range(3000):  # prose with ids, then ids only, then prose again
+        words = [f"{rng.getrandbits(40):x}" for _ in range(5)]
+        if i < 1000 or i >= 2000:
+            words += rng.sample(["the", "cat", "sat", "on", "a", "mat", "and", "then", "slept"], 6)
+        text = " ".join(words)
+        assert tokenizer.count(text) == expected(text)
+        most = max(most, tokenizer.words_held)
+    assert 200 < most <= 2 * 200 + 20  # filled up, then emptied: two tables, and one text
+    assert tokenizer.words_held <= 2 * 200 + 20
+
+
+def test_long_words_are_never_held() -> None:
+    tokenizer = TiktokenTokenizer()
+    word = "x" * (tokens.LONGEST + 1)
+    for _ in range(3):
+        assert tokenizer.count(f"a {word} b") == reference("cl100k_base")(f"a {word} b")
+    held = tokenizer.words_held
+    assert tokenizer.count(f"a {word}y b") and tokenizer.words_held == held
+
+
+def test_texts_of_new_words_are_counted_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A text mostly of words never met goes to tiktoken whole, and so do the SKIP texts after
+    it; then words met again are counted alone, once; a text of known words costs no call."""
+    tokenizer = TiktokenTokenizer()
+    encoding = tokenizer.encoding()
+    given: list[str] = []
+
+    class Spy:
+        def encode_ordinary(self, text: str) -> list[int]:
+            given.append(text)
+            return encoding.encode_ordinary(text)
+
+    monkeypatch.setattr(tokenizer, "_encoding", Spy())
+    prose = "the cat sat on the mat, and then it slept"
+    n = len(encoding.encode_ordinary(prose))
+    assert [tokenizer.count(prose) for _ in range(tokens.SKIP + 3)] == [n] * (tokens.SKIP + 3)
+    assert given[: tokens.SKIP + 1] == [prose] * (tokens.SKIP + 1)
+    assert sorted(given[tokens.SKIP + 1 :]) == sorted(
+        {"the"} | {" " + w for w in prose.split()[1:]}
+    )
+    given.clear()
+    assert tokenizer.count(prose + " the cat") == n + 2 and given == []
+    ids = [" ".join(f"{i}-{j}-{i * j:x}" for j in range(8)) for i in range(tokens.SKIP + 2)]
+    held = []
+    for text in ids:
+        assert tokenizer.count(text) == len(encoding.encode_ordinary(text))
+        held.append(tokenizer.words_held)
+    assert given == ids  # each whole, in one call
+    assert held[0] == held[tokens.SKIP] < held[tokens.SKIP + 1]  # skipped texts are not cut
 
 
 @given(st.lists(st.text(max_size=12) | st.sampled_from(TRICKY), max_size=30))
 @settings(max_examples=200, deadline=None)
-def test_count_texts_is_count_of_each_text(texts: list[str]) -> None:
-    tokenizer = TiktokenTokenizer()
-    assert count_texts(texts, tokenizer) == [tokenizer.count(t) for t in texts]
+def test_count_texts_is_tiktokens_count_of_each_text(texts: list[str]) -> None:
+    expected = reference("cl100k_base")
+    assert count_texts(texts, TiktokenTokenizer()) == [expected(t) for t in texts]
 
 
 def test_count_contents_adds_metadata_where_given() -> None:
