@@ -228,13 +228,13 @@ def check_json(value: Any, what: str) -> None:
                     f"{where} is {item!r}, not a finite number",
                     "JSON has no NaN or Infinity: use a finite number, a string or null",
                 )
-        elif isinstance(item, dict | list):
+        elif isinstance(item, dict | list | tuple):  # a tuple is stored as a JSON array
             if depth >= MAX_DEPTH:
                 raise InputError(
                     f"{what} is nested more than {MAX_DEPTH} levels deep",
                     "Flatten the value",
                 )
-            if isinstance(item, list):
+            if isinstance(item, list | tuple):
                 stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
                 continue
             for key, v in item.items():

@@ -186,9 +186,15 @@ class SessionRecord:
 
     @classmethod
     def of(cls, info: SessionInfo) -> SessionRecord:
+        """The session's record; a stored budget that is not valid (edited by hand) is left out,
+        so that the session can still be exported."""
         from memcli.memory import stored_budget
 
-        return cls(info.id, info.user_id, stored_budget(info))
+        try:
+            budget: Budget | None = stored_budget(info)
+        except UsageError:
+            budget = None
+        return cls(info.id, info.user_id, budget)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> SessionRecord:

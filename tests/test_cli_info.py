@@ -99,7 +99,10 @@ def test_info_reports_where_each_setting_came_from(tmp_path: Path) -> None:
     assert settings["ratio"] == (0.5, "env")
     assert settings["encoding"] == ("cl100k_base", "default")
     blocks = [r for r in records if r["type"] == "block"]
-    assert head["blocks_source"] == "default" and [b["kind"] for b in blocks] == ["VectorBlock", "FactBlock"]
+    assert head["blocks_source"] == "default" and [b["kind"] for b in blocks] == [
+        "VectorBlock",
+        "FactBlock",
+    ]
 
 
 @pytest.mark.usefixtures("no_blocks")

@@ -164,7 +164,7 @@ def test_head_under_pipefail(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["role"] == "user" and proc.stderr == ""
+    assert json.loads(proc.stdout)["type"] == "session" and proc.stderr == ""
 
 
 def test_export_takes_user_and_json(tmp_path: Path) -> None:

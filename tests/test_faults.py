@@ -172,7 +172,8 @@ def test_readers_work_while_a_writer_holds_the_lock(tmp_path: Path) -> None:
         assert inspected.code == 0, inspected.stderr
         exported = memcli("--db", str(db), "export", "s", "--all")
         assert exported.code == 0, exported.stderr
-        assert len(exported.records()) == 300
+        assert [r["type"] for r in exported.records()[:1]] == ["session"]
+        assert len(exported.records()) == 1 + 300
         checked = memcli("--db", str(db), "check", "--json")
         assert checked.code == 0, checked.stdout
         found = memcli(
@@ -271,7 +272,7 @@ def test_reading_commands_work_in_a_read_only_directory(tmp_path: Path, live: bo
     listed = json.loads(result(0)[1].splitlines()[0])
     assert listed["session"] == "s"
     assert (listed["token_limit"] == 1234) == live  # the change in the WAL is seen
-    assert len(result(2)[1].splitlines()) == 200
+    assert len(result(2)[1].splitlines()) == 1 + 200  # the session record, the messages
     assert "ro 42 " in json.loads(result(3)[1].splitlines()[0])["text"]
     code, out, err = result(5)
     assert code == 1
@@ -434,7 +435,7 @@ def test_backup_of_a_live_database_is_consistent(tmp_path: Path) -> None:
     restored = tmp_path / "restored.db"
     shutil.copy(copies[0], restored)
     exported = memcli("--db", str(restored), "export", "live", "--all")
-    assert len(exported.records()) == 4000
+    assert len(exported.records()) == 1 + 4000  # the session record, the messages
 
 
 def test_export_reads_everything_before_writing(tmp_path: Path) -> None:

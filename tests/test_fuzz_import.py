@@ -211,8 +211,9 @@ def test_valid_edge_values_import_and_export_exactly(tmp_path: Path) -> None:
     assert result.code == 0, result.stderr
     exported = run("--db", str(db), "export", "s")
     assert exported.code == 0, exported.stderr
-    assert len(exported.stdout.splitlines()) == len(lines)  # U+0085/2028/2029 escaped
-    records = [json.loads(line) for line in exported.stdout.split("\n") if line]
+    # The session record, then one line per message (U+0085/2028/2029 escaped).
+    assert len(exported.stdout.splitlines()) == 1 + len(lines)
+    records = [json.loads(line) for line in exported.stdout.split("\n") if line][1:]
     assert [r["content"] for r in records] == [r["content"] for r in lines]
     assert records[2]["metadata"] == {"n": nested} and records[3]["metadata"]["big"] == int(
         "9" * 4300
@@ -240,13 +241,16 @@ def test_export_escapes_line_separators_and_reads_back(tmp_path: Path) -> None:
     assert run("--db", str(db), "import", str(path), "--session", "s", "--no-blocks").code == 0
     first = run("--db", str(db), "export", "s", "--all").stdout
     assert "\u2028" not in first and "\x85" not in first and "\u2029" not in first
-    assert "\\u2028" in first and len(first.splitlines()) == 1
+    assert "\\u2028" in first and len(first.splitlines()) == 2  # the session record, the message
     again = tmp_path / "again.jsonl"
     again.write_text(first, encoding="utf-8")
     assert run("--db", str(db), "import", str(again), "--session", "c", "--no-blocks").code == 0
     second = run("--db", str(db), "export", "c", "--all").stdout
-    assert second.replace('"session": "c"', '"session": "s"') == first
-    assert json.loads(first)["content"] == text
+    assert (
+        second.replace('"session": "c"', '"session": "s"').replace('"id": "c"', '"id": "s"')
+        == first
+    )
+    assert json.loads(first.splitlines()[1])["content"] == text
 
 
 @pytest.mark.parametrize(
@@ -589,10 +593,14 @@ def test_fuzzed_import_round_trips_or_exits_2_storing_nothing(
             assert stored(db) == {"seed": 2}
             return
         first = exported(db, "s")
-        assert [as_message(r) for r in first.records()] == [expected(r) for r in records]
+        messages = [r for r in first.records() if r.get("type") != "session"]
+        assert [as_message(r) for r in messages] == [expected(r) for r in records]
         # what export writes, import reads back the same
         again = tmp / "again.jsonl"
         again.write_text(first.stdout, encoding="utf-8")
         assert run("--db", str(db), "import", str(again), "--session", "c", "--no-blocks").code == 0
         second = exported(db, "c").stdout
-        assert second.replace('"session": "c"', '"session": "s"') == first.stdout
+        assert (
+            second.replace('"session": "c"', '"session": "s"').replace('"id": "c"', '"id": "s"')
+            == first.stdout
+        )

@@ -192,7 +192,10 @@ def test_migration_14_deletes_duplicate_vectors_and_makes_them_impossible(tmp_pa
         "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
         " SELECT message_id, piece, model, dim, vector FROM retrieval_vectors"
     )
-    conn.execute("DELETE FROM migrations WHERE version = 14")
+    # Back to the schema before 14 (and the later migrations, which run again after it).
+    conn.execute("DROP TRIGGER block_definitions_gone")
+    conn.execute("DROP TABLE block_definitions")
+    conn.execute("DELETE FROM migrations WHERE version >= 14")
     conn.close()
     store = SQLiteStore(db)
     count = store.execute("SELECT COUNT(*), COUNT(DISTINCT message_id) FROM retrieval_vectors")
