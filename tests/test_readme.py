@@ -277,6 +277,16 @@ def test_sh_example(example: Example, env: Env, llm: Any) -> None:
     quoted = re.search(r'(?:^|: )"([^"{}]+)"$', example.comment)
     if quoted:
         assert quoted.group(1) in err + out, f"{where}: {quoted.group(1)!r} not in {err!r}"
+    png = re.search(r"--png (\S+)", command)
+    if png:  # the chart file, in the format its extension names
+        assert (env.cwd / png.group(1)).read_bytes().startswith(b"\x89PNG"), where
+    if "| memcli import - --session copy" in command:  # "copy a session, budget included"
+        sessions = run(env, "memcli sessions --json", extra).stdout.decode()
+        budgets = {
+            r["session"]: (r["token_limit"], r["threshold"], r["flush_size"])
+            for r in json_lines(sessions, where)
+        }
+        assert budgets["copy"] == budgets["demo"], (where, budgets)
     if "--install-completion" in command:
         rc = Path(env.vars["HOME"]) / ".bashrc"
         assert rc.is_file() and "memcli" in rc.read_text(), where
