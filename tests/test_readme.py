@@ -294,6 +294,23 @@ def test_sh_example(example: Example, env: Env, llm: Any) -> None:
         assert llm.requests, f"{where}: the model was not called"
 
 
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_to_docs_lead_somewhere():
+    """Every link from the README into docs/ names a file that exists and a heading it has."""
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#([^)]+))?\)", README)
+    assert links
+    for path, fragment in links:
+        target = ROOT / path
+        assert target.is_file(), path
+        if fragment:
+            headings = re.findall(r"^#+ (.*)$", target.read_text(), re.M)
+            assert fragment in {anchor(h) for h in headings}, f"{path}#{fragment}"
+
+
 # --- Python and TOML ----------------------------------------------------------------------
 
 
