@@ -6,6 +6,12 @@ Formats read:
 - JSON Lines, one conversation per line: `{"messages": [...]}` (OpenAI fine-tuning files), with an
   optional `session`;
 - a JSON array of messages.
+
+Messages in OpenAI's chat format are read too (see `Message.from_dict`): content-part arrays
+(text parts joined with a newline; other parts refused), assistant `tool_calls` with
+`"content": null`, `tool` messages' `tool_call_id`; every key of a message memcli has no field
+for is kept in `metadata["extra"]` (counting towards its tokens, as metadata does) and written
+back on the record by `export_lines`.
 """
 
 from __future__ import annotations
@@ -343,7 +349,7 @@ def export_lines(
 ) -> Iterator[dict[str, Any]]:
     """Records that `read_transcript` reads back to the same messages."""
     for m in messages:
-        record = m.to_dict()
+        record = m.export_record()
         if m.session_id is not None:
             record["session"] = m.session_id
         if with_status:
