@@ -130,7 +130,7 @@ class Message:
         if not isinstance(role, str):
             raise InputError("role must be text", f"Use one of: {', '.join(ROLES)}")
         extra = {key: value for key, value in data.items() if key not in _RECORD_KEYS}
-        content = data.get("content")
+        content: Any = data.get("content")  # not text: refused by __post_init__
         if content is None and role == "assistant" and _CALLS.intersection(data):
             extra = {"content": None, **extra}
             content = ""
