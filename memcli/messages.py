@@ -197,7 +197,13 @@ def _join_parts(parts: list[Any]) -> str:
     for i, part in enumerate(parts):
         kind = part.get("type") if isinstance(part, dict) else None
         if not isinstance(kind, str):
-            raise InputError(f'content part {i} is not an object with a "type"', _PARTS_HINT)
+            what = (
+                f"{_json_type(part)}" if not isinstance(part, dict) else 'an object without "type"'
+            )
+            raise InputError(
+                f"content must be text or an array of content parts: part {i} is {what}",
+                _PARTS_HINT,
+            )
         if kind != "text":
             raise InputError(
                 f"content part {i} is of type {_short(kind, 40)}: memcli stores text only",

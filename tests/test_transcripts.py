@@ -312,7 +312,14 @@ def test_export_writes_the_kept_keys_back_where_they_came_from() -> None:
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "file"}]},
             "t:1: content part 1 is of type 'file'",
         ),
-        ({"role": "user", "content": ["a"]}, 't:1: content part 0 is not an object with a "type"'),
+        (
+            {"role": "user", "content": ["a"]},
+            "t:1: content must be text or an array of content parts: part 0 is a string 'a'",
+        ),
+        (
+            {"role": "user", "content": [{"text": "a"}]},
+            'content must be text or an array of content parts: part 0 is an object without "type"',
+        ),
         ({"role": "user", "content": [{"type": "text"}]}, 'content part 0 has no "text" string'),
         (
             {"role": "user", "content": [{"type": "text", "text": "a", "cache_control": {}}]},
