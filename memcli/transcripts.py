@@ -209,7 +209,12 @@ def parse_columns(data: bytes, name: str = "<input>", first_line: int = 1) -> Co
             _add_record(columns, record)
         return columns
     roles, contents, sizes = columns.roles, columns.contents, columns.sizes
+    first = first_line == 1
     for number, obj in _line_objects(data, name, first_line):
+        if first and is_session_record(obj):
+            first = False
+            continue  # the session record `memcli export` writes first: no message
+        first = False
         if _is_plain(obj):
             roles.append(obj["role"])
             contents.append(obj["content"])
@@ -217,6 +222,12 @@ def parse_columns(data: bytes, name: str = "<input>", first_line: int = 1) -> Co
         elif not _add_conversation(columns, obj):
             _add_record(columns, _record(obj, number, f"{name}:{number}"))
     return columns
+
+
+def is_session_record(obj: Any) -> bool:
+    """The `{"type": "session", ...}` record `memcli export` writes first (see
+    `memcli.sessions.SessionRecord`): no message, whatever other keys it has."""
+    return type(obj) is dict and obj.get("type") == "session" and "role" not in obj
 
 
 def _add_conversation(columns: Columns, obj: Any) -> bool:

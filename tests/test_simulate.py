@@ -283,3 +283,15 @@ def test_openai_records_replayed_count_the_tokens_import_stores(tmp_path: Path) 
     assert replay.tokens == stored
     plain = [message_tokens(Message(m.role, m.content), tok) for m in memory.get_all()]
     assert all(s > p for s, p in zip(stored[1:], plain[1:], strict=True))  # the kept keys count
+
+
+def test_an_exported_file_replays_without_its_session_record(tmp_path: Path) -> None:
+    """`memcli export` writes a session record first: simulate reads the file as import does."""
+    header = {"type": "session", "id": "a", "user": "ana", "token_limit": 300}
+    lines = [header, {"role": "user", "content": "hi", "session": "a"}]
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tok = TiktokenTokenizer()
+    replay, sessions = Replay.from_source(path, "call", tok)
+    assert replay.roles == ["user"] and sessions == {"a"}
+    assert replay.tokens == [message_tokens(Message("user", "hi"), tok)]
