@@ -228,8 +228,13 @@ def _check_tool_keys(extra: dict[str, Any]) -> None:
     if "tool_calls" in extra and (
         not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls)
     ):
+        if isinstance(calls, list):
+            i, call = next((i, c) for i, c in enumerate(calls) if not isinstance(c, dict))
+            what = f"tool_calls[{i}] is {_json_type(call)}"
+        else:
+            what = f"not {_json_type(calls)}"
         raise InputError(
-            f"tool_calls must be an array of objects, not {_json_type(calls)}",
+            f"tool_calls must be an array of objects, {what}",
             'Write tool_calls as OpenAI does: [{"id": ..., "type": "function", "function": ...}]',
         )
     call_id = extra.get("tool_call_id")

@@ -330,6 +330,10 @@ def test_export_writes_the_kept_keys_back_where_they_came_from() -> None:
             "t:1: tool_calls must be an array of objects, not an object",
         ),
         (
+            {"role": "assistant", "content": None, "tool_calls": [{}, "c1"]},
+            "t:1: tool_calls must be an array of objects, tool_calls[1] is a string 'c1'",
+        ),
+        (
             {"role": "tool", "content": "x", "tool_call_id": 5},
             "t:1: tool_call_id must be text, not 5",
         ),
