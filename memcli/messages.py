@@ -108,27 +108,140 @@ class Message:
 
     @classmethod
     def from_dict(cls, data: Any) -> Message:
-        """Build a message from a JSON object; raises InputError naming what is wrong."""
+        """Build a message from a JSON object; raises InputError naming what is wrong.
+
+        Beside `role`, `content`, `name`, `timestamp` and `metadata` (and `session` and `status`,
+        which a transcript's record holds), OpenAI's chat format is read:
+        - `content` as an array of content parts: the text parts' texts joined with a newline,
+          as LlamaIndex's `ChatMessage.content` joins its text blocks; a part of another type
+          (image_url, input_audio, file, refusal) is refused;
+        - an assistant message with `tool_calls` (or `function_call`) and `"content": null` or
+          no content: its content is empty text, and `null` is kept to be written back.
+        Every other key (`tool_calls`, `tool_call_id`, or any key memcli does not know) is kept,
+        as given, in `metadata["extra"]`; `export_record` writes them back on the record.
+        """
         if not isinstance(data, dict):
             raise InputError(
                 "a message must be a JSON object", 'Write {"role": ..., "content": ...}'
             )
         if "role" not in data:
             raise InputError("missing role", 'Every message needs a "role"')
-        if "content" not in data:
-            raise InputError("missing content", 'Every message needs a "content"')
         role = data["role"]
         if not isinstance(role, str):
             raise InputError("role must be text", f"Use one of: {', '.join(ROLES)}")
+        extra = {key: value for key, value in data.items() if key not in _RECORD_KEYS}
+        content: Any = data.get("content")  # not text: refused by __post_init__
+        if content is None and role == "assistant" and _CALLS.intersection(data):
+            extra = {"content": None, **extra}
+            content = ""
+        elif "content" not in data:
+            raise InputError("missing content", 'Every message needs a "content"')
+        elif isinstance(content, list):
+            content = _join_parts(content)
+        _check_tool_keys(extra)
         timestamp = data.get("timestamp")
         metadata = data.get("metadata")
+        # null and {} both mean none; any other non-object is refused by __post_init__
+        metadata = None if metadata == {} else metadata
+        if extra and (metadata is None or isinstance(metadata, dict)):
+            if metadata is not None and EXTRA in metadata:
+                raise InputError(
+                    f'metadata has a key "{EXTRA}", which holds the keys of a message memcli'
+                    f" has no field for ({', '.join(map(repr, extra))})",
+                    "Rename that metadata key",
+                )
+            metadata = {**(metadata or {}), EXTRA: extra}
         return cls(
             role=role,
-            content=data["content"],
+            content=content,
             name=data.get("name"),
-            # null and {} both mean none; any other non-object is refused by __post_init__
-            metadata=None if metadata == {} else metadata,
+            metadata=metadata,
             timestamp=parse_time(timestamp) if timestamp is not None else None,
+        )
+
+    def export_record(self) -> dict[str, Any]:
+        """`to_dict` with the keys kept in `metadata["extra"]` (see `from_dict`) back on the
+        record, where they came from: `from_dict` reads it back to an equal message."""
+        record = self.to_dict()
+        extra = (self.metadata or {}).get(EXTRA)
+        if not isinstance(extra, dict) or not all(
+            key not in _RECORD_KEYS or (key == "content" and value is None and not self.content)
+            for key, value in extra.items()
+        ):
+            return record  # not what from_dict keeps there: left in the metadata
+        metadata = {key: value for key, value in record["metadata"].items() if key != EXTRA}
+        lifted = {"role": self.role, "content": self.content, **extra}
+        for key, value in record.items():
+            if key not in ("role", "content", "metadata"):
+                lifted[key] = value
+            elif key == "metadata" and metadata:
+                lifted[key] = metadata
+        return lifted
+
+
+#: The key of a message's metadata that holds the keys of its record memcli has no field for.
+EXTRA = "extra"
+#: The keys of a message record that are not kept in `metadata["extra"]`: the fields of a
+#: Message, the record's `session`, and `status` (written by `memcli export --all`; an import
+#: puts every message through the engine, which decides what is flushed).
+_RECORD_KEYS = frozenset(("role", "content", "name", "timestamp", "metadata", "session", "status"))
+#: The keys that let an assistant message have no content (OpenAI's chat format).
+_CALLS = frozenset(("tool_calls", "function_call"))
+_PARTS_HINT = 'Give the content as text, or as text parts {"type": "text", "text": ...}'
+
+
+def _join_parts(parts: list[Any]) -> str:
+    """The text of OpenAI content parts: each part's text, joined with a newline (as LlamaIndex's
+    `ChatMessage.content` joins text blocks); InputError for a part that is not text."""
+    texts = []
+    for i, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(kind, str):
+            what = (
+                f"{_json_type(part)}" if not isinstance(part, dict) else 'an object without "type"'
+            )
+            raise InputError(
+                f"content must be text or an array of content parts: part {i} is {what}",
+                _PARTS_HINT,
+            )
+        if kind != "text":
+            raise InputError(
+                f"content part {i} is of type {_short(kind, 40)}: memcli stores text only",
+                f"Remove the {_short(kind, 40)} parts or replace them with text parts",
+            )
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise InputError(f'content part {i} has no "text" string', _PARTS_HINT)
+        others = [key for key in part if key not in ("type", "text")]
+        if others:
+            raise InputError(
+                f"content part {i} has a key {_short(others[0], 40)} memcli does not keep",
+                'Give each text part as {"type": "text", "text": ...} only',
+            )
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def _check_tool_keys(extra: dict[str, Any]) -> None:
+    """`tool_calls` an array of objects and `tool_call_id` text, as in OpenAI's format."""
+    calls = extra.get("tool_calls")
+    if "tool_calls" in extra and (
+        not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls)
+    ):
+        if isinstance(calls, list):
+            i, call = next((i, c) for i, c in enumerate(calls) if not isinstance(c, dict))
+            what = f"tool_calls[{i}] is {_json_type(call)}"
+        else:
+            what = f"not {_json_type(calls)}"
+        raise InputError(
+            f"tool_calls must be an array of objects, {what}",
+            'Write tool_calls as OpenAI does: [{"id": ..., "type": "function", "function": ...}]',
+        )
+    call_id = extra.get("tool_call_id")
+    if "tool_call_id" in extra and not isinstance(call_id, str):
+        raise InputError(
+            f"tool_call_id must be text, not {_json_type(call_id)}",
+            "Give the id of the tool call this message answers",
         )
 
 
@@ -194,6 +307,8 @@ def _json_type(value: Any) -> str:
         return f"a string {_short(value, 30)}"
     if isinstance(value, list):
         return "[]" if not value else "an array"
+    if isinstance(value, dict):
+        return "{}" if not value else "an object"
     return type(value).__name__
 
 

@@ -6,6 +6,12 @@ Formats read:
 - JSON Lines, one conversation per line: `{"messages": [...]}` (OpenAI fine-tuning files), with an
   optional `session`;
 - a JSON array of messages.
+
+Messages in OpenAI's chat format are read too (see `Message.from_dict`): content-part arrays
+(text parts joined with a newline; other parts refused), assistant `tool_calls` with
+`"content": null`, `tool` messages' `tool_call_id`; every key of a message memcli has no field
+for is kept in `metadata["extra"]` (counting towards its tokens, as metadata does) and written
+back on the record by `export_lines`.
 """
 
 from __future__ import annotations
@@ -203,7 +209,12 @@ def parse_columns(data: bytes, name: str = "<input>", first_line: int = 1) -> Co
             _add_record(columns, record)
         return columns
     roles, contents, sizes = columns.roles, columns.contents, columns.sizes
+    first = first_line == 1
     for number, obj in _line_objects(data, name, first_line):
+        if first and is_session_record(obj):
+            first = False
+            continue  # the session record `memcli export` writes first: no message
+        first = False
         if _is_plain(obj):
             roles.append(obj["role"])
             contents.append(obj["content"])
@@ -211,6 +222,12 @@ def parse_columns(data: bytes, name: str = "<input>", first_line: int = 1) -> Co
         elif not _add_conversation(columns, obj):
             _add_record(columns, _record(obj, number, f"{name}:{number}"))
     return columns
+
+
+def is_session_record(obj: Any) -> bool:
+    """The `{"type": "session", ...}` record `memcli export` writes first (see
+    `memcli.sessions.SessionRecord`): no message, whatever other keys it has."""
+    return type(obj) is dict and obj.get("type") == "session" and "role" not in obj
 
 
 def _add_conversation(columns: Columns, obj: Any) -> bool:
@@ -343,7 +360,7 @@ def export_lines(
 ) -> Iterator[dict[str, Any]]:
     """Records that `read_transcript` reads back to the same messages."""
     for m in messages:
-        record = m.to_dict()
+        record = m.export_record()
         if m.session_id is not None:
             record["session"] = m.session_id
         if with_status:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from helpers import memcli
+import pytest
+from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 
 
 def write_config(tmp_path: Path, llm, timeout: float = 5) -> str:
@@ -76,6 +78,34 @@ def test_unknown_fact_id(tmp_path: Path, llm) -> None:
     for args in (["edit", "99", "x"], ["rm", "99"], ["history", "99"]):
         run = memcli("--config", config, "facts", *args)
         assert run.code == 1 and "no fact 99" in run.stderr
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_fact_id_beyond_sqlite_integers_is_not_found() -> None:
+    huge = "99999999999999999999999"
+    cases = [
+        (["edit", huge, "x"], huge),
+        (["rm", huge], huge),
+        (["history", huge], huge),
+        (["rm", "--", f"-{huge}"], f"-{huge}"),
+    ]
+    for args, fact_id in cases:
+        run = memcli("facts", *args)
+        assert run.code == 1, run.stderr
+        assert f"no fact {fact_id}" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_fact_text_not_utf8_is_refused() -> None:
+    # bytes that are not UTF-8 on the command line (os.fsdecode keeps them as surrogate escapes,
+    # which the subprocess turns back into the same bytes)
+    run = memcli("facts", "add", os.fsdecode(b"Ana \xff likes tea"))
+    assert run.code == 2, run.stderr
+    assert "not valid UTF-8 (byte 0xff at byte 4)" in run.stderr and "Traceback" not in run.stderr
+    assert memcli("facts", "add", "Ana likes tea").code == 0
+    run = memcli("facts", "edit", "1", os.fsdecode(b"Ana \xc3"))
+    assert run.code == 2 and "not valid UTF-8" in run.stderr, run.stderr
+    assert [f["text"] for f in memcli("facts", "--json").records()] == ["Ana likes tea"]
 
 
 def test_failed_extraction_is_pending_then_extract_pending(llm, tmp_path: Path) -> None:

@@ -219,3 +219,38 @@ def test_no_blocks_flag(tmp_path: Path) -> None:
     assert run.code == 0, run.stderr
     summary = run.records()[0]
     assert summary["blocks_fed"] is False and summary["flushes"] > 0
+
+
+def test_openai_format_round_trips_through_export(tmp_path: Path) -> None:
+    calls = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    records = [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": None, "tool_calls": calls, "x-trace": {"n": 1}},
+        {"role": "tool", "tool_call_id": "call_1", "content": "42", "metadata": {"k": "v"}},
+        {"role": "assistant", "content": "It is 42.", "refusal": None},
+    ]
+    path = write_jsonl(tmp_path / "openai.jsonl", [{"messages": records}])
+    run = memcli("import", str(path), "--session", "a")
+    assert run.code == 0, run.stderr
+    exported = memcli("export", "a")
+    assert exported.code == 0, exported.stderr
+    messages = [r for r in exported.records() if r.get("type") != "session"]
+    assert all(m.pop("session") == "a" for m in messages)
+    assert messages == [{"role": "user", "content": "a\nb"}, *records[1:]]
+    run = memcli("import", "-", "--session", "b", input=exported.stdout)
+    assert run.code == 0, run.stderr
+    again = [r for r in memcli("export", "b").records() if r.get("type") != "session"]
+    assert [{**m, "session": "a"} for m in again] == exported.records()[1:]
+
+
+def test_a_part_that_is_not_text_is_refused_naming_the_line(tmp_path: Path) -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    records = [
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "text", "text": "what is this?"}, image]},
+    ]
+    path = write_jsonl(tmp_path / "img.jsonl", records)
+    run = memcli("import", str(path), "--session", "a")
+    assert run.code == 2
+    assert f"{path}:2: content part 1 is of type 'image_url': memcli stores text only" in run.stderr
+    assert memcli("export", "a").code == 1  # nothing stored

@@ -259,3 +259,39 @@ def test_events_json_is_json_dumps_of_each_event() -> None:
         expected = "".join(json.dumps({**e.to_dict(), **extra}) + "\n" for e in events)
         assert events_json(events, run) == expected
     assert events_json([]) == ""
+
+
+def test_openai_records_replayed_count_the_tokens_import_stores(tmp_path: Path) -> None:
+    """Content parts, tool calls and kept keys: simulate counts what an import stores."""
+    from memcli.transcripts import read_transcript
+
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    lines = [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c1", "content": "42", "metadata": {"k": 1}},
+        {"messages": [{"role": "assistant", "content": "42.", "refusal": None}]},
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tok = TiktokenTokenizer()
+    replay, _ = Replay.from_source(path, "call", tok)
+    memory = Memory.from_defaults(session_id="s", tokenizer=tok)
+    for record in read_transcript(path):
+        memory.put_messages(record.messages)
+    stored = [m.tokens for m in memory.get_all()]
+    assert replay.tokens == stored
+    plain = [message_tokens(Message(m.role, m.content), tok) for m in memory.get_all()]
+    assert all(s > p for s, p in zip(stored[1:], plain[1:], strict=True))  # the kept keys count
+
+
+def test_an_exported_file_replays_without_its_session_record(tmp_path: Path) -> None:
+    """`memcli export` writes a session record first: simulate reads the file as import does."""
+    header = {"type": "session", "id": "a", "user": "ana", "token_limit": 300}
+    lines = [header, {"role": "user", "content": "hi", "session": "a"}]
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tok = TiktokenTokenizer()
+    replay, sessions = Replay.from_source(path, "call", tok)
+    assert replay.roles == ["user"] and sessions == {"a"}
+    assert replay.tokens == [message_tokens(Message("user", "hi"), tok)]

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from memcli.errors import InputError
-from memcli.transcripts import parse_transcript, plan_calls
+from memcli.messages import Message
+from memcli.transcripts import export_lines, parse_columns, parse_transcript, plan_calls
 
 
 def lines(*records: object) -> bytes:
@@ -244,3 +245,123 @@ def test_import_refuses_an_empty_session_flag() -> None:
     records = parse_transcript(lines({"role": "user", "content": "x"}))
     with pytest.raises(InputError, match="--session must not be empty"):
         import_records(records, store=None, open_memory=None, session_id="")
+
+
+#: OpenAI's chat format: content parts, a tool call with null content, the tool's answer, and
+#: keys memcli has no field for.
+OPENAI = [
+    {
+        "role": "system",
+        "content": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Use tools."}],
+    },
+    {"role": "user", "content": "Weather in Porto?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city": "Porto"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"},
+    {"role": "assistant", "content": "18C.", "refusal": None, "x-trace": [7], "metadata": {"k": 1}},
+]
+
+
+def test_openai_content_parts_are_joined_with_a_newline() -> None:
+    (message,) = parse_transcript(lines(OPENAI[0]))[0].messages
+    assert message.content == "Be brief.\nUse tools." and message.metadata is None
+    (message,) = parse_transcript(lines({"role": "user", "content": []}))[0].messages
+    assert message.content == ""
+
+
+def test_openai_tool_calls_and_other_keys_are_kept_in_metadata_extra() -> None:
+    records = parse_transcript(lines({"messages": OPENAI}))
+    call, answer, last = records[0].messages[2:]
+    assert call.content == "" and call.metadata == {
+        "extra": {"content": None, "tool_calls": OPENAI[2]["tool_calls"]}
+    }
+    assert answer.metadata == {"extra": {"tool_call_id": "call_1"}}
+    assert last.metadata == {"k": 1, "extra": {"refusal": None, "x-trace": [7]}}
+    # an assistant message with tool calls may leave content out (written back as null)
+    (bare,) = parse_transcript(lines({"role": "assistant", "tool_calls": []}))[0].messages
+    assert bare.metadata == {"extra": {"content": None, "tool_calls": []}}
+
+
+def test_export_writes_the_kept_keys_back_where_they_came_from() -> None:
+    messages = [m for r in parse_transcript(lines(*OPENAI)) for m in r.messages]
+    exported = list(export_lines(messages))
+    for original, record in zip(OPENAI[1:], exported[1:], strict=True):
+        assert record == original
+    assert exported[0] == {"role": "system", "content": "Be brief.\nUse tools."}
+    again = [m for r in parse_transcript(lines(*exported)) for m in r.messages]
+    assert again == messages
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+            "t:1: content part 0 is of type 'image_url': memcli stores text only",
+        ),
+        (
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "file"}]},
+            "t:1: content part 1 is of type 'file'",
+        ),
+        (
+            {"role": "user", "content": ["a"]},
+            "t:1: content must be text or an array of content parts: part 0 is a string 'a'",
+        ),
+        (
+            {"role": "user", "content": [{"text": "a"}]},
+            'content must be text or an array of content parts: part 0 is an object without "type"',
+        ),
+        ({"role": "user", "content": [{"type": "text"}]}, 'content part 0 has no "text" string'),
+        (
+            {"role": "user", "content": [{"type": "text", "text": "a", "cache_control": {}}]},
+            "content part 0 has a key 'cache_control' memcli does not keep",
+        ),
+        (
+            {"role": "assistant", "content": None, "tool_calls": {"id": "c"}},
+            "t:1: tool_calls must be an array of objects, not an object",
+        ),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [{}, "c1"]},
+            "t:1: tool_calls must be an array of objects, tool_calls[1] is a string 'c1'",
+        ),
+        (
+            {"role": "tool", "content": "x", "tool_call_id": 5},
+            "t:1: tool_call_id must be text, not 5",
+        ),
+        ({"role": "user", "content": None}, "t:1: content must be text"),
+        ({"role": "tool", "content": None, "tool_calls": []}, "t:1: content must be text"),
+        (
+            {"role": "user", "content": "x", "a": 1, "metadata": {"extra": 2}},
+            't:1: metadata has a key "extra"',
+        ),
+    ],
+)
+def test_openai_records_memcli_cannot_keep_are_refused(record: object, message: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_transcript(json.dumps(record).encode(), "t")
+    assert message in info.value.message
+
+
+def test_columns_count_the_kept_keys_as_metadata() -> None:
+    data = lines(*OPENAI, {"messages": OPENAI[2:4]})
+    columns = parse_columns(data)
+    messages = [m for r in parse_transcript(data) for m in r.messages]
+    assert columns.contents == [m.content for m in messages]
+    assert columns.metadata == {i: str(m.metadata) for i, m in enumerate(messages) if m.metadata}
+
+
+def test_kept_keys_are_checked_as_metadata_is() -> None:
+    # a dict put into memory goes through the same reading as a transcript's record
+    with pytest.raises(InputError, match=r"metadata\['extra'\]\['a'\]\[0\] holds a lone surr"):
+        Message.from_dict({"role": "user", "content": "x", "a": ["\udc80"]})
+    with pytest.raises(InputError, match="not a finite number"):
+        Message.from_dict({"role": "user", "content": "x", "a": float("nan")})

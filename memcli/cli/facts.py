@@ -115,6 +115,7 @@ def add_command(
     from memcli.errors import UsageError
     from memcli.store import longterm
 
+    _check_text(text)
     s, store, key = _scope(ctx, user, session)
     if not text.strip():
         raise UsageError("the fact is empty", "Give the fact's text")
@@ -126,6 +127,29 @@ def add_command(
         return
     output.info(f"Added fact {added[0].id}.")
     _show(added, json_)
+
+
+def _check_text(text: str) -> None:
+    """A fact's text is valid Unicode. An argument that is not UTF-8 reaches Python with its bad
+    bytes as lone surrogates (U+DC80-U+DCFF), which SQLite cannot store: exit 2, not a traceback."""
+    from memcli.errors import InputError
+    from memcli.messages import check_text
+
+    try:
+        check_text(text, "the fact's text")
+    except InputError as error:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+            raw.decode("utf-8")
+        except UnicodeEncodeError:  # a surrogate no byte stands for: check_text's message
+            raise error from None
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"the fact's text is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte"
+                f" {exc.start})",
+                "Give the text in UTF-8",
+            ) from None
+        raise
 
 
 def _not_found(fact_id: int, user: str | None = None) -> Exception:
@@ -176,6 +200,7 @@ def edit_command(
     from memcli.errors import UsageError
     from memcli.store import longterm
 
+    _check_text(text)
     s = common.settings(ctx, user=user)
     store = common.open_store(s)
     _live(s, store, fact_id)

@@ -239,6 +239,9 @@ def list_facts(store: SQLStore, block: str | None, scope_key: str) -> list[Fact]
 
 
 def get_fact(store: SQLStore, fact_id: int) -> Fact | None:
+    """The fact of that id (deleted or not), or None; None too for an id SQLite cannot hold."""
+    if not -(2**63) <= fact_id < 2**63:
+        return None
     row = store.execute(f"SELECT {_FACT_COLUMNS} FROM facts WHERE id = ?", (fact_id,)).fetchone()
     return _fact(row) if row else None
 
