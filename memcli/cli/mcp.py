@@ -34,13 +34,15 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
 
     s = common.settings(ctx, user=user)
     store = common.open_store(s)
-    tools = AgentTools(
-        store,
-        s,
-        s.user,
-        blocks=lambda session: common.make_blocks(s, store, session=session),
-        retriever=lambda: _retriever(s, store),
-    )
+    built: dict[str | None, list[Any]] = {}
+
+    def blocks(session: str | None) -> list[Any]:
+        # Built once per session: a block's model loads on first use, and stays loaded.
+        if session not in built:
+            built[session] = common.make_blocks(s, store, session=session)
+        return built[session]
+
+    tools = AgentTools(store, s, s.user, blocks=blocks, retriever=lambda: _retriever(s, store))
     build_server(tools).run("stdio")
 
 
@@ -65,7 +67,14 @@ def build_server(tools: AgentTools) -> Any:
             ToolError,
         )
 
-    server = Server("memcli", instructions=INSTRUCTIONS)
+    from inspect import signature
+
+    from memcli import __version__
+
+    options: dict[str, Any] = {"instructions": INSTRUCTIONS, "log_level": "WARNING"}
+    if "version" in signature(Server).parameters:  # mcp 2 says which version serves
+        options["version"] = __version__
+    server = Server("memcli", **options)
 
     def tool_call(call: Any) -> Any:
         try:
