@@ -55,8 +55,16 @@ def drive(db: Path, script: Callable[[ClientSession], Awaitable[Any]], *args: st
     return anyio.run(main)
 
 
+def attr(obj: Any, name: str) -> Any:
+    """A field of an SDK type: snake_case in mcp 2, camelCase in mcp 1."""
+    if hasattr(obj, name):
+        return getattr(obj, name)
+    head, *rest = name.split("_")
+    return getattr(obj, head + "".join(w.capitalize() for w in rest))
+
+
 def is_error(result: Any) -> bool:
-    return bool(getattr(result, "is_error", getattr(result, "isError", False)))
+    return bool(attr(result, "is_error"))
 
 
 def text(result: Any) -> str:
@@ -66,7 +74,7 @@ def text(result: Any) -> str:
 def data(result: Any) -> Any:
     """A tool's result as JSON: its structured content, else its text."""
     assert not is_error(result), text(result)
-    structured = getattr(result, "structured_content", getattr(result, "structuredContent", None))
+    structured = attr(result, "structured_content")
     if structured is not None:
         return structured.get("result", structured) if isinstance(structured, dict) else structured
     return json.loads(text(result))
@@ -100,8 +108,8 @@ def test_tools_and_resources_over_stdio(tmp_path: Path) -> None:
         out["deleted"] = data(await s.call_tool("delete_fact", {"fact_id": fact_id}))
         out["after"] = data(await s.call_tool("list_facts", {}))
         out["resources"] = [str(r.uri) for r in (await s.list_resources()).resources]
-        templates = (await s.list_resource_templates()).resource_templates
-        out["templates"] = [t.uri_template for t in templates]
+        templates = attr(await s.list_resource_templates(), "resource_templates")
+        out["templates"] = [attr(t, "uri_template") for t in templates]
         out["sessions"] = resource_json(await s.read_resource("memcli://sessions"))
         out["session"] = resource_json(await s.read_resource("memcli://sessions/s1"))
         return out

@@ -7,6 +7,8 @@ stdout carries the protocol alone: memcli's notes and the SDK's log go to stderr
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -43,7 +45,11 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
         return built[session]
 
     tools = AgentTools(store, s, s.user, blocks=blocks, retriever=lambda: _retriever(s, store))
-    build_server(tools).run("stdio")
+    try:
+        build_server(tools).run("stdio")
+    finally:
+        if sys.stdout.closed:  # mcp 1's stdio transport closes stdout as it ends
+            sys.stdout = open(os.devnull, "w")  # for the flush on the way out
 
 
 def _retriever(s: Any, store: Any) -> Any:
