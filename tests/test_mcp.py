@@ -80,6 +80,15 @@ def data(result: Any) -> Any:
     return json.loads(text(result))
 
 
+async def failure(call: Awaitable[Any]) -> str:
+    """The message of the protocol error a request gets (the test fails if it succeeds)."""
+    try:
+        await call
+    except Exception as error:  # McpError in mcp 1, MCPError in mcp 2
+        return str(error)
+    raise AssertionError("the request succeeded")
+
+
 def resource_json(result: Any) -> Any:
     return json.loads(result.contents[0].text)
 
@@ -184,6 +193,7 @@ def test_bad_input_is_a_tool_error_and_stores_nothing(tmp_path: Path) -> None:
             "mode": await s.call_tool("search_memory", {"query": "plan", "mode": "psychic"}),
             "missing": await s.call_tool("put_messages", {"session": "new"}),
             "sessions": resource_json(await s.read_resource("memcli://sessions")),
+            "other_resource": await failure(s.read_resource("memcli://sessions/bobs")),
         }
 
     out = drive(db, script, "--user", "ana")
@@ -200,6 +210,7 @@ def test_bad_input_is_a_tool_error_and_stores_nothing(tmp_path: Path) -> None:
     assert is_error(out["mode"]) and "unknown search mode" in text(out["mode"])
     assert is_error(out["missing"])
     assert out["sessions"] == []
+    assert "no session 'bobs'" in out["other_resource"]
 
     store = SQLiteStore(db)
     assert store.get_session("new") is None
