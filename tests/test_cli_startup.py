@@ -16,6 +16,7 @@ HEAVY = (
     "sklearn",
     "scipy",
     "onnxruntime",
+    "mcp",  # only `memcli mcp` serves MCP
 )
 
 
@@ -36,6 +37,7 @@ def imported(args: list[str]) -> set[str]:
         ["-m", "memcli", "--help"],
         ["-m", "memcli", "sessions"],
         ["-m", "memcli", "inspect", "nope"],
+        ["-m", "memcli", "mcp", "--help"],
         [
             "-c",
             "from memcli import Memory, Message; Memory.from_defaults().put(Message('user', 'hi'))",

@@ -1,0 +1,147 @@
+"""memcli.agent_tools: the tools `memcli mcp` serves, called as a library (no MCP)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memcli import Memory, Message
+from memcli.agent_tools import AgentTools
+from memcli.blocks.facts import FactBlock
+from memcli.config import load_settings
+from memcli.errors import InputError, MemcliError, SessionNotFound, UsageError
+from memcli.store import longterm
+from memcli.store.sqlite import SQLiteStore
+from memcli.tokens import TiktokenTokenizer
+
+
+def tools_for(tmp_path: Path, user: str = "ana", **flags: object) -> AgentTools:
+    s = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": user, **flags})
+    return AgentTools(SQLiteStore(tmp_path / "t.db"), s, s.user)
+
+
+def turns(n: int) -> list[dict[str, str]]:
+    out = []
+    for i in range(n):
+        out.append({"role": "user", "content": f"question {i} about the garden and the roses"})
+        out.append({"role": "assistant", "content": f"answer {i}: prune the roses in winter"})
+    return out
+
+
+def test_put_messages_flushes_as_memory_does(tmp_path: Path) -> None:
+    tools = tools_for(tmp_path, token_limit=200, flush_size=40)
+    result = tools.put_messages(turns(10), "g")
+
+    # The same messages through Memory with the same budget: the same flushes and window.
+    twin = Memory(SQLiteStore(tmp_path / "twin.db"), "g", budget=Memory(tools.store, "g").budget)
+    flushes = twin.put_messages([Message.from_dict(m) for m in turns(10)])
+    assert result["session"] == "g" and result["stored"] == 20
+    assert result["flushes"] == len(flushes) > 0
+    assert result["archived_messages"] == sum(len(f.message_ids) for f in flushes)
+    assert result["active_messages"] == len(twin.get_all(status="active"))
+    info = tools.store.get_session("g")
+    assert info is not None and info.user_id == "ana" and info.token_limit == 200
+
+
+def test_put_without_a_session_makes_a_new_one(tmp_path: Path) -> None:
+    tools = tools_for(tmp_path)
+    result = tools.put_messages([{"role": "user", "content": "hello"}])
+    assert [s["session"] for s in tools.sessions()] == [result["session"]]
+
+
+@pytest.mark.parametrize(
+    ("messages", "error"),
+    [
+        ([{"role": "user", "content": "ok"}, {"role": "robot", "content": "x"}], "message 1"),
+        ([{"role": "user"}], "message 0: missing content"),
+        ([{"role": "user", "content": "ok", "timestamp": "yesterday"}], "message 0"),
+        ([], "no messages"),
+        ({"role": "user", "content": "ok"}, "must be a list"),
+    ],
+)
+def test_a_bad_message_stores_nothing(tmp_path: Path, messages: object, error: str) -> None:
+    tools = tools_for(tmp_path)
+    with pytest.raises(InputError, match=error):
+        tools.put_messages(messages, "s")
+    assert tools.store.get_session("s") is None
+
+
+def test_another_users_session_is_refused(tmp_path: Path) -> None:
+    tools = tools_for(tmp_path)
+    Memory(tools.store, "bobs", user_id="bob").put(Message("user", "Bob's secret garden"))
+    with pytest.raises(UsageError, match="belongs to user 'bob'"):
+        tools.put_messages([{"role": "user", "content": "hi"}], "bobs")
+    with pytest.raises(SessionNotFound):
+        tools.context("bobs")
+    with pytest.raises(SessionNotFound):
+        tools.session("bobs")
+    with pytest.raises(SessionNotFound):
+        tools.search("garden", session="bobs", mode="lexical")
+    assert tools.search("secret garden", mode="lexical") == []
+    assert tools.sessions() == []
+    assert len(tools.store.get_messages("bobs")) == 1
+
+
+def test_context_is_what_memory_get_returns(tmp_path: Path) -> None:
+    tools = tools_for(tmp_path, token_limit=200, flush_size=40)
+    tools.put_messages(turns(6), "g")
+    memory = Memory(tools.store, "g", tokenizer=TiktokenTokenizer())
+    assert tools.context("g") == [m.to_dict() for m in memory.get()]
+    assert tools.context("g", "and the tulips?") == [
+        m.to_dict() for m in memory.get("and the tulips?")
+    ]
+    shown = tools.session("g")
+    assert shown["active_messages"] == len(shown["messages"]) == len(memory.get_all("active"))
+
+
+def test_search_lexical_finds_the_users_messages(tmp_path: Path) -> None:
+    tools = tools_for(tmp_path)
+    tools.put_messages(
+        [
+            {"role": "user", "content": "My sister Marta lives in Porto."},
+            {"role": "assistant", "content": "Porto is a lovely city."},
+        ],
+        "s",
+    )
+    hits = tools.search("Marta", mode="lexical", k=1)
+    assert len(hits) == 1 and "Marta" in hits[0]["text"] and hits[0]["session"] == "s"
+    with pytest.raises(UsageError, match="unknown search mode"):
+        tools.search("Marta", mode="psychic")
+    with pytest.raises(UsageError, match="empty"):
+        tools.search("  ")
+
+
+def test_facts_go_to_the_users_first_fact_block_with_history(tmp_path: Path) -> None:
+    tools = tools_for(tmp_path)
+    tools.blocks = lambda session: [FactBlock(name="about_me")]
+    added = tools.add_fact("Ana is vegetarian")
+    fact = added["fact"]
+    assert added["added"] and fact["block"] == "about_me" and fact["origin"] == "mcp"
+    assert tools.add_fact("ana is  VEGETARIAN") == {"added": False, "fact": fact}
+    assert tools.update_fact(fact["id"], "Ana is vegan")["fact"]["text"] == "Ana is vegan"
+    assert [f["text"] for f in tools.list_facts()] == ["Ana is vegan"]
+    assert tools.list_facts("other") == []
+    assert tools.delete_fact(fact["id"])["deleted"]["text"] == "Ana is vegan"
+    assert tools.list_facts() == []
+    history = longterm.fact_history(tools.store, "user:ana", fact_id=fact["id"])
+    assert [c.action for c in history] == ["added", "edited", "deleted"]
+    with pytest.raises(MemcliError, match=f"no fact {fact['id']} of user 'ana'"):
+        tools.delete_fact(fact["id"])  # deleted already
+
+
+def test_another_users_fact_cannot_be_changed(tmp_path: Path) -> None:
+    tools = tools_for(tmp_path)
+    [bob] = longterm.add_facts(tools.store, "facts", "user:bob", ["Bob plays chess"])
+    for call in (
+        lambda: tools.update_fact(bob.id, "Bob plays go"),
+        lambda: tools.delete_fact(bob.id),
+    ):
+        with pytest.raises(MemcliError, match="no fact"):
+            call()
+    with pytest.raises(UsageError, match="empty"):
+        tools.update_fact(bob.id, " ")
+    assert [f.text for f in longterm.list_facts(tools.store, None, "user:bob")] == [
+        "Bob plays chess"
+    ]
+    assert tools.list_facts() == []

@@ -1,0 +1,274 @@
+"""`memcli mcp`: the server started as a subprocess and driven over stdio by the MCP SDK's client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from helpers import no_blocks  # noqa: F401 (a fixture)
+
+pytest.importorskip("mcp")
+
+from mcp import ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+
+from memcli.store import longterm  # noqa: E402
+from memcli.store.sqlite import SQLiteStore  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("no_blocks")  # no model loads: search runs lexical
+
+CHAT = [
+    {"role": "user", "content": "My dog is called Biscuit and he loves the beach."},
+    {"role": "assistant", "content": "Biscuit sounds like a happy dog!"},
+    {"role": "user", "content": "I moved to Lisbon last spring."},
+    {"role": "assistant", "content": "Lisbon is lovely in spring."},
+]
+
+
+@asynccontextmanager
+async def client(db: Path, *args: str) -> AsyncIterator[ClientSession]:
+    """An initialised client session with `memcli --db DB mcp ARGS` as its server."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memcli", "--db", str(db), "mcp", *args],
+        env=dict(os.environ),  # MEMCLI_HOME, MEMCLI_CONFIG and PYTHONPATH of the test
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+def drive(db: Path, script: Callable[[ClientSession], Awaitable[Any]], *args: str) -> Any:
+    async def main() -> Any:
+        async with client(db, *args) as session:
+            with anyio.fail_after(120):
+                return await script(session)
+
+    return anyio.run(main)
+
+
+def attr(obj: Any, name: str) -> Any:
+    """A field of an SDK type: snake_case in mcp 2, camelCase in mcp 1."""
+    if hasattr(obj, name):
+        return getattr(obj, name)
+    head, *rest = name.split("_")
+    return getattr(obj, head + "".join(w.capitalize() for w in rest))
+
+
+def is_error(result: Any) -> bool:
+    return bool(attr(result, "is_error"))
+
+
+def text(result: Any) -> str:
+    return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+def data(result: Any) -> Any:
+    """A tool's result as JSON: its structured content, else its text."""
+    assert not is_error(result), text(result)
+    structured = attr(result, "structured_content")
+    if structured is not None:
+        return structured.get("result", structured) if isinstance(structured, dict) else structured
+    return json.loads(text(result))
+
+
+async def failure(call: Awaitable[Any]) -> str:
+    """The message of the protocol error a request gets (the test fails if it succeeds)."""
+    try:
+        await call
+    except Exception as error:  # McpError in mcp 1, MCPError in mcp 2
+        return str(error)
+    raise AssertionError("the request succeeded")
+
+
+def resource_json(result: Any) -> Any:
+    return json.loads(result.contents[0].text)
+
+
+def test_tools_and_resources_over_stdio(tmp_path: Path) -> None:
+    db = tmp_path / "mcp.db"
+
+    async def script(s: ClientSession) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out["tools"] = sorted(t.name for t in (await s.list_tools()).tools)
+        out["put"] = data(await s.call_tool("put_messages", {"messages": CHAT, "session": "s1"}))
+        out["context"] = data(await s.call_tool("get_context", {"session": "s1"}))
+        out["search"] = data(
+            await s.call_tool("search_memory", {"query": "Lisbon", "mode": "lexical", "k": 2})
+        )
+        added = data(await s.call_tool("add_fact", {"text": "Ana has a dog called Biscuit"}))
+        out["added"] = added
+        fact_id = added["fact"]["id"]
+        out["again"] = data(
+            await s.call_tool("add_fact", {"text": "ana has a dog  called biscuit"})
+        )
+        out["updated"] = data(
+            await s.call_tool("update_fact", {"fact_id": fact_id, "text": "Ana's dog is Biscuit"})
+        )
+        out["listed"] = data(await s.call_tool("list_facts", {}))
+        out["deleted"] = data(await s.call_tool("delete_fact", {"fact_id": fact_id}))
+        out["after"] = data(await s.call_tool("list_facts", {}))
+        out["resources"] = [str(r.uri) for r in (await s.list_resources()).resources]
+        templates = attr(await s.list_resource_templates(), "resource_templates")
+        out["templates"] = [attr(t, "uri_template") for t in templates]
+        out["sessions"] = resource_json(await s.read_resource("memcli://sessions"))
+        out["session"] = resource_json(await s.read_resource("memcli://sessions/s1"))
+        return out
+
+    out = drive(db, script, "--user", "ana")
+
+    assert out["tools"] == sorted(
+        [
+            "add_fact",
+            "delete_fact",
+            "get_context",
+            "list_facts",
+            "put_messages",
+            "search_memory",
+            "update_fact",
+        ]
+    )
+    assert out["put"]["session"] == "s1" and out["put"]["stored"] == 4
+    assert out["put"]["active_messages"] == 4
+    assert [(m["role"], m["content"]) for m in out["context"]] == [
+        (m["role"], m["content"]) for m in CHAT
+    ]
+    assert out["search"] and "Lisbon" in out["search"][0]["text"]
+    assert out["search"][0]["session"] == "s1"
+    assert out["added"]["added"] is True and out["added"]["fact"]["origin"] == "mcp"
+    assert out["again"] == {"added": False, "fact": out["added"]["fact"]}
+    assert out["updated"]["before"]["text"] == "Ana has a dog called Biscuit"
+    assert [f["text"] for f in out["listed"]] == ["Ana's dog is Biscuit"]
+    assert out["deleted"]["deleted"]["id"] == out["added"]["fact"]["id"]
+    assert out["after"] == []
+    assert out["resources"] == ["memcli://sessions"]
+    assert out["templates"] == ["memcli://sessions/{session_id}"]
+    assert [(r["session"], r["user"], r["active_messages"]) for r in out["sessions"]] == [
+        ("s1", "ana", 4)
+    ]
+    assert [m["content"] for m in out["session"]["messages"]] == [m["content"] for m in CHAT]
+
+    # What the server stored, read through the library on the same database.
+    store = SQLiteStore(db)
+    info = store.get_session("s1")
+    assert info is not None and info.user_id == "ana"
+    history = longterm.fact_history(store, "user:ana")
+    assert [(c.action, c.text, c.old_text) for c in history] == [
+        ("added", "Ana has a dog called Biscuit", None),
+        ("edited", "Ana's dog is Biscuit", "Ana has a dog called Biscuit"),
+        ("deleted", None, "Ana's dog is Biscuit"),
+    ]
+    fact = longterm.get_fact(store, history[0].fact_id)
+    assert fact is not None and fact.origin == "mcp" and fact.deleted_at is not None
+
+
+def test_bad_input_is_a_tool_error_and_stores_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "mcp.db"
+    store = SQLiteStore(db)
+    from memcli import Memory, Message
+
+    Memory(store, "bobs", user_id="bob").put(Message("user", "Bob's secret plan"))
+    longterm.add_facts(store, "facts", "user:bob", ["Bob likes chess"], origin="manual")
+    bob_fact = longterm.list_facts(store, None, "user:bob")[0].id
+    store.close()
+
+    async def script(s: ClientSession) -> dict[str, Any]:
+        bad = [{"role": "user", "content": "fine"}, {"role": "robot", "content": "nope"}]
+        return {
+            "put": await s.call_tool("put_messages", {"messages": bad, "session": "new"}),
+            "empty": await s.call_tool("add_fact", {"text": "   "}),
+            "other_fact": await s.call_tool("delete_fact", {"fact_id": bob_fact}),
+            "other_session": await s.call_tool("get_context", {"session": "bobs"}),
+            "other_search": await s.call_tool(
+                "search_memory", {"query": "secret plan", "mode": "lexical"}
+            ),
+            "mode": await s.call_tool("search_memory", {"query": "plan", "mode": "psychic"}),
+            "missing": await s.call_tool("put_messages", {"session": "new"}),
+            "sessions": resource_json(await s.read_resource("memcli://sessions")),
+            "other_resource": await failure(s.read_resource("memcli://sessions/bobs")),
+        }
+
+    out = drive(db, script, "--user", "ana")
+
+    put = out["put"]
+    assert is_error(put)
+    assert "message 1: unknown role 'robot'" in text(put) and "Use one of" in text(put)
+    assert is_error(out["empty"]) and "the fact is empty" in text(out["empty"])
+    assert is_error(out["other_fact"]) and f"no fact {bob_fact} of user 'ana'" in text(
+        out["other_fact"]
+    )
+    assert is_error(out["other_session"]) and "no session 'bobs'" in text(out["other_session"])
+    assert data(out["other_search"]) == []  # bob's messages are not ana's memory
+    assert is_error(out["mode"]) and "unknown search mode" in text(out["mode"])
+    assert is_error(out["missing"])
+    assert out["sessions"] == []
+    assert "no session 'bobs'" in out["other_resource"]
+
+    store = SQLiteStore(db)
+    assert store.get_session("new") is None
+    assert [s.id for s in store.list_sessions()] == ["bobs"]
+    assert [f.text for f in longterm.list_facts(store, None, "user:bob")] == ["Bob likes chess"]
+    assert longterm.list_facts(store, None, "user:ana") == []
+
+
+def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
+    """Raw JSON-RPC over the pipes: every line on stdout is a JSON-RPC message, even when a call
+    fails; memcli's notes go to stderr."""
+    requests = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {
+                "name": "put_messages",
+                "arguments": {"messages": CHAT, "session": "raw"},
+            },
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "get_context", "arguments": {"session": "nope"}},
+        },
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcli", "--db", str(tmp_path / "raw.db"), "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    replies = []
+    for request in requests:
+        proc.stdin.write((json.dumps(request) + "\n").encode())
+        proc.stdin.flush()
+        if "id" in request:
+            replies.append(json.loads(proc.stdout.readline()))
+    rest, _ = proc.communicate(timeout=60)  # closes stdin: the server ends
+    assert proc.returncode == 0
+    for line in rest.decode().splitlines():  # anything after the replies is protocol too
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert [r["id"] for r in replies] == [1, 2, 3]
+    assert replies[0]["result"]["serverInfo"]["name"] == "memcli"
+    assert not replies[1]["result"].get("isError")
+    assert replies[2]["result"]["isError"] is True
+    assert "no session 'nope'" in replies[2]["result"]["content"][0]["text"]
