@@ -458,3 +458,15 @@ def test_export_reads_everything_before_writing(tmp_path: Path) -> None:
     assert later.code == 0, later.stderr
     assert len(list(messages)) == 100
     assert [m.content for m in store.read_messages("s")][-1] == "later"
+
+
+def test_backup_makes_the_folder_it_is_asked_to_write_into(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    source = write_transcript(tmp_path / "t.jsonl", 20, "bk")
+    assert memcli("--db", str(db), "import", str(source), "--session", "s", "--no-blocks").code == 0
+    target = tmp_path / "backups" / "daily" / "m.db"
+    made = memcli("--db", str(db), "backup", str(target))
+    assert made.code == 0, made.stderr
+    assert memcli("--db", str(target), "check").code == 0
+    copied = memcli("--db", str(target), "export", "s", "--all")
+    assert len(copied.records()) == 1 + 20

@@ -789,6 +789,7 @@ class SQLiteStore:
         target = Path(target)
         temporary = target.with_name(f".{target.name}.{os.getpid()}.partial")
         try:
+            target.parent.mkdir(parents=True, exist_ok=True)  # `backup ~/backups/x.db` just works
             copy = sqlite3.connect(str(temporary), isolation_level=None)
             try:
                 self.conn.backup(copy)  # all pages in one step: one snapshot
