@@ -107,23 +107,34 @@ class AgentTools:
 
     # -- facts --------------------------------------------------------------------------------
 
-    def list_facts(self, block: str | None = None) -> list[dict[str, Any]]:
-        """The user's facts (of one block, or of every block), oldest first."""
+    def list_facts(
+        self, block: str | None = None, topic: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The user's facts (of one block, or of every block; of one topic, or of any), oldest
+        first."""
         from memcli.store import longterm
 
         with self._lock:
-            return [fact_record(f) for f in longterm.list_facts(self.store, block, self.scope_key)]
+            return [
+                fact_record(f)
+                for f in longterm.list_facts(self.store, block, self.scope_key, topic)
+            ]
 
-    def add_fact(self, text: str, block: str | None = None) -> dict[str, Any]:
-        """Add a fact to the user's facts (to `block`, default the first fact block); a duplicate
-        (ignoring case and spaces) is not added: `added` is false and `fact` the known one."""
+    def add_fact(
+        self, text: str, block: str | None = None, topics: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Add a fact to the user's facts (to `block`, default the first fact block), with its
+        `topics`; a duplicate (ignoring case and spaces) is not added: `added` is false and
+        `fact` the known one."""
         from memcli.store import longterm
 
         if not text.strip():
             raise UsageError("the fact is empty", "Give the fact's text")
         with self._lock:
             name = fact_block_name(self.blocks(None), block)
-            added = longterm.add_facts(self.store, name, self.scope_key, [text], origin=ORIGIN)
+            added = longterm.add_facts(
+                self.store, name, self.scope_key, [text], origin=ORIGIN, topics=[topics or []]
+            )
             if added:
                 return {"added": True, "fact": fact_record(added[0])}
             norm = longterm.normalize_fact(text)
@@ -291,6 +302,7 @@ def fact_record(f: Fact) -> dict[str, Any]:
         "id": f.id,
         "block": f.block,
         "text": f.text,
+        "topics": f.topics,
         "origin": f.origin,
         "session": f.session_id,
         "created_at": format_time(f.created_at),

@@ -145,3 +145,18 @@ def test_another_users_fact_cannot_be_changed(tmp_path: Path) -> None:
         "Bob plays chess"
     ]
     assert tools.list_facts() == []
+
+
+def test_fact_topics_through_the_tools(tmp_path: Path) -> None:
+    tools = tools_for(tmp_path)
+    tools.blocks = lambda session: [FactBlock(name="about_me")]
+    added = tools.add_fact("Ana is vegetarian", topics=["Food", "health"])
+    assert added["fact"]["topics"] == ["food", "health"]
+    assert tools.add_fact("Ana likes tea")["fact"]["topics"] == []
+    assert [f["text"] for f in tools.list_facts(topic="food")] == ["Ana is vegetarian"]
+    assert len(tools.list_facts()) == 2
+    # An update keeps the topics.
+    assert tools.update_fact(added["fact"]["id"], "Ana is vegan")["fact"]["topics"] == [
+        "food",
+        "health",
+    ]

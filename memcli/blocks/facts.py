@@ -35,8 +35,10 @@ INSTRUCTIONS:
 2. Extract the specific, concrete facts the user disclosed, and important information discovered.
 3. Focus on facts such as preferences, personal details, requirements, constraints and context.
 4. Write each fact as a separate <fact> XML tag.
-5. No opinions, summaries or interpretations: only explicit information.
-6. Do not repeat facts that are already in the existing facts.
+5. Give each fact one to three short topics (such as food, health, work, family, travel) in its
+   topics attribute, lowercase and separated by commas.
+6. No opinions, summaries or interpretations: only explicit information.
+7. Do not repeat facts that are already in the existing facts.
 
 <existing_facts>
 {existing}
@@ -44,8 +46,8 @@ INSTRUCTIONS:
 
 Answer ONLY with the new facts, in exactly this format:
 <facts>
-  <fact>Specific fact 1</fact>
-  <fact>Specific fact 2</fact>
+  <fact topics="topic a, topic b">Specific fact 1</fact>
+  <fact topics="topic c">Specific fact 2</fact>
 </facts>
 
 If there are no new facts, answer: <facts></facts>"""
@@ -57,8 +59,9 @@ INSTRUCTIONS:
 2. Condense them into a shorter list of at most {max_facts} facts that keeps the important ones.
 3. Focus on facts such as preferences, personal details, requirements, constraints and context.
 4. Write each fact as a separate <fact> XML tag.
-5. No opinions, summaries or interpretations: only explicit information.
-6. No duplicates.
+5. Keep the topics attribute of the facts you keep or merge.
+6. No opinions, summaries or interpretations: only explicit information.
+7. No duplicates.
 
 <existing_facts>
 {existing}
@@ -66,28 +69,51 @@ INSTRUCTIONS:
 
 Answer ONLY with the complete condensed list, in exactly this format:
 <facts>
-  <fact>Specific fact 1</fact>
-  <fact>Specific fact 2</fact>
+  <fact topics="topic a, topic b">Specific fact 1</fact>
+  <fact topics="topic c">Specific fact 2</fact>
 </facts>"""
 
 _FACTS = re.compile(r"<facts>(.*?)</facts>", re.S)
-_FACT = re.compile(r"\s*<fact>(.*?)</fact>\s*", re.S)
+_FACT = re.compile(r"""\s*<fact(\s(?:[^<>"']|"[^"]*"|'[^']*')*)?>(.*?)</fact>\s*""", re.S)
+_FACT_OPEN = re.compile(r"<fact[\s>]")
+_TOPICS = re.compile(r"""^\s*topics\s*=\s*(?:"([^"]*)"|'([^']*)')\s*$""")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 
 
-def parse_facts(reply: str) -> list[str] | None:
-    """The facts of a `<facts><fact>...</fact></facts>` reply, or None when it is not one.
+def _topics(attributes: str | None) -> list[str]:
+    """The topics of a `<fact topics="a, b">` tag, normalised; none for any other attributes
+    (a malformed attribute loses the topics, never the fact)."""
+    if not attributes:
+        return []
+    match = _TOPICS.match(attributes)
+    if match is None:
+        return []
+    return longterm.normalize_topics(html.unescape(match.group(1) or match.group(2) or ""))
 
-    Strict: exactly one `<facts>` element holding only `<fact>` elements (and white space or
-    comments); each fact non-empty. Text around the `<facts>` element (a code fence, a preamble)
-    is ignored. `<facts></facts>` and `<facts/>` are an empty list.
+
+def parse_facts(reply: str) -> list[str] | None:
+    """The facts of a `<facts><fact>...</fact></facts>` reply, or None when it is not one
+    (`parse_fact_topics` without the topics)."""
+    parsed = parse_fact_topics(reply)
+    return None if parsed is None else [text for text, _ in parsed]
+
+
+def parse_fact_topics(reply: str) -> list[tuple[str, list[str]]] | None:
+    """The facts of a `<facts><fact topics="...">...</fact></facts>` reply with their topics, or
+    None when it is not one.
+
+    Strict about the facts: exactly one `<facts>` element holding only `<fact>` elements (and
+    white space or comments); each fact non-empty. Text around the `<facts>` element (a code
+    fence, a preamble) is ignored. `<facts></facts>` and `<facts/>` are an empty list. Lenient
+    about topics: a fact without them, or whose attributes are not `topics="a, b"`, has none.
     """
     text = reply.strip()
     if not text:
         return None
     blocks = _FACTS.findall(text)
     if not blocks:
-        return [] if re.fullmatch(r"(?s).*<facts\s*/>.*", text) and "<fact>" not in text else None
+        empty = re.fullmatch(r"(?s).*<facts\s*/>.*", text) and not _FACT_OPEN.search(text)
+        return [] if empty else None
     if len(blocks) != 1:
         return None
     inner = _COMMENT.sub("", blocks[0])
@@ -97,10 +123,10 @@ def parse_facts(reply: str) -> list[str] | None:
         if match.start() != position:
             return None
         position = match.end()
-        fact = html.unescape(match.group(1)).strip()
+        fact = html.unescape(match.group(2)).strip()
         if not fact or "<fact" in fact or "</fact" in fact:
             return None
-        facts.append(" ".join(fact.split()))
+        facts.append((" ".join(fact.split()), _topics(match.group(1))))
     if inner[position:].strip():
         return None
     return facts
@@ -252,17 +278,18 @@ class FactBlock(MemoryBlock):
             )
         except ProviderError as error:
             return f"{error.kind}: {error.message}"
-        facts = parse_facts(reply)
+        facts = parse_fact_topics(reply)
         if facts is None:
             return f"malformed reply: {reply.strip()[:200]!r}"
         longterm.add_facts(
             ctx.store,
             self.name,
             key,
-            facts,
+            [text for text, _ in facts],
             session_id=ctx.session_id,
             flush_id=ctx.flush_id,
             message_ids=[m.id for m in batch if m.id is not None],
+            topics=[topics for _, topics in facts],
         )
         self.condense(ctx.store, key, ctx.flush_id)
         return None
@@ -274,14 +301,16 @@ class FactBlock(MemoryBlock):
         facts = longterm.list_facts(store, self.name, scope_key)
         if self.llm is None or len(facts) <= self.max_facts:
             return False
-        prompt = CONDENSE_PROMPT.format(max_facts=self.max_facts, existing=self._render(facts))
+        existing = self._render(facts, topics=True)
+        prompt = CONDENSE_PROMPT.format(max_facts=self.max_facts, existing=existing)
         try:
             reply = complete(self.llm, [{"role": "user", "content": prompt}])
         except ProviderError:
             return False
-        condensed = parse_facts(reply)
-        if not condensed or len(condensed) > self.max_facts:
+        parsed = parse_fact_topics(reply)
+        if not parsed or len(parsed) > self.max_facts:
             return False
+        condensed = [t for t, _ in parsed]
         keep = {longterm.normalize_fact(t) for t in condensed}
         have = {longterm.normalize_fact(f.text) for f in facts}
         with store.transaction():
@@ -292,18 +321,25 @@ class FactBlock(MemoryBlock):
                 store,
                 self.name,
                 scope_key,
-                [t for t in condensed if longterm.normalize_fact(t) not in have],
+                [t for t, _ in parsed if longterm.normalize_fact(t) not in have],
                 origin="condensed",
                 action="condensed",
                 flush_id=flush_id,
+                topics=[topics for t, topics in parsed if longterm.normalize_fact(t) not in have],
             )
         return True
 
     # -- the context ------------------------------------------------------------------------------
 
     @staticmethod
-    def _render(facts: Sequence[longterm.Fact]) -> str:
-        return "\n".join(f"<fact>{f.text}</fact>" for f in facts)
+    def _render(facts: Sequence[longterm.Fact], topics: bool = False) -> str:
+        """`<fact>` lines; with `topics`, each with its topics attribute (for the condense prompt)."""
+        return "\n".join(
+            f'<fact topics="{html.escape(", ".join(f.topics))}">{f.text}</fact>'
+            if topics and f.topics
+            else f"<fact>{f.text}</fact>"
+            for f in facts
+        )
 
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
         self._tokenizer = ctx.tokenizer

@@ -173,7 +173,8 @@ class Commands:
             if isinstance(block, FactBlock):
                 key = block.key_for(chat.mem.session_id, chat.user_id)
                 for fact in longterm.list_facts(chat.store, block.name, key):
-                    lines.append(f"[{block.name}] #{fact.id} {fact.text}")
+                    topics = f" ({', '.join(fact.topics)})" if fact.topics else ""
+                    lines.append(f"[{block.name}] #{fact.id} {fact.text}{topics}")
         if not lines:
             # Custom blocks may render <fact> lines too.
             ready = chat.context()

@@ -26,6 +26,14 @@ Block = Annotated[
     str | None,
     typer.Option("--block", metavar="NAME", help="The fact block (default: the first configured)."),
 ]
+Topics = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--topic",
+        metavar="TOPIC",
+        help="A topic of the fact (repeatable; lowercased, commas separate topics).",
+    ),
+]
 
 
 def _scope(ctx: typer.Context, user: str | None, session: str | None) -> tuple[Any, Any, str]:
@@ -53,6 +61,7 @@ def _fact_record(f: Any) -> dict[str, Any]:
         "id": f.id,
         "block": f.block,
         "text": f.text,
+        "topics": f.topics,
         "origin": f.origin,
         "session": f.session_id,
         "flush_id": f.flush_id,
@@ -69,8 +78,19 @@ def _show(facts: list[Any], json_: bool) -> None:
         return
     output.table(
         None,
-        ["id", "block", "fact", "origin", "session", "updated"],
-        [(f.id, f.block, f.text, f.origin, f.session_id, f.updated_at.astimezone()) for f in facts],
+        ["id", "block", "fact", "topics", "origin", "session", "updated"],
+        [
+            (
+                f.id,
+                f.block,
+                f.text,
+                ", ".join(f.topics),
+                f.origin,
+                f.session_id,
+                f.updated_at.astimezone(),
+            )
+            for f in facts
+        ],
     )
 
 
@@ -82,18 +102,21 @@ def facts_command(
     block: Annotated[
         str | None, typer.Option("--block", metavar="NAME", help="Only this block's facts.")
     ] = None,
+    topic: Annotated[
+        str | None, typer.Option("--topic", metavar="TOPIC", help="Only the facts of this topic.")
+    ] = None,
     json_: common.Json = False,
 ) -> None:
     """List the facts of a user (or of a session-scoped block), oldest first.
 
-    Example: memcli facts --user alice
+    Examples: memcli facts --user alice; memcli facts --topic food --json
     """
     if ctx.invoked_subcommand is not None:
         return
     from memcli.store import longterm
 
     _, store, key = _scope(ctx, user, session)
-    facts = longterm.list_facts(store, block, key)
+    facts = longterm.list_facts(store, block, key, topic=topic)
     if not facts:
         output.info("No facts.")
     _show(facts, json_)
@@ -106,11 +129,12 @@ def add_command(
     user: common.User = None,
     session: Session = None,
     block: Block = None,
+    topic: Topics = None,
     json_: common.Json = False,
 ) -> None:
     """Add a fact by hand (a duplicate, ignoring case and spaces, is not added).
 
-    Example: memcli facts add "Ana is vegetarian" --user ana
+    Example: memcli facts add "Ana is vegetarian" --user ana --topic food --topic health
     """
     from memcli.errors import UsageError
     from memcli.store import longterm
@@ -120,7 +144,12 @@ def add_command(
     if not text.strip():
         raise UsageError("the fact is empty", "Give the fact's text")
     added = longterm.add_facts(
-        store, _block_name(s, store, block, session), key, [text], origin="manual"
+        store,
+        _block_name(s, store, block, session),
+        key,
+        [text],
+        origin="manual",
+        topics=[topic or []],
     )
     if not added:
         output.info("Already known; nothing added.")
@@ -191,11 +220,20 @@ def edit_command(
     ],
     text: Annotated[str, typer.Argument(help="Its new text.", metavar="TEXT")],
     user: common.User = None,
+    topic: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--topic",
+            metavar="TOPIC",
+            help="Replace the fact's topics with these (repeatable; default: keep them).",
+        ),
+    ] = None,
     json_: common.Json = False,
 ) -> None:
-    """Change a fact's text; the old text stays in its history. With --user, only that user's.
+    """Change a fact's text (and with --topic its topics); the old text stays in its history.
+    With --user, only that user's.
 
-    Example: memcli facts edit 12 "Ana lives in Lisbon"
+    Example: memcli facts edit 12 "Ana lives in Lisbon" --topic home
     """
     from memcli.errors import UsageError
     from memcli.store import longterm
@@ -206,7 +244,7 @@ def edit_command(
     _live(s, store, fact_id)
     if not text.strip():
         raise UsageError("the fact is empty", "Give the new text, or use `memcli facts rm`")
-    changed = longterm.edit_fact(store, fact_id, text)
+    changed = longterm.edit_fact(store, fact_id, text, topics=topic)
     assert changed is not None
     output.info(f"Edited fact {fact_id}.")
     _show([changed[1]], json_)

@@ -97,14 +97,17 @@ def build_server(tools: AgentTools) -> Any:
         return tool_call(lambda: tools.search(query, k=k, session=session, mode=mode))  # type: ignore[no-any-return]
 
     @server.tool()
-    def list_facts(block: str | None = None) -> list[dict[str, Any]]:
-        """The facts long-term memory holds about the user, oldest first (with their ids)."""
-        return tool_call(lambda: tools.list_facts(block))  # type: ignore[no-any-return]
+    def list_facts(block: str | None = None, topic: str | None = None) -> list[dict[str, Any]]:
+        """The facts long-term memory holds about the user, oldest first (with their ids and
+        topics); with `topic`, only the facts of that topic."""
+        return tool_call(lambda: tools.list_facts(block, topic))  # type: ignore[no-any-return]
 
     @server.tool()
-    def add_fact(text: str, block: str | None = None) -> dict[str, Any]:
-        """Remember a fact about the user (a duplicate is not added twice)."""
-        return tool_call(lambda: tools.add_fact(text, block))  # type: ignore[no-any-return]
+    def add_fact(
+        text: str, block: str | None = None, topics: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Remember a fact about the user, with its topics (a duplicate is not added twice)."""
+        return tool_call(lambda: tools.add_fact(text, block, topics))  # type: ignore[no-any-return]
 
     @server.tool()
     def update_fact(fact_id: int, text: str) -> dict[str, Any]:

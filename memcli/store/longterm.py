@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -186,6 +186,7 @@ class Fact:
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None = None
+    topics: list[str] = field(default_factory=list)  # normalised, sorted
 
 
 @dataclass(frozen=True)
@@ -206,9 +207,30 @@ def normalize_fact(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+#: The longest topic kept; a longer one is taken for a malformed reply and dropped.
+MAX_TOPIC_CHARS = 60
+
+
+def normalize_topics(topics: Sequence[str] | str | None) -> list[str]:
+    """Topics as stored: each split at commas, lowercased, white space trimmed and collapsed;
+    empty ones and ones over MAX_TOPIC_CHARS dropped; no duplicates; sorted."""
+    if topics is None:
+        return []
+    if isinstance(topics, str):
+        topics = [topics]
+    found = set()
+    for value in topics:
+        for part in str(value).split(","):
+            topic = " ".join(part.split()).lower()
+            if topic and len(topic) <= MAX_TOPIC_CHARS:
+                found.add(topic)
+    return sorted(found)
+
+
 _FACT_COLUMNS = (
     "id, block, scope_key, text, origin, session_id, flush_id, message_ids, created_at,"
-    " updated_at, deleted_at"
+    " updated_at, deleted_at,"
+    " (SELECT json_group_array(topic) FROM fact_topics WHERE fact_id = facts.id)"
 )
 
 
@@ -225,16 +247,31 @@ def _fact(row: Sequence[Any]) -> Fact:
         created_at=parse_time(row[8]),
         updated_at=parse_time(row[9]),
         deleted_at=parse_time(row[10]) if row[10] else None,
+        topics=sorted(json.loads(row[11])) if row[11] else [],
     )
 
 
-def list_facts(store: SQLStore, block: str | None, scope_key: str) -> list[Fact]:
-    """The live facts of a scope (of one block, or of every block), oldest first."""
+def _set_topics(store: SQLStore, fact_id: int, topics: Sequence[str]) -> None:
+    store.execute("DELETE FROM fact_topics WHERE fact_id = ?", (fact_id,))
+    store.executemany(
+        "INSERT INTO fact_topics (fact_id, topic) VALUES (?, ?)",
+        [(fact_id, t) for t in normalize_topics(topics)],
+    )
+
+
+def list_facts(
+    store: SQLStore, block: str | None, scope_key: str, topic: str | None = None
+) -> list[Fact]:
+    """The live facts of a scope (of one block, or of every block; of one topic, normalised as
+    stored, or of any), oldest first."""
     sql = f"SELECT {_FACT_COLUMNS} FROM facts WHERE scope_key = ? AND deleted_at IS NULL"
     params: tuple[Any, ...] = (scope_key,)
     if block is not None:
         sql += " AND block = ?"
         params += (block,)
+    if topic is not None:
+        sql += " AND id IN (SELECT fact_id FROM fact_topics WHERE topic = ?)"
+        params += (" ".join(topic.split()).lower(),)
     return [_fact(row) for row in store.execute(sql + " ORDER BY id", params)]
 
 
@@ -275,13 +312,17 @@ def add_facts(
     session_id: str | None = None,
     flush_id: int | None = None,
     message_ids: Sequence[int] = (),
+    topics: Sequence[Sequence[str]] | None = None,
 ) -> list[Fact]:
-    """Store the facts that are not already there (compared normalised); return those added."""
+    """Store the facts that are not already there (compared normalised); return those added.
+    `topics`, when given, holds each text's topics (in the order of `texts`)."""
     stamp = _now()
     added = []
+    if topics is not None and len(topics) != len(texts):
+        raise ValueError("topics must give one list of topics per text")
     with store.transaction():
         known = {normalize_fact(f.text) for f in list_facts(store, block, scope_key)}
-        for text in texts:
+        for i, text in enumerate(texts):
             text = text.strip()
             norm = normalize_fact(text)
             if not norm or norm in known:
@@ -306,14 +347,19 @@ def add_facts(
             fact_id = cursor.lastrowid
             assert fact_id is not None
             _history(store, fact_id, block, scope_key, action, text, None, flush_id, stamp)
+            if topics is not None:
+                _set_topics(store, fact_id, topics[i])
             fact = get_fact(store, fact_id)
             assert fact is not None
             added.append(fact)
     return added
 
 
-def edit_fact(store: SQLStore, fact_id: int, text: str) -> tuple[Fact, Fact] | None:
-    """Change a fact's text; return (before, after), or None when there is no live fact of that id."""
+def edit_fact(
+    store: SQLStore, fact_id: int, text: str, topics: Sequence[str] | None = None
+) -> tuple[Fact, Fact] | None:
+    """Change a fact's text (and its topics, when given; else they stay); return (before, after),
+    or None when there is no live fact of that id."""
     before = get_fact(store, fact_id)
     if before is None or before.deleted_at is not None:
         return None
@@ -334,6 +380,8 @@ def edit_fact(store: SQLStore, fact_id: int, text: str) -> tuple[Fact, Fact] | N
             None,
             stamp,
         )
+        if topics is not None:
+            _set_topics(store, fact_id, topics)
     after = get_fact(store, fact_id)
     assert after is not None
     return before, after

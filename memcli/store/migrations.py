@@ -277,6 +277,20 @@ def _migration_15(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_16(conn: sqlite3.Connection) -> None:
+    """Topics on facts: one row per (fact, topic), topics normalised (lowercase, trimmed); the
+    primary key serves reading a fact's topics, the second index listing the facts of a topic.
+    Facts are only ever marked deleted, so their topics stay with their history."""
+    conn.execute(
+        'CREATE TABLE "fact_topics" (\n'
+        '   "fact_id" INTEGER NOT NULL,\n'
+        '   "topic" TEXT NOT NULL,\n'
+        '   PRIMARY KEY ("fact_id", "topic")\n'
+        ") WITHOUT ROWID"
+    )
+    conn.execute('CREATE INDEX "fact_topics_topic"\n    ON "fact_topics" ("topic", "fact_id")')
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -287,6 +301,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (13, _migration_13),
     (14, _migration_14),
     (15, _migration_15),
+    (16, _migration_16),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -129,3 +129,10 @@ CREATE TABLE "block_definitions" (
    "updated_at" TEXT NOT NULL
 );
 CREATE TRIGGER "block_definitions_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM block_definitions WHERE session_id = old.id; END;
+CREATE TABLE "fact_topics" (
+   "fact_id" INTEGER NOT NULL,
+   "topic" TEXT NOT NULL,
+   PRIMARY KEY ("fact_id", "topic")
+) WITHOUT ROWID;
+CREATE INDEX "fact_topics_topic"
+    ON "fact_topics" ("topic", "fact_id");

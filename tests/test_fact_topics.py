@@ -1,0 +1,124 @@
+"""Topics on facts: asked of the LLM at extraction (over HTTP to the loopback server), stored
+normalised, listed and filtered by `memcli facts --topic`, set by hand, kept by edits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
+from test_blocks_facts import facts_memory, turn
+
+from memcli import SQLiteStore
+from memcli.blocks.facts import EXTRACT_PROMPT, parse_fact_topics, parse_facts
+from memcli.store import longterm
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (
+            '<facts><fact topics="Food, health , food">Ana is vegetarian</fact></facts>',
+            [("Ana is vegetarian", ["food", "health"])],
+        ),
+        ("<facts><fact>No topics</fact></facts>", [("No topics", [])]),
+        ("<facts><fact topics=''>Empty</fact></facts>", [("Empty", [])]),
+        ("<facts><fact topics='work'>Single quotes</fact></facts>", [("Single quotes", ["work"])]),
+        # Malformed topics are dropped, the fact kept.
+        ("<facts><fact topics=food>Unquoted</fact></facts>", [("Unquoted", [])]),
+        ('<facts><fact topic="food">Wrong name</fact></facts>', [("Wrong name", [])]),
+        ('<facts><fact topics="a" x="1">Two attributes</fact></facts>', [("Two attributes", [])]),
+        ('<facts><fact topics="a > b">Angle</fact></facts>', [("Angle", ["a > b"])]),
+        (f'<facts><fact topics="{"x" * 61}, ok">Long</fact></facts>', [("Long", ["ok"])]),
+        # The facts themselves are as strict as before.
+        ('<facts><fact topics="a"></fact></facts>', None),
+        ('<facts><factoid topics="a">A</factoid></facts>', None),
+    ],
+)
+def test_parse_fact_topics(reply: str, expected) -> None:
+    assert parse_fact_topics(reply) == expected
+    assert parse_facts(reply) == (None if expected is None else [t for t, _ in expected])
+
+
+def test_extraction_asks_for_topics_and_stores_them(llm, tmp_path: Path) -> None:
+    llm.script(
+        {
+            "content": '<facts><fact topics="Food,  Health">Ana is vegetarian</fact>'
+            "<fact>Ana has a dog named Rex</fact>"
+            "<fact topics=pets>Rex is three</fact></facts>"
+        }
+    )
+    memory = facts_memory(llm, tmp_path / "m.db")
+    turn(memory, "I am vegetarian and my dog Rex is three")
+    turn(memory, "and I like tea")
+    assert 'topics="' in EXTRACT_PROMPT
+    assert 'topics="' in llm.requests[0]["messages"][0]["content"]
+    stored = longterm.list_facts(memory.store, "extracted_info", "user:ana")
+    assert [(f.text, f.topics) for f in stored] == [
+        ("Ana is vegetarian", ["food", "health"]),
+        ("Ana has a dog named Rex", []),
+        ("Rex is three", []),  # malformed topics: the fact kept, the batch done
+    ]
+    food = longterm.list_facts(memory.store, None, "user:ana", topic=" FOOD ")
+    assert [f.text for f in food] == ["Ana is vegetarian"]
+    assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == []
+    # The context the model sees is unchanged: <fact> lines.
+    assert "<fact>Ana is vegetarian</fact>" in memory.context().memory_text
+
+
+def test_condense_keeps_the_topics_it_is_given(llm, tmp_path: Path) -> None:
+    llm.script(
+        {"content": '<facts><fact topics="food">F1</fact><fact>F2</fact></facts>'},
+        {"content": "<facts><fact>F3</fact><fact>F4</fact></facts>"},
+        {
+            "content": '<facts><fact topics="food">F1</fact><fact topics="x">F3 and F4</fact></facts>'
+        },
+    )
+    memory = facts_memory(llm, tmp_path / "m.db", max_facts=3)
+    for text in ("one", "two", "three"):
+        turn(memory, text)
+    condense_prompt = llm.requests[2]["messages"][0]["content"]
+    assert (
+        '<fact topics="food">F1</fact>' in condense_prompt and "<fact>F2</fact>" in condense_prompt
+    )
+    stored = longterm.list_facts(memory.store, "extracted_info", "user:ana")
+    assert [(f.text, f.topics) for f in stored] == [("F1", ["food"]), ("F3 and F4", ["x"])]
+
+
+def test_edit_keeps_topics_unless_given(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    [fact] = longterm.add_facts(store, "facts", "user:ana", ["A"], topics=[["Food", "food "]])
+    assert fact.topics == ["food"]
+    assert longterm.edit_fact(store, fact.id, "B")[1].topics == ["food"]  # type: ignore[index]
+    after = longterm.edit_fact(store, fact.id, "C", topics=["Work, Home"])[1]  # type: ignore[index]
+    assert after.topics == ["home", "work"]
+    assert longterm.list_facts(store, None, "user:ana", topic="food") == []
+    assert longterm.edit_fact(store, fact.id, "D", topics=[])[1].topics == []  # type: ignore[index]
+    with pytest.raises(ValueError, match="one list of topics per text"):
+        longterm.add_facts(store, "facts", "user:ana", ["E", "F"], topics=[["a"]])
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_cli_facts_topics_add_list_filter_edit() -> None:
+    run = memcli("facts", "add", "Ana is vegetarian", "--topic", "Food", "--topic", "health")
+    assert run.code == 0, run.stderr
+    assert memcli("facts", "add", "Ana lives in Porto", "--topic", "home").code == 0
+    assert memcli("facts", "add", "Ana likes tea").code == 0  # no topics: still a fact
+
+    listed = memcli("facts", "--json").records()
+    assert [(f["text"], f["topics"]) for f in listed] == [
+        ("Ana is vegetarian", ["food", "health"]),
+        ("Ana lives in Porto", ["home"]),
+        ("Ana likes tea", []),
+    ]
+    run = memcli("facts", "--topic", "FOOD", "--json")
+    assert run.code == 0 and [f["text"] for f in run.records()] == ["Ana is vegetarian"]
+    run = memcli("facts", "--topic", "travel")
+    assert run.code == 0 and "No facts." in run.stderr
+
+    first = listed[0]["id"]
+    run = memcli("facts", "edit", str(first), "Ana is vegan", "--json")
+    assert run.code == 0 and run.records()[0]["topics"] == ["food", "health"]
+    run = memcli("facts", "edit", str(first), "Ana is vegan", "--topic", "diet", "--json")
+    assert run.code == 0 and run.records()[0]["topics"] == ["diet"]
+    assert memcli("facts", "--topic", "food", "--json").records() == []
