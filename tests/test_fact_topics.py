@@ -122,3 +122,26 @@ def test_cli_facts_topics_add_list_filter_edit() -> None:
     run = memcli("facts", "edit", str(first), "Ana is vegan", "--topic", "diet", "--json")
     assert run.code == 0 and run.records()[0]["topics"] == ["diet"]
     assert memcli("facts", "--topic", "food", "--json").records() == []
+
+
+def test_chat_facts_command_shows_topics(tmp_path, llm) -> None:
+    from test_chat import make_chat, play
+
+    from memcli import FactBlock
+    from memcli.chat import Commands
+    from memcli.flush import Budget
+
+    llm.script(
+        {
+            "content": '<facts><fact topics="home">The user lives in Porto</fact>'
+            "<fact>The user has a cat</fact></facts>"
+        }
+    )
+    facts = FactBlock(model="openai/test", api_base=llm.api_base, timeout=5)
+    chat = make_chat(tmp_path, blocks=[facts], budget_for=lambda info: Budget(20, 0.5, 5))
+    for text in ("I live in Porto with my cat", "I work nights", "I like tea", "and cake"):
+        play(chat.send(text))
+    lines = Commands(chat).run("/facts").text.splitlines()
+    assert lines[0].startswith("[extracted_info] #")
+    assert lines[0].endswith("The user lives in Porto (home)")
+    assert lines[1].endswith("The user has a cat")
