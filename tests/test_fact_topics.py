@@ -145,3 +145,22 @@ def test_chat_facts_command_shows_topics(tmp_path, llm) -> None:
     assert lines[0].startswith("[extracted_info] #")
     assert lines[0].endswith("The user lives in Porto (home)")
     assert lines[1].endswith("The user has a cat")
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_cli_facts_search_limited_to_a_topic() -> None:
+    assert memcli("facts", "add", "Ana drinks green tea", "--topic", "food").code == 0
+    assert memcli("facts", "add", "Ana's tea shop is in Porto", "--topic", "work").code == 0
+    assert memcli("facts", "add", "Ana likes coffee", "--topic", "food").code == 0
+
+    def found(*args: str) -> list[str]:
+        run = memcli("facts", "search", *args, "--json")
+        assert run.code == 0, run.stderr
+        return [f["text"] for f in run.records()]
+
+    assert found("TEA") == ["Ana drinks green tea", "Ana's tea shop is in Porto"]
+    assert found("tea", "--topic", "Food") == ["Ana drinks green tea"]
+    assert found("tea porto") == ["Ana's tea shop is in Porto"]
+    assert found("tea", "--topic", "travel") == []
+    run = memcli("facts", "search", "  ")
+    assert run.code == 2 and "the query is empty" in run.stderr

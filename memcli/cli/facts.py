@@ -9,7 +9,8 @@ import typer
 from memcli.cli import common, output
 
 app = typer.Typer(
-    help="The facts long-term memory holds about a user: list, add, edit, rm, history, extract.",
+    help="The facts long-term memory holds about a user: list, search, add, edit, rm, history,"
+    " extract.",
     invoke_without_command=True,
     rich_markup_mode=None,
 )
@@ -156,6 +157,39 @@ def add_command(
         return
     output.info(f"Added fact {added[0].id}.")
     _show(added, json_)
+
+
+@app.command("search")
+def search_command(
+    ctx: typer.Context,
+    query: Annotated[
+        str, typer.Argument(help="The words every fact found holds.", metavar="QUERY")
+    ],
+    user: common.User = None,
+    session: Session = None,
+    block: Annotated[
+        str | None, typer.Option("--block", metavar="NAME", help="Only this block's facts.")
+    ] = None,
+    topic: Annotated[
+        str | None, typer.Option("--topic", metavar="TOPIC", help="Only the facts of this topic.")
+    ] = None,
+    json_: common.Json = False,
+) -> None:
+    """The facts whose text holds every word of QUERY (ignoring case), oldest first; with
+    --topic, only that topic's. (`memcli search` searches the messages.)
+
+    Example: memcli facts search "tea" --topic food
+    """
+    from memcli.errors import UsageError
+    from memcli.store import longterm
+
+    if not query.split():
+        raise UsageError("the query is empty", "Give the words to look for")
+    _, store, key = _scope(ctx, user, session)
+    facts = longterm.find_facts(store, block, key, query, topic=topic)
+    if not facts:
+        output.info("No matches.")
+    _show(facts, json_)
 
 
 def _check_text(text: str) -> None:

@@ -275,6 +275,18 @@ def list_facts(
     return [_fact(row) for row in store.execute(sql + " ORDER BY id", params)]
 
 
+def find_facts(
+    store: SQLStore, block: str | None, scope_key: str, query: str, topic: str | None = None
+) -> list[Fact]:
+    """The live facts of a scope (and topic) whose text holds every word of `query`, ignoring
+    case (as grep would: a word may be part of a longer one), oldest first; none for no words."""
+    words = query.casefold().split()
+    if not words:
+        return []
+    facts = list_facts(store, block, scope_key, topic)
+    return [f for f in facts if all(w in f.text.casefold() for w in words)]
+
+
 def get_fact(store: SQLStore, fact_id: int) -> Fact | None:
     """The fact of that id (deleted or not), or None; None too for an id SQLite cannot hold."""
     if not -(2**63) <= fact_id < 2**63:
