@@ -20,6 +20,7 @@ from memcli.ranking import SearchOptions
 from memcli.retrieval import Retriever
 from memcli.store import retrieval as sql
 from memcli.store.base import NewMessage
+from memcli.store.migrations import MIGRATIONS
 from memcli.store.sqlite import SQLiteStore
 
 CHAT = [
@@ -192,9 +193,19 @@ def test_migration_14_deletes_duplicate_vectors_and_makes_them_impossible(tmp_pa
         "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
         " SELECT message_id, piece, model, dim, vector FROM retrieval_vectors"
     )
-    # Back to the schema before 14 (and the later migrations, which run again after it).
-    conn.execute("DROP TRIGGER block_definitions_gone")
-    conn.execute("DROP TABLE block_definitions")
+    # Back to the schema before 14: what the later migrations made goes (they run again after it).
+    before = sqlite3.connect(":memory:")
+    for version, migrate in MIGRATIONS:
+        if version < 14:
+            migrate(before)
+    kept = {row[0] for row in before.execute("SELECT name FROM sqlite_master")}
+    later = conn.execute(
+        "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'trigger')"
+        " AND name NOT LIKE 'sqlite_%' AND name != 'migrations'"
+    ).fetchall()
+    for kind, name in later:
+        if name not in kept:
+            conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
     conn.execute("DELETE FROM migrations WHERE version >= 14")
     conn.close()
     store = SQLiteStore(db)
