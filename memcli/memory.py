@@ -444,17 +444,20 @@ class Memory:
 
     def context(self, input: str | Message | None = None) -> Context:
         """Assemble what `get()` returns, with each block's content and what truncation cut."""
-        history, tokens = self._history(wait=True)
-        return self._assemble(history, tokens, input)
+        got = self._history(wait=True)
+        return got if isinstance(got, Context) else self._assemble(*got, input)
 
-    def _history(self, wait: bool) -> tuple[list[Message], int]:
-        """The active messages and their tokens, as of now (reread if the session changed)."""
+    def _history(self, wait: bool) -> Context | tuple[list[Message], int]:
+        """The active messages and their tokens, as of now (reread if the session changed); with
+        no blocks, the context itself (it is those messages)."""
         if not self._lock.acquire(blocking=wait):
             raise _WouldWait
         try:
             self._sync(messages=True)
             assert self._messages is not None
-            # A copy: puts extend the list held. (Message is frozen.)
+            # A copy, made under the lock: puts extend the list held. (Message is frozen.)
+            if not self.memory_blocks:
+                return Context(list(self._messages), [], self._window_tokens, "")
             return list(self._messages), self._window_tokens
         finally:
             self._lock.release()
@@ -527,7 +530,10 @@ class Memory:
     ) -> list[list[Flush]]:
         """`put_calls`, for asyncio."""
         normal = [[_as_message(m) for m in call] for call in calls]
-        out = await _now_or_in_thread(self._store_calls, normal, None)
+        try:  # (not through _now_or_in_thread: a coroutine less per call)
+            out = self._store_calls(normal, None, wait=False)
+        except _WouldWait:
+            out = await asyncio.to_thread(self._store_calls, normal, None, True)
         flushes = [f for call_flushes in out for f in call_flushes]
         if feed_blocks and self.memory_blocks and flushes:
             await asyncio.to_thread(self.feed_blocks_many, flushes)
@@ -539,15 +545,28 @@ class Memory:
 
     async def aget(self, input: str | Message | None = None) -> list[Message]:
         """`get`, for asyncio."""
-        return (await self.acontext(input)).messages
+        try:  # (the fast path of acontext, a coroutine less per call)
+            got = self._history(wait=False)
+        except _WouldWait:
+            got = await asyncio.to_thread(self._history, True)
+        if isinstance(got, Context):
+            return got.messages
+        return (await self._ablocks(got, input)).messages
 
     async def acontext(self, input: str | Message | None = None) -> Context:
         """`context`, for asyncio: blocks that do more than return fixed text (facts, vectors,
         your own) are asked in a worker thread."""
-        history, tokens = await _now_or_in_thread(self._history)
+        got = await _now_or_in_thread(self._history)
+        if isinstance(got, Context):
+            return got
+        return await self._ablocks(got, input)
+
+    async def _ablocks(
+        self, history: tuple[list[Message], int], input: str | Message | None
+    ) -> Context:
         if any(not isinstance(b, StaticBlock) for b in self.memory_blocks):
-            return await asyncio.to_thread(self._assemble, history, tokens, input)
-        return self._assemble(history, tokens, input)
+            return await asyncio.to_thread(self._assemble, *history, input)
+        return self._assemble(*history, input)
 
     async def aget_all(self, status: str | None = None) -> list[Message]:
         """`get_all`, for asyncio."""

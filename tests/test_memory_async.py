@@ -4,6 +4,7 @@ and blocks' slow work kept off the event loop."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -248,3 +249,35 @@ def test_fact_block_over_the_loopback_llm_through_aput_messages(llm, tmp_path: P
     assert facts[0].flush_id == flushes[0].id  # type: ignore[attr-defined]
     assert "my dog is Rex" in llm.requests[0]["messages"][-1]["content"]
     assert "<fact>Ana has a dog named Rex</fact>" in text
+
+
+def test_a_put_waiting_for_another_process_does_not_block_the_loop(tmp_path: Path) -> None:
+    """Another connection (as another process would) holds the write lock: `aput` waits for it
+    in a worker thread, while a task on the loop goes on and, meanwhile, lets the lock go."""
+    db = tmp_path / "m.db"
+    memory = small(SQLiteStore(db))
+    memory.put_messages(turns(2))
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    events: list[str] = []
+
+    async def releaser() -> None:
+        await asyncio.sleep(0)  # let the put start first
+        events.append("loop ran")
+        # Reading goes on while the put waits (WAL; and the waiting thread lets the store go).
+        assert await memory.aget()
+        events.append("read")
+        other.execute("COMMIT")
+
+    async def put() -> None:
+        await memory.aput(Message("user", "after the other writer"))
+        events.append("put")
+
+    async def run() -> None:
+        await asyncio.wait_for(asyncio.gather(put(), releaser()), PATIENCE_S)
+
+    asyncio.run(run())
+    other.close()
+    assert events == ["loop ran", "read", "put"]
+    assert memory.get_all()[-1].content == "after the other writer"
+    check_invariants(memory.store, memory)  # type: ignore[arg-type]

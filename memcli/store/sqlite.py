@@ -85,9 +85,8 @@ class SQLiteStore:
 
     Readers never wait for writers (WAL). A file that cannot be written (it, or its directory,
     is read-only) is opened read-only, and only reading works. Writers take turns: a write
-    transaction waits for the lock (busy timeout, then retries with a jittered, growing pause)
-    up to WRITE_WAIT_S. A file SQLite reports damaged (any statement; and `PRAGMA quick_check`
-    before a store's first write, for files up to QUICK_CHECK_BYTES) raises StoreDamaged and is
+    transaction waits for the lock (retries after a jittered, growing pause) up to WRITE_WAIT_S.
+    A file SQLite reports damaged (any statement; and `PRAGMA quick_check` before a store's first write, for files up to QUICK_CHECK_BYTES) raises StoreDamaged and is
     never written to again through this store; `check()` says what is wrong.
 
     Threads may share a store: `lock` (reentrant) is held by a transaction for its whole length
@@ -125,6 +124,12 @@ class SQLiteStore:
         self.conn = conn
         #: Held by a transaction from start to end, and by each statement outside one.
         self.lock = threading.RLock()
+        self._turn = threading.Condition(self.lock)  # (never notified: a pause without the lock)
+        #: The connection's busy timeout now: a write transaction starts with it at 0 (a write
+        #: that waits does so in `_begin_waiting`, without the store's lock) and leaves it so (two
+        #: PRAGMAs per write would cost ~5%); a statement outside a transaction that meets a lock
+        #: meanwhile (in WAL mode reads hardly ever do) sets it back before running again.
+        self._busy_ms = BUSY_TIMEOUT_MS
         self._depth = 0
         #: Counts outermost transactions: a cache made inside one is good until it ends.
         self.txn_serial = 0
@@ -138,6 +143,7 @@ class SQLiteStore:
         self._next_id: int | None = None
         self._txn_stamp: str | None = None
         self._migrate()
+        self._set_busy_timeout(BUSY_TIMEOUT_MS)  # (a migration's write set it to 0)
 
     @property
     def where(self) -> str:
@@ -242,15 +248,14 @@ class SQLiteStore:
         if wait:
             self._begin_waiting()
         else:
-            self.conn.execute("PRAGMA busy_timeout = 0")
+            if self.path is not None:  # (no other process can hold an in-memory database)
+                self._set_busy_timeout(0)
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 if _is_busy(exc):
                     raise StoreBusy(f"another process is writing to {self.where}") from None
                 raise self._error(exc, f"cannot write to {self.where}") from None
-            finally:
-                self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._depth = 1
         self.txn_serial += 1
         if not self._write_checked:
@@ -268,10 +273,14 @@ class SQLiteStore:
             return False
 
     def _begin_waiting(self) -> None:
-        """BEGIN IMMEDIATE; while another process holds the lock (past the busy timeout), again
-        after a growing, jittered pause, until WRITE_WAIT_S have gone by."""
+        """BEGIN IMMEDIATE; while another process holds the lock, again after a growing, jittered
+        pause, until WRITE_WAIT_S have gone by. The store's lock is given back during each pause
+        (not held through SQLite's busy timeout): this process's other threads go on reading,
+        and writing if the lock becomes theirs first, while this one waits."""
+        if self.path is not None:  # (no other process can hold an in-memory database)
+            self._set_busy_timeout(0)
         deadline = time.monotonic() + WRITE_WAIT_S
-        pause = 0.05
+        pause = 0.001
         while True:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
@@ -285,10 +294,16 @@ class SQLiteStore:
                         f"cannot write to {self.where}: {exc}",
                         f"Another process held it for over {WRITE_WAIT_S:.0f} s; try again",
                     ) from None
-                time.sleep(min(left, pause * random.uniform(0.5, 1.5)))
-                pause = min(pause * 2, 2.0)
+                # Waits with the lock released (all its levels), then takes it again.
+                self._turn.wait(min(left, pause * random.uniform(0.5, 1.5)))
+                pause = min(pause * 2, 0.1)
             except sqlite3.Error as exc:
                 raise self._error(exc, f"cannot write to {self.where}") from None
+
+    def _set_busy_timeout(self, ms: int) -> None:
+        if self._busy_ms != ms:
+            self.conn.execute(f"PRAGMA busy_timeout = {ms}")
+            self._busy_ms = ms
 
     def _check_before_writing(self) -> None:
         """Before the first write through this store: `PRAGMA quick_check` of a file up to
@@ -391,7 +406,20 @@ class SQLiteStore:
             try:
                 return self.conn.execute(sql, params)
             except sqlite3.Error as exc:
+                if not self._waits_again(exc):
+                    raise self._error(exc, f"database error in {self.where}") from None
+            try:
+                return self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
                 raise self._error(exc, f"database error in {self.where}") from None
+
+    def _waits_again(self, exc: sqlite3.Error) -> bool:
+        """Whether a statement outside a transaction met a lock while the busy timeout was 0 (left
+        so by a write that did not wait): then the timeout is back, to run it again."""
+        if self._busy_ms == BUSY_TIMEOUT_MS or self._depth or not _is_busy(exc):
+            return False
+        self._set_busy_timeout(BUSY_TIMEOUT_MS)
+        return True
 
     def _rows(self, cursor: sqlite3.Cursor) -> list[Any]:
         """The rest of a cursor's rows (an error reading them becomes StoreError, as in execute)."""
@@ -416,11 +444,16 @@ class SQLiteStore:
 
     def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """Run one statement, leaving buffered inserts buffered."""
-        try:
-            with self.lock:
+        with self.lock:
+            try:
                 return self.conn.execute(sql, params)
-        except sqlite3.Error as exc:
-            raise self._error(exc, f"database error in {self.where}") from None
+            except sqlite3.Error as exc:
+                if not self._waits_again(exc):
+                    raise self._error(exc, f"database error in {self.where}") from None
+            try:
+                return self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:
         """Run one statement for each row (after any buffered inserts)."""
@@ -428,6 +461,8 @@ class SQLiteStore:
             if self._buffer:
                 self._write_buffer()
             try:
+                if not self._depth:  # (its rows may be an iterator: not run twice)
+                    self._set_busy_timeout(BUSY_TIMEOUT_MS)
                 return self.conn.executemany(sql, rows)
             except sqlite3.Error as exc:
                 raise self._error(exc, f"database error in {self.where}") from None
@@ -833,6 +868,7 @@ class SQLiteStore:
         if self._depth:
             raise StoreError("check inside a write transaction", "A bug in memcli")
         try:
+            self._set_busy_timeout(BUSY_TIMEOUT_MS)
             self.conn.execute("BEGIN")
         except sqlite3.Error as exc:
             return [Problem("integrity", f"the database cannot be read: {exc}")]
@@ -856,6 +892,7 @@ class SQLiteStore:
             copy = sqlite3.connect(str(temporary), isolation_level=None)
             try:
                 with self.lock:  # no other thread's transaction half done in the copy
+                    self._set_busy_timeout(BUSY_TIMEOUT_MS)
                     self.conn.backup(copy)  # all pages in one step: one snapshot
                 copy.execute("PRAGMA journal_mode = DELETE")
                 problems = check_database(copy)
