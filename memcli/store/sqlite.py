@@ -86,8 +86,9 @@ class SQLiteStore:
     Readers never wait for writers (WAL). A file that cannot be written (it, or its directory,
     is read-only) is opened read-only, and only reading works. Writers take turns: a write
     transaction waits for the lock (retries after a jittered, growing pause) up to WRITE_WAIT_S.
-    A file SQLite reports damaged (any statement; and `PRAGMA quick_check` before a store's first write, for files up to QUICK_CHECK_BYTES) raises StoreDamaged and is
-    never written to again through this store; `check()` says what is wrong.
+    A file SQLite reports damaged (any statement; and `PRAGMA quick_check` before a store's
+    first write, for files up to QUICK_CHECK_BYTES) raises StoreDamaged and is never written to
+    again through this store; `check()` says what is wrong.
 
     Threads may share a store: `lock` (reentrant) is held by a transaction for its whole length
     and by each read outside one, so that one thread's statements never run inside another
