@@ -107,6 +107,8 @@ class Memory:
             )
         self.session_id = session_id or new_session_id()
         self._lock: threading.RLock = getattr(store, "lock", None) or threading.RLock()
+        # One feed at a time: tasks putting at once hand their flushes to the blocks in turn.
+        self._feeding = threading.Lock()
         info = store.get_session(self.session_id)
         if info is None:
             self.budget = budget or Budget()
@@ -425,7 +427,8 @@ class Memory:
         batches = [
             FlushedBatch(f.id, self.session_id, self.user_id, list(f.messages)) for f in flushes
         ]
-        return feed(self.store, self.memory_blocks, batches, self.tokenizer, progress)
+        with self._feeding:
+            return feed(self.store, self.memory_blocks, batches, self.tokenizer, progress)
 
     def block_context(self, flush_id: int | None = None) -> BlockContext:
         return BlockContext(self.session_id, self.user_id, self.store, self.tokenizer, flush_id)

@@ -281,3 +281,46 @@ def test_a_put_waiting_for_another_process_does_not_block_the_loop(tmp_path: Pat
     assert events == ["loop ran", "read", "put"]
     assert memory.get_all()[-1].content == "after the other writer"
     check_invariants(memory.store, memory)  # type: ignore[arg-type]
+
+
+class OverlapBlock(MemoryBlock):
+    """Records whether a second batch came in while one was being processed (each put waits a
+    while for that to happen: it cannot, when feeds take turns)."""
+
+    name = "overlap"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = 0
+        self.overlapped = threading.Event()
+        self.batches = 0
+        self.guard = threading.Lock()
+
+    def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
+        with self.guard:
+            self.inside += 1
+            self.batches += 1
+            if self.inside > 1:
+                self.overlapped.set()
+        self.overlapped.wait(0.2)  # long enough for a concurrent feed to come in, were there one
+        with self.guard:
+            self.inside -= 1
+
+    def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
+        return ""
+
+
+def test_tasks_putting_into_one_memory_feed_its_blocks_in_turn() -> None:
+    block = OverlapBlock()
+    memory = small(SQLiteStore(), blocks=[block])
+
+    async def writer(i: int) -> None:
+        for m in turns(3, f"t{i}"):
+            await memory.aput(m)
+
+    async def run() -> None:
+        await asyncio.gather(*(writer(i) for i in range(8)))
+
+    asyncio.run(run())
+    assert block.batches >= 2 and not block.overlapped.is_set()
+    assert len(memory.get_all()) == 48
