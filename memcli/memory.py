@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import uuid
 from dataclasses import dataclass, field, replace
 from os import PathLike
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
-from memcli.errors import UsageError
+from memcli.blocks.static import StaticBlock
+from memcli.errors import StoreBusy, UsageError
 from memcli.flush import Budget, plan_flush, truncation_order
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
@@ -17,6 +20,10 @@ from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages, message_
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
+    from contextlib import AbstractContextManager
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
     from pathlib import Path
 
     from memcli.blocks.feed import FeedResult
@@ -63,8 +70,17 @@ class Context:
     memory_text: str = ""
 
 
+class _WouldWait(Exception):  # noqa: N818 (a signal, not an error)
+    """Doing this now would wait for another thread (or process) using the store."""
+
+
 class Memory:
-    """Short-term memory for one session, with long-term blocks, persisted in a store."""
+    """Short-term memory for one session, with long-term blocks, persisted in a store.
+
+    Every method has an async twin with an `a` prefix (`aput`, `aget`, ...), as in LlamaIndex.
+    Threads and tasks may share a Memory, and a store among Memories: the window this object
+    holds changes only under `_lock` (the store's own lock when it has one, so that one lock
+    orders both)."""
 
     def __init__(
         self,
@@ -90,6 +106,9 @@ class Memory:
                 "Give each block its own name",
             )
         self.session_id = session_id or new_session_id()
+        self._lock: threading.RLock = getattr(store, "lock", None) or threading.RLock()
+        # One feed at a time: tasks putting at once hand their flushes to the blocks in turn.
+        self._feeding = threading.Lock()
         info = store.get_session(self.session_id)
         if info is None:
             self.budget = budget or Budget()
@@ -215,8 +234,9 @@ class Memory:
         self._txn_serial = -1
 
     def active_tokens(self) -> int:
-        self._sync()
-        return self._window_tokens
+        with self._lock:
+            self._sync()
+            return self._window_tokens
 
     def count_tokens(self, message: Message) -> int:
         return message_tokens(message, self.tokenizer)
@@ -244,30 +264,47 @@ class Memory:
         One transaction, tokens counted and rows written in bulk: the fast path for imports.
         Returns each call's flushes; `progress(n)` is told how many messages each call put.
         """
-        calls = [[_as_message(m) for m in call] for call in calls]
-        messages = [m for call in calls for m in call]
-        if not messages:
-            return [[] for _ in calls]
-        try:
-            out = self._put(calls, messages, progress)
-        except BaseException:
-            self._forget()  # the store rolled back what this object already holds
-            raise
+        normal = [[_as_message(m) for m in call] for call in calls]
+        out = self._store_calls(normal, progress, wait=True)
         flushes = [f for call_flushes in out for f in call_flushes]
         if feed_blocks and self.memory_blocks and flushes:
             self.feed_blocks_many(flushes)
         return out
+
+    def _store_calls(
+        self,
+        calls: list[list[Message]],
+        progress: Callable[[int], None] | None,
+        wait: bool,
+    ) -> list[list[Flush]]:
+        """The store part of `put_calls`. With `wait=False`, raise _WouldWait (having done
+        nothing) where it would have to wait for another thread or process."""
+        messages = [m for call in calls for m in call]
+        if not messages:
+            return [[] for _ in calls]
+        if not self._lock.acquire(blocking=wait):
+            raise _WouldWait
+        try:
+            return self._put(calls, messages, progress, wait)
+        except _WouldWait:
+            raise
+        except BaseException:
+            self._forget()  # the store rolled back what this object already holds
+            raise
+        finally:
+            self._lock.release()
 
     def _put(
         self,
         calls: Sequence[Sequence[Message]],
         messages: list[Message],
         progress: Callable[[int], None] | None,
+        wait: bool = True,
     ) -> list[list[Flush]]:
         """Store the calls' messages in one transaction, flushing after each call (having checked
         first, once per transaction, whether another process wrote since the window was read)."""
         out: list[list[Flush]] = []
-        with self.store.transaction():
+        with _transaction(self.store, wait):
             nested = self.store.transaction_depth > 1
             if self._txn_serial != self.store.txn_serial:
                 self._sync()
@@ -299,7 +336,7 @@ class Memory:
     def flush_now(self) -> list[Flush]:
         """Flush one batch now, whatever the budget (the newest complete turn still stays)."""
         try:
-            with self.store.transaction():
+            with self._lock, self.store.transaction():
                 nested = self.store.transaction_depth > 1
                 self._sync()
                 flushes = self._flush(threshold=0, max_batches=1)
@@ -318,7 +355,7 @@ class Memory:
         budget changes: opening it with another budget is an error."""
         old = self.budget
         try:
-            with self.store.transaction():
+            with self._lock, self.store.transaction():
                 nested = self.store.transaction_depth > 1
                 self._sync()
                 self.store.update_session_budget(
@@ -390,7 +427,8 @@ class Memory:
         batches = [
             FlushedBatch(f.id, self.session_id, self.user_id, list(f.messages)) for f in flushes
         ]
-        return feed(self.store, self.memory_blocks, batches, self.tokenizer, progress)
+        with self._feeding:
+            return feed(self.store, self.memory_blocks, batches, self.tokenizer, progress)
 
     def block_context(self, flush_id: int | None = None) -> BlockContext:
         return BlockContext(self.session_id, self.user_id, self.store, self.tokenizer, flush_id)
@@ -409,36 +447,181 @@ class Memory:
 
     def context(self, input: str | Message | None = None) -> Context:
         """Assemble what `get()` returns, with each block's content and what truncation cut."""
-        self._sync(messages=True)
-        assert self._messages is not None
+        got = self._history(wait=True)
+        return got if isinstance(got, Context) else self._assemble(*got, input)
+
+    def _history(self, wait: bool) -> Context | tuple[list[Message], int]:
+        """The active messages and their tokens, as of now (reread if the session changed); with
+        no blocks, the context itself (it is those messages)."""
+        if not self._lock.acquire(blocking=wait):
+            raise _WouldWait
+        try:
+            self._sync(messages=True)
+            assert self._messages is not None
+            # A copy, made under the lock: puts extend the list held. (Message is frozen.)
+            if not self.memory_blocks:
+                return Context(list(self._messages), [], self._window_tokens, "")
+            return list(self._messages), self._window_tokens
+        finally:
+            self._lock.release()
+
+    def _assemble(
+        self, history: list[Message], tokens: int, input: str | Message | None
+    ) -> Context:
         return assemble(
             self.memory_blocks,
-            self._messages,  # assemble returns new lists; Message is frozen
+            history,
             input,
             self.block_context(),
             self.budget.token_limit,
             self.insert_method,
-            history_tokens=self._window_tokens,  # the same sum, kept as puts and flushes go
+            history_tokens=tokens,  # the same sum, kept as puts and flushes go
         )
 
     # -- writing ----------------------------------------------------------------------------------
 
     def set(self, messages: Sequence[Message]) -> None:
         """Replace the active window with these messages; archived history is kept. No flush."""
-        messages = [_as_message(m) for m in messages]
-        with self.store.transaction():
+        self._set([_as_message(m) for m in messages], wait=True)
+
+    def _set(self, messages: list[Message], wait: bool) -> None:
+        tokens = count_messages(messages, self.tokenizer)
+        rows = [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
+
+        def replace_window() -> None:
             self.store.delete_active(self.session_id)
-            tokens = count_messages(messages, self.tokenizer)
-            self.store.append_messages(
-                self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
-            )
-        self._forget()
+            self.store.append_messages(self.session_id, rows)
+
+        self._write(replace_window, wait)
 
     def reset(self) -> int:
         """Delete the session's messages (active and archived); return how many. Blocks keep theirs."""
-        count = self.store.delete_messages(self.session_id)
-        self._forget()
-        return count
+        return self._write(self._delete_messages, wait=True)
+
+    def _delete_messages(self) -> int:
+        return self.store.delete_messages(self.session_id)
+
+    def _write(self, change: Callable[[], T], wait: bool) -> T:
+        """Run `change` in one transaction under the lock; the window is read again after."""
+        if not self._lock.acquire(blocking=wait):
+            raise _WouldWait
+        try:
+            with _transaction(self.store, wait):
+                return change()
+        finally:
+            self._forget()
+            self._lock.release()
+
+    # -- async ------------------------------------------------------------------------------------
+    # What touches only the store runs on the event loop: it takes microseconds, and it never
+    # waits there; when it would (another thread holds the store, another process the write lock)
+    # it runs in a worker thread instead. Blocks' work (an LLM, an embedding model) always runs in
+    # a worker thread, so that the loop goes on.
+
+    async def aput(self, message: Message) -> list[Flush]:
+        """`put`, for asyncio."""
+        return (await self.aput_calls([[message]]))[0]
+
+    async def aput_messages(
+        self, messages: Sequence[Message], *, feed_blocks: bool = True
+    ) -> list[Flush]:
+        """`put_messages`, for asyncio."""
+        return (await self.aput_calls([messages], feed_blocks=feed_blocks))[0]
+
+    async def aput_calls(
+        self, calls: Sequence[Sequence[Message]], *, feed_blocks: bool = True
+    ) -> list[list[Flush]]:
+        """`put_calls`, for asyncio."""
+        normal = [[_as_message(m) for m in call] for call in calls]
+        try:  # (not through _now_or_in_thread: a coroutine less per call)
+            out = self._store_calls(normal, None, wait=False)
+        except _WouldWait:
+            out = await asyncio.to_thread(self._store_calls, normal, None, True)
+        flushes = [f for call_flushes in out for f in call_flushes]
+        if feed_blocks and self.memory_blocks and flushes:
+            await asyncio.to_thread(self.feed_blocks_many, flushes)
+        return out
+
+    async def aflush_now(self) -> list[Flush]:
+        """`flush_now`, for asyncio (in a worker thread: it is rare, and may feed the blocks)."""
+        return await asyncio.to_thread(self.flush_now)
+
+    async def aget(self, input: str | Message | None = None) -> list[Message]:
+        """`get`, for asyncio."""
+        try:  # (the fast path of acontext, a coroutine less per call)
+            got = self._history(wait=False)
+        except _WouldWait:
+            got = await asyncio.to_thread(self._history, True)
+        if isinstance(got, Context):
+            return got.messages
+        return (await self._ablocks(got, input)).messages
+
+    async def acontext(self, input: str | Message | None = None) -> Context:
+        """`context`, for asyncio: blocks that do more than return fixed text (facts, vectors,
+        your own) are asked in a worker thread."""
+        got = await _now_or_in_thread(self._history)
+        if isinstance(got, Context):
+            return got
+        return await self._ablocks(got, input)
+
+    async def _ablocks(
+        self, history: tuple[list[Message], int], input: str | Message | None
+    ) -> Context:
+        if any(not isinstance(b, StaticBlock) for b in self.memory_blocks):
+            return await asyncio.to_thread(self._assemble, *history, input)
+        return self._assemble(*history, input)
+
+    async def aget_all(self, status: str | None = None) -> list[Message]:
+        """`get_all`, for asyncio."""
+        return await _now_or_in_thread(self._get_all, status)
+
+    def _get_all(self, status: str | None, wait: bool) -> list[Message]:
+        if not self._lock.acquire(blocking=wait):
+            raise _WouldWait
+        try:
+            return self.get_all(status)
+        finally:
+            self._lock.release()
+
+    async def aset(self, messages: Sequence[Message]) -> None:
+        """`set`, for asyncio."""
+        await _now_or_in_thread(self._set, [_as_message(m) for m in messages])
+
+    async def areset(self) -> int:
+        """`reset`, for asyncio."""
+        return await _now_or_in_thread(self._write, self._delete_messages)
+
+
+async def _now_or_in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args, wait=False)` here, or `fn(*args, wait=True)` in a worker thread when that
+    raised _WouldWait (it would have waited for another thread or process)."""
+    try:
+        return fn(*args, wait=False)
+    except _WouldWait:
+        pass
+    return await asyncio.to_thread(fn, *args, True)
+
+
+class _Begin:
+    """`store.transaction(wait=False)` that raises _WouldWait where it would wait (StoreBusy)."""
+
+    __slots__ = ("transaction",)
+
+    def __init__(self, store: Store) -> None:
+        self.transaction = store.transaction(wait=False)
+
+    def __enter__(self) -> None:
+        try:
+            self.transaction.__enter__()
+        except StoreBusy:
+            raise _WouldWait from None
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self.transaction.__exit__(*exc)
+
+
+def _transaction(store: Store, wait: bool) -> AbstractContextManager[None]:
+    return store.transaction() if wait else _Begin(store)
 
 
 def stored_budget(info: SessionInfo) -> Budget:

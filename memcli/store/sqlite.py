@@ -6,6 +6,7 @@ import json
 import os
 import random
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -59,10 +60,20 @@ class _Transaction:
         self.wait = wait
 
     def __enter__(self) -> None:
-        self.store._begin(self.wait)
+        store = self.store
+        if not store.lock.acquire(blocking=self.wait):
+            raise StoreBusy(f"another thread is writing to {store.where}")
+        try:
+            store._begin(self.wait)
+        except BaseException:
+            store.lock.release()
+            raise
 
     def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        self.store._finish(failed=kind is not None)
+        try:
+            self.store._finish(failed=kind is not None)
+        finally:
+            self.store.lock.release()
 
 
 class SQLiteStore:
@@ -74,10 +85,15 @@ class SQLiteStore:
 
     Readers never wait for writers (WAL). A file that cannot be written (it, or its directory,
     is read-only) is opened read-only, and only reading works. Writers take turns: a write
-    transaction waits for the lock (busy timeout, then retries with a jittered, growing pause)
-    up to WRITE_WAIT_S. A file SQLite reports damaged (any statement; and `PRAGMA quick_check`
-    before a store's first write, for files up to QUICK_CHECK_BYTES) raises StoreDamaged and is
-    never written to again through this store; `check()` says what is wrong.
+    transaction waits for the lock (retries after a jittered, growing pause) up to WRITE_WAIT_S.
+    A file SQLite reports damaged (any statement; and `PRAGMA quick_check` before a store's
+    first write, for files up to QUICK_CHECK_BYTES) raises StoreDamaged and is never written to
+    again through this store; `check()` says what is wrong.
+
+    Threads may share a store: `lock` (reentrant) is held by a transaction for its whole length
+    and by each read outside one, so that one thread's statements never run inside another
+    thread's transaction. (`read_messages` holds it until its iterator is used up or closed:
+    read that iterator in the thread that asked for it.)
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
@@ -107,6 +123,14 @@ class SQLiteStore:
                 "Check the path and its permissions (--db or MEMCLI_DB)",
             ) from None
         self.conn = conn
+        #: Held by a transaction from start to end, and by each statement outside one.
+        self.lock = threading.RLock()
+        self._turn = threading.Condition(self.lock)  # (never notified: a pause without the lock)
+        #: The connection's busy timeout now: a write transaction starts with it at 0 (a write
+        #: that waits does so in `_begin_waiting`, without the store's lock) and leaves it so (two
+        #: PRAGMAs per write would cost ~5%); a statement outside a transaction that meets a lock
+        #: meanwhile (in WAL mode reads hardly ever do) sets it back before running again.
+        self._busy_ms = BUSY_TIMEOUT_MS
         self._depth = 0
         #: Counts outermost transactions: a cache made inside one is good until it ends.
         self.txn_serial = 0
@@ -120,6 +144,7 @@ class SQLiteStore:
         self._next_id: int | None = None
         self._txn_stamp: str | None = None
         self._migrate()
+        self._set_busy_timeout(BUSY_TIMEOUT_MS)  # (a migration's write set it to 0)
 
     @property
     def where(self) -> str:
@@ -224,15 +249,14 @@ class SQLiteStore:
         if wait:
             self._begin_waiting()
         else:
-            self.conn.execute("PRAGMA busy_timeout = 0")
+            if self.path is not None:  # (no other process can hold an in-memory database)
+                self._set_busy_timeout(0)
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 if _is_busy(exc):
                     raise StoreBusy(f"another process is writing to {self.where}") from None
                 raise self._error(exc, f"cannot write to {self.where}") from None
-            finally:
-                self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         self._depth = 1
         self.txn_serial += 1
         if not self._write_checked:
@@ -250,10 +274,14 @@ class SQLiteStore:
             return False
 
     def _begin_waiting(self) -> None:
-        """BEGIN IMMEDIATE; while another process holds the lock (past the busy timeout), again
-        after a growing, jittered pause, until WRITE_WAIT_S have gone by."""
+        """BEGIN IMMEDIATE; while another process holds the lock, again after a growing, jittered
+        pause, until WRITE_WAIT_S have gone by. The store's lock is given back during each pause
+        (not held through SQLite's busy timeout): this process's other threads go on reading,
+        and writing if the lock becomes theirs first, while this one waits."""
+        if self.path is not None:  # (no other process can hold an in-memory database)
+            self._set_busy_timeout(0)
         deadline = time.monotonic() + WRITE_WAIT_S
-        pause = 0.05
+        pause = 0.001
         while True:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
@@ -267,10 +295,16 @@ class SQLiteStore:
                         f"cannot write to {self.where}: {exc}",
                         f"Another process held it for over {WRITE_WAIT_S:.0f} s; try again",
                     ) from None
-                time.sleep(min(left, pause * random.uniform(0.5, 1.5)))
-                pause = min(pause * 2, 2.0)
+                # Waits with the lock released (all its levels), then takes it again.
+                self._turn.wait(min(left, pause * random.uniform(0.5, 1.5)))
+                pause = min(pause * 2, 0.1)
             except sqlite3.Error as exc:
                 raise self._error(exc, f"cannot write to {self.where}") from None
+
+    def _set_busy_timeout(self, ms: int) -> None:
+        if self._busy_ms != ms:
+            self.conn.execute(f"PRAGMA busy_timeout = {ms}")
+            self._busy_ms = ms
 
     def _check_before_writing(self) -> None:
         """Before the first write through this store: `PRAGMA quick_check` of a file up to
@@ -367,35 +401,72 @@ class SQLiteStore:
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         """Run one statement (after any buffered inserts), turning sqlite errors into StoreError."""
-        if self._buffer:
-            self._write_buffer()
-        try:
-            return self.conn.execute(sql, params)
-        except sqlite3.Error as exc:
-            raise self._error(exc, f"database error in {self.where}") from None
+        with self.lock:
+            if self._buffer:
+                self._write_buffer()
+            try:
+                return self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                if not self._waits_again(exc):
+                    raise self._error(exc, f"database error in {self.where}") from None
+            try:
+                return self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
+
+    def _waits_again(self, exc: sqlite3.Error) -> bool:
+        """Whether a statement outside a transaction met a lock while the busy timeout was 0 (left
+        so by a write that did not wait): then the timeout is back, to run it again."""
+        if self._busy_ms == BUSY_TIMEOUT_MS or self._depth or not _is_busy(exc):
+            return False
+        self._set_busy_timeout(BUSY_TIMEOUT_MS)
+        return True
 
     def _rows(self, cursor: sqlite3.Cursor) -> list[Any]:
         """The rest of a cursor's rows (an error reading them becomes StoreError, as in execute)."""
-        try:
-            return cursor.fetchall()
-        except sqlite3.Error as exc:
-            raise self._error(exc, f"database error in {self.where}") from None
+        with self.lock:
+            try:
+                return cursor.fetchall()
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
+
+    def _query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        """All the rows of one statement, read while no other thread's transaction runs."""
+        with self.lock:
+            return self._rows(self.execute(sql, params))
+
+    def _query_one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        """The first row of one statement (or None), as `_query`."""
+        with self.lock:
+            try:
+                return self.execute(sql, params).fetchone()
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
 
     def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """Run one statement, leaving buffered inserts buffered."""
-        try:
-            return self.conn.execute(sql, params)
-        except sqlite3.Error as exc:
-            raise self._error(exc, f"database error in {self.where}") from None
+        with self.lock:
+            try:
+                return self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                if not self._waits_again(exc):
+                    raise self._error(exc, f"database error in {self.where}") from None
+            try:
+                return self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:
         """Run one statement for each row (after any buffered inserts)."""
-        if self._buffer:
-            self._write_buffer()
-        try:
-            return self.conn.executemany(sql, rows)
-        except sqlite3.Error as exc:
-            raise self._error(exc, f"database error in {self.where}") from None
+        with self.lock:
+            if self._buffer:
+                self._write_buffer()
+            try:
+                if not self._depth:  # (its rows may be an iterator: not run twice)
+                    self._set_busy_timeout(BUSY_TIMEOUT_MS)
+                return self.conn.executemany(sql, rows)
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
 
     def _for_ids(
         self, sql: str, ids: Sequence[Any], params: Sequence[Any]
@@ -409,11 +480,13 @@ class SQLiteStore:
     ) -> list[tuple[Any, ...]]:
         """The rows `sql` selects for many ids: it runs once per chunk of ids, its `{ids}` made the
         chunk's placeholders, bound after `params` (`... WHERE session_id = ? AND id IN ({ids})`)."""
-        return [row for cursor in self._for_ids(sql, ids, params) for row in self._rows(cursor)]
+        with self.lock:
+            return [row for cursor in self._for_ids(sql, ids, params) for row in self._rows(cursor)]
 
     def execute_for_ids(self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()) -> int:
         """Change rows by many ids (as `rows_for_ids` reads them); return how many changed."""
-        return sum(cursor.rowcount for cursor in self._for_ids(sql, ids, params))
+        with self.lock:
+            return sum(cursor.rowcount for cursor in self._for_ids(sql, ids, params))
 
     def close(self) -> None:
         self.conn.close()
@@ -441,10 +514,11 @@ class SQLiteStore:
     )
 
     def get_session(self, session_id: str) -> SessionInfo | None:
-        self._apply_touches()
-        row = self.execute(
-            f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
+        with self.lock:
+            self._apply_touches()
+            row = self._query_one(
+                f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+            )
         return self._session(row) if row else None
 
     def create_session(
@@ -471,14 +545,16 @@ class SQLiteStore:
             )
 
     def list_sessions(self, user_id: str | None = None) -> list[SessionInfo]:
-        self._apply_touches()
         sql = f"SELECT {self._SESSION_COLUMNS} FROM sessions"
         params: tuple[Any, ...] = ()
         if user_id is not None:
             sql += " WHERE user_id = ?"
             params = (user_id,)
         sql += " ORDER BY updated_at DESC, id"
-        return [self._session(row) for row in self._rows(self.execute(sql, params))]
+        with self.lock:
+            self._apply_touches()
+            rows = self._query(sql, params)
+        return [self._session(row) for row in rows]
 
     def delete_session(self, session_id: str) -> int:
         with self.transaction():
@@ -487,8 +563,9 @@ class SQLiteStore:
         return count
 
     def session_version(self, session_id: str) -> int:
-        self._apply_touches()
-        row = self.execute("SELECT version FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        with self.lock:
+            self._apply_touches()
+            row = self._query_one("SELECT version FROM sessions WHERE id = ?", (session_id,))
         return row[0] if row else -1
 
     def _touch(self, session_id: str, **deltas: int) -> None:
@@ -558,12 +635,12 @@ class SQLiteStore:
         return ids
 
     def active_window(self, session_id: str) -> list[WindowEntry]:
-        rows = self.execute(
+        rows = self._query(
             "SELECT id, role, tokens FROM messages WHERE session_id = ? AND status = 'active'"
             " ORDER BY seq",
             (session_id,),
         )
-        return [WindowEntry(*row) for row in self._rows(rows)]
+        return [WindowEntry(*row) for row in rows]
 
     #: The columns `message_from_row` reads, in its order.
     MESSAGE_COLUMNS = (
@@ -587,28 +664,39 @@ class SQLiteStore:
         )
 
     def iter_messages(self, session_id: str, status: str | None = None) -> Iterator[Message]:
-        sql = f"SELECT {self.MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
-        params: tuple[Any, ...] = (session_id,)
+        # Page by seq, each page one statement read whole under the lock: no cursor stays open
+        # across a yield, where another thread's transaction could run on this connection.
+        sql = f"SELECT {self.MESSAGE_COLUMNS}, seq FROM messages WHERE session_id = ? AND seq > ?"
         if status is not None:
             sql += " AND status = ?"
-            params += (status,)
-        sql += " ORDER BY seq"
-        rows = self.execute(sql, params)
+        sql += " ORDER BY seq LIMIT 256"
+        last = -1
         while True:
-            try:
-                batch = rows.fetchmany(256)
-            except sqlite3.Error as exc:
-                raise self._error(exc, f"cannot read session {session_id!r}") from None
+            params: tuple[Any, ...] = (session_id, last)
+            if status is not None:
+                params += (status,)
+            with self.lock:
+                try:
+                    batch = self.execute(sql, params).fetchall()
+                except sqlite3.Error as exc:
+                    raise self._error(exc, f"cannot read session {session_id!r}") from None
             if not batch:
                 return
             for row in batch:
                 yield self.message_from_row(row)
+            last = batch[-1][-1]
 
     def get_messages(
         self, session_id: str, status: str | None = None, ids: Sequence[int] | None = None
     ) -> list[Message]:
         if ids is None:
-            return list(self.iter_messages(session_id, status))
+            sql = f"SELECT {self.MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
+            params: tuple[Any, ...] = (session_id,)
+            if status is not None:
+                sql += " AND status = ?"
+                params += (status,)
+            rows = self._query(sql + " ORDER BY seq", params)
+            return [self.message_from_row(row) for row in rows]
         # A session's ids grow with its seq: chunks of sorted ids come out in order.
         rows = self.rows_for_ids(
             f"SELECT {self.MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
@@ -705,7 +793,7 @@ class SQLiteStore:
         return count
 
     def list_flushes(self, session_id: str) -> list[FlushRecord]:
-        rows = self.execute(
+        rows = self._query(
             "SELECT id, session_id, created_at, messages, tokens, first_message_id,"
             " last_message_id, reason FROM flushes WHERE session_id = ? ORDER BY id",
             (session_id,),
@@ -721,7 +809,7 @@ class SQLiteStore:
                 last_message_id=r[6],
                 reason=r[7] or "",
             )
-            for r in self._rows(rows)
+            for r in rows
         ]
 
     # -- whole reads, checks, backups -------------------------------------------------------------
@@ -730,15 +818,21 @@ class SQLiteStore:
         """A session's messages in order, as `iter_messages`, from one snapshot, every one read
         once before the first is given: a database that cannot be read whole raises StoreError
         here, before a caller has written anything (what an export needs). Memory stays flat: the
-        rows are read twice, not kept."""
-        if self._depth:
-            raise StoreError("read_messages inside a write transaction", "A bug in memcli")
-        self._execute_now("BEGIN")  # a read snapshot: a writer meanwhile changes neither pass
+        rows are read twice, not kept. The store's lock is held until the iterator ends (or is
+        closed): no other thread's statement runs inside the snapshot."""
+        self.lock.acquire()
         try:
-            for _ in self._checked_messages(session_id, status):
-                pass
+            if self._depth:
+                raise StoreError("read_messages inside a write transaction", "A bug in memcli")
+            self._execute_now("BEGIN")  # a read snapshot: a writer meanwhile changes neither pass
+            try:
+                for _ in self._checked_messages(session_id, status):
+                    pass
+            except BaseException:
+                self._quiet_rollback()
+                raise
         except BaseException:
-            self._quiet_rollback()
+            self.lock.release()
             raise
         return self._snapshot_messages(session_id, status)
 
@@ -747,6 +841,7 @@ class SQLiteStore:
             yield from self._checked_messages(session_id, status)
         finally:
             self._quiet_rollback()  # ends the read snapshot
+            self.lock.release()
 
     def _checked_messages(self, session_id: str, status: str | None) -> Iterator[Message]:
         rows = self.iter_messages(session_id, status)
@@ -767,9 +862,14 @@ class SQLiteStore:
     def check(self) -> list[Problem]:
         """What is wrong with the database: SQLite's integrity check and memcli's own (counters,
         flush ids, vectors against messages); empty when it is sound. Reads one snapshot."""
+        with self.lock:
+            return self._check()
+
+    def _check(self) -> list[Problem]:
         if self._depth:
             raise StoreError("check inside a write transaction", "A bug in memcli")
         try:
+            self._set_busy_timeout(BUSY_TIMEOUT_MS)
             self.conn.execute("BEGIN")
         except sqlite3.Error as exc:
             return [Problem("integrity", f"the database cannot be read: {exc}")]
@@ -792,7 +892,9 @@ class SQLiteStore:
             target.parent.mkdir(parents=True, exist_ok=True)  # `backup ~/backups/x.db` just works
             copy = sqlite3.connect(str(temporary), isolation_level=None)
             try:
-                self.conn.backup(copy)  # all pages in one step: one snapshot
+                with self.lock:  # no other thread's transaction half done in the copy
+                    self._set_busy_timeout(BUSY_TIMEOUT_MS)
+                    self.conn.backup(copy)  # all pages in one step: one snapshot
                 copy.execute("PRAGMA journal_mode = DELETE")
                 problems = check_database(copy)
             finally:
