@@ -53,11 +53,15 @@ NEEDS_MODEL = ("memcli facts extract",)
 TEXT_OUTPUT = ("memcli --show-completion", "memcli --install-completion")
 
 
-def code_blocks(lang: str) -> list[tuple[str, str]]:
-    """(section heading, block text) of every ```lang block, in order."""
+#: The Python API in detail: its examples run after the README's, in the same folder.
+PYTHON_DOC = (ROOT / "docs" / "python.md").read_text()
+
+
+def code_blocks(lang: str, text: str = README) -> list[tuple[str, str]]:
+    """(section heading, block text) of every ```lang block of `text`, in order."""
     out = []
     heading = ""
-    for match in re.finditer(rf"^(#+ [^\n]*)$|^```{lang}\n(.*?)^```$", README, re.M | re.S):
+    for match in re.finditer(rf"^(#+ [^\n]*)$|^```{lang}\n(.*?)^```$", text, re.M | re.S):
         if match.group(1):
             heading = match.group(1).lstrip("# ")
         else:
@@ -315,7 +319,7 @@ def test_links_to_docs_lead_somewhere():
 
 
 def python_blocks() -> list[tuple[str, str]]:
-    return code_blocks("python")
+    return code_blocks("python") + code_blocks("python", PYTHON_DOC)
 
 
 @pytest.fixture(scope="module")
@@ -344,7 +348,7 @@ def test_python_example(block: str, env: Env, py_dir: Path, llm: Any) -> None:
 
 def test_toml_example_is_a_config_memcli_reads(env: Env, tmp_path: Path) -> None:
     """The ```toml block (a custom block from examples/) as a config file: `blocks list` shows it."""
-    (toml,) = [b for _, b in code_blocks("toml")]
+    (toml,) = [b for _, b in code_blocks("toml") + code_blocks("toml", PYTHON_DOC)]
     config = tmp_path / "config.toml"
     config.write_text(toml)
     variables = {**env.vars, "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), str(ROOT)])}
