@@ -95,17 +95,21 @@ def _show(facts: list[Any], json_: bool) -> None:
     )
 
 
+BlockFilter = Annotated[
+    str | None, typer.Option("--block", metavar="NAME", help="Only this block's facts.")
+]
+TopicFilter = Annotated[
+    str | None, typer.Option("--topic", metavar="TOPIC", help="Only the facts of this topic.")
+]
+
+
 @app.callback()
 def facts_command(
     ctx: typer.Context,
     user: common.User = None,
     session: Session = None,
-    block: Annotated[
-        str | None, typer.Option("--block", metavar="NAME", help="Only this block's facts.")
-    ] = None,
-    topic: Annotated[
-        str | None, typer.Option("--topic", metavar="TOPIC", help="Only the facts of this topic.")
-    ] = None,
+    block: BlockFilter = None,
+    topic: TopicFilter = None,
     json_: common.Json = False,
 ) -> None:
     """List the facts of a user (or of a session-scoped block), oldest first.
@@ -167,12 +171,8 @@ def search_command(
     ],
     user: common.User = None,
     session: Session = None,
-    block: Annotated[
-        str | None, typer.Option("--block", metavar="NAME", help="Only this block's facts.")
-    ] = None,
-    topic: Annotated[
-        str | None, typer.Option("--topic", metavar="TOPIC", help="Only the facts of this topic.")
-    ] = None,
+    block: BlockFilter = None,
+    topic: TopicFilter = None,
     json_: common.Json = False,
 ) -> None:
     """The facts whose text holds every word of QUERY (ignoring case), oldest first; with

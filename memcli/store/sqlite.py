@@ -404,15 +404,7 @@ class SQLiteStore:
         with self.lock:
             if self._buffer:
                 self._write_buffer()
-            try:
-                return self.conn.execute(sql, params)
-            except sqlite3.Error as exc:
-                if not self._waits_again(exc):
-                    raise self._error(exc, f"database error in {self.where}") from None
-            try:
-                return self.conn.execute(sql, params)
-            except sqlite3.Error as exc:
-                raise self._error(exc, f"database error in {self.where}") from None
+            return self._execute_now(sql, params)
 
     def _waits_again(self, exc: sqlite3.Error) -> bool:
         """Whether a statement outside a transaction met a lock while the busy timeout was 0 (left
@@ -443,7 +435,7 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise self._error(exc, f"database error in {self.where}") from None
 
-    def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def _execute_now(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         """Run one statement, leaving buffered inserts buffered."""
         with self.lock:
             try:
