@@ -291,6 +291,30 @@ def _migration_16(conn: sqlite3.Connection) -> None:
     conn.execute('CREATE INDEX "fact_topics_topic"\n    ON "fact_topics" ("topic", "fact_id")')
 
 
+def _migration_17(conn: sqlite3.Connection) -> None:
+    """The summary block's running summaries: one row per version of a session's summary (per
+    block), with the batch it took in (its flush and first and last message ids) and its size in
+    tokens. The current summary is the highest version; gone with the session."""
+    conn.execute(
+        'CREATE TABLE "summaries" (\n'
+        '   "session_id" TEXT NOT NULL,\n'
+        '   "block" TEXT NOT NULL,\n'
+        '   "version" INTEGER NOT NULL,\n'
+        '   "text" TEXT NOT NULL,\n'
+        '   "tokens" INTEGER NOT NULL,\n'
+        '   "flush_id" INTEGER,\n'
+        '   "first_message_id" INTEGER,\n'
+        '   "last_message_id" INTEGER,\n'
+        '   "created_at" TEXT NOT NULL,\n'
+        '   PRIMARY KEY ("session_id", "block", "version")\n'
+        ")"
+    )
+    conn.execute(
+        'CREATE TRIGGER "summaries_gone" AFTER DELETE ON "sessions" BEGIN'
+        " DELETE FROM summaries WHERE session_id = old.id; END"
+    )
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -302,6 +326,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (14, _migration_14),
     (15, _migration_15),
     (16, _migration_16),
+    (17, _migration_17),
 ]
 
 LATEST = MIGRATIONS[-1][0]

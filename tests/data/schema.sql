@@ -136,3 +136,16 @@ CREATE TABLE "fact_topics" (
 ) WITHOUT ROWID;
 CREATE INDEX "fact_topics_topic"
     ON "fact_topics" ("topic", "fact_id");
+CREATE TABLE "summaries" (
+   "session_id" TEXT NOT NULL,
+   "block" TEXT NOT NULL,
+   "version" INTEGER NOT NULL,
+   "text" TEXT NOT NULL,
+   "tokens" INTEGER NOT NULL,
+   "flush_id" INTEGER,
+   "first_message_id" INTEGER,
+   "last_message_id" INTEGER,
+   "created_at" TEXT NOT NULL,
+   PRIMARY KEY ("session_id", "block", "version")
+);
+CREATE TRIGGER "summaries_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM summaries WHERE session_id = old.id; END;
