@@ -36,6 +36,7 @@ _EXPORTS = {
     "SessionNotFound": "memcli.errors",
     "StaticBlock": "memcli.blocks.static",
     "Store": "memcli.store.base",
+    "SummaryBlock": "memcli.blocks.summary",
     "StoreError": "memcli.errors",
     "TiktokenTokenizer": "memcli.tokens",
     "Tokenizer": "memcli.tokens",
@@ -70,6 +71,7 @@ __all__ = [
     "StaticBlock",
     "Store",
     "StoreError",
+    "SummaryBlock",
     "TiktokenTokenizer",
     "Tokenizer",
     "UsageError",
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
     from memcli.blocks.base import BlockContext, Deferred, MemoryBlock
     from memcli.blocks.facts import FactBlock
     from memcli.blocks.static import StaticBlock
+    from memcli.blocks.summary import SummaryBlock
     from memcli.blocks.vector import VectorBlock
     from memcli.chat.session import Chat
     from memcli.errors import (

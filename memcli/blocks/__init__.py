@@ -3,6 +3,15 @@
 from memcli.blocks.base import BlockContext, Deferred, MemoryBlock
 from memcli.blocks.facts import FactBlock
 from memcli.blocks.static import StaticBlock
+from memcli.blocks.summary import SummaryBlock
 from memcli.blocks.vector import VectorBlock
 
-__all__ = ["BlockContext", "Deferred", "FactBlock", "MemoryBlock", "StaticBlock", "VectorBlock"]
+__all__ = [
+    "BlockContext",
+    "Deferred",
+    "FactBlock",
+    "MemoryBlock",
+    "StaticBlock",
+    "SummaryBlock",
+    "VectorBlock",
+]

@@ -21,6 +21,13 @@ SCOPES = ("user", "session")
 SECRET = re.compile(r"(^|_)(api_?key|key|secret|password|passwd|token|credentials?)$", re.I)
 
 
+def conversation_text(messages: Sequence[Message]) -> str:
+    """A batch as an LLM prompt shows it: `<message role='ROLE'>TEXT</message>` lines inside
+    `<conversation>`."""
+    lines = [f"<message role='{m.role}'>{m.content}</message>" for m in messages]
+    return "<conversation>\n" + "\n".join(lines) + "\n</conversation>"
+
+
 @dataclass(frozen=True)
 class BlockContext:
     """What a block is told on each call: whose memory it is and where state lives."""

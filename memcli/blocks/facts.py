@@ -15,7 +15,7 @@ import html
 import re
 from typing import TYPE_CHECKING, Any
 
-from memcli.blocks.base import BlockContext, Deferred, MemoryBlock
+from memcli.blocks.base import BlockContext, Deferred, MemoryBlock, conversation_text
 from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
@@ -130,11 +130,6 @@ def parse_fact_topics(reply: str) -> list[tuple[str, list[str]]] | None:
     if inner[position:].strip():
         return None
     return facts
-
-
-def _conversation(messages: Sequence[Message]) -> str:
-    lines = [f"<message role='{m.role}'>{m.content}</message>" for m in messages]
-    return "<conversation>\n" + "\n".join(lines) + "\n</conversation>"
 
 
 class FactBlock(MemoryBlock):
@@ -273,7 +268,7 @@ class FactBlock(MemoryBlock):
                 self.llm,
                 [
                     {"role": "system", "content": prompt},
-                    {"role": "user", "content": _conversation(batch)},
+                    {"role": "user", "content": conversation_text(batch)},
                 ],
             )
         except ProviderError as error:

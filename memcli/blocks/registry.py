@@ -1,7 +1,7 @@
 """The registry of block kinds: building blocks from `[[blocks]]` tables, those of the config file
 and those a Memory recorded for its session (each block's `definition()`).
 
-Kinds: static, facts, vector, and python (`path = "package.module:ClassName"`, a MemoryBlock
+Kinds: static, facts, vector, summary, and python (`path = "package.module:ClassName"`, a MemoryBlock
 subclass whose constructor takes the table's other keys). Every key is checked; errors name the
 block and the key.
 """
@@ -45,6 +45,18 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "max_facts": (int,),
         "temperature": (int, float),
         "max_tokens": (int,),
+        "retry_pending": (int,),
+        "auto_retries": (int,),
+    },
+    "summary": {
+        "name": (str,),
+        "priority": (int,),
+        "scope": (str,),
+        "model": (str,),
+        "api_base": (str,),
+        "timeout": (int, float),
+        "max_tokens": (int,),
+        "temperature": (int, float),
         "retry_pending": (int,),
         "auto_retries": (int,),
     },
@@ -148,6 +160,7 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
     """One block from one `[[blocks]]` table."""
     from memcli.blocks.facts import FactBlock
     from memcli.blocks.static import StaticBlock
+    from memcli.blocks.summary import SummaryBlock
     from memcli.blocks.vector import VectorBlock
     from memcli.ranking import SearchOptions
 
@@ -157,8 +170,8 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
         return _python_block(where, table)
     if kind not in KINDS:
         raise ConfigError(
-            f"{where}: kind must be one of static, facts, vector, python, not {kind!r}",
-            'Set kind = "static" | "facts" | "vector" | "python"',
+            f"{where}: kind must be one of static, facts, vector, summary, python, not {kind!r}",
+            'Set kind = "static" | "facts" | "vector" | "summary" | "python"',
         )
     _check_keys(where, kind, table)
     kwargs = {k: v for k, v in table.items() if k != "kind"}
@@ -171,6 +184,14 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
         "static": StaticBlock,
         "vector": lambda **kw: VectorBlock(embedder=defaults.embedder, **kw),
         "facts": lambda **kw: FactBlock(
+            **{
+                "model": defaults.model,
+                "api_base": defaults.api_base,
+                "timeout": defaults.llm_timeout,
+                **kw,
+            }
+        ),
+        "summary": lambda **kw: SummaryBlock(
             **{
                 "model": defaults.model,
                 "api_base": defaults.api_base,

@@ -23,6 +23,7 @@ COMMANDS = (
     ("backup", "memcli.cli.backup", "backup_command", False),
     ("dump", "memcli.cli.dump", "app", True),
     ("facts", "memcli.cli.facts", "app", True),
+    ("summary", "memcli.cli.summary", "summary_command", False),
     ("blocks", "memcli.cli.blocks_cmd", "app", True),
     ("simulate", "memcli.cli.simulate", "app", True),
     ("info", "memcli.cli.info", "info_command", False),

@@ -1,0 +1,96 @@
+"""`memcli summary SESSION`: the session's running summary (the summary block's), or its history."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from memcli.cli import common, output
+
+if TYPE_CHECKING:
+    from memcli.blocks.summary import SummaryReport
+
+
+def summary_command(
+    ctx: typer.Context,
+    session: Annotated[
+        str, typer.Argument(help="The session id (see `memcli sessions`).", metavar="SESSION")
+    ],
+    history: Annotated[
+        bool, typer.Option("--history", help="Every version, oldest first, not only the current.")
+    ] = False,
+    block: Annotated[
+        str | None,
+        typer.Option("--block", metavar="NAME", help="Only this summary block's summary."),
+    ] = None,
+    json_: common.Json = False,
+) -> None:
+    """Show the session's summary, as the summary block ([[blocks]] kind = "summary") keeps it:
+    the current version with the batch it last took in, or with --history every version (time,
+    batch covered, tokens). Batches still waiting to be summarised are counted on stderr.
+
+    Example: memcli summary demo --history
+    """
+    from memcli.blocks.summary import summary_reports
+
+    s = common.settings(ctx)
+    store = common.open_store(s, must_exist=True)
+    common.require_session(store, session)
+    blocks = common.make_blocks(s, store, session=session, warn=False)
+    reports = summary_reports(store, session, blocks, block=block, history=history)
+    if output.wants_json(json_):
+        output.emit_all(r for report in reports for r in report.records(history))
+    else:
+        for report in reports:
+            _show(report, history)
+    if not any(r.current for r in reports):
+        output.info(f"No summary of session {session} yet.")
+    for report in reports:
+        if report.pending:
+            error = report.pending[-1][1]
+            output.info(
+                f"{report.block}: {output.plural(len(report.pending), 'batch')} waiting to be"
+                f" summarised{f' (last error: {error})' if error else ''}. They are retried after"
+                f" later flushes, or now with `memcli blocks backfill {session}`."
+            )
+
+
+def _show(report: SummaryReport, history: bool) -> None:
+    from rich.markup import escape
+
+    if report.current is None:
+        return
+    if history:
+        output.table(
+            f"{report.block}: {output.plural(len(report.history), 'version')}",
+            ["version", "time", "flush", "message ids", "tokens", "summary"],
+            [
+                (
+                    s.version,
+                    s.created_at.astimezone(),
+                    s.flush_id,
+                    _span(s.first_message_id, s.last_message_id),
+                    s.tokens,
+                    s.text,
+                )
+                for s in report.history
+            ],
+        )
+        return
+    s = report.current
+    console = output.out()
+    console.print(
+        f"[bold]{escape(report.block)}[/] version {s.version} · {s.created_at.astimezone():%Y-%m-%d %H:%M}"
+        f" · flush {s.flush_id} (messages {_span(s.first_message_id, s.last_message_id)})"
+        f" · {s.tokens:,} tokens",
+        markup=True,
+        highlight=False,
+    )
+    console.print(s.text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _span(first: int | None, last: int | None) -> str:
+    if first is None or last is None:
+        return ""
+    return str(first) if first == last else f"{first}–{last}"
