@@ -1,0 +1,134 @@
+"""`memcli summary SESSION`: the summary block's summary after `memcli import`, over HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers import memcli
+
+
+def write_config(tmp_path: Path, llm, extra: str = "") -> str:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 5\n\n'
+        "[memory]\ntoken_limit = 100\nchat_history_token_ratio = 0.1\ntoken_flush_size = 5\n\n"
+        f'[[blocks]]\nkind = "summary"\nmax_tokens = 50\n{extra}'
+    )
+    return str(path)
+
+
+def transcript(tmp_path: Path, turns: int) -> str:
+    path = tmp_path / "chat.jsonl"
+    lines = []
+    for i in range(turns):
+        lines.append({"role": "user", "content": f"turn {i}: I say something about myself"})
+        lines.append({"role": "assistant", "content": "Noted."})
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return str(path)
+
+
+def imported(tmp_path: Path, llm, *replies: dict, turns: int = 3) -> str:
+    config = write_config(tmp_path, llm)
+    llm.script(*replies)
+    run = memcli("--config", config, "import", transcript(tmp_path, turns), "--session", "s1")
+    assert run.code == 0, run.stderr
+    return config
+
+
+def test_summary_plain_history_and_json(llm, tmp_path: Path) -> None:
+    config = imported(
+        tmp_path,
+        llm,
+        {"content": "<summary>Ana introduced herself.</summary>"},
+        {"content": "<summary>Ana introduced herself and said more.</summary>"},
+    )
+    assert len(llm.requests) == 2
+    assert "Ana introduced herself." in llm.requests[1]["messages"][0]["content"]
+
+    run = memcli("--config", config, "summary", "s1", "--json")
+    assert run.code == 0, run.stderr
+    (record,) = run.records()
+    assert record["type"] == "summary" and record["session"] == "s1"
+    assert record["block"] == "session_summary" and record["version"] == 2
+    assert record["text"] == "Ana introduced herself and said more."
+    assert record["tokens"] == 7 and record["current"] is True
+    assert record["pending_batches"] == 0 and record["error"] is None
+    assert record["first_message_id"] <= record["last_message_id"]
+    assert record["created_at"].endswith("Z") or "+00:00" in record["created_at"]
+
+    run = memcli("--config", config, "summary", "s1", "--history", "--json")
+    assert run.code == 0, run.stderr
+    history = run.records()
+    assert [(r["version"], r["current"]) for r in history] == [(1, False), (2, True)]
+    assert history[0]["text"] == "Ana introduced herself."
+    assert history[0]["flush_id"] < history[1]["flush_id"]
+    assert history[0]["last_message_id"] < history[1]["first_message_id"]
+
+    # Without --json on a pipe: JSON Lines too. On a terminal: the text (a plain format forced).
+    assert memcli("--config", config, "summary", "s1").records() == [record]
+
+
+def test_summary_on_a_terminal(llm, tmp_path: Path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from memcli.cli import output
+    from memcli.cli.app import build_app
+
+    config = imported(tmp_path, llm, {"content": "<summary>Ana likes tea.</summary>"}, turns=2)
+    monkeypatch.setattr(output, "stdout_is_tty", lambda: True)
+    output.out.cache_clear()
+    runner = CliRunner()
+    app = build_app("summary")
+    result = runner.invoke(app, ["--config", config, "summary", "s1"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("session_summary version 1 · ")
+    assert "· 4 tokens" in lines[0] and "(messages 1–2)" in lines[0]
+    assert lines[1] == "Ana likes tea."
+    result = runner.invoke(app, ["--config", config, "summary", "s1", "--history"])
+    assert result.exit_code == 0, result.output
+    assert "session_summary: 1 version" in result.stdout
+    assert "Ana likes tea." in result.stdout and "version" in result.stdout
+
+
+def test_a_failed_reply_is_pending_and_said(llm, tmp_path: Path) -> None:
+    config = imported(
+        tmp_path,
+        llm,
+        {"content": "<summary>Ana introduced herself.</summary>"},
+        {"status": 500},
+    )
+    run = memcli("--config", config, "summary", "s1", "--json")
+    assert run.code == 0, run.stderr
+    (record,) = run.records()
+    assert record["version"] == 1 and record["text"] == "Ana introduced herself."
+    assert record["pending_batches"] == 1 and "server" in record["error"]
+    assert "1 batch waiting to be summarised" in run.stderr
+    assert "memcli blocks backfill s1" in run.stderr
+    # Backfill takes it in; the summary moves on.
+    llm.script({"content": "<summary>Ana introduced herself twice.</summary>"})
+    assert memcli("--config", config, "blocks", "backfill", "s1").code == 0
+    (record,) = memcli("--config", config, "summary", "s1", "--json").records()
+    assert (record["version"], record["pending_batches"]) == (2, 0)
+
+
+def test_no_summary_yet_and_not_found(llm, tmp_path: Path) -> None:
+    config = imported(tmp_path, llm, turns=1)  # one turn: nothing flushed
+    run = memcli("--config", config, "summary", "s1", "--json")
+    assert run.code == 0 and run.stdout == ""
+    assert "No summary of session s1 yet." in run.stderr
+    run = memcli("--config", config, "summary", "nope")
+    assert run.code == 1 and run.stdout == ""
+    assert run.stderr.startswith("Error: no session 'nope'")
+
+
+def test_a_bad_summary_option_in_the_config_exits_2(llm, tmp_path: Path) -> None:
+    imported(tmp_path, llm, turns=1)
+    path = tmp_path / "bad.toml"
+    path.write_text('[[blocks]]\nkind = "summary"\nmax_tokens = 0\n')
+    run = memcli("--config", str(path), "summary", "s1")
+    assert run.code == 2, run.stderr
+    assert "[[blocks]] #1: block 'session_summary': max_tokens must be a whole number >= 10" in (
+        run.stderr
+    )
