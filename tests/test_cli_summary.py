@@ -132,3 +132,51 @@ def test_a_bad_summary_option_in_the_config_exits_2(llm, tmp_path: Path) -> None
     assert "[[blocks]] #1: block 'session_summary': max_tokens must be a whole number >= 10" in (
         run.stderr
     )
+
+
+def test_the_chat_long_term_panel_shows_the_summary_wrapped() -> None:
+    from memcli.chat.view import BlockView, LongTerm
+    from memcli.cli.chat_panels import render_long
+
+    text = " ".join(f"Ana said thing {i}." for i in range(40))
+    block = BlockView("session_summary", 1, "SummaryBlock", tokens=200, content=text, computed=True)
+    lines = render_long(LongTerm([block], ready=True), 40, loading=False).splitlines()
+    assert lines[0].startswith("session_summary SummaryBlock · p1 · 200")
+    shown = [line.strip() for line in lines[1:]]
+    assert len(shown) == 6 and shown[0].startswith("Ana said thing 0. Ana said")
+    assert shown[-1].endswith("…") and all(len(line) <= 40 for line in lines)
+    words = " ".join(shown).replace(" …", "").split()
+    assert text.startswith(" ".join(words[:-1]))
+
+
+def test_the_chat_panel_shows_the_summary_after_the_turn_that_flushed(llm, tmp_path: Path) -> None:
+    from memcli import SQLiteStore, SummaryBlock
+    from memcli.chat import Chat
+    from memcli.chat.view import panels
+    from memcli.cli.chat_panels import render_long
+    from memcli.flush import Budget
+    from memcli.llm import LLMConfig
+
+    def reply(body: dict) -> dict:
+        if "running summary" in body["messages"][0]["content"]:
+            n = sum("running summary" in r["messages"][0]["content"] for r in llm.requests)
+            return {"content": f"<summary>Summary number {n}.</summary>"}
+        return {"content": "Sure, noted that for you."}
+
+    llm.script(*[reply] * 20)
+    block = SummaryBlock(model="openai/test", api_base=llm.api_base, timeout=5)
+    chat = Chat(
+        SQLiteStore(tmp_path / "chat.db"),
+        blocks=[block],
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=5),
+        budget_for=lambda info: Budget(20, 0.5, 5),
+    )
+    chat.open("s1")
+    shown = []
+    for text in ("I am Ana and I live in Porto", "I like tea", "I work as a nurse"):
+        list(chat.send(text).events())
+        (view,) = panels(chat).long.blocks
+        shown.append(view.content)
+    assert shown[0] == ""  # nothing flushed before the first reply
+    assert shown[1:] == ["Summary number 1.", "Summary number 2."]
+    assert "Summary number 2." in render_long(panels(chat).long, 60, loading=False)

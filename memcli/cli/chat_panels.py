@@ -118,12 +118,24 @@ def _block_lines(block: BlockView, width: int) -> list[str]:
     if block.hits:
         lines.append("  [dim]retrieved for the last turn:[/]")
         lines.extend(f"  {escape(_hit_line(h, width - 24))}" for h in block.hits[:4])
-    if not block.facts and not block.hits and block.content:
+    if block.kind == "SummaryBlock" and block.content:  # the running summary, wrapped
+        lines.extend(f"  [dim]{escape(text)}[/]" for text in _wrapped(block.content, width - 2))
+    elif not block.facts and not block.hits and block.content:
         for text in block.content.splitlines()[:3]:
             if text.strip():
                 lines.append(f"  [dim]{escape(preview(text, width - 4))}[/]")
     if block.computed and not block.content and block.truncated != "dropped":
         lines.append("  [dim](empty for this turn)[/]")
+    return lines
+
+
+def _wrapped(text: str, width: int, keep: int = 6) -> list[str]:
+    """`text` word-wrapped to `width` (as `wrap`), at most `keep` lines, the last ending in …
+    when cut."""
+    lines = [line for line in wrap(text, width).split("\n") if line.strip()]
+    if len(lines) > keep:
+        lines = lines[:keep]
+        lines[-1] = preview(lines[-1] + " …", max(10, width))
     return lines
 
 
