@@ -341,7 +341,9 @@ def test_summary_block_from_config_and_its_checks() -> None:
     ]:
         with pytest.raises(ConfigError, match=message):
             build_blocks([{"kind": "summary", **table}], Defaults("openai/m"))
-    with pytest.raises(ConfigError, match="kind must be one of static, facts, vector, summary"):
+    with pytest.raises(
+        ConfigError, match="kind must be one of static, facts, vector, python, summary"
+    ):
         build_blocks([{"kind": "summaries"}], Defaults())
 
 

@@ -170,8 +170,8 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
         return _python_block(where, table)
     if kind not in KINDS:
         raise ConfigError(
-            f"{where}: kind must be one of static, facts, vector, summary, python, not {kind!r}",
-            'Set kind = "static" | "facts" | "vector" | "summary" | "python"',
+            f"{where}: kind must be one of static, facts, vector, python, summary, not {kind!r}",
+            'Set kind = "static" | "facts" | "vector" | "python" | "summary"',
         )
     _check_keys(where, kind, table)
     kwargs = {k: v for k, v in table.items() if k != "kind"}
