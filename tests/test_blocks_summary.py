@@ -237,6 +237,43 @@ def test_later_batches_wait_for_an_earlier_pending_one(llm, tmp_path: Path) -> N
     assert pending(memory) == []
 
 
+def test_a_summary_written_meanwhile_elsewhere_is_not_overwritten(llm, tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    memory = summary_memory(llm, db)
+    other = SQLiteStore(db)  # another process's connection
+    calls: list[str] = []
+
+    def reply(body: dict) -> dict:
+        if not calls:  # while the first reply is on its way, another writer stores a summary
+            summaries.add_summary(other, "s1", "session_summary", "Written elsewhere.", 2)
+        calls.append(said(body))
+        return {"content": f"<summary>Up to {said(body)}.</summary>"}
+
+    llm.script(*[reply] * 10)
+    turn(memory, "one")
+    first = turn(memory, "two")  # flushes "one": made from no summary, but one exists now
+    assert versions(memory) == [(1, "Written elsewhere.")]
+    assert pending(memory) == [first[0].id]
+    turn(memory, "three")  # "one" again, on top of the other summary; then "two"
+    assert calls == ["one", "one", "two"]
+    assert "Written elsewhere." in llm.requests[1]["messages"][0]["content"]
+    assert versions(memory) == [(1, "Written elsewhere."), (2, "Up to one."), (3, "Up to two.")]
+
+
+def test_summaries_go_with_their_session_and_stay_after_a_reset(llm, tmp_path: Path) -> None:
+    llm.script(*[poisoned(fails=0)[0]] * 10)
+    memory = summary_memory(llm, tmp_path / "m.db")
+    turn(memory, "one")
+    turn(memory, "two")
+    memory.reset()  # messages and flushes go; the summary stays, as block contents do
+    assert versions(memory) == [(1, "Up to one.")]
+    turn(memory, "three")
+    turn(memory, "four")  # flushes "three" (its flush id may be one given out before)
+    assert versions(memory) == [(1, "Up to one."), (2, "Up to three.")]
+    memory.store.delete_session("s1")
+    assert summaries.summary_history(memory.store, "s1", "session_summary") == []
+
+
 def test_a_batch_that_always_fails_is_left_after_its_retries_and_backfill_catches_up(
     llm, tmp_path: Path
 ) -> None:

@@ -290,7 +290,7 @@ class SummaryBlock(MemoryBlock):
         if text is None:
             return f"not a summary: {reply.strip()[:200]!r}"
         with store.transaction():
-            summaries.add_summary(
+            added = summaries.add_summary(
                 store,
                 ctx.session_id,
                 self.name,
@@ -298,7 +298,10 @@ class SummaryBlock(MemoryBlock):
                 ctx.tokenizer.count(text),
                 flush_id=ctx.flush_id,
                 message_ids=[m.id for m in batch if m.id is not None],
+                after=previous.version if previous else 0,
             )
+            if added is None:
+                return "the summary changed meanwhile (another process wrote one)"
             if ctx.flush_id is not None:
                 longterm.mark_flushes(store, self.name, self.scope_key(ctx), [ctx.flush_id])
         return None

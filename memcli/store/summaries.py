@@ -76,14 +76,19 @@ def add_summary(
     *,
     flush_id: int | None = None,
     message_ids: Sequence[int] = (),
-) -> Summary:
-    """Store a new version of the session's summary (the next version number); return it."""
+    after: int | None = None,
+) -> Summary | None:
+    """Store a new version of the session's summary (the next version number); return it. With
+    `after`, only when the current version is still that one (0: none yet), else None: the new
+    text was made from a summary another writer has replaced since."""
     stamp = format_time(datetime.now(tz=UTC))
     with store.transaction():
         row = store.execute(
             "SELECT COALESCE(MAX(version), 0) FROM summaries WHERE session_id = ? AND block = ?",
             (session_id, block),
         ).fetchone()
+        if after is not None and int(row[0]) != after:
+            return None
         version = int(row[0]) + 1
         store.execute(
             f"INSERT INTO summaries ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
