@@ -83,8 +83,8 @@ def test_summary_on_a_terminal(llm, tmp_path: Path, monkeypatch) -> None:
     result = runner.invoke(app, ["--config", config, "summary", "s1"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("session_summary version 1 · ")
-    assert "· 4 tokens" in lines[0] and "(messages 1–2)" in lines[0]
+    assert lines[0].startswith("session_summary v1 · ")
+    assert lines[0].endswith(" · flush 1, messages 1–2 · 4 tokens")
     assert lines[1] == "Ana likes tea."
     result = runner.invoke(app, ["--config", config, "summary", "s1", "--history"])
     assert result.exit_code == 0, result.output

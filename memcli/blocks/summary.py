@@ -342,18 +342,22 @@ class SummaryReport:
     history: list[summaries.Summary]
     pending: list[tuple[int, str | None]]
 
+    @property
+    def error(self) -> str | None:
+        """Why the oldest waiting batch is not taken in (the later ones wait for it), or None."""
+        return self.pending[0][1] if self.pending else None
+
     def records(self, history: bool = False) -> list[dict[str, Any]]:
         """JSON Lines records: the current version, or with `history` every version, oldest
-        first; each with how many batches wait and the last error."""
+        first; each with how many batches wait and why the oldest of them does."""
         shown = self.history if history else [self.current] if self.current else []
-        error = self.pending[-1][1] if self.pending else None
         return [
             {
                 "type": "summary",
                 **s.to_dict(),
                 "current": self.current is not None and s.version == self.current.version,
                 "pending_batches": len(self.pending),
-                "error": error,
+                "error": self.error,
             }
             for s in shown
         ]

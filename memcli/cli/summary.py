@@ -48,11 +48,11 @@ def summary_command(
         output.info(f"No summary of session {session} yet.")
     for report in reports:
         if report.pending:
-            error = report.pending[-1][1]
+            error = f" ({report.error})" if report.error else ""
             output.info(
                 f"{report.block}: {output.plural(len(report.pending), 'batch')} waiting to be"
-                f" summarised{f' (last error: {error})' if error else ''}. They are retried after"
-                f" later flushes, or now with `memcli blocks backfill {session}`."
+                f" summarised{error}. They are retried after later flushes, or now with"
+                f" `memcli blocks backfill {session}`."
             )
 
 
@@ -81,8 +81,8 @@ def _show(report: SummaryReport, history: bool) -> None:
     s = report.current
     console = output.out()
     console.print(
-        f"[bold]{escape(report.block)}[/] version {s.version} · {s.created_at.astimezone():%Y-%m-%d %H:%M}"
-        f" · flush {s.flush_id} (messages {_span(s.first_message_id, s.last_message_id)})"
+        f"[bold]{escape(report.block)}[/] v{s.version} · {s.created_at.astimezone():%Y-%m-%d %H:%M}"
+        f" · flush {s.flush_id}, messages {_span(s.first_message_id, s.last_message_id)}"
         f" · {s.tokens:,} tokens",
         markup=True,
         highlight=False,
