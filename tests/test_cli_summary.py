@@ -65,6 +65,9 @@ def test_summary_plain_history_and_json(llm, tmp_path: Path) -> None:
     assert history[0]["flush_id"] < history[1]["flush_id"]
     assert history[0]["last_message_id"] < history[1]["first_message_id"]
 
+    run = memcli("--config", config, "summary", "s1", "--block", "other", "--json")
+    assert run.code == 0 and run.stdout == "" and "No summary of session s1 yet." in run.stderr
+
     # Without --json on a pipe: JSON Lines too. On a terminal: the text (a plain format forced).
     assert memcli("--config", config, "summary", "s1").records() == [record]
 
