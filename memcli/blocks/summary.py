@@ -11,9 +11,9 @@ replaces the summary: the batch stays pending and is retried as the fact block r
 Batches are taken in in order: a batch whose session has an earlier one not taken in (pending,
 or never handed to the block) waits for it. A later flush first retries the earliest waiting
 batch when its back-off has passed (up to `retry_pending` batches per flush, in order), and
-takes in its own batch only when none is left waiting. A batch that waited counts the wait as
-one attempt. `memcli blocks backfill` takes in every waiting batch, in order, whatever its
-back-off.
+takes in its own batch only when none is left waiting. Each time a batch is handed to the block
+and waits counts as one attempt of it. `memcli blocks backfill` takes in every waiting batch, in
+order, whatever its back-off.
 """
 
 from __future__ import annotations
