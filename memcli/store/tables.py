@@ -86,7 +86,6 @@ class TableStore:
     SNAPSHOT_BEGIN = "BEGIN"
 
     lock: threading.RLock
-    where: str
 
     def _init_tables(self) -> None:
         self.lock = threading.RLock()
@@ -100,6 +99,11 @@ class TableStore:
         self._txn_stamp: str | None = None
 
     # -- what a backend provides ------------------------------------------------------------------
+
+    @property
+    def where(self) -> str:
+        """The database, as messages name it."""
+        raise NotImplementedError
 
     def _begin(self, wait: bool = True) -> None:
         raise NotImplementedError
