@@ -45,8 +45,9 @@ def _global(
         str | None,
         typer.Option(
             "--db",
-            metavar="PATH",
-            help="The database file (default: $MEMCLI_DB, else $MEMCLI_HOME/memcli.db).",
+            metavar="PATH|URL",
+            help="The database: a SQLite file, or a postgresql:// URL (default: $MEMCLI_DB, else"
+            " $MEMCLI_HOME/memcli.db).",
         ),
     ] = None,
     config: Annotated[

@@ -16,7 +16,8 @@ def backup_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")] = False,
 ) -> None:
     """Copy the database to FILE with SQLite's online backup: one consistent snapshot, taken
-    while other memcli processes go on writing. The copy is checked before it is kept.
+    while other memcli processes go on writing. The copy is checked before it is kept. (A
+    PostgreSQL database is backed up with pg_dump.)
 
     Example: memcli backup ~/backups/memcli-$(date +%F).db
     """
@@ -28,7 +29,7 @@ def backup_command(
     if target.is_dir():
         raise UsageError(f"{target} is a directory", "Give the backup's file name")
     s = common.settings(ctx)
-    if target.resolve() == s.db_path.resolve():
+    if s.db_url is None and target.resolve() == s.db_path.resolve():
         raise UsageError("the backup would overwrite the database itself", "Pick another file")
     store = common.open_store(s, must_exist=True)
     problems = store.backup(target)

@@ -1,8 +1,10 @@
-"""Stores: the protocol and its backends (SQLite, PostgreSQL), and `open_store` to pick one."""
+"""Stores: the protocol and its backends (SQLite, PostgreSQL), and `open_store` to pick one.
+
+Light to import: a backend's module loads when first used (`memcli.store.SQLiteStore` too)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from memcli.store.base import (
     FlushRecord,
@@ -12,7 +14,11 @@ from memcli.store.base import (
     WindowEntry,
     is_postgres_url,
 )
-from memcli.store.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from memcli.store.sqlite import SQLiteStore
 
 
 def open_store(db: str | Path | None = None) -> Store:
@@ -23,7 +29,17 @@ def open_store(db: str | Path | None = None) -> Store:
 
         assert isinstance(db, str)
         return PostgresStore(db)
+    from memcli.store.sqlite import SQLiteStore
+
     return SQLiteStore(db)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SQLiteStore":
+        from memcli.store.sqlite import SQLiteStore
+
+        return SQLiteStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
