@@ -135,7 +135,7 @@ class PostgresStore(TableStore):
 
     def _text(self, exc: Exception) -> str:
         """An error's text on one line, without the URL's password should it hold one."""
-        text = " ".join(str(exc).split())
+        text = " ".join(str(exc).split()).rstrip(".")
         password = self._password()
         return text.replace(password, "***") if password else text
 

@@ -247,12 +247,14 @@ class TableStore:
     def create_session(
         self, session_id: str, user_id: str, token_limit: int, ratio: float, flush_size: int
     ) -> SessionInfo:
+        """Store a new session; one that another process stored meanwhile is kept as it is (and
+        returned)."""
         stamp = format_time(now_utc())
         with self.transaction():
             self._lock_session(session_id)
             self.execute(
                 "INSERT INTO sessions (id, user_id, token_limit, ratio, flush_size, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
                 (session_id, user_id, token_limit, ratio, flush_size, stamp, stamp),
             )
         info = self.get_session(session_id)
