@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+import warnings
 from pathlib import Path
 from urllib.parse import quote
 
@@ -98,7 +99,9 @@ class PgvectorServer:
             raise ServerMissing(
                 "pgserver is not installed: `pip install -e .[test]` installs it"
             ) from None
-        self.server = pgserver.get_server(self.root, cleanup_mode="stop")
+        with warnings.catch_warnings():  # (platformdirs, when XDG_RUNTIME_DIR is not set)
+            warnings.simplefilter("ignore")
+            self.server = pgserver.get_server(self.root, cleanup_mode="stop")
         return self
 
     def url(self, database: str = "postgres") -> str:

@@ -291,6 +291,15 @@ class PostgresStore(TableStore):
     def close(self) -> None:
         self.conn.close()
 
+    def __del__(self) -> None:
+        # A store dropped without close() closes its connection (as a sqlite3 one does), quietly.
+        conn = getattr(self, "conn", None)
+        if conn is not None and not conn.closed:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
     # -- ids, checks, backups ---------------------------------------------------------------------
 
     def reset_sequences(self) -> None:
