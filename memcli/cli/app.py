@@ -21,6 +21,7 @@ COMMANDS = (
     ("search", "memcli.cli.search", "search_command", False),
     ("check", "memcli.cli.check", "check_command", False),
     ("backup", "memcli.cli.backup", "backup_command", False),
+    ("copy", "memcli.cli.copy", "copy_command", False),
     ("dump", "memcli.cli.dump", "app", True),
     ("facts", "memcli.cli.facts", "app", True),
     ("blocks", "memcli.cli.blocks_cmd", "app", True),
