@@ -114,6 +114,7 @@ def _copy(src: Any, dst: Any, progress: Progress | None) -> CopyResult:
         mark = tables.highest_message_id(src)
         total = sum(counts.values())
         with dst.transaction():
+            tables.claim(dst)
             present = tables.rows_present(dst)
             if present:
                 held = ", ".join(

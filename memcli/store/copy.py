@@ -278,13 +278,17 @@ def carry_id_marks(dst: Any, message_id: int) -> None:
         dst.reset_sequences()
 
 
-def rows_present(store: Any) -> dict[str, int]:
-    """The tables a copy writes (and `counters`) that hold rows, with their counts; inside the
-    copy's write transaction (on PostgreSQL, it locks those tables against other writers until
-    the transaction ends, readers not: SQLite's write transaction already does)."""
+def claim(store: Any) -> None:
+    """Inside the copy's write transaction: keep other writers out of the tables it writes until
+    it ends (PostgreSQL: a lock on them, readers not blocked; SQLite's write transaction holds
+    the database's write lock already)."""
     if _is_postgres(store):
         names = _quoted([table.name for table in TABLES] + ["counters"])
         store.execute(f"LOCK TABLE {names} IN EXCLUSIVE MODE")
+
+
+def rows_present(store: Any) -> dict[str, int]:
+    """The tables a copy writes (and `counters`) that hold rows, with their counts."""
     found = {}
     for name in [table.name for table in TABLES] + ["counters"]:
         count = int(store._query_one(f'SELECT COUNT(*) FROM "{name}"')[0])
