@@ -96,6 +96,30 @@ def test_a_destination_that_holds_data_is_refused_with_exit_2(tmp_path: Path, pg
     assert views(pg_url) == before
 
 
+def test_backup_of_postgresql_is_a_sqlite_file_that_copy_restores(
+    tmp_path: Path, pg_url: str, request: pytest.FixtureRequest
+) -> None:
+    a, backup = str(tmp_path / "a.db"), tmp_path / "backups" / "pg.db"
+    build(a)
+    assert memcli("copy", a, pg_url).code == 0
+    run = memcli("--db", pg_url, "backup", str(backup))
+    assert run.code == 0, run.stderr
+    assert f"to {backup} (3 sessions, 70 messages" in run.stderr
+    assert f"memcli copy {backup} postgresql://" in run.stderr
+    assert sorted(p.name for p in backup.parent.iterdir()) == ["pg.db"]  # no partial file left
+    assert memcli("--db", str(backup), "check").code == 0
+    original = views(a)
+    assert views(str(backup)) == original
+    again = memcli("--db", pg_url, "backup", str(backup))
+    assert again.code == 2 and "exists" in again.stderr
+    restored = new_database(request.getfixturevalue("pg_server"))
+    try:
+        assert memcli("copy", str(backup), restored).code == 0
+        assert views(restored) == original
+    finally:
+        drop_database(request.getfixturevalue("pg_server"), restored)
+
+
 def test_a_missing_source_is_exit_1(tmp_path: Path) -> None:
     run = memcli("copy", str(tmp_path / "nope.db"), str(tmp_path / "b.db"))
     assert run.code == 1

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from memcli.cli import common, output
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from memcli.copy import CopyResult
 
 
 def copy_command(
@@ -30,9 +35,17 @@ def copy_command(
 
     Example: memcli copy ~/.local/share/memcli/memcli.db postgresql://me@dbhost/memcli
     """
+    result = copy_with_progress(src, dst, "Copying")
+    output.info(f"Copied {result.summary()} from {result.source} to {result.destination}.")
+    if json_:
+        output.emit_all([result.record()])
+
+
+def copy_with_progress(src: str | Path, dst: str | Path, label: str) -> CopyResult:
+    """`copy_store`, with a progress bar on stderr (on a terminal)."""
     from memcli.copy import copy_store
 
-    with output.progress("Copying") as bar:
+    with output.progress(label) as bar:
         shown = 0
 
         def advance(done: int, total: int) -> None:
@@ -41,7 +54,4 @@ def copy_command(
             bar.advance(done - shown)
             shown = done
 
-        result = copy_store(src, dst, progress=advance)
-    output.info(f"Copied {result.summary()} from {result.source} to {result.destination}.")
-    if json_:
-        output.emit_all([result.record()])
+        return copy_store(src, dst, progress=advance)
