@@ -136,7 +136,7 @@ def _copy(src: Any, dst: Any, progress: Progress | None) -> CopyResult:
                         done += len(rows)
                         if progress is not None:
                             progress(done, total)
-            tables.carry_id_marks(dst, mark)
+            tables.settle(dst, mark)
             _verify(src, dst, steps, counts)
     return CopyResult(src.where, dst.where, counts)
 

@@ -76,7 +76,7 @@ TABLES: tuple[Table, ...] = (
 #: The tables a copy leaves to the destination, and why.
 SKIPPED: dict[str, str] = {
     "migrations": "the schema version: the destination is migrated to the latest schema itself",
-    "counters": "id high-water marks: the destination takes the source's (`carry_id_marks`)",
+    "counters": "id high-water marks: the destination takes the source's (`settle`)",
     "retrieval_fts": "the full-text index: the destination builds its own from the messages",
     **{
         f"retrieval_fts_{part}": "part of SQLite's full-text index (built by the destination)"
@@ -269,13 +269,17 @@ def highest_message_id(store: Any) -> int:
     return int(store._query_one(sql)[0])
 
 
-def carry_id_marks(dst: Any, message_id: int) -> None:
+def settle(dst: Any, message_id: int) -> None:
     """After the rows: the destination gives out ids above every id it now holds, and message
-    ids above the source's high-water mark (`counters`; PostgreSQL's sequences move past them)."""
+    ids above the source's high-water mark (`counters`; PostgreSQL's sequences move past them);
+    PostgreSQL gathers the new rows' statistics."""
     if message_id:
         dst.execute("INSERT INTO counters (name, value) VALUES ('message_id', ?)", (message_id,))
     if _is_postgres(dst):
         dst.reset_sequences()
+        # Statistics of the new rows, for the planner: without them, reading a session back
+        # (the verification, then every command) may scan whole tables.
+        dst.execute(f"ANALYZE {_quoted([table.name for table in TABLES])}")
 
 
 def claim(store: Any) -> None:
