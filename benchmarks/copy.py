@@ -9,7 +9,8 @@ The source is a SQLite file of `--sessions` sessions (imported with `memcli impo
 so with their flushes), and one 384-dimension float32 vector per message stored as the vector
 block stores them (random values: the copy does not look at them). Without --url, Debian's
 PostgreSQL is started in a temporary directory on a unix socket (tests/pg.py: fsync off, as the
-tests run it). Nothing here is part of the test run.
+tests run it). CPU time is the memcli process's (not the server's). Nothing here is part of
+the test run.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 WORDS = "tell me about your day I went hiking with my dog and we saw a lake by the river".split()
 
 
-def run(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS in MB (the process's own, from wait4), and stderr of a command."""
+def run(command: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
+    """Wall seconds, CPU seconds and peak RSS in MB (the process's own, from wait4), and stderr
+    of a command."""
     start = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -40,7 +42,7 @@ def run(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
         text = err.read().decode()
     if os.waitstatus_to_exitcode(status):
         sys.exit(f"{' '.join(command)} failed:\n{text}")
-    return seconds, usage.ru_maxrss / 1024, text
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text
 
 
 def build(db: Path, messages: int, sessions: int, env: dict[str, str], tmp: Path) -> None:
@@ -97,9 +99,12 @@ def main() -> None:
                 ("SQLite -> PostgreSQL", str(src), url),
                 ("PostgreSQL -> SQLite", url, str(back)),
             ):
-                seconds, rss, text = run([sys.executable, "-m", "memcli", "copy", a, b], env)
+                seconds, cpu, rss, text = run([sys.executable, "-m", "memcli", "copy", a, b], env)
                 rate = args.messages / seconds
-                print(f"{label}: {seconds:.1f} s ({rate:,.0f} messages/s), peak RSS {rss:.0f} MB")
+                print(
+                    f"{label}: {seconds:.1f} s ({rate:,.0f} messages/s), memcli's CPU"
+                    f" {cpu:.1f} s, peak RSS {rss:.0f} MB"
+                )
                 print(f"  {text.strip()}")
         finally:
             if server is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -128,8 +129,9 @@ def _copy(src: Any, dst: Any, progress: Progress | None) -> CopyResult:
             if progress is not None:
                 progress(done, total)
             for step in steps:
-                with tables.writer(dst, step) as write:
-                    for rows in tables.stream_rows(src, step):
+                batches = tables.stream_rows(src, step)
+                with closing(batches), tables.writer(dst, step) as write:
+                    for rows in batches:
                         if step.table.adapt is not None:
                             rows = step.table.adapt(src, dst, step.columns, rows)
                         write(rows)

@@ -218,21 +218,28 @@ def test_a_counter_the_copy_does_not_know_fails(tmp_path: Path) -> None:
     assert present(dst) == {}
 
 
-def test_an_interrupted_copy_leaves_the_destination_empty(db: str, tmp_path: Path) -> None:
-    """Interrupted after its first batch (Ctrl-C): nothing of it is in the destination, which a
-    copy run again then fills."""
-    src = str(tmp_path / "src.db")
-    build(src)
+@pytest.mark.parametrize(
+    "kinds",
+    [("sqlite", "sqlite"), ("sqlite", "postgresql"), ("postgresql", "sqlite")],
+    ids=["sqlite-sqlite", "sqlite-pg", "pg-sqlite"],
+)
+def test_an_interrupted_copy_leaves_the_destination_empty(
+    tmp_path: Path, request: pytest.FixtureRequest, kinds: tuple[str, str]
+) -> None:
+    """Interrupted after its first batch (Ctrl-C): nothing of it is in the destination, and the
+    source is left as it was: a copy run again then fills the destination."""
+    src = filled(request, tmp_path, kinds[0])
+    dst = _url(request, tmp_path, kinds[1], "dst")
 
     def interrupt(done: int, total: int) -> None:
         if done:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        copy_store(src, db, progress=interrupt)
-    assert present(db) == {}
-    copy_store(src, db)
-    assert contents(db) == contents(src)
+        copy_store(src, dst, progress=interrupt)
+    assert present(dst) == {}
+    copy_store(src, dst)
+    assert contents(dst) == contents(src)
 
 
 def test_a_copy_that_differs_from_its_source_is_rolled_back(tmp_path: Path) -> None:

@@ -31,13 +31,13 @@ def copy_command(
     is read in one snapshot while other processes go on using it. Before the copy is committed,
     each table's row count and every session's export are compared between the two; a
     difference rolls it back (exit 1). The full-text index is rebuilt by DST itself; vectors are
-    copied, not computed again. --json writes the counts as one record on stdout.
+    copied, not computed again. With --json (or in a pipe), the counts as one record on stdout.
 
     Example: memcli copy ~/.local/share/memcli/memcli.db postgresql://me@dbhost/memcli
     """
     result = copy_with_progress(src, dst, "Copying")
     output.info(f"Copied {result.summary()} from {result.source} to {result.destination}.")
-    if json_:
+    if output.wants_json(json_):
         output.emit_all([result.record()])
 
 
