@@ -15,7 +15,7 @@ memory whatever the size of the database.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -190,7 +190,7 @@ def count_rows(store: Any, table: Table) -> int:
     return int(store._query_one(f'SELECT COUNT(*) FROM "{table.name}"{table.condition()}')[0])
 
 
-def stream_rows(store: Any, step: Step) -> Iterator[Rows]:
+def stream_rows(store: Any, step: Step) -> Generator[Rows, None, None]:
     """The rows a copy moves, in batches of BATCH, in key order; inside `snapshot`."""
     sql = (
         f'SELECT {_quoted(step.columns)} FROM "{step.table.name}"{step.table.condition()}'
