@@ -282,3 +282,18 @@ def test_a_missing_source_file_is_an_error_and_makes_nothing(tmp_path: Path) -> 
     with pytest.raises(StoreError, match="no database at"):
         copy_store(tmp_path / "nope.db", tmp_path / "b.db")
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_progress_moves_batch_by_batch_to_the_total(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("memcli.store.copy.BATCH", 7)
+    src = str(tmp_path / "a.db")
+    build(src)
+    seen: list[tuple[int, int]] = []
+    result = copy_store(src, str(tmp_path / "b.db"), progress=lambda d, t: seen.append((d, t)))
+    total = sum(result.counts.values())
+    assert seen[0] == (0, total) and seen[-1] == (total, total)
+    assert all(t == total for _, t in seen)
+    steps = [b - a for (a, _), (b, _) in zip(seen, seen[1:], strict=False)]
+    assert all(0 < step <= 7 for step in steps) and len(steps) > total // 7
