@@ -25,8 +25,8 @@ class Setting:
 @dataclass(frozen=True)
 class About:
     version: str
-    db_path: Path
-    db_bytes: int | None  # None: no database yet
+    db_path: Path | str  # a SQLite file, or a PostgreSQL URL without its password
+    db_bytes: int | None  # None: no database yet (or on PostgreSQL)
     home: Path
     home_source: str
     config_path: Path | None
@@ -70,17 +70,21 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
     from memcli import __version__
     from memcli.onnx_embedder import OnnxEmbedder
 
-    path = settings.db_path
+    path = settings.db_path if settings.db_url is None else None
     shown = [
-        Setting(f.name, getattr(settings, f.name), settings.sources.get(f.name, "default"))
+        Setting(
+            f.name,
+            settings.db_label if f.name == "db" and path is None else getattr(settings, f.name),
+            settings.sources.get(f.name, "default"),
+        )
         for f in fields(settings)
         if f.name not in ("home", "config_path", "blocks", "explicit", "sources")
     ]
     embedder = OnnxEmbedder(settings.home / "models")
     return About(
         version=__version__,
-        db_path=path,
-        db_bytes=path.stat().st_size if path.is_file() else None,
+        db_path=path or settings.db_label,
+        db_bytes=path.stat().st_size if path is not None and path.is_file() else None,
         home=settings.home,
         home_source=settings.sources.get("home", "default"),
         config_path=settings.config_path,

@@ -11,10 +11,12 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from memcli.errors import ConfigError, InputError, UsageError
 from memcli.flush import MAX_TOKEN_LIMIT
 from memcli.messages import check_text
+from memcli.store.base import is_postgres_url, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -120,11 +122,40 @@ class Settings:
     sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def db_url(self) -> str | None:
+        """The PostgreSQL database's URL, when --db, MEMCLI_DB or `db` in the config is a
+        `postgresql://` (or `postgres://`) URL; else None (a SQLite file: `db_path`). A URL that
+        cannot be parsed is a UsageError (exit 2)."""
+        if not is_postgres_url(self.db):
+            return None
+        assert self.db is not None
+        try:
+            _ = urlsplit(self.db).port  # (raises on a port that is no number)
+        except ValueError as exc:
+            raise UsageError(
+                f"the database URL {redact_url(self.db)} is malformed ({exc})",
+                "Write it as postgresql://USER@HOST[:PORT]/DBNAME",
+            ) from None
+        return self.db
+
+    @property
+    def db_label(self) -> str:
+        """The database as messages name it: the file's path, or the URL without its password."""
+        url = self.db_url
+        return redact_url(url) if url is not None else str(self.db_path)
+
+    @property
     def db_path(self) -> Path:
         """The database file: --db, MEMCLI_DB or `db` in the config, else $MEMCLI_HOME/memcli.db.
 
         A path that exists but is no regular file (a directory, /dev/null, a pipe) can never hold
-        a database: a UsageError (exit 2) says so before anything opens it."""
+        a database: a UsageError (exit 2) says so before anything opens it. A PostgreSQL URL has
+        no file: asking for one is a UsageError too (see `db_url`)."""
+        if self.db_url is not None:
+            raise UsageError(
+                f"{self.db_label} is a PostgreSQL database: this works on SQLite files only",
+                "Give --db the path of a SQLite file",
+            )
         path = Path(self.db).expanduser() if self.db else self.home / "memcli.db"
         try:
             if path.exists() and not path.is_file():

@@ -157,15 +157,16 @@ class Memory:
         db: str | Path | Store | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> Memory:
-        """A Memory as LlamaIndex builds one; `db=None` is an in-memory SQLite database.
+        """A Memory as LlamaIndex builds one; `db` is a SQLite file, a `postgresql://` URL, or a
+        store; `db=None` is an in-memory SQLite database.
 
         A budget value left out (None) is the stored session's, or for a new session LlamaIndex's
         default (30,000 tokens, ratio 0.7, a flush size of 10% of the limit). A stored session
         opened with a value that differs from its own raises UsageError: change a session's
         budget with `rebudget()`."""
-        from memcli.store.sqlite import SQLiteStore
+        from memcli.store import open_store
 
-        store: Store = SQLiteStore(db) if db is None or isinstance(db, str | PathLike) else db
+        store: Store = open_store(db) if db is None or isinstance(db, str | PathLike) else db
         budget = None
         if any(v is not None for v in (token_limit, chat_history_token_ratio, token_flush_size)):
             info = store.get_session(session_id) if session_id else None
@@ -287,6 +288,7 @@ class Memory:
         try:
             return self._put(calls, messages, progress, wait)
         except _WouldWait:
+            self._forget()  # (it may have come after the window was read: it is read again)
             raise
         except BaseException:
             self._forget()  # the store rolled back what this object already holds
@@ -603,7 +605,9 @@ async def _now_or_in_thread(fn: Callable[..., T], *args: Any) -> T:
 
 
 class _Begin:
-    """`store.transaction(wait=False)` that raises _WouldWait where it would wait (StoreBusy)."""
+    """`store.transaction(wait=False)` that raises _WouldWait where it would wait (StoreBusy):
+    as it begins, or (a store whose writers take turns per session) at the first statement on a
+    session another process is writing; the transaction is rolled back then."""
 
     __slots__ = ("transaction",)
 
@@ -617,7 +621,10 @@ class _Begin:
             raise _WouldWait from None
 
     def __exit__(self, *exc: Any) -> bool | None:
-        return self.transaction.__exit__(*exc)
+        self.transaction.__exit__(*exc)
+        if isinstance(exc[1], StoreBusy):
+            raise _WouldWait from None
+        return None
 
 
 def _transaction(store: Store, wait: bool) -> AbstractContextManager[None]:

@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from llm_server import LLMServer  # noqa: E402
+from pg import DebianServer, PgvectorServer, drop_database, new_database  # noqa: E402
 
 # ../shared from the main checkout, ../../shared from a worktree under /work/wt.
 SHARED = next(
@@ -103,3 +104,62 @@ def minilm(onnx_models: Path):
     embedder = OnnxEmbedder(onnx_models)
     embedder.embed(["warm up"])
     return embedder
+
+
+# -- databases: SQLite files and real PostgreSQL servers ----------------------------------------
+# The servers start once per test session (per pytest-xdist worker: each in its own temporary
+# directory, on a unix socket), only when a test asks for one; each test gets a fresh database.
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[DebianServer]:
+    """Debian's PostgreSQL (initdb + pg_ctl), no pgvector."""
+    server = DebianServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def pgvector_server() -> Iterator[PgvectorServer]:
+    """PostgreSQL 16 with pgvector (the pgserver package)."""
+    server = PgvectorServer().start()
+    yield server
+    server.stop()
+
+
+def _fresh(server: DebianServer | PgvectorServer) -> Iterator[str]:
+    url = new_database(server)
+    yield url
+    drop_database(server, url)
+
+
+@pytest.fixture
+def pg_url(pg_server: DebianServer) -> Iterator[str]:
+    """The URL of a fresh database on Debian's PostgreSQL."""
+    yield from _fresh(pg_server)
+
+
+@pytest.fixture
+def pgvector_url(pgvector_server: PgvectorServer) -> Iterator[str]:
+    """The URL of a fresh database on the PostgreSQL with pgvector."""
+    yield from _fresh(pgvector_server)
+
+
+def _database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "memcli.db")
+    return str(
+        request.getfixturevalue("pg_url" if request.param == "postgresql" else "pgvector_url")
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new, empty database of each backend: a SQLite file's path, or a PostgreSQL URL."""
+    return _database(request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "pgvector"])
+def vdb(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """As `db`, and also PostgreSQL with pgvector: for what the vector path matters to."""
+    return _database(request, tmp_path)

@@ -17,6 +17,7 @@ HEAVY = (
     "scipy",
     "onnxruntime",
     "mcp",  # only `memcli mcp` serves MCP
+    "psycopg",  # only a PostgreSQL store (a postgresql:// URL) needs it
 )
 
 

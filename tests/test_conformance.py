@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from conftest import CONFORMANCE
@@ -37,9 +36,9 @@ def test_fixtures_are_there() -> None:
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_reference_case(name: str, tmp_path: Path) -> None:
+def test_reference_case(name: str, db: str) -> None:
     case = json.loads((CONFORMANCE / f"{name}.json").read_text())
-    memory, everything = run_case(case, db=str(tmp_path / "c.db"))
+    memory, everything = run_case(case, db=db)
     expected = case["expected"]
     position = {m.id: i for i, m in enumerate(everything)}
 
@@ -70,7 +69,7 @@ def test_doc_example_figures() -> None:
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_reference_case_through_put_calls(name: str) -> None:
+def test_reference_case_through_put_calls(name: str, db: str) -> None:
     """The bulk path (`put_calls`, what `memcli import` uses) gives the same flushes and window."""
     case = json.loads((CONFORMANCE / f"{name}.json").read_text())
     p = case["params"]
@@ -78,6 +77,7 @@ def test_reference_case_through_put_calls(name: str) -> None:
         token_limit=p["token_limit"],
         token_flush_size=p["token_flush_size"],
         chat_history_token_ratio=p["chat_history_token_ratio"],
+        db=db,
     )
     calls = []
     for call in case["calls"]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memcli import Budget, Memory, Message, UsageError, WordTokenizer, plan_flush
@@ -121,7 +123,9 @@ def test_plan_invariants(data) -> None:
         assert remaining[0] == "user" and "user" not in remaining[1:]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     calls=st.lists(
         st.lists(
@@ -134,9 +138,12 @@ def test_plan_invariants(data) -> None:
     ),
     limit=st.integers(10, 80),
 )
-def test_engine_invariants(calls, limit) -> None:
-    """Through the real engine: active + archived = all put, in order; flushes hold whole turns."""
-    memory = Memory.from_defaults(token_limit=limit, tokenizer=WordTokenizer())
+def test_engine_invariants(calls, limit, db) -> None:
+    """Through the real engine, on each backend (one database per backend, a new session per
+    example): active + archived = all put, in order; flushes hold whole turns."""
+    memory = Memory.from_defaults(
+        session_id=uuid.uuid4().hex, token_limit=limit, tokenizer=WordTokenizer(), db=db
+    )
     put = []
     for call in calls:
         messages = [Message(role, " ".join(["w"] * n)) for role, n in call]
@@ -153,6 +160,7 @@ def test_engine_invariants(calls, limit) -> None:
     assert len(active) + len(archived) == len(put)
     # Archived messages are exactly the oldest ones.
     assert all(m.status == "archived" for m in everything[: len(archived)])
+    memory.store.close()
 
 
 @settings(max_examples=40, deadline=None)

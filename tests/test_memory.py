@@ -12,6 +12,7 @@ import pytest
 from memcli import Memory, Message, UsageError, WordTokenizer
 from memcli.flush import Budget
 from memcli.memory import insert_memory, render_memory
+from memcli.store import open_store
 from memcli.store.sqlite import SQLiteStore
 
 
@@ -23,8 +24,8 @@ def chat(n: int) -> list[Message]:
     return out
 
 
-def test_put_returns_flushes_and_archives(tmp_path: Path) -> None:
-    memory = Memory.from_defaults(token_limit=40, token_flush_size=10, db=tmp_path / "m.db")
+def test_put_returns_flushes_and_archives(db: str) -> None:
+    memory = Memory.from_defaults(token_limit=40, token_flush_size=10, db=db)
     flushes = []
     for m in chat(6):
         flushes += memory.put(m)
@@ -63,25 +64,23 @@ def test_reset_deletes_messages_and_says_how_many() -> None:
     assert len(memory.get()) == 1
 
 
-def test_persists_across_restart(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
+def test_persists_across_restart(db: str) -> None:
     first = Memory.from_defaults(session_id="s", token_limit=40, token_flush_size=10, db=db)
     for m in chat(6):
         first.put(m)
     before = [(m.id, m.status, m.flush_id) for m in first.get_all()]
     first.store.close()
-    again = Memory(SQLiteStore(db), "s")
+    again = Memory(open_store(db), "s")
     assert [(m.id, m.status, m.flush_id) for m in again.get_all()] == before
     assert again.budget.token_limit == 40 and again.budget.flush_size == 10
     again.put(Message("user", "one more"))
     assert again.get_all()[-1].content == "one more"
 
 
-def test_two_processes_share_a_session(tmp_path: Path) -> None:
+def test_two_processes_share_a_session(db: str) -> None:
     """A Memory notices what another writer did to the session (its window cache is checked)."""
-    db = tmp_path / "m.db"
-    a = Memory(SQLiteStore(db), "s", budget=None, tokenizer=WordTokenizer())
-    b = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer())
+    a = Memory(open_store(db), "s", budget=None, tokenizer=WordTokenizer())
+    b = Memory(open_store(db), "s", tokenizer=WordTokenizer())
     a.put(Message("user", "from a"))
     b.put(Message("assistant", "from b"))
     a.put(Message("user", "from a again"))
@@ -207,35 +206,32 @@ def test_crash_in_the_middle_of_a_flush(tmp_path: Path, point: str) -> None:
 # -- budgets: a stored session keeps its own unless rebudget() changes it --------------------------
 
 
-def test_resuming_without_a_budget_uses_the_stored_one(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
+def test_resuming_without_a_budget_uses_the_stored_one(db: str) -> None:
     Memory.from_defaults(session_id="s", token_limit=40, token_flush_size=10, db=db).store.close()
     again = Memory.from_defaults(session_id="s", db=db)  # no budget given: the stored one
     assert again.budget == Budget(40, 0.7, 10)
     assert Memory.from_defaults(session_id="s", db=db, token_flush_size=10).budget.token_limit == 40
-    info = SQLiteStore(db).get_session("s")
+    info = open_store(db).get_session("s")
     assert info is not None and info.token_limit == 40 and info.token_flush_size == 10
 
 
-def test_opening_a_session_with_another_budget_is_an_error(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
-    Memory(SQLiteStore(db), "s", budget=Budget(40, 0.7, 10)).put_messages(chat(2))
+def test_opening_a_session_with_another_budget_is_an_error(db: str) -> None:
+    Memory(open_store(db), "s", budget=Budget(40, 0.7, 10)).put_messages(chat(2))
     with pytest.raises(UsageError, match=r"'s' has the budget 40 × 0.7 \(flush 10\), not 100"):
-        Memory(SQLiteStore(db), "s", budget=Budget(100, 0.7, 10))
+        Memory(open_store(db), "s", budget=Budget(100, 0.7, 10))
     with pytest.raises(UsageError, match="rebudget"):
         Memory.from_defaults(session_id="s", db=db, token_limit=100)
-    info = SQLiteStore(db).get_session("s")
+    info = open_store(db).get_session("s")
     assert info is not None and info.token_limit == 40  # nothing was stored
 
 
-def test_rebudget_stores_the_budget_and_flushes_at_once(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
-    memory = Memory(SQLiteStore(db), "s", budget=Budget(1000, 0.7, 10), tokenizer=WordTokenizer())
+def test_rebudget_stores_the_budget_and_flushes_at_once(db: str) -> None:
+    memory = Memory(open_store(db), "s", budget=Budget(1000, 0.7, 10), tokenizer=WordTokenizer())
     memory.put_messages(chat(4))
     assert memory.store.list_flushes("s") == []
     flushes = memory.rebudget(Budget(20, 0.5, 5))
     assert len(flushes) == 3  # every turn but the newest, which always stays
     assert [m.content for m in memory.get()] == [m.content for m in chat(4)[-2:]]
-    again = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer())
+    again = Memory(open_store(db), "s", tokenizer=WordTokenizer())
     assert again.budget == Budget(20, 0.5, 5)
     assert len(again.store.list_flushes("s")) == len(flushes)

@@ -1,10 +1,11 @@
-"""The SQLite store: migrations, WAL, indexes, ids that are never reused."""
+"""The stores: migrations, WAL, indexes, ids that are never reused (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from memcli import Memory, Message, WordTokenizer
+from memcli.store import open_store
 from memcli.store.migrations import MIGRATIONS
 from memcli.store.sqlite import SQLiteStore
 
@@ -58,8 +59,8 @@ def test_active_window_does_not_scan_archive(tmp_path: Path) -> None:
     assert "USING INDEX messages_window" in plan and "SCAN" not in plan
 
 
-def test_ids_of_deleted_messages_are_not_reused(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "s.db")
+def test_ids_of_deleted_messages_are_not_reused(db: str) -> None:
+    store = open_store(db)
     memory = Memory(store, "a", tokenizer=WordTokenizer())
     memory.put_messages([Message("user", "one"), Message("assistant", "two")])
     last = memory.get_all()[-1].id
@@ -68,10 +69,104 @@ def test_ids_of_deleted_messages_are_not_reused(tmp_path: Path) -> None:
     assert memory.get_all()[0].id == last + 1
 
 
-def test_delete_session(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "s.db")
+def test_delete_session(db: str) -> None:
+    store = open_store(db)
     Memory(store, "a", tokenizer=WordTokenizer()).put(Message("user", "hi"))
     Memory(store, "b", tokenizer=WordTokenizer()).put(Message("user", "hi"))
     assert store.delete_session("a") == 1
     assert [s.id for s in store.list_sessions()] == ["b"]
     assert store.get_messages("a") == []
+
+
+def test_ids_are_not_reused_after_reopening(db: str) -> None:
+    memory = Memory(open_store(db), "a", tokenizer=WordTokenizer())
+    memory.put_messages([Message("user", "one"), Message("assistant", "two")])
+    last = memory.get_all()[-1].id
+    memory.reset()
+    memory.store.close()
+    again = Memory(open_store(db), "a", tokenizer=WordTokenizer())
+    again.put(Message("user", "three"))
+    assert again.get_all()[0].id == last + 1
+
+
+def test_a_rolled_back_transaction_leaves_nothing(db: str) -> None:
+    store = open_store(db)
+    memory = Memory(store, "a", tokenizer=WordTokenizer())
+    memory.put(Message("user", "kept"))
+    try:
+        with store.transaction():
+            memory.put(Message("user", "gone"))
+            raise RuntimeError("stop")
+    except RuntimeError:
+        pass
+    assert [m.content for m in memory.get_all()] == ["kept"]
+    assert [m.content for m in Memory(open_store(db), "a").get_all()] == ["kept"]
+    assert store.get_session("a").active_messages == 1
+    assert store.check() == []
+
+
+def test_nested_transactions_join_the_outer_one(db: str) -> None:
+    store = open_store(db)
+    a = Memory(store, "a", tokenizer=WordTokenizer())
+    b = Memory(store, "b", tokenizer=WordTokenizer())
+    with store.transaction():
+        a.put(Message("user", "one"))
+        with store.transaction():
+            b.put(Message("user", "two"))
+        assert store.transaction_depth == 1
+        # Another connection sees nothing before the commit.
+        assert open_store(db).get_messages("a") == []
+    assert [m.content for m in open_store(db).get_messages("b")] == ["two"]
+
+
+def test_rows_for_many_ids(db: str) -> None:
+    store = open_store(db)
+    memory = Memory(store, "a", tokenizer=WordTokenizer())
+    memory.put_messages([Message("user", f"m{i}") for i in range(1200)])
+    ids = [m.id for m in memory.get_all()]
+    wanted = ids[::2]
+    got = store.get_messages("a", ids=wanted)
+    assert [m.id for m in got] == wanted
+    changed = store.execute_for_ids(
+        "UPDATE messages SET name = ? WHERE id IN ({ids})", wanted, ("even",)
+    )
+    assert changed == len(wanted)
+    assert sum(1 for m in store.get_messages("a") if m.name == "even") == len(wanted)
+
+
+def test_placeholders_inside_quotes_and_percent_signs(db: str) -> None:
+    """`?` in a string literal is text, not a placeholder; `%` is text on every backend."""
+    store = open_store(db)
+    row = store.execute("SELECT 'is it 100% ?', ? || '%'", ("50",)).fetchone()
+    assert tuple(row) == ("is it 100% ?", "50%")
+
+
+def test_read_messages_reads_one_snapshot(db: str) -> None:
+    store = open_store(db)
+    memory = Memory(store, "a", tokenizer=WordTokenizer())
+    memory.put_messages([Message("user", f"m{i}") for i in range(300)])
+    read = store.read_messages("a")
+    writer = Memory(open_store(db), "a", tokenizer=WordTokenizer())
+    writer.put(Message("user", "later"))  # another connection writes meanwhile
+    assert len(list(read)) == 300
+    assert len(store.get_messages("a")) == 301
+
+
+def test_check_finds_counters_that_disagree(db: str) -> None:
+    store = open_store(db)
+    Memory(store, "a", tokenizer=WordTokenizer()).put(Message("user", "hi there"))
+    assert store.check() == []
+    with store.transaction():
+        store.execute("UPDATE sessions SET active_messages = 5 WHERE id = ?", ("a",))
+    problems = store.check()
+    assert [(p.check, p.session) for p in problems] == [("counters", "a")]
+    assert "5 active messages, it holds 1" in problems[0].message
+
+
+def test_open_store_picks_the_backend(db: str) -> None:
+    from memcli.store.postgres import PostgresStore
+
+    store = open_store(db)
+    assert isinstance(store, PostgresStore) == db.startswith("postgresql://")
+    assert isinstance(store, SQLiteStore) == (not db.startswith("postgresql://"))
+    assert store.read_only is False

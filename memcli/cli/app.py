@@ -21,6 +21,7 @@ COMMANDS = (
     ("search", "memcli.cli.search", "search_command", False),
     ("check", "memcli.cli.check", "check_command", False),
     ("backup", "memcli.cli.backup", "backup_command", False),
+    ("copy", "memcli.cli.copy", "copy_command", False),
     ("dump", "memcli.cli.dump", "app", True),
     ("facts", "memcli.cli.facts", "app", True),
     ("summary", "memcli.cli.summary", "summary_command", False),
@@ -46,8 +47,9 @@ def _global(
         str | None,
         typer.Option(
             "--db",
-            metavar="PATH",
-            help="The database file (default: $MEMCLI_DB, else $MEMCLI_HOME/memcli.db).",
+            metavar="PATH|URL",
+            help="The database: a SQLite file, or a postgresql:// URL (default: $MEMCLI_DB, else"
+            " $MEMCLI_HOME/memcli.db).",
         ),
     ] = None,
     config: Annotated[

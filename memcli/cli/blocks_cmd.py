@@ -33,7 +33,7 @@ def list_command(
     Example: memcli blocks list demo
     """
     s = common.settings(ctx, user=user)
-    store = common.open_store(s) if s.db_path.exists() else None
+    store = common.open_store(s) if common.database_exists(s) else None
     if session is not None:
         if store is None:
             common.open_store(s, must_exist=True)  # says there is no database

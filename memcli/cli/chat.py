@@ -85,7 +85,7 @@ def chat_command(
 
     with stderr_to(s.home / "chat.log"):
         ChatApp(
-            chat, commands, is_new, history_path=s.home / "chat_history", db_label=str(s.db_path)
+            chat, commands, is_new, history_path=s.home / "chat_history", db_label=s.db_label
         ).run()
 
 

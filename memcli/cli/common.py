@@ -13,7 +13,10 @@ if TYPE_CHECKING:
     from memcli.flush import Budget
     from memcli.onnx_embedder import OnnxEmbedder
     from memcli.store.base import SessionInfo
+    from memcli.store.postgres import PostgresStore
     from memcli.store.sqlite import SQLiteStore
+
+    AnyStore = SQLiteStore | PostgresStore
 
 TokenLimit = Annotated[
     int | None,
@@ -72,10 +75,22 @@ def settings(ctx: typer.Context, **flags: Any) -> Settings:
     return load_settings(os.environ, flags, g.config)
 
 
-def open_store(s: Settings, *, must_exist: bool = False) -> SQLiteStore:
+def database_exists(s: Settings) -> bool:
+    """Whether there is a database to read: a SQLite file that exists, or any PostgreSQL URL (a
+    database the server does not have is an error when opened)."""
+    return s.db_url is not None or s.db_path.exists()
+
+
+def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
+    """The settings' database: a PostgreSQL one for a `postgresql://` URL, else a SQLite file
+    (with `must_exist`, a file that is not there is an error, not a new database)."""
     from memcli.errors import StoreError
     from memcli.store.sqlite import SQLiteStore
 
+    if s.db_url is not None:
+        from memcli.store.postgres import PostgresStore
+
+        return PostgresStore(s.db_url)
     path = s.db_path
     if must_exist and not path.exists():
         raise StoreError(
@@ -85,7 +100,7 @@ def open_store(s: Settings, *, must_exist: bool = False) -> SQLiteStore:
     return SQLiteStore(path)
 
 
-def require_session(store: SQLiteStore, session_id: str, user: str | None = None) -> SessionInfo:
+def require_session(store: AnyStore, session_id: str, user: str | None = None) -> SessionInfo:
     from memcli.sessions import require
 
     return require(store, session_id, user)
@@ -117,7 +132,7 @@ def tokenizer(s: Settings) -> Any:
 
 def make_blocks(
     s: Settings,
-    store: SQLiteStore | None = None,
+    store: AnyStore | None = None,
     *,
     session: str | None = None,
     user: str | None = None,
@@ -140,7 +155,7 @@ def make_blocks(
 
 def blocks_with_problems(
     s: Settings,
-    store: SQLiteStore | None = None,
+    store: AnyStore | None = None,
     *,
     session: str | None = None,
     user: str | None = None,

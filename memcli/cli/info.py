@@ -23,6 +23,8 @@ def info_command(ctx: typer.Context, json_: common.Json = False) -> None:
         output.emit_all(a.records())
         return
     size = "not created yet" if a.db_bytes is None else output.plural(a.db_bytes, "byte")
+    if isinstance(a.db_path, str):
+        size = "PostgreSQL"
     config = "none" if a.config_path is None else f"{a.config_path} ({a.config_source})"
     state = "exported" if a.embedding_model_exported else "not exported yet (the first use does it)"
     output.table(

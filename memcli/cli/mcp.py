@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import typer
 
@@ -17,6 +17,7 @@ from memcli.cli import common
 
 if TYPE_CHECKING:
     from memcli.agent_tools import AgentTools
+    from memcli.store.sqlite import SQLiteStore
 
 INSTRUCTIONS = (
     "memcli keeps the memory of LLM conversations: sessions of messages (a short-term window that "
@@ -44,7 +45,10 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
             built[session] = common.make_blocks(s, store, session=session)
         return built[session]
 
-    tools = AgentTools(store, s, s.user, blocks=blocks, retriever=lambda: _retriever(s, store))
+    # (AgentTools runs SQL on any store; its annotation still names SQLiteStore.)
+    tools = AgentTools(
+        cast("SQLiteStore", store), s, s.user, blocks=blocks, retriever=lambda: _retriever(s, store)
+    )
     try:
         build_server(tools).run("stdio")
     finally:

@@ -17,8 +17,7 @@ def sessions_command(
     Example: memcli sessions --json | jq .session
     """
     s = common.settings(ctx)
-    path = s.db_path
-    infos = [] if not path.exists() else common.open_store(s).list_sessions(user)
+    infos = common.open_store(s).list_sessions(user) if common.database_exists(s) else []
     records: list[dict[str, Any]] = [
         {
             "type": "session",

@@ -1,6 +1,53 @@
-"""Stores: the protocol and its backends (SQLite now)."""
+"""Stores: the protocol and its backends (SQLite, PostgreSQL), and `open_store` to pick one.
 
-from memcli.store.base import FlushRecord, NewMessage, SessionInfo, Store, WindowEntry
-from memcli.store.sqlite import SQLiteStore
+Light to import: a backend's module loads when first used (`memcli.store.SQLiteStore` too)."""
 
-__all__ = ["FlushRecord", "NewMessage", "SQLiteStore", "SessionInfo", "Store", "WindowEntry"]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memcli.store.base import (
+    FlushRecord,
+    NewMessage,
+    SessionInfo,
+    Store,
+    WindowEntry,
+    is_postgres_url,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from memcli.store.sqlite import SQLiteStore
+
+
+def open_store(db: str | Path | None = None) -> Store:
+    """The store for `db`: a PostgresStore for a `postgresql://` or `postgres://` URL (psycopg
+    is imported then), else a SQLiteStore for the file at that path (None: in memory)."""
+    if is_postgres_url(db):
+        from memcli.store.postgres import PostgresStore
+
+        assert isinstance(db, str)
+        return PostgresStore(db)
+    from memcli.store.sqlite import SQLiteStore
+
+    return SQLiteStore(db)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SQLiteStore":
+        from memcli.store.sqlite import SQLiteStore
+
+        return SQLiteStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "FlushRecord",
+    "NewMessage",
+    "SQLiteStore",
+    "SessionInfo",
+    "Store",
+    "WindowEntry",
+    "open_store",
+]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Iterable, Iterator, Sequence
     from contextlib import AbstractContextManager
 
@@ -64,12 +64,54 @@ class NewMessage(NamedTuple):
     tokens: int
 
 
+#: What a PostgreSQL database's URL starts with (anything else given as `db` is a SQLite file).
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(db: object) -> bool:
+    """Whether `db` names a PostgreSQL database (a `postgresql://` or `postgres://` URL)."""
+    return isinstance(db, str) and db.lower().startswith(POSTGRES_SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """A database URL as messages show it: any password (in the user part or the query) as ***."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            user, host = netloc.rsplit("@", 1)
+            if ":" in user:
+                netloc = user.split(":", 1)[0] + ":***@" + host
+        query = parts.query
+        if "password" in query.lower():
+            pairs = parse_qsl(query, keep_blank_values=True)
+            query = urlencode(
+                [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="/*"
+            )
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return url.split("://", 1)[0] + "://..."
+
+
+class Cursor(Protocol):
+    """What a statement returns (a DB-API cursor of sqlite3 or psycopg)."""
+
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
 class SQLStore(Protocol):
     """What the SQL of `memcli.store.longterm` and `memcli.store.retrieval` runs on."""
 
     #: The columns `message_from_row` reads, in its order.
     MESSAGE_COLUMNS: str
-    #: Opened read-only (the file or its directory is not writable): a transaction raises.
+    #: Opened read-only (a file or its directory not writable; a PostgreSQL hot standby or
+    #: read-only role): a transaction raises.
     read_only: bool
 
     def transaction(self, wait: bool = True) -> AbstractContextManager[None]:
@@ -82,11 +124,12 @@ class SQLStore(Protocol):
         """Whether a write transaction would start without waiting (inside one: True)."""
         ...
 
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
-        """Run one statement (errors become StoreError)."""
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        """Run one statement (errors become StoreError). Portable SQL with `?` placeholders: a
+        backend whose driver wants others translates them."""
         ...
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor: ...
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Cursor: ...
 
     def rows_for_ids(
         self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()

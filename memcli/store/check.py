@@ -2,16 +2,18 @@
 
 Each check reads; none writes. A database SQLite finds damaged is reported as such, and memcli's
 checks still run as far as the file can be read (a check that fails to read says so).
+
+memcli's own checks are portable SQL (`TABLE_CHECKS`): on PostgreSQL they run as they are, with
+the checks of its id sequences (`PG_CHECKS`) in place of SQLite's internals (integrity, foreign
+keys: PostgreSQL enforces those itself; the `counters` high-water mark: a sequence is one).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+from typing import Any
 
 #: At most this many problems of one kind are listed (the count says how many there are).
 MAX_PER_CHECK = 20
@@ -36,14 +38,23 @@ class Problem:
 
 def check_database(conn: sqlite3.Connection) -> list[Problem]:
     """SQLite's `PRAGMA integrity_check`, then memcli's consistency checks (`CHECKS`)."""
-    problems = list(_guarded("integrity", conn, _integrity))
-    for name, run in CHECKS:
-        problems += _guarded(name, conn, run)
+    problems = list(_guarded("integrity", conn, _integrity, (sqlite3.Error,)))
+    return problems + run_checks(conn, CHECKS, (sqlite3.Error,))
+
+
+def run_checks(
+    conn: Any, checks: tuple[tuple[str, Check], ...], errors: tuple[type[Exception], ...]
+) -> list[Problem]:
+    """Run checks on a connection (`conn.execute(sql)` gives rows); a check that fails with one of
+    `errors` is reported as not run."""
+    problems = []
+    for name, run in checks:
+        problems += _guarded(name, conn, run, errors)
     return problems
 
 
 def _guarded(
-    name: str, conn: sqlite3.Connection, run: Callable[[sqlite3.Connection], Iterator[Problem]]
+    name: str, conn: Any, run: Check, errors: tuple[type[Exception], ...]
 ) -> list[Problem]:
     found: list[Problem] = []
     try:
@@ -51,7 +62,7 @@ def _guarded(
             found.append(problem)
             if len(found) > MAX_PER_CHECK:
                 break
-    except sqlite3.Error as exc:
+    except errors as exc:
         found.append(Problem(name, f"could not be run: {exc}"))
     return found
 
@@ -76,14 +87,15 @@ def _foreign_keys(conn: sqlite3.Connection) -> Iterator[Problem]:
         yield Problem("references", f"{table} row {rowid} points at a missing {parent} row")
 
 
-def _session_counters(conn: sqlite3.Connection) -> Iterator[Problem]:
+def _session_counters(conn: Any) -> Iterator[Problem]:
     rows = conn.execute(
         "SELECT s.id, s.active_messages, s.archived_messages, s.active_tokens, s.flushes,"
         " COALESCE(m.active, 0), COALESCE(m.archived, 0), COALESCE(m.tokens, 0),"
         " (SELECT COUNT(*) FROM flushes f WHERE f.session_id = s.id)"
         " FROM sessions s LEFT JOIN (SELECT session_id,"
-        " SUM(status = 'active') AS active, SUM(status = 'archived') AS archived,"
-        " SUM(CASE WHEN status = 'active' THEN tokens ELSE 0 END) AS tokens"
+        " CAST(SUM(CASE WHEN status = 'active' THEN 1 ELSE 0 END) AS BIGINT) AS active,"
+        " CAST(SUM(CASE WHEN status = 'archived' THEN 1 ELSE 0 END) AS BIGINT) AS archived,"
+        " CAST(SUM(CASE WHEN status = 'active' THEN tokens ELSE 0 END) AS BIGINT) AS tokens"
         " FROM messages GROUP BY session_id) m ON m.session_id = s.id ORDER BY s.id"
     )
     names = ("active messages", "archived messages", "active tokens", "flushes")
@@ -95,7 +107,7 @@ def _session_counters(conn: sqlite3.Connection) -> Iterator[Problem]:
                 )
 
 
-def _message_status(conn: sqlite3.Connection) -> Iterator[Problem]:
+def _message_status(conn: Any) -> Iterator[Problem]:
     rows = conn.execute(
         "SELECT m.id, m.session_id, m.status, m.flush_id, f.session_id FROM messages m"
         " LEFT JOIN flushes f ON f.id = m.flush_id"
@@ -117,7 +129,7 @@ def _message_status(conn: sqlite3.Connection) -> Iterator[Problem]:
         yield Problem("flush ids", f"message {message_id} {what}", session)
 
 
-def _flush_counts(conn: sqlite3.Connection) -> Iterator[Problem]:
+def _flush_counts(conn: Any) -> Iterator[Problem]:
     rows = conn.execute(
         "SELECT f.id, f.session_id, f.messages, COUNT(m.id) FROM flushes f"
         " LEFT JOIN messages m ON m.flush_id = f.id GROUP BY f.id"
@@ -146,8 +158,11 @@ def _vectors(conn: sqlite3.Connection) -> Iterator[Problem]:
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'retrieval_vectors'"
     ).fetchone()
-    if exists is None:
-        return
+    if exists is not None:
+        yield from _orphan_vectors(conn)
+
+
+def _orphan_vectors(conn: Any) -> Iterator[Problem]:
     count, sample = conn.execute(
         "SELECT COUNT(*), MIN(message_id) FROM retrieval_vectors v"
         " WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = v.message_id)"
@@ -158,12 +173,41 @@ def _vectors(conn: sqlite3.Connection) -> Iterator[Problem]:
         )
 
 
+#: Tables whose ids a PostgreSQL sequence gives out.
+_SEQUENCES = ("messages", "flushes", "facts", "fact_history", "retrieval_vectors")
+
+
+def _id_sequences(conn: Any) -> Iterator[Problem]:
+    for table in _SEQUENCES:
+        top, given = conn.execute(
+            f"SELECT (SELECT MAX(id) FROM {table}), (SELECT CASE WHEN is_called THEN last_value"
+            f" ELSE last_value - 1 END FROM {table}_id_seq)"
+        ).fetchone()
+        if top is not None and given < top:
+            yield Problem(
+                "counters",
+                f"the id sequence of {table} ({given}) is below its highest id ({top}):"
+                " PostgresStore.reset_sequences() mends it",
+            )
+
+
+Check = Callable[[Any], Iterator[Problem]]
+
 #: memcli's own checks, after SQLite's, in order.
-CHECKS: tuple[tuple[str, Callable[[sqlite3.Connection], Iterator[Problem]]], ...] = (
+CHECKS: tuple[tuple[str, Check], ...] = (
     ("references", _foreign_keys),
     ("counters", _session_counters),
     ("counters", _id_counter),
     ("flush ids", _message_status),
     ("flushes", _flush_counts),
     ("vectors", _vectors),
+)
+
+#: memcli's own checks on PostgreSQL, in order.
+PG_CHECKS: tuple[tuple[str, Check], ...] = (
+    ("counters", _session_counters),
+    ("counters", _id_sequences),
+    ("flush ids", _message_status),
+    ("flushes", _flush_counts),
+    ("vectors", _orphan_vectors),
 )

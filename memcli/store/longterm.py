@@ -1,7 +1,8 @@
-"""Long-term block state in SQLite: which flushes each block processed, a block's own state, facts.
+"""Long-term block state: which flushes each block processed, a block's own state, facts.
 
-Every statement here runs on a SQLiteStore (`store.execute`, `store.transaction`). Facts are kept
-per block name and scope key (`user:ID` or `session:ID`).
+Every statement here runs on an SQLStore (`store.execute`, `store.transaction`), SQLite or
+PostgreSQL: portable SQL with `?` placeholders. Facts are kept per block name and scope key
+(`user:ID` or `session:ID`).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def block_definitions(
     row = store.execute(
         "SELECT d.session_id, d.definitions FROM block_definitions d"
         " JOIN sessions s ON s.id = d.session_id WHERE s.user_id = ?"
-        " ORDER BY d.updated_at DESC, d.rowid DESC LIMIT 1",
+        " ORDER BY d.updated_at DESC, d.session_id DESC LIMIT 1",
         (user_id,),
     ).fetchone()
     return None if row is None else (row[0], json.loads(row[1]))
@@ -95,9 +96,10 @@ def mark_flushes(
             " attempts, retry_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (block, scope_key, flush_id) DO UPDATE SET status = excluded.status,"
             " error = excluded.error, updated_at = excluded.updated_at,"
-            " attempts = attempts + excluded.attempts,"
-            " retry_after = CASE WHEN excluded.status = 'pending'"
-            " THEN ? + (1 << MIN(attempts, 30)) END",
+            " attempts = block_flushes.attempts + excluded.attempts,"
+            " retry_after = CASE WHEN excluded.status = 'pending' THEN ? + (1 << CAST(CASE"
+            " WHEN block_flushes.attempts < 30 THEN block_flushes.attempts ELSE 30 END AS INTEGER))"
+            " END",
             [
                 (
                     block,
@@ -342,7 +344,8 @@ def add_facts(
             known.add(norm)
             cursor = store.execute(
                 "INSERT INTO facts (block, scope_key, text, norm, origin, session_id, flush_id,"
-                " message_ids, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " message_ids, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " RETURNING id",
                 (
                     block,
                     scope_key,
@@ -356,8 +359,7 @@ def add_facts(
                     stamp,
                 ),
             )
-            fact_id = cursor.lastrowid
-            assert fact_id is not None
+            fact_id = cursor.fetchall()[0][0]
             _history(store, fact_id, block, scope_key, action, text, None, flush_id, stamp)
             if topics is not None:
                 _set_topics(store, fact_id, topics[i])

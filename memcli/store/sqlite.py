@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from memcli.errors import StoreBusy, StoreDamaged, StoreError
-from memcli.messages import Message, format_time, metadata_json, parse_time
-from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
 from memcli.store.check import Problem, check_database, integrity_lines
 from memcli.store.migrations import LATEST, schema_version, upgrade
+from memcli.store.tables import TableStore
 
 BUSY_TIMEOUT_MS = 10_000
 #: How long a write waits its turn while other processes write, in all.
@@ -27,14 +24,6 @@ WRITE_WAIT_S = 60.0
 QUICK_CHECK_BYTES = 64 * 1024 * 1024
 #: What SQLite says of a damaged file, whatever its error code.
 _DAMAGE = "database disk image is malformed"
-
-#: Ids per statement when rows are read or changed by many ids (SQLite allowed 999 parameters
-#: before 3.32).
-IDS_PER_STATEMENT = 500
-
-
-def now_utc() -> datetime:
-    return datetime.now(tz=UTC)
 
 
 def _writable(path: Path) -> bool:
@@ -50,33 +39,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in str(exc)
 
 
-class _Transaction:
-    """The context manager behind `SQLiteStore.transaction()` (a class: puts call it a lot)."""
-
-    __slots__ = ("store", "wait")
-
-    def __init__(self, store: SQLiteStore, wait: bool = True) -> None:
-        self.store = store
-        self.wait = wait
-
-    def __enter__(self) -> None:
-        store = self.store
-        if not store.lock.acquire(blocking=self.wait):
-            raise StoreBusy(f"another thread is writing to {store.where}")
-        try:
-            store._begin(self.wait)
-        except BaseException:
-            store.lock.release()
-            raise
-
-    def __exit__(self, kind: object, value: object, traceback: object) -> None:
-        try:
-            self.store._finish(failed=kind is not None)
-        finally:
-            self.store.lock.release()
-
-
-class SQLiteStore:
+class SQLiteStore(TableStore):
     """The Store protocol over SQLite, WAL mode, with a busy timeout.
 
     Opening a database applies the pending migrations (`memcli.store.migrations`) in one write
@@ -123,26 +86,15 @@ class SQLiteStore:
                 "Check the path and its permissions (--db or MEMCLI_DB)",
             ) from None
         self.conn = conn
-        #: Held by a transaction from start to end, and by each statement outside one.
-        self.lock = threading.RLock()
+        self._init_tables()
         self._turn = threading.Condition(self.lock)  # (never notified: a pause without the lock)
         #: The connection's busy timeout now: a write transaction starts with it at 0 (a write
         #: that waits does so in `_begin_waiting`, without the store's lock) and leaves it so (two
         #: PRAGMAs per write would cost ~5%); a statement outside a transaction that meets a lock
         #: meanwhile (in WAL mode reads hardly ever do) sets it back before running again.
         self._busy_ms = BUSY_TIMEOUT_MS
-        self._depth = 0
-        #: Counts outermost transactions: a cache made inside one is good until it ends.
-        self.txn_serial = 0
-        # Within a transaction: session counters not yet written, and each session's next seq.
-        self._pending: dict[str, dict[str, int]] = {}
-        self._next_seq: dict[str, int] = {}
-        # New message rows not yet inserted: written in one executemany before any other statement
-        # (or the commit), so that a bulk import does not pay one INSERT per message. A flush of
-        # buffered messages marks them archived in the buffer itself.
-        self._buffer: dict[int, list[Any]] = {}
+        #: The next message id, once a transaction has asked (`_new_message_ids`).
         self._next_id: int | None = None
-        self._txn_stamp: str | None = None
         self._migrate()
         self._set_busy_timeout(BUSY_TIMEOUT_MS)  # (a migration's write set it to 0)
 
@@ -179,7 +131,9 @@ class SQLiteStore:
             conn = self._connect(base + "?immutable=1", uri=True)
         return conn
 
-    def _error(self, exc: sqlite3.Error, what: str) -> StoreError:
+    DATABASE_ERRORS = (sqlite3.Error,)
+
+    def _error(self, exc: Exception, what: str) -> StoreError:
         """The StoreError for a sqlite3 error; one that says the file is damaged marks the store
         damaged, and from then on it refuses to write."""
         name = getattr(exc, "sqlite_errorname", "") or ""
@@ -217,18 +171,6 @@ class SQLiteStore:
                     f"cannot bring the database {self.where} to the current schema: {exc}",
                     "Check the database file (`sqlite3 FILE 'PRAGMA integrity_check'`)",
                 ) from None
-
-    @property
-    def transaction_depth(self) -> int:
-        return self._depth
-
-    def transaction(self, wait: bool = True) -> _Transaction:
-        """All writes inside happen together or not at all; nested calls join the outer one.
-
-        An outermost one takes the write lock, waiting its turn while other processes write (up
-        to WRITE_WAIT_S); with `wait=False` it raises StoreBusy at once instead when the lock is
-        held or the database is read-only."""
-        return _Transaction(self, wait)
 
     def _begin(self, wait: bool = True) -> None:
         if self._depth:
@@ -359,6 +301,23 @@ class SQLiteStore:
             return
         self._rollback()
 
+    def _new_message_ids(self, count: int) -> list[int]:
+        """The next ids after every message id the database gave out (deleted ones too: the
+        `counters` high-water mark, written at commit, remembers them)."""
+        if self._next_id is None:
+            row = self._query_one(
+                "SELECT MAX(COALESCE((SELECT MAX(id) FROM messages), 0),"
+                " COALESCE((SELECT value FROM counters WHERE name = 'message_id'), 0))"
+            )
+            self._next_id = row[0] + 1
+        first = self._next_id
+        self._next_id += count
+        return list(range(first, first + count))
+
+    def _end_transaction(self) -> None:
+        super()._end_transaction()
+        self._next_id = None
+
     def _rollback(self) -> None:
         self._depth = 0
         self._end_transaction()
@@ -372,40 +331,6 @@ class SQLiteStore:
             except sqlite3.Error:
                 pass
 
-    def _stamp(self) -> str:
-        """Now, as stored; one value per transaction (what it writes, it writes at once)."""
-        if self._txn_stamp is None:
-            self._txn_stamp = format_time(now_utc())
-        return self._txn_stamp
-
-    def _end_transaction(self) -> None:
-        self._txn_stamp = None
-        self._pending.clear()
-        self._next_seq.clear()
-        self._buffer.clear()
-        self._next_id = None
-
-    def _write_buffer(self) -> None:
-        if not self._buffer:
-            return
-        rows = list(self._buffer.values())
-        self._buffer.clear()
-        try:
-            self.conn.executemany(
-                "INSERT INTO messages (id, session_id, seq, role, content, name, metadata, tokens,"
-                " status, flush_id, timestamp, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-        except sqlite3.Error as exc:
-            raise self._error(exc, f"cannot store messages in {self.where}") from None
-
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
-        """Run one statement (after any buffered inserts), turning sqlite errors into StoreError."""
-        with self.lock:
-            if self._buffer:
-                self._write_buffer()
-            return self._execute_now(sql, params)
-
     def _waits_again(self, exc: sqlite3.Error) -> bool:
         """Whether a statement outside a transaction met a lock while the busy timeout was 0 (left
         so by a write that did not wait): then the timeout is back, to run it again."""
@@ -414,28 +339,7 @@ class SQLiteStore:
         self._set_busy_timeout(BUSY_TIMEOUT_MS)
         return True
 
-    def _rows(self, cursor: sqlite3.Cursor) -> list[Any]:
-        """The rest of a cursor's rows (an error reading them becomes StoreError, as in execute)."""
-        with self.lock:
-            try:
-                return cursor.fetchall()
-            except sqlite3.Error as exc:
-                raise self._error(exc, f"database error in {self.where}") from None
-
-    def _query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
-        """All the rows of one statement, read while no other thread's transaction runs."""
-        with self.lock:
-            return self._rows(self.execute(sql, params))
-
-    def _query_one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        """The first row of one statement (or None), as `_query`."""
-        with self.lock:
-            try:
-                return self.execute(sql, params).fetchone()
-            except sqlite3.Error as exc:
-                raise self._error(exc, f"database error in {self.where}") from None
-
-    def _execute_now(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+    def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """Run one statement, leaving buffered inserts buffered."""
         with self.lock:
             try:
@@ -448,11 +352,8 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise self._error(exc, f"database error in {self.where}") from None
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:
-        """Run one statement for each row (after any buffered inserts)."""
+    def _executemany_now(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:
         with self.lock:
-            if self._buffer:
-                self._write_buffer()
             try:
                 if not self._depth:  # (its rows may be an iterator: not run twice)
                     self._set_busy_timeout(BUSY_TIMEOUT_MS)
@@ -460,396 +361,8 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise self._error(exc, f"database error in {self.where}") from None
 
-    def _for_ids(
-        self, sql: str, ids: Sequence[Any], params: Sequence[Any]
-    ) -> Iterator[sqlite3.Cursor]:
-        for start in range(0, len(ids), IDS_PER_STATEMENT):
-            chunk = ids[start : start + IDS_PER_STATEMENT]
-            yield self.execute(sql.format(ids=", ".join("?" * len(chunk))), (*params, *chunk))
-
-    def rows_for_ids(
-        self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()
-    ) -> list[tuple[Any, ...]]:
-        """The rows `sql` selects for many ids: it runs once per chunk of ids, its `{ids}` made the
-        chunk's placeholders, bound after `params` (`... WHERE session_id = ? AND id IN ({ids})`)."""
-        with self.lock:
-            return [row for cursor in self._for_ids(sql, ids, params) for row in self._rows(cursor)]
-
-    def execute_for_ids(self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()) -> int:
-        """Change rows by many ids (as `rows_for_ids` reads them); return how many changed."""
-        with self.lock:
-            return sum(cursor.rowcount for cursor in self._for_ids(sql, ids, params))
-
     def close(self) -> None:
         self.conn.close()
-
-    # -- sessions ---------------------------------------------------------------------------------
-
-    def _session(self, row: sqlite3.Row | tuple[Any, ...]) -> SessionInfo:
-        return SessionInfo(
-            id=row[0],
-            user_id=row[1],
-            token_limit=row[2],
-            chat_history_token_ratio=row[3],
-            token_flush_size=row[4],
-            created_at=parse_time(row[5]),
-            updated_at=parse_time(row[6]),
-            active_messages=row[7],
-            archived_messages=row[8],
-            active_tokens=row[9],
-            flushes=row[10],
-        )
-
-    _SESSION_COLUMNS = (
-        "id, user_id, token_limit, ratio, flush_size, created_at, updated_at, "
-        "active_messages, archived_messages, active_tokens, flushes"
-    )
-
-    def get_session(self, session_id: str) -> SessionInfo | None:
-        with self.lock:
-            self._apply_touches()
-            row = self._query_one(
-                f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
-            )
-        return self._session(row) if row else None
-
-    def create_session(
-        self, session_id: str, user_id: str, token_limit: int, ratio: float, flush_size: int
-    ) -> SessionInfo:
-        stamp = format_time(now_utc())
-        with self.transaction():
-            self.execute(
-                "INSERT INTO sessions (id, user_id, token_limit, ratio, flush_size, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session_id, user_id, token_limit, ratio, flush_size, stamp, stamp),
-            )
-        info = self.get_session(session_id)
-        assert info is not None
-        return info
-
-    def update_session_budget(
-        self, session_id: str, token_limit: int, ratio: float, flush_size: int
-    ) -> None:
-        with self.transaction():
-            self.execute(
-                "UPDATE sessions SET token_limit = ?, ratio = ?, flush_size = ? WHERE id = ?",
-                (token_limit, ratio, flush_size, session_id),
-            )
-
-    def list_sessions(self, user_id: str | None = None) -> list[SessionInfo]:
-        sql = f"SELECT {self._SESSION_COLUMNS} FROM sessions"
-        params: tuple[Any, ...] = ()
-        if user_id is not None:
-            sql += " WHERE user_id = ?"
-            params = (user_id,)
-        sql += " ORDER BY updated_at DESC, id"
-        with self.lock:
-            self._apply_touches()
-            rows = self._query(sql, params)
-        return [self._session(row) for row in rows]
-
-    def delete_session(self, session_id: str) -> int:
-        with self.transaction():
-            count = self.delete_messages(session_id)
-            self.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-        return count
-
-    def session_version(self, session_id: str) -> int:
-        with self.lock:
-            self._apply_touches()
-            row = self._query_one("SELECT version FROM sessions WHERE id = ?", (session_id,))
-        return row[0] if row else -1
-
-    def _touch(self, session_id: str, **deltas: int) -> None:
-        """Count a change to the session; written once, before the transaction commits."""
-        pending = self._pending.setdefault(session_id, {})
-        for column, delta in deltas.items():
-            pending[column] = pending.get(column, 0) + delta
-
-    def _apply_touches(self) -> None:
-        if not self._pending:
-            return
-        now = self._stamp()
-        for session_id, deltas in self._pending.items():
-            sets = "".join(f", {column} = {column} + :{column}" for column in deltas)
-            self.execute(
-                f"UPDATE sessions SET version = version + 1, updated_at = :now{sets} WHERE id = :id",
-                {"now": now, "id": session_id, **deltas},
-            )
-        self._pending.clear()
-
-    # -- messages ---------------------------------------------------------------------------------
-
-    def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:
-        if not messages:
-            return []
-        with self.transaction():
-            stamp = self._stamp()
-            seq = self._next_seq.get(session_id)
-            if seq is None:
-                row = self.execute(
-                    "SELECT MAX(seq) FROM messages WHERE session_id = ?", (session_id,)
-                ).fetchone()
-                seq = 0 if row[0] is None else row[0] + 1
-            if self._next_id is None:
-                row = self.execute(
-                    "SELECT MAX(COALESCE((SELECT MAX(id) FROM messages), 0),"
-                    " COALESCE((SELECT value FROM counters WHERE name = 'message_id'), 0))"
-                ).fetchone()
-                self._next_id = row[0] + 1
-            ids = []
-            for item in messages:
-                m = item.message
-                message_id = self._next_id
-                self._next_id += 1
-                ids.append(message_id)
-                self._buffer[message_id] = [
-                    message_id,
-                    session_id,
-                    seq,
-                    m.role,
-                    m.content,
-                    m.name,
-                    metadata_json(m.metadata),
-                    item.tokens,
-                    "active",
-                    None,
-                    format_time(m.timestamp) if m.timestamp else None,
-                    stamp,
-                ]
-                seq += 1
-            self._next_seq[session_id] = seq
-            self._touch(
-                session_id,
-                active_messages=len(messages),
-                active_tokens=sum(item.tokens for item in messages),
-            )
-        return ids
-
-    def active_window(self, session_id: str) -> list[WindowEntry]:
-        rows = self._query(
-            "SELECT id, role, tokens FROM messages WHERE session_id = ? AND status = 'active'"
-            " ORDER BY seq",
-            (session_id,),
-        )
-        return [WindowEntry(*row) for row in rows]
-
-    #: The columns `message_from_row` reads, in its order.
-    MESSAGE_COLUMNS = (
-        "id, session_id, role, content, name, metadata, tokens, status, flush_id, timestamp"
-    )
-
-    @staticmethod
-    def message_from_row(row: Sequence[Any]) -> Message:
-        """The message of a row of `MESSAGE_COLUMNS`."""
-        return Message(
-            id=row[0],
-            session_id=row[1],
-            role=row[2],
-            content=row[3],
-            name=row[4],
-            metadata=json.loads(row[5]) if row[5] else None,
-            tokens=row[6],
-            status=row[7],
-            flush_id=row[8],
-            timestamp=parse_time(row[9]) if row[9] else None,
-        )
-
-    def iter_messages(self, session_id: str, status: str | None = None) -> Iterator[Message]:
-        # Page by seq, each page one statement read whole under the lock: no cursor stays open
-        # across a yield, where another thread's transaction could run on this connection.
-        sql = f"SELECT {self.MESSAGE_COLUMNS}, seq FROM messages WHERE session_id = ? AND seq > ?"
-        if status is not None:
-            sql += " AND status = ?"
-        sql += " ORDER BY seq LIMIT 256"
-        last = -1
-        while True:
-            params: tuple[Any, ...] = (session_id, last)
-            if status is not None:
-                params += (status,)
-            with self.lock:
-                try:
-                    batch = self.execute(sql, params).fetchall()
-                except sqlite3.Error as exc:
-                    raise self._error(exc, f"cannot read session {session_id!r}") from None
-            if not batch:
-                return
-            for row in batch:
-                yield self.message_from_row(row)
-            last = batch[-1][-1]
-
-    def get_messages(
-        self, session_id: str, status: str | None = None, ids: Sequence[int] | None = None
-    ) -> list[Message]:
-        if ids is None:
-            sql = f"SELECT {self.MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
-            params: tuple[Any, ...] = (session_id,)
-            if status is not None:
-                sql += " AND status = ?"
-                params += (status,)
-            rows = self._query(sql + " ORDER BY seq", params)
-            return [self.message_from_row(row) for row in rows]
-        # A session's ids grow with its seq: chunks of sorted ids come out in order.
-        rows = self.rows_for_ids(
-            f"SELECT {self.MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
-            " AND id IN ({ids}) ORDER BY seq",
-            sorted(ids),
-            (session_id,),
-        )
-        return [self.message_from_row(row) for row in rows]
-
-    def archive(self, session_id: str, message_ids: Sequence[int], tokens: int, reason: str) -> int:
-        with self.transaction():
-            # (Not self.execute: buffered messages stay buffered, archived in the buffer below.)
-            cursor = self._execute_now(
-                "INSERT INTO flushes (session_id, created_at, messages, tokens, first_message_id,"
-                " last_message_id, reason) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    session_id,
-                    self._stamp(),
-                    len(message_ids),
-                    tokens,
-                    message_ids[0],
-                    message_ids[-1],
-                    reason,
-                ),
-            )
-            flush_id = cursor.lastrowid
-            assert flush_id is not None
-            stored = []
-            for message_id in message_ids:
-                row = self._buffer.get(message_id)
-                if row is None:
-                    stored.append(message_id)
-                elif row[1] != session_id or row[8] != "active":
-                    raise StoreError(
-                        f"message {message_id} is not active in {session_id!r}", "Try again"
-                    )
-                else:
-                    row[8] = "archived"
-                    row[9] = flush_id
-            changed = self.execute_for_ids(
-                "UPDATE messages SET status = 'archived', flush_id = ? WHERE session_id = ?"
-                " AND status = 'active' AND id IN ({ids})",
-                stored,
-                (flush_id, session_id),
-            )
-            if changed != len(stored):
-                raise StoreError(
-                    f"session {session_id!r} changed while it was being flushed", "Try again"
-                )
-            self._touch(
-                session_id,
-                active_messages=-len(message_ids),
-                archived_messages=len(message_ids),
-                active_tokens=-tokens,
-                flushes=1,
-            )
-        return flush_id
-
-    def delete_active(self, session_id: str) -> int:
-        with self.transaction():
-            count = self.execute(
-                "DELETE FROM messages WHERE session_id = ? AND status = 'active'", (session_id,)
-            ).rowcount
-            self.execute(
-                "UPDATE sessions SET active_messages = 0, active_tokens = 0 WHERE id = ?",
-                (session_id,),
-            )
-            self._touch(session_id)
-        return count
-
-    def delete_messages(self, session_id: str) -> int:
-        with self.transaction():
-            count = self.execute(
-                "DELETE FROM messages WHERE session_id = ?", (session_id,)
-            ).rowcount
-            # Flush ids are given out again once deleted: what pointed at these flushes forgets them.
-            self.execute(
-                "DELETE FROM block_flushes WHERE flush_id IN"
-                " (SELECT id FROM flushes WHERE session_id = ?)",
-                (session_id,),
-            )
-            self.execute(
-                "UPDATE facts SET flush_id = NULL WHERE flush_id IN"
-                " (SELECT id FROM flushes WHERE session_id = ?)",
-                (session_id,),
-            )
-            self.execute("DELETE FROM flushes WHERE session_id = ?", (session_id,))
-            self.execute(
-                "UPDATE sessions SET active_messages = 0, archived_messages = 0,"
-                " active_tokens = 0, flushes = 0 WHERE id = ?",
-                (session_id,),
-            )
-            self._touch(session_id)
-        return count
-
-    def list_flushes(self, session_id: str) -> list[FlushRecord]:
-        rows = self._query(
-            "SELECT id, session_id, created_at, messages, tokens, first_message_id,"
-            " last_message_id, reason FROM flushes WHERE session_id = ? ORDER BY id",
-            (session_id,),
-        )
-        return [
-            FlushRecord(
-                id=r[0],
-                session_id=r[1],
-                created_at=parse_time(r[2]),
-                messages=r[3],
-                tokens=r[4],
-                first_message_id=r[5],
-                last_message_id=r[6],
-                reason=r[7] or "",
-            )
-            for r in rows
-        ]
-
-    # -- whole reads, checks, backups -------------------------------------------------------------
-
-    def read_messages(self, session_id: str, status: str | None = None) -> Iterator[Message]:
-        """A session's messages in order, as `iter_messages`, from one snapshot, every one read
-        once before the first is given: a database that cannot be read whole raises StoreError
-        here, before a caller has written anything (what an export needs). Memory stays flat: the
-        rows are read twice, not kept. The store's lock is held until the iterator ends (or is
-        closed): no other thread's statement runs inside the snapshot."""
-        self.lock.acquire()
-        try:
-            if self._depth:
-                raise StoreError("read_messages inside a write transaction", "A bug in memcli")
-            self._execute_now("BEGIN")  # a read snapshot: a writer meanwhile changes neither pass
-            try:
-                for _ in self._checked_messages(session_id, status):
-                    pass
-            except BaseException:
-                self._quiet_rollback()
-                raise
-        except BaseException:
-            self.lock.release()
-            raise
-        return self._snapshot_messages(session_id, status)
-
-    def _snapshot_messages(self, session_id: str, status: str | None) -> Iterator[Message]:
-        try:
-            yield from self._checked_messages(session_id, status)
-        finally:
-            self._quiet_rollback()  # ends the read snapshot
-            self.lock.release()
-
-    def _checked_messages(self, session_id: str, status: str | None) -> Iterator[Message]:
-        rows = self.iter_messages(session_id, status)
-        while True:
-            try:
-                message = next(rows)
-            except StopIteration:
-                return
-            except (ValueError, TypeError) as exc:  # a row that does not decode
-                self.damaged = True
-                raise StoreDamaged(
-                    f"the database {self.where} holds an unreadable message in session"
-                    f" {session_id!r} ({exc})",
-                    "Run `memcli check` to see what is wrong, and restore it from a backup",
-                ) from None
-            yield message
 
     def check(self) -> list[Problem]:
         """What is wrong with the database: SQLite's integrity check and memcli's own (counters,

@@ -1,0 +1,343 @@
+"""The PostgreSQL store: the Store protocol on a PostgreSQL database (`postgresql://` URLs).
+
+The driver is psycopg 3, imported only when such a URL is opened. Why psycopg 3 and not asyncpg:
+memcli's core is synchronous, with an async layer on top (`Memory.aput` and the like run the sync
+path, in a worker thread when it would wait); psycopg 3 serves sync and async code with one API,
+where asyncpg is async only and would need an event loop inside every sync call. psycopg 3 also
+binds parameters on the server, prepares statements a connection runs often, pipelines
+`executemany`, has COPY for bulk loads and a real connection pool (psycopg_pool) for apps that
+want one.
+
+One connection per store, no pool: the store's lock serialises its statements anyway (one
+thread's statements must never run inside another thread's transaction), so more connections
+would sit idle. Several threads share one store; several workers or processes each open their
+own, and PostgreSQL runs them side by side.
+
+Concurrency:
+- Readers never wait: PostgreSQL's MVCC.
+- Writers take turns per session, not per database: inside a write transaction, the first
+  statement that touches a session (its version read by Memory before a put, an append, a flush,
+  a delete) takes a transaction-scoped advisory lock on it (`pg_advisory_xact_lock`), held to
+  the commit. So N processes putting into one session flush one at a time, each reading the
+  window after the one before committed (nothing lost or duplicated, whole turns oldest first),
+  while puts into other sessions go on at once. `transaction(wait=False)` takes it with
+  `pg_try_advisory_xact_lock` and raises StoreBusy when another process holds it. A lock waited
+  for longer than WRITE_WAIT_S fails (`lock_timeout`).
+- Ids come from sequences (identity columns): never given out twice, deleted ones included.
+
+Statements are the portable SQL of `memcli.store.tables` and the helpers, with `?` placeholders,
+translated once per statement text to psycopg's `%s` (`translate`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from memcli.errors import StoreBusy, StoreError
+from memcli.messages import format_time
+from memcli.store.base import redact_url
+from memcli.store.check import PG_CHECKS, Problem, run_checks
+from memcli.store.pg_migrations import LATEST, schema_version, upgrade
+from memcli.store.tables import TableStore, now_utc
+
+#: How long a write waits for a session another process is writing, in seconds.
+WRITE_WAIT_S = 60
+#: How long opening waits for the server to answer, in seconds.
+CONNECT_TIMEOUT_S = 10
+#: Tables whose ids a sequence gives out, and the `counters` row that also remembers given ids.
+ID_TABLES = {
+    "messages": "message_id",
+    "flushes": None,
+    "facts": None,
+    "fact_history": None,
+    "retrieval_vectors": None,
+}
+
+
+@lru_cache(maxsize=2048)
+def translate(sql: str) -> str:
+    """`?` placeholders as psycopg's `%s`, and a literal `%` as `%%` (outside quoted strings and
+    identifiers a `?` is a placeholder; inside, it stays)."""
+    out = []
+    quote = ""
+    for char in sql:
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char == "?":
+            out.append("%s")
+            continue
+        out.append("%%" if char == "%" else char)
+    return "".join(out)
+
+
+def session_key(session_id: str) -> int:
+    """The advisory lock key of a session: 64 bits of a hash of its id (signed, as PostgreSQL's
+    bigint). Two sessions sharing a key only take turns more than they need to."""
+    digest = hashlib.blake2b(session_id.encode(), digest_size=8, person=b"memcli-session").digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class PostgresStore(TableStore):
+    """The Store protocol over PostgreSQL (see the module's docstring for the design).
+
+    Opening a database applies the pending migrations (`memcli.store.pg_migrations`) in one
+    transaction, under an advisory lock, so two processes opening a new database at once migrate
+    it once; with none pending, it reads the version only. A database PostgreSQL serves
+    read-only (a hot standby, a role whose transactions default to read-only) is opened
+    read-only: reading works, a write transaction raises.
+    """
+
+    SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self._psycopg = psycopg
+        self.DATABASE_ERRORS = (psycopg.Error,)
+        self.url = url
+        self.damaged = False  # (PostgreSQL guards its own files: never set)
+        try:
+            conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to the database {self.where}: {self._text(exc)}",
+                "Check the URL (--db, MEMCLI_DB or db in the config), that the server runs, and"
+                " that your role may connect to it",
+            ) from None
+        self.conn = conn
+        self._init_tables()
+        #: The sessions whose write lock the open transaction holds.
+        self._locked: set[str] = set()
+        #: Whether the open transaction waits for a session's lock (`transaction(wait=...)`).
+        self._wait = True
+        try:
+            conn.execute(f"SET lock_timeout = '{WRITE_WAIT_S}s'")
+            row = conn.execute("SHOW transaction_read_only").fetchone()
+        except psycopg.Error as exc:
+            conn.close()
+            raise self._error(exc, f"cannot open the database {self.where}") from None
+        self.read_only = row is not None and row[0] == "on"
+        self._migrate()
+
+    @property
+    def where(self) -> str:
+        """The database's URL, its password (if it holds one) as ***."""
+        return redact_url(self.url)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _text(self, exc: Exception) -> str:
+        """An error's text on one line, without the URL's password should it hold one."""
+        text = " ".join(str(exc).split()).rstrip(".")
+        password = self._password()
+        return text.replace(password, "***") if password else text
+
+    def _password(self) -> str | None:
+        conn = getattr(self, "conn", None)
+        try:
+            return conn.info.password if conn is not None else None
+        except Exception:  # (a closed connection)
+            return None
+
+    def _error(self, exc: Exception, what: str) -> StoreError:
+        errors = self._psycopg.errors
+        text = self._text(exc)
+        if isinstance(exc, errors.LockNotAvailable):
+            return StoreError(
+                f"{what}: another process held a lock for over {WRITE_WAIT_S} s ({text})",
+                "Try again",
+            )
+        if isinstance(exc, errors.ReadOnlySqlTransaction):
+            return StoreError(
+                f"{what}: the database {self.where} is read-only ({text})",
+                "Reading commands work on it; point memcli at the primary server to write",
+            )
+        if isinstance(exc, self._psycopg.OperationalError):
+            return StoreError(f"{what}: {text}", "Check that the database server runs")
+        return StoreError(f"{what}: {text}", "Check the database (`memcli check`)")
+
+    def _migrate(self) -> None:
+        try:
+            version = schema_version(self.conn)
+        except self._psycopg.Error as exc:
+            raise self._error(exc, f"cannot read the database {self.where}") from None
+        if version >= LATEST:
+            return  # no lock, nothing written: the schema is current
+        if self.read_only:
+            raise StoreError(
+                f"the database {self.where} is read-only and has an older schema",
+                "Open it once through a server and role that may write, to bring it up to date",
+            )
+        with self.lock:
+            try:
+                self.conn.execute("BEGIN")
+                upgrade(self.conn, format_time(now_utc()))
+                self.conn.execute("COMMIT")
+            except self._psycopg.Error as exc:
+                self._quiet_rollback()
+                raise StoreError(
+                    f"cannot bring the database {self.where} to the current schema:"
+                    f" {self._text(exc)}",
+                    "Check that your role may create tables, functions and triggers in it",
+                ) from None
+
+    def _begin(self, wait: bool = True) -> None:
+        if self._depth:
+            self._depth += 1
+            return
+        if self.read_only:
+            if not wait:
+                raise StoreBusy(f"the database {self.where} is read-only")
+            raise StoreError(
+                f"cannot write to {self.where}: the server serves it read-only",
+                "Reading commands work on it; point memcli at the primary server to write",
+            )
+        self._execute_now("BEGIN")
+        self._depth = 1
+        self._wait = wait
+        self.txn_serial += 1
+
+    def can_write_now(self) -> bool:
+        """Whether a write transaction would start without waiting: writers wait only for a
+        session another process is writing, and the session is not known yet."""
+        return bool(self._depth) or not self.read_only
+
+    def _lock_session(self, session_id: str) -> None:
+        if not self._depth or session_id in self._locked:
+            return
+        key = session_key(session_id)
+        if self._wait:
+            self._execute_now("SELECT pg_advisory_xact_lock(?)", (key,))
+        elif not self._execute_now("SELECT pg_try_advisory_xact_lock(?)", (key,)).fetchone()[0]:
+            raise StoreBusy(f"another process is writing session {session_id!r} in {self.where}")
+        self._locked.add(session_id)
+
+    def _finish(self, failed: bool) -> None:
+        if self._depth > 1:
+            self._depth -= 1
+            return
+        if failed:
+            self._rollback()
+            return
+        try:
+            self._apply_touches()
+            self._write_buffer()
+        except BaseException:
+            self._rollback()
+            raise
+        self._depth = 0
+        self._end_transaction()
+        try:
+            status = self.conn.execute("COMMIT").statusmessage
+        except self._psycopg.Error as exc:
+            error = self._error(exc, f"cannot commit to {self.where}")
+            self._quiet_rollback()
+            raise error from None
+        if status != "COMMIT":  # a statement failed inside: PostgreSQL rolled it all back
+            raise StoreError(
+                f"cannot commit to {self.where}: a statement of the transaction failed",
+                "Nothing was written; try again",
+            )
+
+    def _end_transaction(self) -> None:
+        super()._end_transaction()
+        self._locked.clear()
+
+    def _rollback(self) -> None:
+        self._depth = 0
+        self._end_transaction()
+        self._quiet_rollback()
+
+    def _quiet_rollback(self) -> None:
+        """ROLLBACK, if a transaction is open."""
+        if self.conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+            try:
+                self.conn.execute("ROLLBACK")
+            except self._psycopg.Error:
+                pass
+
+    def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement, leaving buffered inserts buffered."""
+        with self.lock:
+            try:
+                if params:
+                    return self.conn.execute(translate(sql), params)
+                return self.conn.execute(sql)  # (no parameters: psycopg leaves `%` alone)
+            except self._psycopg.Error as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
+
+    def _executemany_now(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        with self.lock:
+            cursor = self.conn.cursor()
+            try:
+                cursor.executemany(translate(sql), rows)
+            except self._psycopg.Error as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
+            return cursor
+
+    def _new_message_ids(self, count: int) -> list[int]:
+        rows = self._execute_now(
+            "SELECT nextval('messages_id_seq') FROM generate_series(1, ?)", (count,)
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __del__(self) -> None:
+        # A store dropped without close() closes its connection (as a sqlite3 one does), quietly.
+        conn = getattr(self, "conn", None)
+        if conn is not None and not conn.closed:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    # -- ids, checks, backups ---------------------------------------------------------------------
+
+    def reset_sequences(self) -> None:
+        """Move each id sequence past the highest id its table holds (and, for messages, past the
+        `counters` high-water mark): call after inserting rows with their own ids (a copy from
+        another database), so that new rows get new ids. A sequence never moves back."""
+        with self.transaction():
+            for table, counter in ID_TABLES.items():
+                mark = "0"
+                if counter is not None:
+                    mark = f"COALESCE((SELECT value FROM counters WHERE name = '{counter}'), 0)"
+                self.execute(
+                    f"SELECT setval('{table}_id_seq', GREATEST(top, 1), top > 0) FROM (SELECT"
+                    f" GREATEST(COALESCE((SELECT MAX(id) FROM {table}), 0), {mark},"
+                    f" (SELECT CASE WHEN is_called THEN last_value ELSE 0 END"
+                    f" FROM {table}_id_seq)) AS top) AS t"
+                )
+
+    def check(self) -> list[Problem]:
+        """What is wrong with the database: memcli's own checks (session counters, message
+        status against flushes, flush counts, id sequences, vectors against messages), on one
+        snapshot; empty when it is sound. (PostgreSQL keeps its own files and foreign keys.)"""
+        with self.lock:
+            if self._depth:
+                raise StoreError("check inside a write transaction", "A bug in memcli")
+            try:
+                self.conn.execute(self.SNAPSHOT_BEGIN)
+            except self._psycopg.Error as exc:
+                return [Problem("integrity", f"the database cannot be read: {self._text(exc)}")]
+            try:
+                return run_checks(self.conn, PG_CHECKS, self.DATABASE_ERRORS)
+            finally:
+                self._quiet_rollback()
+
+    def backup(self, target: str | Path) -> list[Problem]:
+        """Not done here: PostgreSQL's own tools back a database up while it is in use."""
+        raise StoreError(
+            f"`memcli backup` copies SQLite files; {self.where} is a PostgreSQL database",
+            "Back it up with PostgreSQL's tools: pg_dump -Fc -f memcli.dump URL (restore with"
+            " pg_restore)",
+        )

@@ -1,0 +1,582 @@
+"""Sessions, messages and flushes in portable SQL: the part of the Store protocol that every SQL
+backend shares (`SQLiteStore`, `PostgresStore`), over the backend's connection, transactions and
+error mapping.
+
+The statements use `?` placeholders; a backend whose driver wants others translates them in its
+`execute`. What differs between databases is a hook a backend implements:
+
+- `_begin(wait)` / `_finish(failed)`: start and end an outermost transaction (nested ones join it).
+- `_execute_now(sql, params)` / `_executemany_now(sql, rows)`: run statements, errors as StoreError.
+- `_new_message_ids(count)`: ids for new messages, never given out before.
+- `_lock_session(session_id)`: inside a write transaction, take the session's write lock (SQLite:
+  nothing to do, its transaction holds the database's; PostgreSQL: an advisory lock per session).
+- `_error(exc, what)`, `DATABASE_ERRORS`, `SNAPSHOT_BEGIN`, `_quiet_rollback()`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from memcli.errors import StoreBusy, StoreDamaged, StoreError
+from memcli.messages import Message, format_time, metadata_json, parse_time
+from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
+
+#: Ids per statement when rows are read or changed by many ids (SQLite allowed 999 parameters
+#: before 3.32).
+IDS_PER_STATEMENT = 500
+
+#: The columns of a message row, in the order `_write_buffer` inserts them.
+_MESSAGE_INSERT = (
+    "INSERT INTO messages (id, session_id, seq, role, content, name, metadata, tokens,"
+    " status, flush_id, timestamp, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def now_utc() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+class _Transaction:
+    """The context manager behind `TableStore.transaction()` (a class: puts call it a lot)."""
+
+    __slots__ = ("store", "wait")
+
+    def __init__(self, store: TableStore, wait: bool = True) -> None:
+        self.store = store
+        self.wait = wait
+
+    def __enter__(self) -> None:
+        store = self.store
+        if not store.lock.acquire(blocking=self.wait):
+            raise StoreBusy(f"another thread is writing to {store.where}")
+        try:
+            store._begin(self.wait)
+        except BaseException:
+            store.lock.release()
+            raise
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> None:
+        try:
+            self.store._finish(failed=kind is not None)
+        finally:
+            self.store.lock.release()
+
+
+class TableStore:
+    """Sessions, messages and flushes, for a backend that provides the hooks named in the module
+    docstring and these attributes: `lock` (a reentrant lock held by a transaction for its whole
+    length and by each read outside one) and `where` (the database, as messages name it).
+
+    New message rows wait in a buffer until any other statement runs (or the commit), then go in
+    one `executemany`: a bulk import does not pay one INSERT per message. A flush of buffered
+    messages marks them archived in the buffer itself.
+    """
+
+    #: The columns `message_from_row` reads, in its order.
+    MESSAGE_COLUMNS = (
+        "id, session_id, role, content, name, metadata, tokens, status, flush_id, timestamp"
+    )
+    #: What the backend's driver raises (caught where rows are read, and made StoreError).
+    DATABASE_ERRORS: tuple[type[Exception], ...] = ()
+    #: The statement that starts a read snapshot (`read_messages`).
+    SNAPSHOT_BEGIN = "BEGIN"
+
+    lock: threading.RLock
+
+    def _init_tables(self) -> None:
+        self.lock = threading.RLock()
+        self._depth = 0
+        #: Counts outermost transactions: a cache made inside one is good until it ends.
+        self.txn_serial = 0
+        # Within a transaction: session counters not yet written, and each session's next seq.
+        self._pending: dict[str, dict[str, int]] = {}
+        self._next_seq: dict[str, int] = {}
+        self._buffer: dict[int, list[Any]] = {}
+        self._txn_stamp: str | None = None
+
+    # -- what a backend provides ------------------------------------------------------------------
+
+    @property
+    def where(self) -> str:
+        """The database, as messages name it."""
+        raise NotImplementedError
+
+    def _begin(self, wait: bool = True) -> None:
+        raise NotImplementedError
+
+    def _finish(self, failed: bool) -> None:
+        raise NotImplementedError
+
+    def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        raise NotImplementedError
+
+    def _executemany_now(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        raise NotImplementedError
+
+    def _new_message_ids(self, count: int) -> list[int]:
+        raise NotImplementedError
+
+    def _lock_session(self, session_id: str) -> None:
+        """Inside a write transaction: hold the session's write lock until it ends."""
+
+    def _error(self, exc: Exception, what: str) -> StoreError:
+        raise NotImplementedError
+
+    def _quiet_rollback(self) -> None:
+        raise NotImplementedError
+
+    # -- transactions and statements --------------------------------------------------------------
+
+    @property
+    def transaction_depth(self) -> int:
+        return self._depth
+
+    def transaction(self, wait: bool = True) -> _Transaction:
+        """All writes inside happen together or not at all; nested calls join the outer one.
+
+        An outermost one waits its turn where the backend makes writers take turns; with
+        `wait=False` it raises StoreBusy at once instead (when the database is read-only too)."""
+        return _Transaction(self, wait)
+
+    def _stamp(self) -> str:
+        """Now, as stored; one value per transaction (what it writes, it writes at once)."""
+        if self._txn_stamp is None:
+            self._txn_stamp = format_time(now_utc())
+        return self._txn_stamp
+
+    def _end_transaction(self) -> None:
+        self._txn_stamp = None
+        self._pending.clear()
+        self._next_seq.clear()
+        self._buffer.clear()
+
+    def _write_buffer(self) -> None:
+        if not self._buffer:
+            return
+        rows = list(self._buffer.values())
+        self._buffer.clear()
+        self._executemany_now(_MESSAGE_INSERT, rows)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one statement (after any buffered inserts); database errors become StoreError."""
+        with self.lock:
+            if self._buffer:
+                self._write_buffer()
+            return self._execute_now(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        """Run one statement for each row (after any buffered inserts)."""
+        with self.lock:
+            if self._buffer:
+                self._write_buffer()
+            return self._executemany_now(sql, rows)
+
+    def _rows(self, cursor: Any) -> list[Any]:
+        """The rest of a cursor's rows (an error reading them becomes StoreError, as in execute)."""
+        with self.lock:
+            try:
+                return list(cursor.fetchall())
+            except self.DATABASE_ERRORS as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """All the rows of one statement, read while no other thread's transaction runs."""
+        with self.lock:
+            return self._rows(self.execute(sql, params))
+
+    def _query_one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first row of one statement (or None), as `_query`."""
+        with self.lock:
+            try:
+                return self.execute(sql, params).fetchone()
+            except self.DATABASE_ERRORS as exc:
+                raise self._error(exc, f"database error in {self.where}") from None
+
+    def _for_ids(self, sql: str, ids: Sequence[Any], params: Sequence[Any]) -> Iterator[Any]:
+        for start in range(0, len(ids), IDS_PER_STATEMENT):
+            chunk = ids[start : start + IDS_PER_STATEMENT]
+            yield self.execute(sql.format(ids=", ".join("?" * len(chunk))), (*params, *chunk))
+
+    def rows_for_ids(
+        self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        """The rows `sql` selects for many ids: it runs once per chunk of ids, its `{ids}` made the
+        chunk's placeholders, bound after `params` (`... WHERE session_id = ? AND id IN ({ids})`)."""
+        with self.lock:
+            return [row for cursor in self._for_ids(sql, ids, params) for row in self._rows(cursor)]
+
+    def execute_for_ids(self, sql: str, ids: Sequence[Any], params: Sequence[Any] = ()) -> int:
+        """Change rows by many ids (as `rows_for_ids` reads them); return how many changed."""
+        with self.lock:
+            return sum(cursor.rowcount for cursor in self._for_ids(sql, ids, params))
+
+    # -- sessions ---------------------------------------------------------------------------------
+
+    def _session(self, row: Sequence[Any]) -> SessionInfo:
+        return SessionInfo(
+            id=row[0],
+            user_id=row[1],
+            token_limit=row[2],
+            chat_history_token_ratio=row[3],
+            token_flush_size=row[4],
+            created_at=parse_time(row[5]),
+            updated_at=parse_time(row[6]),
+            active_messages=row[7],
+            archived_messages=row[8],
+            active_tokens=row[9],
+            flushes=row[10],
+        )
+
+    _SESSION_COLUMNS = (
+        "id, user_id, token_limit, ratio, flush_size, created_at, updated_at, "
+        "active_messages, archived_messages, active_tokens, flushes"
+    )
+
+    def get_session(self, session_id: str) -> SessionInfo | None:
+        with self.lock:
+            self._apply_touches()
+            row = self._query_one(
+                f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+            )
+        return self._session(row) if row else None
+
+    def create_session(
+        self, session_id: str, user_id: str, token_limit: int, ratio: float, flush_size: int
+    ) -> SessionInfo:
+        """Store a new session; one that another process stored meanwhile is kept as it is (and
+        returned)."""
+        stamp = format_time(now_utc())
+        with self.transaction():
+            self._lock_session(session_id)
+            self.execute(
+                "INSERT INTO sessions (id, user_id, token_limit, ratio, flush_size, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (session_id, user_id, token_limit, ratio, flush_size, stamp, stamp),
+            )
+        info = self.get_session(session_id)
+        assert info is not None
+        return info
+
+    def update_session_budget(
+        self, session_id: str, token_limit: int, ratio: float, flush_size: int
+    ) -> None:
+        with self.transaction():
+            self._lock_session(session_id)
+            self.execute(
+                "UPDATE sessions SET token_limit = ?, ratio = ?, flush_size = ? WHERE id = ?",
+                (token_limit, ratio, flush_size, session_id),
+            )
+
+    def list_sessions(self, user_id: str | None = None) -> list[SessionInfo]:
+        sql = f"SELECT {self._SESSION_COLUMNS} FROM sessions"
+        params: tuple[Any, ...] = ()
+        if user_id is not None:
+            sql += " WHERE user_id = ?"
+            params = (user_id,)
+        sql += " ORDER BY updated_at DESC, id"
+        with self.lock:
+            self._apply_touches()
+            rows = self._query(sql, params)
+        return [self._session(row) for row in rows]
+
+    def delete_session(self, session_id: str) -> int:
+        with self.transaction():
+            count = self.delete_messages(session_id)
+            self.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        return count
+
+    def session_version(self, session_id: str) -> int:
+        """The session's version; inside a write transaction, read once the session's write lock
+        is held (what is read then stays the session's until the transaction ends)."""
+        with self.lock:
+            if self._depth:
+                self._lock_session(session_id)
+            self._apply_touches()
+            row = self._query_one("SELECT version FROM sessions WHERE id = ?", (session_id,))
+        return row[0] if row else -1
+
+    def _touch(self, session_id: str, **deltas: int) -> None:
+        """Count a change to the session; written once, before the transaction commits."""
+        pending = self._pending.setdefault(session_id, {})
+        for column, delta in deltas.items():
+            pending[column] = pending.get(column, 0) + delta
+
+    def _apply_touches(self) -> None:
+        if not self._pending:
+            return
+        now = self._stamp()
+        for session_id, deltas in self._pending.items():
+            sets = "".join(f", {column} = {column} + ?" for column in deltas)
+            self.execute(
+                f"UPDATE sessions SET version = version + 1, updated_at = ?{sets} WHERE id = ?",
+                (now, *deltas.values(), session_id),
+            )
+        self._pending.clear()
+
+    # -- messages ---------------------------------------------------------------------------------
+
+    def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:
+        if not messages:
+            return []
+        with self.transaction():
+            self._lock_session(session_id)
+            stamp = self._stamp()
+            seq = self._next_seq.get(session_id)
+            if seq is None:
+                row = self._query_one(
+                    "SELECT MAX(seq) FROM messages WHERE session_id = ?", (session_id,)
+                )
+                seq = 0 if row[0] is None else row[0] + 1
+            ids = self._new_message_ids(len(messages))
+            for item, message_id in zip(messages, ids, strict=True):
+                m = item.message
+                self._buffer[message_id] = [
+                    message_id,
+                    session_id,
+                    seq,
+                    m.role,
+                    m.content,
+                    m.name,
+                    metadata_json(m.metadata),
+                    item.tokens,
+                    "active",
+                    None,
+                    format_time(m.timestamp) if m.timestamp else None,
+                    stamp,
+                ]
+                seq += 1
+            self._next_seq[session_id] = seq
+            self._touch(
+                session_id,
+                active_messages=len(messages),
+                active_tokens=sum(item.tokens for item in messages),
+            )
+        return ids
+
+    def active_window(self, session_id: str) -> list[WindowEntry]:
+        rows = self._query(
+            "SELECT id, role, tokens FROM messages WHERE session_id = ? AND status = 'active'"
+            " ORDER BY seq",
+            (session_id,),
+        )
+        return [WindowEntry(*row) for row in rows]
+
+    @staticmethod
+    def message_from_row(row: Sequence[Any]) -> Message:
+        """The message of a row of `MESSAGE_COLUMNS`."""
+        return Message(
+            id=row[0],
+            session_id=row[1],
+            role=row[2],
+            content=row[3],
+            name=row[4],
+            metadata=json.loads(row[5]) if row[5] else None,
+            tokens=row[6],
+            status=row[7],
+            flush_id=row[8],
+            timestamp=parse_time(row[9]) if row[9] else None,
+        )
+
+    def iter_messages(self, session_id: str, status: str | None = None) -> Iterator[Message]:
+        # Page by seq, each page one statement read whole under the lock: no cursor stays open
+        # across a yield, where another thread's transaction could run on this connection.
+        sql = f"SELECT {self.MESSAGE_COLUMNS}, seq FROM messages WHERE session_id = ? AND seq > ?"
+        if status is not None:
+            sql += " AND status = ?"
+        sql += " ORDER BY seq LIMIT 256"
+        last = -1
+        while True:
+            params: tuple[Any, ...] = (session_id, last)
+            if status is not None:
+                params += (status,)
+            with self.lock:
+                try:
+                    batch = self.execute(sql, params).fetchall()
+                except self.DATABASE_ERRORS as exc:
+                    raise self._error(exc, f"cannot read session {session_id!r}") from None
+            if not batch:
+                return
+            for row in batch:
+                yield self.message_from_row(row)
+            last = batch[-1][-1]
+
+    def get_messages(
+        self, session_id: str, status: str | None = None, ids: Sequence[int] | None = None
+    ) -> list[Message]:
+        if ids is None:
+            sql = f"SELECT {self.MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
+            params: tuple[Any, ...] = (session_id,)
+            if status is not None:
+                sql += " AND status = ?"
+                params += (status,)
+            rows = self._query(sql + " ORDER BY seq", params)
+            return [self.message_from_row(row) for row in rows]
+        # A session's ids grow with its seq: chunks of sorted ids come out in order.
+        rows = self.rows_for_ids(
+            f"SELECT {self.MESSAGE_COLUMNS} FROM messages WHERE session_id = ?"
+            " AND id IN ({ids}) ORDER BY seq",
+            sorted(ids),
+            (session_id,),
+        )
+        return [self.message_from_row(row) for row in rows]
+
+    def archive(self, session_id: str, message_ids: Sequence[int], tokens: int, reason: str) -> int:
+        with self.transaction():
+            self._lock_session(session_id)
+            # (Not self.execute: buffered messages stay buffered, archived in the buffer below.)
+            cursor = self._execute_now(
+                "INSERT INTO flushes (session_id, created_at, messages, tokens, first_message_id,"
+                " last_message_id, reason) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (
+                    session_id,
+                    self._stamp(),
+                    len(message_ids),
+                    tokens,
+                    message_ids[0],
+                    message_ids[-1],
+                    reason,
+                ),
+            )
+            flush_id = self._rows(cursor)[0][0]
+            stored = []
+            for message_id in message_ids:
+                row = self._buffer.get(message_id)
+                if row is None:
+                    stored.append(message_id)
+                elif row[1] != session_id or row[8] != "active":
+                    raise StoreError(
+                        f"message {message_id} is not active in {session_id!r}", "Try again"
+                    )
+                else:
+                    row[8] = "archived"
+                    row[9] = flush_id
+            changed = self.execute_for_ids(
+                "UPDATE messages SET status = 'archived', flush_id = ? WHERE session_id = ?"
+                " AND status = 'active' AND id IN ({ids})",
+                stored,
+                (flush_id, session_id),
+            )
+            if changed != len(stored):
+                raise StoreError(
+                    f"session {session_id!r} changed while it was being flushed", "Try again"
+                )
+            self._touch(
+                session_id,
+                active_messages=-len(message_ids),
+                archived_messages=len(message_ids),
+                active_tokens=-tokens,
+                flushes=1,
+            )
+        return flush_id
+
+    def delete_active(self, session_id: str) -> int:
+        with self.transaction():
+            self._lock_session(session_id)
+            count = self.execute(
+                "DELETE FROM messages WHERE session_id = ? AND status = 'active'", (session_id,)
+            ).rowcount
+            self.execute(
+                "UPDATE sessions SET active_messages = 0, active_tokens = 0 WHERE id = ?",
+                (session_id,),
+            )
+            self._touch(session_id)
+        return count
+
+    def delete_messages(self, session_id: str) -> int:
+        with self.transaction():
+            self._lock_session(session_id)
+            count = self.execute(
+                "DELETE FROM messages WHERE session_id = ?", (session_id,)
+            ).rowcount
+            # Flush ids are given out again once deleted: what pointed at these flushes forgets them.
+            self.execute(
+                "DELETE FROM block_flushes WHERE flush_id IN"
+                " (SELECT id FROM flushes WHERE session_id = ?)",
+                (session_id,),
+            )
+            self.execute(
+                "UPDATE facts SET flush_id = NULL WHERE flush_id IN"
+                " (SELECT id FROM flushes WHERE session_id = ?)",
+                (session_id,),
+            )
+            self.execute("DELETE FROM flushes WHERE session_id = ?", (session_id,))
+            self.execute(
+                "UPDATE sessions SET active_messages = 0, archived_messages = 0,"
+                " active_tokens = 0, flushes = 0 WHERE id = ?",
+                (session_id,),
+            )
+            self._touch(session_id)
+        return count
+
+    def list_flushes(self, session_id: str) -> list[FlushRecord]:
+        rows = self._query(
+            "SELECT id, session_id, created_at, messages, tokens, first_message_id,"
+            " last_message_id, reason FROM flushes WHERE session_id = ? ORDER BY id",
+            (session_id,),
+        )
+        return [
+            FlushRecord(
+                id=r[0],
+                session_id=r[1],
+                created_at=parse_time(r[2]),
+                messages=r[3],
+                tokens=r[4],
+                first_message_id=r[5],
+                last_message_id=r[6],
+                reason=r[7] or "",
+            )
+            for r in rows
+        ]
+
+    # -- whole reads, checks, backups -------------------------------------------------------------
+
+    def read_messages(self, session_id: str, status: str | None = None) -> Iterator[Message]:
+        """A session's messages in order, as `iter_messages`, from one snapshot, every one read
+        once before the first is given: a database that cannot be read whole raises StoreError
+        here, before a caller has written anything (what an export needs). Memory stays flat: the
+        rows are read twice, not kept. The store's lock is held until the iterator ends (or is
+        closed): no other thread's statement runs inside the snapshot."""
+        self.lock.acquire()
+        try:
+            if self._depth:
+                raise StoreError("read_messages inside a write transaction", "A bug in memcli")
+            self._execute_now(
+                self.SNAPSHOT_BEGIN
+            )  # a read snapshot: a writer meanwhile changes neither pass
+            try:
+                for _ in self._checked_messages(session_id, status):
+                    pass
+            except BaseException:
+                self._quiet_rollback()
+                raise
+        except BaseException:
+            self.lock.release()
+            raise
+        return self._snapshot_messages(session_id, status)
+
+    def _snapshot_messages(self, session_id: str, status: str | None) -> Iterator[Message]:
+        try:
+            yield from self._checked_messages(session_id, status)
+        finally:
+            self._quiet_rollback()  # ends the read snapshot
+            self.lock.release()
+
+    def _checked_messages(self, session_id: str, status: str | None) -> Iterator[Message]:
+        rows = self.iter_messages(session_id, status)
+        while True:
+            try:
+                message = next(rows)
+            except StopIteration:
+                return
+            except (ValueError, TypeError) as exc:  # a row that does not decode
+                self.damaged = True
+                raise StoreDamaged(
+                    f"the database {self.where} holds an unreadable message in session"
+                    f" {session_id!r} ({exc})",
+                    "Run `memcli check` to see what is wrong, and restore it from a backup",
+                ) from None
+            yield message

@@ -1,0 +1,199 @@
+"""What only the PostgreSQL store does: its schema against SQLite's, migrating under a lock,
+per-session write locks, read-only servers, sequences after a copy, errors without passwords."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from memcli import Memory, Message, WordTokenizer
+from memcli.errors import StoreBusy, StoreError
+from memcli.store import open_store
+from memcli.store.pg_migrations import LATEST, MIGRATIONS
+from memcli.store.postgres import PostgresStore
+from memcli.store.sqlite import SQLiteStore
+
+
+def _columns_pg(url: str) -> dict[str, list[str]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = 'public' ORDER BY table_name, ordinal_position"
+        ).fetchall()
+    out: dict[str, list[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, []).append(column)
+    return out
+
+
+def _columns_sqlite(path: Path) -> dict[str, list[str]]:
+    store = SQLiteStore(path)
+    tables = [
+        r[0]
+        for r in store.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'retrieval_fts%'"
+        )
+    ]
+    return {t: [r[1] for r in store.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+
+
+def test_the_tables_and_columns_are_sqlites(pg_url: str, tmp_path: Path) -> None:
+    """Same names on both backends (what the SQL helpers and a copy between backends rely on);
+    only SQLite's full-text index is not there."""
+    open_store(pg_url).close()
+    assert _columns_pg(pg_url) == _columns_sqlite(tmp_path / "s.db")
+
+
+def test_migrations_recorded_once_at_sqlites_numbers(pg_url: str) -> None:
+    open_store(pg_url).close()
+    store = open_store(pg_url)
+    versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
+    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 16
+
+
+OPEN = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from memcli.store import open_store
+
+    while not Path(sys.argv[2]).exists():
+        pass
+    open_store(sys.argv[1]).close()
+    """
+)
+
+
+def test_processes_opening_a_new_database_at_once_migrate_it_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "open.py"
+    script.write_text(OPEN)
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen([sys.executable, str(script), pg_url, str(go)], stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]
+    go.touch()
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+    store = open_store(pg_url)
+    assert [r[0] for r in store.execute("SELECT version FROM migrations")] == [LATEST]
+
+
+def test_a_session_another_connection_is_writing_is_busy_without_waiting(pg_url: str) -> None:
+    first = open_store(pg_url)
+    second = open_store(pg_url)
+    Memory(first, "s", tokenizer=WordTokenizer())
+    Memory(first, "t", tokenizer=WordTokenizer())
+    waiting = Memory(second, "s", tokenizer=WordTokenizer())
+    with first.transaction():
+        first.session_version("s")  # the write lock on session s, until the commit
+        with pytest.raises(StoreBusy, match="writing session 's'"):
+            with second.transaction(wait=False):
+                second.session_version("s")
+        # Another session is written at once.
+        with second.transaction(wait=False):
+            Memory(second, "t", tokenizer=WordTokenizer()).put(Message("user", "no wait"))
+    waiting.put(Message("user", "after the commit"))
+    assert [m.content for m in first.get_messages("s")] == ["after the commit"]
+
+
+def test_aput_waits_in_a_thread_while_another_connection_writes_the_session(
+    pg_url: str,
+) -> None:
+    import asyncio
+
+    first = open_store(pg_url)
+    holder = Memory(first, "s", tokenizer=WordTokenizer())
+    memory = Memory(open_store(pg_url), "s", tokenizer=WordTokenizer())
+
+    async def put_while_locked() -> None:
+        with first.transaction():
+            holder.put(Message("user", "first"))
+            task = asyncio.create_task(memory.aput(Message("assistant", "second")))
+            # Its first step meets the lock (StoreBusy inside the transaction) and hands the
+            # put to a thread, which waits for the commit.
+            await asyncio.sleep(0)
+        await task
+
+    asyncio.run(put_while_locked())
+    assert [m.content for m in memory.get_all()] == ["first", "second"]
+
+
+def test_a_read_only_role_reads_and_does_not_write(pg_url: str) -> None:
+    memory = Memory(open_store(pg_url), "s", tokenizer=WordTokenizer())
+    memory.put(Message("user", "stored"))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE reader LOGIN")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader")
+        conn.execute("ALTER ROLE reader SET default_transaction_read_only = on")
+    url = pg_url.replace("postgres@", "reader@", 1)
+    store = open_store(url)
+    assert store.read_only is True
+    assert [m.content for m in store.get_messages("s")] == ["stored"]
+    with pytest.raises(StoreError, match="read-only"):
+        Memory(store, "s", tokenizer=WordTokenizer()).put(Message("user", "refused"))
+    with pytest.raises(StoreBusy):
+        with store.transaction(wait=False):
+            pass
+    assert store.can_write_now() is False
+
+
+def test_errors_do_not_show_the_password(tmp_path: Path) -> None:
+    url = f"postgresql://ana:s3cret@/memcli?host={tmp_path}&password=s3cret"
+    with pytest.raises(StoreError) as caught:
+        PostgresStore(url)
+    text = f"{caught.value.message} {caught.value.hint}"
+    assert "s3cret" not in text and "ana:***@" in text and "cannot connect" in text
+
+
+def test_reset_sequences_after_rows_copied_with_their_ids(pg_url: str) -> None:
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    Memory(store, "s", tokenizer=WordTokenizer())
+    with store.transaction():  # as a copy from another database would insert them
+        store.execute(
+            "INSERT INTO messages (id, session_id, seq, role, content, tokens, status, created_at)"
+            " VALUES (?, 's', 0, 'user', 'copied', 1, 'active', '2026-01-01T00:00:00Z')",
+            (500,),
+        )
+        store.execute("UPDATE sessions SET active_messages = 1, active_tokens = 1 WHERE id = 's'")
+        store.execute("INSERT INTO counters (name, value) VALUES ('message_id', 700)")
+    assert [p.message for p in store.check()] == [
+        "the id sequence of messages (0) is below its highest id (500):"
+        " PostgresStore.reset_sequences() mends it"
+    ]
+    store.reset_sequences()
+    assert store.check() == []
+    memory = Memory(store, "s", tokenizer=WordTokenizer())
+    memory.put(Message("assistant", "new"))
+    assert [m.id for m in memory.get_all()] == [500, 701]  # past the high-water mark too
+    store.reset_sequences()  # never moves a sequence back
+    memory.put(Message("user", "newer"))
+    assert memory.get_all()[-1].id == 702
+
+
+def test_backup_points_at_pg_dump(pg_url: str, tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="pg_dump"):
+        open_store(pg_url).backup(tmp_path / "b.db")
+    assert not (tmp_path / "b.db").exists()
+
+
+def test_the_server_with_pgvector_serves_the_store_too(pgvector_url: str) -> None:
+    """PostgreSQL 16 (pgserver) runs the same schema and engine."""
+    memory = Memory.from_defaults(
+        session_id="s", token_limit=40, token_flush_size=10, db=pgvector_url
+    )
+    for i in range(10):
+        memory.put_messages(
+            [Message("user", f"question {i} about cats"), Message("assistant", "ok")]
+        )
+    assert memory.store.list_flushes("s")
+    assert memory.store.check() == []
