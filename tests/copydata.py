@@ -13,7 +13,7 @@ from typing import Any
 from memcli import Memory, Message, VectorBlock
 from memcli.blocks.base import MemoryBlock
 from memcli.embeddings import HashEmbedder
-from memcli.store import longterm, open_store
+from memcli.store import longterm, open_store, summaries
 
 
 class Tally(MemoryBlock):
@@ -89,5 +89,10 @@ def build(db: str) -> None:
         longterm.add_facts(store, "facts", "user:bo", ["Bo likes tea"], topics=[["food"]])
         longterm.edit_fact(store, ana[1].id, "Ana lives in Lisbon", topics=["home"])
         longterm.delete_fact(store, ana[2].id)
+        # Two versions of a session's running summary (the summary block's table).
+        summaries.add_summary(store, "a1", "session_summary", "Ana has a dog.", 4, flush_id=1)
+        summaries.add_summary(
+            store, "a1", "session_summary", "Ana has a dog called Rex.", 6, message_ids=(3, 4)
+        )
     finally:
         store.close()

@@ -64,6 +64,7 @@ TABLES: tuple[Table, ...] = (
     Table("facts", "id"),
     Table("fact_history", "id"),
     Table("fact_topics", "fact_id, topic"),
+    Table("summaries", "session_id, block, version"),
     Table("retrieval_vectors", "id", adapt=vector_rows),
     # How far the vectors of each model reach (`embedded:MODEL`: the destination does not embed
     # those messages again) and how many were added and deleted. Left behind: how far the

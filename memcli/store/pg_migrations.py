@@ -194,6 +194,31 @@ END $$""",
 )
 
 
+#: The summary block's running summaries (SQLite's migration 17): one row per version, gone with
+#: the session.
+_SUMMARIES_17 = (
+    f"""CREATE TABLE summaries (
+   session_id {_TEXT} NOT NULL,
+   block {_TEXT} NOT NULL,
+   version BIGINT NOT NULL,
+   text {_TEXT} NOT NULL,
+   tokens BIGINT NOT NULL,
+   flush_id BIGINT,
+   first_message_id BIGINT,
+   last_message_id BIGINT,
+   created_at {_TEXT} NOT NULL,
+   PRIMARY KEY (session_id, block, version)
+)""",
+    """CREATE FUNCTION memcli_summaries_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+   DELETE FROM summaries WHERE session_id = OLD.id;
+   RETURN NULL;
+END $$""",
+    """CREATE TRIGGER summaries_gone AFTER DELETE ON sessions
+   FOR EACH ROW EXECUTE FUNCTION memcli_summaries_gone()""",
+)
+
+
 def _run(statements: tuple[str, ...]) -> Migration:
     def migrate(conn: Any) -> None:
         for statement in statements:
@@ -206,6 +231,7 @@ def _run(statements: tuple[str, ...]) -> Migration:
 #: numbers are SQLite's: a PostgreSQL database at version N holds what a SQLite one at N does.
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _run(_SCHEMA_16)),
+    (17, _run(_SUMMARIES_17)),
 ]
 
 LATEST = MIGRATIONS[-1][0]
