@@ -1,7 +1,12 @@
-"""memcli's memory as tools an agent calls (`memcli mcp` serves them over MCP): search memory,
-list, add, update and delete a user's facts, read a session's context, put messages into a
-session, and list and read sessions. Each method takes JSON-ready arguments and returns JSON-ready
-data; a refusal is a MemcliError (message and hint), and nothing is stored when one is raised.
+"""memcli's memory as tools an agent calls (`memcli mcp` serves them over MCP, `memcli chat
+--memory-tools` offers them to the chat's model): search memory, list, add, update and delete a
+user's facts, read a session's context, put messages into a session, and list and read sessions.
+Each method takes JSON-ready arguments and returns JSON-ready data; a refusal is a MemcliError
+(message and hint), and nothing is stored when one is raised.
+
+`tool_functions` gives the tools as plain functions: their names, signatures and docstrings are
+the one definition of the tools, from which the MCP SDK derives the schemas it serves and
+`ToolSet` the same schemas in OpenAI's format, for a model's tool calls.
 
 Everything runs as the commands run it: search through the same Retriever as `memcli search`,
 facts through `memcli.store.longterm` in the user's scope (as `memcli facts`), the context as
@@ -17,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError, MemcliError, UsageError
-from memcli.messages import Message, format_time, validate_session_id
-from memcli.sessions import require
+from memcli.messages import Message, check_text, format_time, validate_session_id
+from memcli.sessions import require, session_record
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -28,9 +33,9 @@ if TYPE_CHECKING:
     from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import Tokenizer
 
-#: The `origin` of a fact added through these tools (the fact history keeps its actions).
-ORIGIN = "mcp"
 SEARCH_MODES = ("hybrid", "lexical", "vector")
+#: The most hits one search returns.
+MAX_HITS = 100
 
 
 @dataclass
@@ -39,7 +44,9 @@ class AgentTools:
 
     `blocks(session)` builds the long-term blocks of a session (None: of the user), as the
     commands do; `retriever()` builds the search's Retriever (called once, on the first
-    search). Calls are serialised: one store connection serves them all.
+    search). `origin` is what the fact history records for the changes made through these
+    tools (`memcli.store.longterm.ORIGINS`: mcp, chat-tool; api for a Python caller). Calls are
+    serialised: one store connection serves them all.
     """
 
     store: SQLiteStore
@@ -47,6 +54,7 @@ class AgentTools:
     user: str
     blocks: Callable[[str | None], Sequence[MemoryBlock]] = field(default=lambda _: ())
     retriever: Callable[[], Retriever] | None = None
+    origin: str = "api"
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _retriever: Retriever | None = field(default=None, repr=False)
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
@@ -75,10 +83,12 @@ class AgentTools:
             raise UsageError(
                 f"unknown search mode {mode!r}", f"Use one of: {', '.join(SEARCH_MODES)}"
             )
-        if k < 1:
-            raise UsageError(f"k must be at least 1, not {k}", "Ask for 1 or more hits")
+        if not 1 <= k <= MAX_HITS:
+            raise UsageError(f"k must be 1 to {MAX_HITS}, not {k}", "Ask for fewer hits")
+        check_text(query, "the query")
         with self._lock:
             if session is not None:
+                validate_session_id(session)
                 self._session(session)
             result = self._search_retriever().search(
                 query,
@@ -128,12 +138,11 @@ class AgentTools:
         `fact` the known one."""
         from memcli.store import longterm
 
-        if not text.strip():
-            raise UsageError("the fact is empty", "Give the fact's text")
+        _check_fact(text, "Give the fact's text", topics)
         with self._lock:
             name = fact_block_name(self.blocks(None), block)
             added = longterm.add_facts(
-                self.store, name, self.scope_key, [text], origin=ORIGIN, topics=[topics or []]
+                self.store, name, self.scope_key, [text], origin=self.origin, topics=[topics or []]
             )
             if added:
                 return {"added": True, "fact": fact_record(added[0])}
@@ -145,15 +154,19 @@ class AgentTools:
             )
             return {"added": False, "fact": fact_record(known)}
 
-    def update_fact(self, fact_id: int, text: str) -> dict[str, Any]:
-        """Change the text of one of the user's facts; the old text stays in its history."""
+    def update_fact(
+        self, fact_id: int, text: str, topics: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Change the text of one of the user's facts (and its topics, when given; else they
+        stay); the old text and topics stay in its history."""
         from memcli.store import longterm
 
-        if not text.strip():
-            raise UsageError("the fact is empty", "Give the new text, or delete the fact")
+        _check_fact(text, "Give the new text, or delete the fact", topics)
         with self._lock:
             self._fact(fact_id)
-            changed = longterm.edit_fact(self.store, fact_id, text)
+            changed = longterm.edit_fact(
+                self.store, fact_id, text, topics=topics, origin=self.origin
+            )
             assert changed is not None
             return {"before": fact_record(changed[0]), "fact": fact_record(changed[1])}
 
@@ -164,7 +177,7 @@ class AgentTools:
         with self._lock:
             with self.store.transaction():
                 fact = self._fact(fact_id)
-                longterm.delete_fact(self.store, fact_id)
+                longterm.delete_fact(self.store, fact_id, origin=self.origin)
             return {"deleted": fact_record(fact)}
 
     def _fact(self, fact_id: int) -> Fact:
@@ -310,21 +323,167 @@ def fact_record(f: Fact) -> dict[str, Any]:
     }
 
 
-def session_record(i: Any) -> dict[str, Any]:
-    return {
-        "session": i.id,
-        "user": i.user_id,
-        "active_messages": i.active_messages,
-        "archived_messages": i.archived_messages,
-        "active_tokens": i.active_tokens,
-        "threshold": i.threshold,
-        "token_limit": i.token_limit,
-        "flush_size": i.token_flush_size,
-        "flushes": i.flushes,
-        "created_at": format_time(i.created_at),
-        "updated_at": format_time(i.updated_at),
-    }
+def _check_fact(text: str, hint: str, topics: list[str] | None) -> None:
+    """A fact's text is not empty and, with its topics, valid Unicode (as `memcli facts` checks)."""
+    if not text.strip():
+        raise UsageError("the fact is empty", hint)
+    check_text(text, "the fact's text")
+    for i, topic in enumerate(topics or []):
+        check_text(topic, f"topic {i}")
 
 
 def _default_budget(s: Settings) -> tuple[int, float, int | None]:
     return (s.token_limit, s.ratio, s.flush_size)
+
+
+# -- the tools as functions, and a model's calls of them -------------------------------------------
+
+#: The tools a chat's model is offered (`memcli chat --memory-tools`): its own session is the
+#: chat, so reading a context and putting messages are left to the MCP server.
+CHAT_TOOLS = ("search_memory", "list_facts", "add_fact", "update_fact", "delete_fact")
+
+
+def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
+    """The tools, as functions over `tools`: each one's name, signature and docstring define the
+    tool (its JSON schema is derived from them). They raise MemcliError on a refusal."""
+
+    def search_memory(
+        query: str, k: int = 5, session: str | None = None, mode: str = "hybrid"
+    ) -> list[dict[str, Any]]:
+        """Search the user's stored messages (or one session's) by words and meaning, best
+        first. mode: hybrid (words and meaning), lexical (words only) or vector (meaning only)."""
+        return tools.search(query, k=k, session=session, mode=mode)
+
+    def list_facts(block: str | None = None, topic: str | None = None) -> list[dict[str, Any]]:
+        """The facts long-term memory holds about the user, oldest first (with their ids and
+        topics); with `topic`, only the facts of that topic."""
+        return tools.list_facts(block, topic)
+
+    def add_fact(
+        text: str, block: str | None = None, topics: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Remember a fact about the user, with its topics (a duplicate is not added twice)."""
+        return tools.add_fact(text, block, topics)
+
+    def update_fact(fact_id: int, text: str, topics: list[str] | None = None) -> dict[str, Any]:
+        """Change the text of one of the user's facts, and its topics when given (the old text
+        and topics stay in its history)."""
+        return tools.update_fact(fact_id, text, topics)
+
+    def delete_fact(fact_id: int) -> dict[str, Any]:
+        """Forget one of the user's facts (kept in the fact history as deleted)."""
+        return tools.delete_fact(fact_id)
+
+    def get_context(session: str, input: str | None = None) -> list[dict[str, Any]]:
+        """The messages to send the model for a session: its short-term window with long-term
+        memory inserted (for `input`, the next user message, if given). Nothing is stored."""
+        return tools.context(session, input)
+
+    def put_messages(messages: list[dict[str, Any]], session: str | None = None) -> dict[str, Any]:
+        """Store messages ({"role": "user"|"assistant"|"system"|"tool", "content": "..."},
+        optional name, metadata, timestamp) in a session (none given: a new one); the window
+        flushes to long-term memory when over budget. A bad message stores nothing."""
+        return tools.put_messages(messages, session)
+
+    return [
+        search_memory,
+        list_facts,
+        add_fact,
+        update_fact,
+        delete_fact,
+        get_context,
+        put_messages,
+    ]
+
+
+def description(function: Callable[..., Any]) -> str:
+    """A tool's description: its function's docstring, cleaned of indentation."""
+    from inspect import cleandoc
+
+    return cleandoc(function.__doc__ or "")
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """One tool call a model made, and what came of it: `value` is the tool's JSON-ready result,
+    or (when not `ok`) the reason it was refused, for the model to read and act on."""
+
+    call_id: str
+    name: str
+    arguments: Any
+    ok: bool
+    value: Any
+
+    def content(self) -> str:
+        """The text given back to the model as the tool message."""
+        import json
+
+        data = self.value if self.ok else {"error": self.value}
+        return json.dumps(data, ensure_ascii=False)
+
+
+class ToolSet:
+    """Tool functions as a model calls them: their schemas in OpenAI's format, derived by the MCP
+    SDK's `func_metadata` (so the same as `memcli mcp` serves), and each call's arguments parsed
+    from JSON and validated by the same model before the function runs."""
+
+    def __init__(self, functions: Sequence[Callable[..., Any]]) -> None:
+        try:
+            from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+        except ImportError:  # mcp 1.x
+            from mcp.server.fastmcp.utilities.func_metadata import (  # type: ignore[no-redef]
+                func_metadata,
+            )
+
+        self._tools = {f.__name__: (f, func_metadata(f)) for f in functions}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The `tools` of a chat completion request."""
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": description(function),
+                    "parameters": meta.arg_model.model_json_schema(by_alias=True),
+                },
+            }
+            for name, (function, meta) in self._tools.items()
+        ]
+
+    def call(self, call_id: str, name: str, arguments: str) -> ToolResult:
+        """Run one call (`arguments`: the JSON text the model wrote). An unknown tool, arguments
+        that are not a JSON object or do not fit the tool, and a refusal (MemcliError) are a
+        result that is not `ok`, with the reason: the model reads it, the chat goes on."""
+        import json
+
+        from pydantic import ValidationError
+
+        def refused(reason: str, parsed: Any = None) -> ToolResult:
+            return ToolResult(call_id, name, parsed, False, reason)
+
+        if name not in self._tools:
+            return refused(f"unknown tool {name!r}; the tools are: {', '.join(self._tools)}")
+        function, meta = self._tools[name]
+        try:
+            parsed = json.loads(arguments or "{}")
+        except ValueError as error:
+            return refused(f"the arguments are not JSON ({error}); give a JSON object")
+        if not isinstance(parsed, dict):
+            return refused("the arguments must be a JSON object", parsed)
+        try:
+            bound = meta.arg_model.model_validate(meta.pre_parse_json(parsed))
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors()
+            )
+            return refused(f"invalid arguments: {problems}", parsed)
+        try:
+            value = function(**bound.model_dump_one_level())
+        except MemcliError as error:
+            return refused(str(error), parsed)
+        return ToolResult(call_id, name, parsed, True, value)
