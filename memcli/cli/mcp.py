@@ -45,20 +45,13 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
         return built[session]
 
     tools = AgentTools(
-        store, s, s.user, blocks=blocks, retriever=lambda: _retriever(s, store), origin="mcp"
+        store, s, s.user, blocks=blocks, retriever=lambda: common.retriever(s, store), origin="mcp"
     )
     try:
         build_server(tools).run("stdio")
     finally:
         if sys.stdout.closed:  # mcp 1's stdio transport closes stdout as it ends
             sys.stdout = open(os.devnull, "w")  # for the flush on the way out
-
-
-def _retriever(s: Any, store: Any) -> Any:
-    from memcli.ranking import SearchOptions
-    from memcli.retrieval import Retriever
-
-    return Retriever(store, common.embedder(s), SearchOptions.from_settings(s))
 
 
 def _refusals_as(tool_error: type[Exception], function: Any) -> Any:
