@@ -396,6 +396,11 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
     ]
 
 
+def chat_tools(tools: AgentTools) -> ToolSet:
+    """The tools a chat's model is offered (CHAT_TOOLS), over `tools` (give it origin chat-tool)."""
+    return ToolSet([f for f in tool_functions(tools) if f.__name__ in CHAT_TOOLS])
+
+
 def description(function: Callable[..., Any]) -> str:
     """A tool's description: its function's docstring, cleaned of indentation."""
     from inspect import cleandoc
@@ -436,24 +441,27 @@ class ToolSet:
             )
 
         self._tools = {f.__name__: (f, func_metadata(f)) for f in functions}
+        self._schemas: list[dict[str, Any]] | None = None
 
     @property
     def names(self) -> list[str]:
         return list(self._tools)
 
     def schemas(self) -> list[dict[str, Any]]:
-        """The `tools` of a chat completion request."""
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": name,
-                    "description": description(function),
-                    "parameters": meta.arg_model.model_json_schema(by_alias=True),
-                },
-            }
-            for name, (function, meta) in self._tools.items()
-        ]
+        """The `tools` of a chat completion request (derived once)."""
+        if self._schemas is None:
+            self._schemas = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": description(function),
+                        "parameters": meta.arg_model.model_json_schema(by_alias=True),
+                    },
+                }
+                for name, (function, meta) in self._tools.items()
+            ]
+        return self._schemas
 
     def call(self, call_id: str, name: str, arguments: str) -> ToolResult:
         """Run one call (`arguments`: the JSON text the model wrote). An unknown tool, arguments

@@ -172,7 +172,7 @@ def memory_tools(s: Settings, store: Any, user_id: str, blocks: list[Any]) -> An
     """The chat's memory tools (memcli.agent_tools, as `memcli mcp` serves them): the user's
     facts in the chat's fact block, search through the chat's vector block (its model loaded
     once) or, without one, as `memcli search` searches. Changes are recorded as chat-tool."""
-    from memcli.agent_tools import CHAT_TOOLS, AgentTools, ToolSet, tool_functions
+    from memcli.agent_tools import AgentTools, chat_tools
     from memcli.blocks.vector import VectorBlock
 
     vector = next((b for b in blocks if isinstance(b, VectorBlock)), None)
@@ -188,7 +188,7 @@ def memory_tools(s: Settings, store: Any, user_id: str, blocks: list[Any]) -> An
         ),
         origin="chat-tool",
     )
-    return ToolSet([f for f in tool_functions(tools) if f.__name__ in CHAT_TOOLS])
+    return chat_tools(tools)
 
 
 def _rebudget(s: Settings, store: Any, session: str, blocks: list[Any], budget: Budget) -> None:
@@ -387,7 +387,9 @@ def _tool_called(chat: Chat, result: Any, json_: bool) -> None:
     `--json` a `{"type": "tool_call"}` record with the arguments and the result."""
     from memcli.chat.view import tool_line
 
-    output.err().print(tool_line(result), style="dim", markup=False, highlight=False)
+    output.err().print(
+        tool_line(result), style="dim", markup=False, highlight=False, soft_wrap=True
+    )
     if json_:
         output.emit(
             {
