@@ -41,9 +41,7 @@ def facts(chat: Chat) -> list[longterm.Fact]:
     return longterm.list_facts(chat.store, None, "user:ana")
 
 
-def test_add_fact_is_stored_with_origin_chat_tool_and_the_calls_are_kept_as_messages(
-    tmp_path, llm
-):
+def test_add_fact_is_stored_with_origin_chat_tool_and_the_calls_are_kept_as_messages(tmp_path, llm):
     llm.script(
         {
             "content": "Noted.",
@@ -135,7 +133,11 @@ def test_update_and_delete_are_recorded_in_the_history(tmp_path, llm):
                 {"name": "list_facts", "arguments": {}},
                 {
                     "name": "update_fact",
-                    "arguments": {"fact_id": tea.id, "text": "Ana drinks coffee", "topics": ["drinks"]},
+                    "arguments": {
+                        "fact_id": tea.id,
+                        "text": "Ana drinks coffee",
+                        "topics": ["drinks"],
+                    },
                 },
                 {"name": "delete_fact", "arguments": {"fact_id": dog.id}},
             ]
@@ -242,7 +244,10 @@ def test_a_server_that_rejects_tools_is_said_once_and_the_chat_goes_on(tmp_path,
     finally:
         llm.default = {"content": "OK"}
     (notice,) = [e for e in first if isinstance(e, ToolsUnavailable)]
-    assert "does not support tools" in notice.text and "goes on without them" in notice.text
+    assert notice.text == (
+        "Memory tools are off for openai/test: it does not take tools (the server said: this"
+        " model does not support tools). The chat goes on without them."
+    )
     assert first[-1].text == "Hello without tools."
     assert not any(isinstance(e, ToolsUnavailable) for e in second)
     assert second[-1].text == "Hello without tools."
@@ -273,7 +278,9 @@ def test_the_chat_and_the_mcp_server_share_one_definition_of_the_tools(tmp_path)
     tools = AgentTools(SQLiteStore(tmp_path / "t.db"), settings, "ana")
     server = build_server(tools)
     served = {t.name: t for t in server._tool_manager.list_tools()}
-    schemas = {s["function"]["name"]: s["function"] for s in ToolSet(tool_functions(tools)).schemas()}
+    schemas = {
+        s["function"]["name"]: s["function"] for s in ToolSet(tool_functions(tools)).schemas()
+    }
     assert set(served) == set(schemas) and set(CHAT_TOOLS) <= set(schemas)
     for name, tool in served.items():
         assert tool.parameters == schemas[name]["parameters"]

@@ -113,8 +113,8 @@ class ToolsUnavailable:
     @property
     def text(self) -> str:
         return (
-            f"The model {self.model} does not support tools ({self.reason}): memory tools are"
-            " off for it, and the chat goes on without them."
+            f"Memory tools are off for {self.model}: it does not take tools ({self.reason})."
+            " The chat goes on without them."
         )
 
 
@@ -392,7 +392,7 @@ class Turn:
             if isinstance(value, ProviderError):
                 if tools and not self.pieces and _refuses_tools(value):
                     tools = None
-                    yield chat.without_tools(f"the server said: {value.message}")
+                    yield chat.without_tools(f"the server said: {_reason(value)}")
                     self._start(payload, None, rounds)
                     continue
                 self._done = True
@@ -515,6 +515,12 @@ def _wire(message: Message) -> dict[str, Any]:
 
 #: The keys of a stored message's `extra` that go to the LLM API.
 _TOOL_KEYS = frozenset(("tool_calls", "tool_call_id", "content"))
+
+
+def _reason(error: ProviderError) -> str:
+    """What the server said, without the names of the exception classes litellm puts first."""
+    said = error.message.partition(" failed: ")[2] or error.message
+    return said.rpartition("Exception - ")[2].strip()
 
 
 def _refuses_tools(error: ProviderError) -> bool:
