@@ -12,19 +12,22 @@ import pytest
 
 from memcli import Memory, Message, SQLiteStore
 from memcli.agent_tools import CHAT_TOOLS, AgentTools, chat_tools
-from memcli.chat import Chat, ReplyDone, ReplyPiece
-from memcli.chat.session import MAX_TOOL_ROUNDS, ToolCalled, ToolsUnavailable
+from memcli.chat import Chat, ReplyDone, ReplyPiece, ToolCalled, ToolsUnavailable
+from memcli.chat.session import MAX_TOOL_ROUNDS
 from memcli.config import load_settings
+from memcli.flush import Budget
 from memcli.llm import LLMConfig
 from memcli.store import longterm
 
 
-def make_chat(tmp_path: Path, llm: Any, model: str = "openai/test", user: str = "ana") -> Chat:
+def make_chat(
+    tmp_path: Path, llm: Any, model: str = "openai/test", user: str = "ana", **kwargs: Any
+) -> Chat:
     store = SQLiteStore(tmp_path / "chat.db")
     settings = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": user})
     tools = AgentTools(store, settings, user, origin="chat-tool")
     config = LLMConfig(model, api_base=llm.api_base, timeout=10)
-    chat = Chat(store, user_id=user, llm=config, tools=chat_tools(tools))
+    chat = Chat(store, user_id=user, llm=config, tools=chat_tools(tools), **kwargs)
     chat.open("s1")
     return chat
 
@@ -35,6 +38,10 @@ def play(chat: Chat, text: str) -> list[Any]:
 
 def called(events: list[Any]) -> list[Any]:
     return [e.result for e in events if isinstance(e, ToolCalled)]
+
+
+def extra(message: Message) -> dict[str, Any]:
+    return (message.metadata or {}).get("extra", {})
 
 
 def facts(chat: Chat) -> list[longterm.Fact]:
@@ -287,3 +294,28 @@ def test_the_chat_and_the_mcp_server_share_one_definition_of_the_tools(tmp_path)
         assert tool.description == schemas[name]["description"]
     assert json.dumps(schemas["add_fact"]["parameters"]["required"]) == '["text"]'
     assert description(tool_functions(tools)[0]).startswith("Search the user's stored messages")
+
+
+def test_a_flush_moves_the_calls_and_results_with_their_turn(tmp_path, llm):
+    llm.default = {
+        "content": "Noted.",
+        "tool_calls": [{"name": "list_facts", "arguments": {}}],
+    }
+    llm.script(*[llm.default, {"content": "Done."}] * 4)
+    chat = make_chat(tmp_path, llm, budget_for=lambda info: Budget(400, 0.5, 100))
+    try:
+        for i in range(4):
+            play(chat, f"message {i}: tell me what you know about me")
+    finally:
+        llm.default = {"content": "OK"}
+    archived = chat.mem.get_all(status="archived")
+    active = chat.mem.get_all(status="active")
+    assert archived and active[0].role == "user"  # whole turns left, calls and results with them
+    for window in (archived, active):
+        # Each tool message follows the assistant message that called it, in the same window.
+        roles = [
+            "call" if m.role == "assistant" and "tool_calls" in extra(m) else m.role for m in window
+        ]
+        assert "tool" in roles
+        assert all(roles[j - 1] == "call" for j, role in enumerate(roles) if role == "tool")
+    assert chat.mem.active_tokens() == sum(m.tokens or 0 for m in active)
