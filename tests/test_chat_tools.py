@@ -19,6 +19,10 @@ from memcli.flush import Budget
 from memcli.llm import LLMConfig
 from memcli.store import longterm
 
+ADD = {
+    "tool_calls": [{"name": "add_fact", "arguments": {"text": "Ana is vegan"}}],
+}
+
 
 def make_chat(
     tmp_path: Path, llm: Any, model: str = "openai/test", user: str = "ana", **kwargs: Any
@@ -319,3 +323,16 @@ def test_a_flush_moves_the_calls_and_results_with_their_turn(tmp_path, llm):
         assert "tool" in roles
         assert all(roles[j - 1] == "call" for j, role in enumerate(roles) if role == "tool")
     assert chat.mem.active_tokens() == sum(m.tokens or 0 for m in active)
+
+
+def test_a_reply_that_fails_after_a_tool_call_can_be_retried(tmp_path, llm):
+    llm.script(ADD, {"status": 503}, {"content": "Saved, Ana."})
+    chat = make_chat(tmp_path, llm)
+    events = play(chat, "I'm vegan")
+    assert len(called(events)) == 1 and events[-1].error.kind == "server"
+    assert chat.pending() is not None and chat.pending().content == "I'm vegan"  # type: ignore[union-attr]
+    events = list(chat.retry().events())
+    assert events[-1].text == "Saved, Ana." and not called(events)
+    assert [m.role for m in chat.mem.get_all()] == ["user", "assistant", "tool", "assistant"]
+    assert llm.tool_messages(2)[0]["content"]["fact"]["text"] == "Ana is vegan"
+    assert [f.text for f in facts(chat)] == ["Ana is vegan"]

@@ -232,10 +232,14 @@ class Chat:
         return ToolsUnavailable(self.llm.model, reason)
 
     def pending(self) -> Message | None:
-        """The last active message when it is a user message with no reply yet (what /retry sends)."""
+        """The last user message when it has no reply yet (what /retry sends): the last active
+        message, or the one before the memory tool calls and results that end the window (the
+        reply after them failed)."""
         active = self.mem.get_all(status="active")
         if active and active[-1].role == "user":
             return active[-1]
+        if active and active[-1].role == "tool":
+            return next((m for m in reversed(active) if m.role == "user"), None)
         return None
 
     def warm_up(self) -> ContextReady:
