@@ -433,19 +433,24 @@ class ToolSet:
     from JSON and validated by the same model before the function runs."""
 
     def __init__(self, functions: Sequence[Callable[..., Any]]) -> None:
-        try:
-            from mcp.server.mcpserver.utilities.func_metadata import func_metadata
-        except ImportError:  # mcp 1.x
-            from mcp.server.fastmcp.utilities.func_metadata import (  # type: ignore[no-redef]
-                func_metadata,
-            )
-
-        self._tools = {f.__name__: (f, func_metadata(f)) for f in functions}
+        self.functions = list(functions)
+        self._loaded: dict[str, tuple[Callable[..., Any], Any]] | None = None
         self._schemas: list[dict[str, Any]] | None = None
 
     @property
-    def names(self) -> list[str]:
-        return list(self._tools)
+    def _tools(self) -> dict[str, tuple[Callable[..., Any], Any]]:
+        """Each tool's function and argument model, made on first use (importing the SDK's
+        `func_metadata` takes a second)."""
+        if self._loaded is None:
+            try:
+                from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+            except ImportError:  # mcp 1.x
+                from mcp.server.fastmcp.utilities.func_metadata import (  # type: ignore[no-redef]
+                    func_metadata,
+                )
+
+            self._loaded = {f.__name__: (f, func_metadata(f)) for f in self.functions}
+        return self._loaded
 
     def schemas(self) -> list[dict[str, Any]]:
         """The `tools` of a chat completion request (derived once)."""

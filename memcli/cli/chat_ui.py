@@ -167,6 +167,8 @@ class ChatApp:
 
                 try:
                     warm_up(self.chat.llm)
+                    if self.chat.tools is not None:
+                        self.chat.tools.schemas()  # derives them once, before the first message
                 finally:
                     self.post(lambda: self._loaded("litellm"))
 
