@@ -501,9 +501,7 @@ ADD_FACT = {
 }
 
 
-def test_memory_tools_from_the_config_file_with_json_records_and_the_fact_history(
-    llm, tmp_path
-):
+def test_memory_tools_from_the_config_file_with_json_records_and_the_fact_history(llm, tmp_path):
     config = tmp_path / "tools.toml"
     config.write_text("blocks = []\n[llm]\nmemory_tools = true\n")
     llm.script(ADD_FACT, {"content": "I will remember that."})
@@ -579,11 +577,12 @@ def test_full_screen_app_shows_each_memory_tool_call(tmp_path, llm):
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
 
-    from memcli.agent_tools import AgentTools, chat_tools
+    from memcli.agent_tools import AgentTools
     from memcli.chat import Chat, Commands
     from memcli.cli.chat_ui import ChatApp
     from memcli.config import load_settings
     from memcli.llm import LLMConfig
+    from memcli.toolset import chat_tools
 
     store = SQLiteStore(tmp_path / "ui.db")
     settings = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": "ana"})

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memcli.agent_tools import ToolResult
     from memcli.chat.session import Chat
     from memcli.memory import Flush
     from memcli.messages import Message
     from memcli.store.base import FlushRecord
+    from memcli.toolset import ToolResult
 
 _FACT = re.compile(r"<fact>(.*?)</fact>", re.DOTALL)
 

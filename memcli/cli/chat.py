@@ -172,8 +172,9 @@ def memory_tools(s: Settings, store: Any, user_id: str, blocks: list[Any]) -> An
     """The chat's memory tools (memcli.agent_tools, as `memcli mcp` serves them): the user's
     facts in the chat's fact block, search through the chat's vector block (its model loaded
     once) or, without one, as `memcli search` searches. Changes are recorded as chat-tool."""
-    from memcli.agent_tools import AgentTools, chat_tools
+    from memcli.agent_tools import AgentTools
     from memcli.blocks.vector import VectorBlock
+    from memcli.toolset import chat_tools
 
     vector = next((b for b in blocks if isinstance(b, VectorBlock)), None)
     tools = AgentTools(

@@ -75,8 +75,8 @@ def _refusals_as(tool_error: type[Exception], function: Any) -> Any:
 def build_server(tools: AgentTools) -> Any:
     """The MCP server (MCPServer in mcp 2, FastMCP in mcp 1) with memcli's tools and resources
     (the tools: `memcli.agent_tools.tool_functions`)."""
-    from memcli.agent_tools import description, tool_functions
     from memcli.errors import MemcliError
+    from memcli.toolset import description, tool_functions
 
     try:
         from mcp.server.mcpserver import MCPServer as Server
