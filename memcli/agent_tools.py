@@ -1,7 +1,11 @@
-"""memcli's memory as tools an agent calls (`memcli mcp` serves them over MCP): search memory,
-list, add, update and delete a user's facts, read a session's context, put messages into a
-session, and list and read sessions. Each method takes JSON-ready arguments and returns JSON-ready
-data; a refusal is a MemcliError (message and hint), and nothing is stored when one is raised.
+"""memcli's memory as tools an agent calls (`memcli mcp` serves them over MCP, `memcli chat
+--memory-tools` offers them to the chat's model): search memory, list, add, update and delete a
+user's facts, read a session's context, put messages into a session, and list and read sessions.
+Each method takes JSON-ready arguments and returns JSON-ready data; a refusal is a MemcliError
+(message and hint), and nothing is stored when one is raised.
+
+`memcli.toolset` gives them as functions with their schemas, as MCP serves them and as a chat's
+model calls them.
 
 Everything runs as the commands run it: search through the same Retriever as `memcli search`,
 facts through `memcli.store.longterm` in the user's scope (as `memcli facts`), the context as
@@ -17,20 +21,20 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError, MemcliError, UsageError
-from memcli.messages import Message, format_time, validate_session_id
-from memcli.sessions import require
+from memcli.messages import Message, check_text, format_time, validate_session_id
+from memcli.sessions import require, session_record
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
     from memcli.config import Settings
     from memcli.retrieval import Retriever
+    from memcli.store.base import Store
     from memcli.store.longterm import Fact
-    from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import Tokenizer
 
-#: The `origin` of a fact added through these tools (the fact history keeps its actions).
-ORIGIN = "mcp"
 SEARCH_MODES = ("hybrid", "lexical", "vector")
+#: The most hits one search returns.
+MAX_HITS = 100
 
 
 @dataclass
@@ -39,14 +43,17 @@ class AgentTools:
 
     `blocks(session)` builds the long-term blocks of a session (None: of the user), as the
     commands do; `retriever()` builds the search's Retriever (called once, on the first
-    search). Calls are serialised: one store connection serves them all.
+    search). `origin` is what the fact history records for the changes made through these
+    tools (`memcli.store.longterm.ORIGINS`: mcp, chat-tool; api for a Python caller). Calls are
+    serialised: one store connection serves them all.
     """
 
-    store: SQLiteStore
+    store: Store
     settings: Settings
     user: str
     blocks: Callable[[str | None], Sequence[MemoryBlock]] = field(default=lambda _: ())
     retriever: Callable[[], Retriever] | None = None
+    origin: str = "api"
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _retriever: Retriever | None = field(default=None, repr=False)
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
@@ -75,10 +82,12 @@ class AgentTools:
             raise UsageError(
                 f"unknown search mode {mode!r}", f"Use one of: {', '.join(SEARCH_MODES)}"
             )
-        if k < 1:
-            raise UsageError(f"k must be at least 1, not {k}", "Ask for 1 or more hits")
+        if not 1 <= k <= MAX_HITS:
+            raise UsageError(f"k must be 1 to {MAX_HITS}, not {k}", "Ask for fewer hits")
+        check_text(query, "the query")
         with self._lock:
             if session is not None:
+                validate_session_id(session)
                 self._session(session)
             result = self._search_retriever().search(
                 query,
@@ -128,12 +137,11 @@ class AgentTools:
         `fact` the known one."""
         from memcli.store import longterm
 
-        if not text.strip():
-            raise UsageError("the fact is empty", "Give the fact's text")
+        _check_fact(text, "Give the fact's text", topics)
         with self._lock:
             name = fact_block_name(self.blocks(None), block)
             added = longterm.add_facts(
-                self.store, name, self.scope_key, [text], origin=ORIGIN, topics=[topics or []]
+                self.store, name, self.scope_key, [text], origin=self.origin, topics=[topics or []]
             )
             if added:
                 return {"added": True, "fact": fact_record(added[0])}
@@ -145,15 +153,19 @@ class AgentTools:
             )
             return {"added": False, "fact": fact_record(known)}
 
-    def update_fact(self, fact_id: int, text: str) -> dict[str, Any]:
-        """Change the text of one of the user's facts; the old text stays in its history."""
+    def update_fact(
+        self, fact_id: int, text: str, topics: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Change the text of one of the user's facts (and its topics, when given; else they
+        stay); the old text and topics stay in its history."""
         from memcli.store import longterm
 
-        if not text.strip():
-            raise UsageError("the fact is empty", "Give the new text, or delete the fact")
+        _check_fact(text, "Give the new text, or delete the fact", topics)
         with self._lock:
             self._fact(fact_id)
-            changed = longterm.edit_fact(self.store, fact_id, text)
+            changed = longterm.edit_fact(
+                self.store, fact_id, text, topics=topics, origin=self.origin
+            )
             assert changed is not None
             return {"before": fact_record(changed[0]), "fact": fact_record(changed[1])}
 
@@ -164,7 +176,7 @@ class AgentTools:
         with self._lock:
             with self.store.transaction():
                 fact = self._fact(fact_id)
-                longterm.delete_fact(self.store, fact_id)
+                longterm.delete_fact(self.store, fact_id, origin=self.origin)
             return {"deleted": fact_record(fact)}
 
     def _fact(self, fact_id: int) -> Fact:
@@ -288,7 +300,7 @@ def fact_block_name(blocks: Sequence[MemoryBlock], block: str | None = None) -> 
     return next((b.name for b in blocks if isinstance(b, FactBlock)), FactBlock.name)
 
 
-def fact_owner(store: SQLiteStore, fact: Fact) -> str | None:
+def fact_owner(store: Store, fact: Fact) -> str | None:
     """The user a fact belongs to: its user scope, or its session's user."""
     kind, _, key = fact.scope_key.partition(":")
     if kind == "user":
@@ -310,20 +322,13 @@ def fact_record(f: Fact) -> dict[str, Any]:
     }
 
 
-def session_record(i: Any) -> dict[str, Any]:
-    return {
-        "session": i.id,
-        "user": i.user_id,
-        "active_messages": i.active_messages,
-        "archived_messages": i.archived_messages,
-        "active_tokens": i.active_tokens,
-        "threshold": i.threshold,
-        "token_limit": i.token_limit,
-        "flush_size": i.token_flush_size,
-        "flushes": i.flushes,
-        "created_at": format_time(i.created_at),
-        "updated_at": format_time(i.updated_at),
-    }
+def _check_fact(text: str, hint: str, topics: list[str] | None) -> None:
+    """A fact's text is not empty and, with its topics, valid Unicode (as `memcli facts` checks)."""
+    if not text.strip():
+        raise UsageError("the fact is empty", hint)
+    check_text(text, "the fact's text")
+    for i, topic in enumerate(topics or []):
+        check_text(topic, f"topic {i}")
 
 
 def _default_budget(s: Settings) -> tuple[int, float, int | None]:

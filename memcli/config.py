@@ -80,6 +80,7 @@ FIELDS: tuple[Field, ...] = (
     Field("model", "llm", "model", "MEMCLI_MODEL", str, None),
     Field("api_base", "llm", "api_base", "MEMCLI_API_BASE", str, None),
     Field("llm_timeout", "llm", "timeout", "MEMCLI_LLM_TIMEOUT", float, 60.0, 0, 86400, True),
+    Field("memory_tools", "llm", "memory_tools", "MEMCLI_MEMORY_TOOLS", bool, False),
     Field("search_lexical_weight", "search", "lexical_weight", None, float, 1.0, 0, 1e6),
     Field("search_vector_weight", "search", "vector_weight", None, float, 1.0, 0, 1e6),
     Field("search_rrf_k", "search", "rrf_k", None, int, 10, 0, 1e6),
@@ -107,6 +108,7 @@ class Settings:
     model: str | None = None
     api_base: str | None = None
     llm_timeout: float = 60.0
+    memory_tools: bool = False  # chat offers the model tools over memory (search, facts)
     search_lexical_weight: float = 1.0
     search_vector_weight: float = 1.0
     search_rrf_k: int = 10

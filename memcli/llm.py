@@ -1,8 +1,9 @@
 """The only module that touches litellm (always inside functions: importing it takes seconds).
 
-`complete()` returns a whole reply, `stream()` yields a reply's text as it arrives. Every litellm
-error becomes a ProviderError whose `kind` says what went wrong (unreachable, timeout, auth,
-rate_limit, server, bad_request, error) and whose hint says what to do.
+`complete()` returns a whole reply, `stream()` yields a reply's text as it arrives (and, when the
+request offers tools, the tool calls the reply makes). Every litellm error becomes a ProviderError
+whose `kind` says what went wrong (unreachable, timeout, auth, rate_limit, server, bad_request,
+error) and whose hint says what to do.
 """
 
 from __future__ import annotations
@@ -13,6 +14,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memcli.errors import ProviderError
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function the model called: the call's id, the function's name, and its arguments as the
+    JSON text the model wrote (parsed and checked by whoever runs the tool)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The call as OpenAI's chat format writes it in an assistant message's `tool_calls`."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
 
 
 @dataclass(frozen=True)
@@ -103,11 +122,24 @@ def complete(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> str:
     return content or ""
 
 
-def stream(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> Iterator[str]:
-    """The model's reply, piece by piece as it streams in."""
+def stream(
+    config: LLMConfig,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None = None,
+    choice: str | None = None,
+) -> Iterator[str | ToolCall]:
+    """The model's reply, piece by piece as it streams in. With `tools` (OpenAI's `tools` of a
+    request; `choice` its `tool_choice`: auto, none, required), the functions the reply calls
+    come last, one ToolCall each, once the reply ends."""
     litellm = load_litellm()
+    kwargs = _kwargs(config, messages)
+    if tools:
+        kwargs["tools"] = list(tools)
+        if choice is not None:
+            kwargs["tool_choice"] = choice
+    calls: dict[int, dict[str, Any]] = {}  # index -> the call's id, name and argument pieces
     try:
-        response = litellm.completion(stream=True, **_kwargs(config, messages))
+        response = litellm.completion(stream=True, **kwargs)
         for chunk in response:
             choices = getattr(chunk, "choices", None) or []
             if not choices:
@@ -116,12 +148,54 @@ def stream(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> Iterator[st
             text = getattr(delta, "content", None) if delta is not None else None
             if text:
                 yield text
+            for part in getattr(delta, "tool_calls", None) or []:
+                _gather(calls, part)
     except ProviderError:
         raise
     except GeneratorExit:
         raise
     except Exception as exc:
         raise provider_error(exc, config) from None
+    for i in sorted(calls):
+        call = calls[i]
+        if call["name"]:
+            yield ToolCall(call["id"] or f"call_{i}", call["name"], "".join(call["arguments"]))
+
+
+def _gather(calls: dict[int, dict[str, Any]], part: Any) -> None:
+    """Add a streamed piece of a tool call (OpenAI sends the id and name first, then the
+    arguments' text in pieces, each with the call's index) to the calls gathered so far."""
+    index = getattr(part, "index", None) or 0
+    call = calls.setdefault(index, {"id": None, "name": "", "arguments": []})
+    if getattr(part, "id", None):
+        call["id"] = part.id
+    function = getattr(part, "function", None)
+    if function is not None:
+        if getattr(function, "name", None):
+            call["name"] += function.name
+        if getattr(function, "arguments", None):
+            call["arguments"].append(function.arguments)
+
+
+def supports_tools(config: LLMConfig) -> bool | None:
+    """Whether the model takes tools (function calling), as litellm's model table says; None when
+    the table does not say (a model it does not know, a local server's): then only a call tells.
+    Read from the table alone: no request is sent."""
+    table = load_litellm().model_cost
+    name = config.model
+    entry = table.get(name) or (table.get(name.split("/", 1)[1]) if "/" in name else None)
+    value = (entry or {}).get("supports_function_calling")
+    return value if isinstance(value, bool) else None
+
+
+def refuses_tools(error: ProviderError) -> bool:
+    """Whether a call failed because its request offered tools: the server rejected it (HTTP
+    400, 404, 422, or a server error such as 501) with a reason that speaks of tools or functions
+    (Ollama: "... does not support tools"; vLLM: "auto" tool choice requires ...)."""
+    reason = error.message.partition(" failed: ")[2].lower()
+    return error.kind in ("bad_request", "not_found", "server") and any(
+        word in reason for word in ("tool", "function")
+    )
 
 
 def provider_error(exc: Exception, config: LLMConfig) -> ProviderError:

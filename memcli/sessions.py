@@ -507,6 +507,24 @@ def _key(m: Message, timed: bool) -> tuple[Any, ...]:
     return (m.role, m.content, m.name, meta, when)
 
 
+def session_record(info: SessionInfo) -> dict[str, Any]:
+    """A session's info as a JSON-ready record: `memcli inspect`'s summary, the agent tools'."""
+    return {
+        "session": info.id,
+        "user": info.user_id,
+        "active_messages": info.active_messages,
+        "archived_messages": info.archived_messages,
+        "active_tokens": info.active_tokens,
+        "threshold": info.threshold,
+        "token_limit": info.token_limit,
+        "flush_size": info.token_flush_size,
+        "ratio": info.chat_history_token_ratio,
+        "flushes": info.flushes,
+        "created_at": format_time(info.created_at),
+        "updated_at": format_time(info.updated_at),
+    }
+
+
 @dataclass(frozen=True)
 class Report:
     """A session as `memcli inspect` shows it: its info, its messages and its flushes."""
@@ -517,21 +535,10 @@ class Report:
     what_if: WhatIf | None = None
 
     def summary(self) -> dict[str, Any]:
-        info = self.info
         return {
             "type": "summary",
-            "session": info.id,
-            "user": info.user_id,
-            "active_messages": info.active_messages,
-            "archived_messages": info.archived_messages,
-            "active_tokens": info.active_tokens,
-            "threshold": info.threshold,
-            "token_limit": info.token_limit,
-            "flush_size": info.token_flush_size,
-            "ratio": info.chat_history_token_ratio,
+            **session_record(self.info),
             "flushes": len(self.flushes),
-            "created_at": info.created_at,
-            "updated_at": info.updated_at,
             **({"what_if": self.what_if.to_dict()} if self.what_if else {}),
         }
 

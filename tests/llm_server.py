@@ -3,10 +3,14 @@
 It speaks `POST /v1/chat/completions` (plain and streamed with server-sent events), so the real
 litellm client code is exercised. Script replies with `server.script(...)`; each request takes the
 next scripted reply, or the default reply when the script is empty. Every request body is kept in
-`server.requests`.
+`server.requests` (`tools_offered(i)` and `tool_messages(i)` read what a test checks most).
 
 A reply is a dict:
 - `{"content": "text"}`: a normal answer (streamed in small chunks when the client asks to stream);
+- `{"tool_calls": [{"name": "add_fact", "arguments": {"text": "..."}}, ...]}` (with `content` or
+  not): a reply that calls tools; `arguments` is an object (sent as its JSON) or the exact text to
+  send (bad JSON included); `id` is optional. Streamed as OpenAI streams calls: the id and name
+  first, then the arguments in pieces;
 - `{"status": 500}` (or 401, 429, ...): an error response with that HTTP status;
 - `{"delay": 2.0, ...}`: wait that many seconds before answering (for timeouts);
 - `{"raw": "not json"}`: a 200 response whose body is that text.
@@ -61,6 +65,18 @@ class LLMServer:
             self.replies.clear()
             self.requests.clear()
 
+    def tools_offered(self, i: int = -1) -> list[str]:
+        """The names of the tools request `i` offered."""
+        return [t["function"]["name"] for t in self.requests[i].get("tools", [])]
+
+    def tool_messages(self, i: int = -1) -> list[dict[str, Any]]:
+        """The tool messages request `i` sent back, each with its `content` parsed as JSON."""
+        return [
+            {**m, "content": json.loads(m["content"])}
+            for m in self.requests[i]["messages"]
+            if m["role"] == "tool"
+        ]
+
     def _next(self, body: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             self.requests.append(body)
@@ -103,10 +119,11 @@ class LLMServer:
                     self._send_text(200, str(reply["raw"]))
                     return
                 content = str(reply.get("content", ""))
+                calls = _tool_calls(reply.get("tool_calls") or [])
                 if body.get("stream"):
-                    self._stream(body, content, float(reply.get("chunk_delay", 0.0)))
+                    self._stream(body, content, float(reply.get("chunk_delay", 0.0)), calls)
                 else:
-                    self._send(200, _completion(body, content))
+                    self._send(200, _completion(body, content, calls))
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 self._send_text(status, json.dumps(payload), "application/json")
@@ -119,7 +136,13 @@ class LLMServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _stream(self, body: dict[str, Any], content: str, chunk_delay: float) -> None:
+            def _stream(
+                self,
+                body: dict[str, Any],
+                content: str,
+                chunk_delay: float,
+                calls: list[dict[str, Any]],
+            ) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
@@ -134,7 +157,17 @@ class LLMServer:
                         self._event(_chunk(body, delta, None))
                         if chunk_delay:
                             time.sleep(chunk_delay)
-                    self._event(_chunk(body, {}, "stop"))
+                    for index, call in enumerate(calls):
+                        head = {"name": call["function"]["name"], "arguments": ""}
+                        first = {"index": index, "id": call["id"], "type": "function"}
+                        self._event(_chunk(body, {"tool_calls": [{**first, "function": head}]}))
+                        text = call["function"]["arguments"]
+                        half = len(text) // 2
+                        for part in (text[:half], text[half:]):
+                            if part:
+                                more = {"index": index, "function": {"arguments": part}}
+                                self._event(_chunk(body, {"tool_calls": [more]}))
+                    self._event(_chunk(body, {}, "tool_calls" if calls else "stop"))
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
@@ -148,7 +181,27 @@ class LLMServer:
         return Handler
 
 
-def _completion(body: dict[str, Any], content: str) -> dict[str, Any]:
+def _tool_calls(scripted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Scripted tool calls in OpenAI's format."""
+    out = []
+    for i, call in enumerate(scripted):
+        arguments = call.get("arguments", {})
+        out.append(
+            {
+                "id": call.get("id", f"call_{i}"),
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                },
+            }
+        )
+    return out
+
+
+def _completion(
+    body: dict[str, Any], content: str, calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -157,15 +210,21 @@ def _completion(body: dict[str, Any], content: str) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
+                "message": {
+                    "role": "assistant",
+                    "content": content or (None if calls else ""),
+                    **({"tool_calls": calls} if calls else {}),
+                },
+                "finish_reason": "tool_calls" if calls else "stop",
             }
         ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
 
 
-def _chunk(body: dict[str, Any], delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+def _chunk(
+    body: dict[str, Any], delta: dict[str, Any], finish: str | None = None
+) -> dict[str, Any]:
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion.chunk",

@@ -117,7 +117,7 @@ def test_facts_go_to_the_users_first_fact_block_with_history(tmp_path: Path) -> 
     tools.blocks = lambda session: [FactBlock(name="about_me")]
     added = tools.add_fact("Ana is vegetarian")
     fact = added["fact"]
-    assert added["added"] and fact["block"] == "about_me" and fact["origin"] == "mcp"
+    assert added["added"] and fact["block"] == "about_me" and fact["origin"] == "api"
     assert tools.add_fact("ana is  VEGETARIAN") == {"added": False, "fact": fact}
     assert tools.update_fact(fact["id"], "Ana is vegan")["fact"]["text"] == "Ana is vegan"
     assert [f["text"] for f in tools.list_facts()] == ["Ana is vegan"]

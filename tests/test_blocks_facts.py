@@ -244,6 +244,8 @@ def test_condense_over_max_facts(llm, tmp_path: Path) -> None:
         ("condensed", "F4"),
         ("condensed", "F3 and F4"),
     ]
+    # Extraction's changes and condensing's say so in the history (memcli facts history).
+    assert [c.origin for c in history] == ["extracted"] * 4 + ["condensed"] * 4
 
 
 @pytest.mark.parametrize(

@@ -491,3 +491,125 @@ def test_full_screen_resume_and_switch_show_the_sessions_messages(tmp_path):
         pipe.send_text("\x04")
         runner.join(10)
     assert chat.session_id == "other"
+
+
+# -- memory tools ---------------------------------------------------------------------------------
+
+ADD_FACT = {
+    "content": "Noted.",
+    "tool_calls": [{"name": "add_fact", "arguments": {"text": "Ana is vegan", "topics": ["food"]}}],
+}
+
+
+def test_memory_tools_from_the_config_file_with_json_records_and_the_fact_history(llm, tmp_path):
+    config = tmp_path / "tools.toml"
+    config.write_text("blocks = []\n[llm]\nmemory_tools = true\n")
+    llm.script(ADD_FACT, {"content": "I will remember that."})
+    run = memcli(
+        "chat", "--json", "--session", "demo", "--user", "ana", *model_args(llm),
+        input="I'm vegan\n", env={"MEMCLI_CONFIG": str(config)},
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    call, reply = run.records()
+    assert call["type"] == "tool_call" and call["name"] == "add_fact" and call["ok"] is True
+    assert call["arguments"] == {"text": "Ana is vegan", "topics": ["food"]}
+    assert call["result"]["fact"]["origin"] == "chat-tool" and call["error"] is None
+    assert reply["type"] == "reply" and reply["content"] == "I will remember that."
+    assert 'add_fact(text="Ana is vegan", topics=["food"]) ✓ fact 1' in run.stderr
+    assert "Memory tools are on" in run.stderr
+
+    (fact,) = memcli("facts", "--user", "ana", "--json").records()
+    assert (fact["text"], fact["topics"], fact["origin"]) == ("Ana is vegan", ["food"], "chat-tool")
+    memcli("facts", "edit", str(fact["id"]), "Ana is vegetarian", "--topic", "diet")
+    history = memcli("facts", "history", "--user", "ana", "--json").records()
+    assert [(c["action"], c["origin"], c["topics"], c["old_topics"]) for c in history] == [
+        ("added", "chat-tool", ["food"], None),
+        ("edited", "manual", ["diet"], ["food"]),
+    ]
+    # The calls are messages of the session: inspect and export show them.
+    roles = [(m["role"], m["content"]) for m in stored("demo")]
+    assert [r for r, _ in roles] == ["user", "assistant", "tool", "assistant"]
+    exported = [r for r in memcli("export", "demo").records() if "role" in r]
+    assert exported[1]["tool_calls"][0]["function"]["name"] == "add_fact"
+    assert exported[2]["tool_call_id"] == exported[1]["tool_calls"][0]["id"]
+    assert json.loads(exported[2]["content"])["fact"]["text"] == "Ana is vegan"
+
+
+def test_tools_are_offered_only_with_the_flag_or_the_option(llm):
+    llm.script({"content": "Hi."}, ADD_FACT, {"content": "Done."})
+    run = memcli("chat", "--session", "a", *model_args(llm), input="hi\n")
+    assert run.code == 0, run.stderr
+    assert "tools" not in llm.requests[0]
+    run = memcli("chat", "--memory-tools", "--session", "b", *model_args(llm), input="hi\n")
+    assert run.code == 0, run.stderr
+    assert run.stdout == "Noted.\nDone.\n\n"  # the text before a call, then the reply
+    assert [t["function"]["name"] for t in llm.requests[1]["tools"]] == [
+        "search_memory",
+        "list_facts",
+        "add_fact",
+        "update_fact",
+        "delete_fact",
+    ]
+    assert "→ add_fact(" in run.stderr
+
+
+def test_a_server_that_rejects_tools_gets_one_clear_message_and_the_chat_goes_on(llm):
+    def server(body: dict[str, Any]) -> dict[str, Any]:
+        if "tools" in body:
+            return {"status": 400, "message": "model llama2 does not support tools"}
+        return {"content": "Plain reply."}
+
+    llm.default = server
+    try:
+        run = memcli(
+            "chat", "--memory-tools", "--session", "t", *model_args(llm), input="hi\nagain\n"
+        )
+    finally:
+        llm.default = {"content": "OK"}
+    assert run.code == 0, run.stderr
+    assert run.stdout == "Plain reply.\n\nPlain reply.\n\n"
+    assert run.stderr.count("Memory tools are off for openai/test") == 1
+    assert "(the server said: model llama2 does not support tools)" in run.stderr
+    assert "The chat goes on without them." in run.stderr and "Traceback" not in run.stderr
+
+
+def test_full_screen_app_shows_each_memory_tool_call(tmp_path, llm):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.agent_tools import AgentTools
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat_ui import ChatApp
+    from memcli.config import load_settings
+    from memcli.llm import LLMConfig
+    from memcli.toolset import chat_tools
+
+    store = SQLiteStore(tmp_path / "ui.db")
+    settings = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": "ana"})
+    tools = chat_tools(AgentTools(store, settings, "ana", origin="chat-tool"))
+    chat = Chat(
+        store,
+        user_id="ana",
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=10),
+        tools=tools,
+    )
+    chat.open("ui")
+    llm.script(ADD_FACT, {"content": "I will remember that."})
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, None, pipe, DummyOutput())
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        try:
+            pipe.send_text("I'm vegan\r")
+            wait_for(lambda: not ui.pending and ui.entries[-1].text == "I will remember that.")
+        finally:
+            pipe.send_text("\x04")
+            runner.join(10)
+    assert not runner.is_alive()
+    kinds = [(e.kind, e.text) for e in ui.entries if e.kind in ("assistant", "tool")]
+    assert kinds == [
+        ("assistant", "Noted."),
+        ("tool", '→ add_fact(text="Ana is vegan", topics=["food"]) ✓ fact 1'),
+        ("assistant", "I will remember that."),
+    ]
+    assert any("Memory tools are on" in e.text for e in ui.entries if e.kind == "note")

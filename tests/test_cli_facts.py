@@ -67,6 +67,14 @@ def test_import_extracts_then_list_add_edit_rm_history(llm, tmp_path: Path) -> N
     ]
     all_changes = memcli("--config", config, "facts", "history", "--json").records()
     assert [h["action"] for h in all_changes] == ["added", "added", "added", "edited", "deleted"]
+    # Each change says which path made it: extraction, then `memcli facts` (manual).
+    assert [h["origin"] for h in all_changes] == [
+        "extracted",
+        "extracted",
+        "manual",
+        "manual",
+        "manual",
+    ]
 
     # Another user has no facts.
     run = memcli("--config", config, "facts", "--user", "bob", "--json")

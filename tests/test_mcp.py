@@ -161,10 +161,10 @@ def test_tools_and_resources_over_stdio(tmp_path: Path) -> None:
     info = store.get_session("s1")
     assert info is not None and info.user_id == "ana"
     history = longterm.fact_history(store, "user:ana")
-    assert [(c.action, c.text, c.old_text) for c in history] == [
-        ("added", "Ana has a dog called Biscuit", None),
-        ("edited", "Ana's dog is Biscuit", "Ana has a dog called Biscuit"),
-        ("deleted", None, "Ana's dog is Biscuit"),
+    assert [(c.action, c.text, c.old_text, c.origin) for c in history] == [
+        ("added", "Ana has a dog called Biscuit", None, "mcp"),
+        ("edited", "Ana's dog is Biscuit", "Ana has a dog called Biscuit", "mcp"),
+        ("deleted", None, "Ana's dog is Biscuit", "mcp"),
     ]
     fact = longterm.get_fact(store, history[0].fact_id)
     assert fact is not None and fact.origin == "mcp" and fact.deleted_at is not None

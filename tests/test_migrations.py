@@ -145,3 +145,35 @@ def test_a_migration_that_fails_changes_nothing(tmp_path: Path) -> None:
         assert conn.execute("SELECT MAX(version) FROM migrations").fetchone()[0] == 10
         assert conn.execute("SELECT COUNT(*) FROM vector_entries").fetchone()[0] == 1
     assert "vector_pieces" in " ".join(schema(db))
+
+
+def test_the_fact_history_gets_its_origins_where_they_are_known(tmp_path: Path) -> None:
+    """Migration 18: an addition takes its fact's origin, a condensing is `condensed`, an edit
+    or a deletion made before origins were recorded is `unknown`; topics were not recorded."""
+    db = tmp_path / "old.db"
+    database_at_version_10(db)
+    stamp = "2026-01-02T03:04:05+00:00"
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            f"""
+            INSERT INTO facts (block, scope_key, text, norm, origin, created_at, updated_at)
+                VALUES ('facts', 'user:ana', 'Cat: Tom', 'cat: tom', 'manual', '{stamp}',
+                '{stamp}');
+            INSERT INTO fact_history (fact_id, block, scope_key, action, text, old_text, at)
+                VALUES (1, 'facts', 'user:ana', 'added', 'Dog: Rex', NULL, '{stamp}'),
+                (2, 'facts', 'user:ana', 'added', 'Cat: Tom', NULL, '{stamp}'),
+                (2, 'facts', 'user:ana', 'edited', 'Cat: Tom!', 'Cat: Tom', '{stamp}'),
+                (1, 'facts', 'user:ana', 'condensed', NULL, 'Dog: Rex', '{stamp}');
+            """
+        )
+    store = SQLiteStore(db)
+    history = longterm.fact_history(store, "user:ana")
+    assert [(c.action, c.origin, c.topics) for c in history] == [
+        ("added", "extracted", None),
+        ("added", "manual", None),
+        ("edited", "unknown", None),
+        ("condensed", "condensed", None),
+    ]
+    # New changes record theirs.
+    longterm.edit_fact(store, 2, "Cat: Tom the cat", origin="manual")
+    assert longterm.fact_history(store, "user:ana", fact_id=2)[-1].origin == "manual"

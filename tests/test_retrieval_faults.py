@@ -206,6 +206,12 @@ def test_migration_14_deletes_duplicate_vectors_and_makes_them_impossible(tmp_pa
     for kind, name in later:
         if name not in kept:
             conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
+    # ... and so do the columns they added to older tables (migration 18's, on fact_history).
+    for (table,) in before.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+        columns = {row[1] for row in before.execute(f'PRAGMA table_info("{table}")')}
+        for row in conn.execute(f'PRAGMA table_info("{table}")').fetchall():
+            if row[1] not in columns:
+                conn.execute(f'ALTER TABLE "{table}" DROP COLUMN "{row[1]}"')
     conn.execute("DELETE FROM migrations WHERE version >= 14")
     conn.close()
     store = SQLiteStore(db)

@@ -281,6 +281,7 @@ class FactBlock(MemoryBlock):
             self.name,
             key,
             [text for text, _ in facts],
+            origin="extracted",
             session_id=ctx.session_id,
             flush_id=ctx.flush_id,
             message_ids=[m.id for m in batch if m.id is not None],
@@ -311,7 +312,9 @@ class FactBlock(MemoryBlock):
         with store.transaction():
             for fact in facts:
                 if longterm.normalize_fact(fact.text) not in keep:
-                    longterm.delete_fact(store, fact.id, action="condensed", flush_id=flush_id)
+                    longterm.delete_fact(
+                        store, fact.id, action="condensed", flush_id=flush_id, origin="condensed"
+                    )
             longterm.add_facts(
                 store,
                 self.name,

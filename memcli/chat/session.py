@@ -5,6 +5,12 @@ what `memory.get()` returns to the LLM, streams the reply, then puts the assista
 turn is a generator of events, so a UI can update its panels at each step. Everything that touches
 the store runs on the thread that iterates the turn; only the LLM stream runs on a helper thread, so
 that `Turn.cancel()` takes effect at once even while the network is silent.
+
+With memory tools (`Chat(tools=...)`, a `memcli.toolset.ToolSet`), the model is offered them:
+a reply that calls tools is stored as an assistant message with its `tool_calls`, each call runs
+and its result is stored as a `tool` message, and the model is called again with them, until it
+replies in text (at most MAX_TOOL_ROUNDS rounds of calls). A model found not to take tools is
+told once (`ToolsUnavailable`) and the chat goes on without them.
 """
 
 from __future__ import annotations
@@ -20,22 +26,27 @@ from typing import TYPE_CHECKING, Any
 from memcli.chat.offline import offline_answer, related_messages
 from memcli.errors import ProviderError, UsageError
 from memcli.memory import Context, Flush, Memory
-from memcli.messages import Message
+from memcli.messages import EXTRA, Message, format_time
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
     from memcli.flush import Budget
-    from memcli.llm import LLMConfig
+    from memcli.llm import LLMConfig, ToolCall
     from memcli.ranking import SearchOptions, SearchResult
     from memcli.retrieval import Retriever
     from memcli.store.base import SessionInfo, Store
     from memcli.store.retrieval import MessageRow
     from memcli.tokens import Tokenizer
+    from memcli.toolset import ToolResult, ToolSet
 
-StreamFn = Callable[["LLMConfig", Sequence[dict[str, Any]]], Iterator[str]]
+#: `stream(config, messages)`, or with tools `stream(config, messages, tools=..., choice=...)`:
+#: text pieces, then the reply's tool calls (memcli.llm.stream).
+StreamFn = Callable[..., Iterator["str | ToolCall"]]
 BudgetFn = Callable[["SessionInfo | None"], "Budget | None"]
 
 CANCELLED = "cancelled"  # the metadata key that marks a reply cut short by the user
+#: The most rounds of tool calls in one turn; the round after them is asked to reply in text.
+MAX_TOOL_ROUNDS = 5
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -85,6 +96,29 @@ class ReplyDone:
 
 
 @dataclass(frozen=True)
+class ToolCalled:
+    """The model called a memory tool and it ran (or was refused: `result.ok` is false, and the
+    model reads why); the call and its result are stored in the session."""
+
+    result: ToolResult
+
+
+@dataclass(frozen=True)
+class ToolsUnavailable:
+    """The model does not take tools: the chat goes on without them (said once per model)."""
+
+    model: str
+    reason: str
+
+    @property
+    def text(self) -> str:
+        return (
+            f"Memory tools are off for {self.model}: it does not take tools ({self.reason})."
+            " The chat goes on without them."
+        )
+
+
+@dataclass(frozen=True)
 class ReplyFailed:
     """The LLM call failed; the user message stays in memory and `/retry` sends it again."""
 
@@ -92,7 +126,9 @@ class ReplyFailed:
     partial: str = ""
 
 
-Event = UserStored | ContextReady | ReplyPiece | ReplyDone | ReplyFailed
+Event = (
+    UserStored | ContextReady | ReplyPiece | ToolCalled | ToolsUnavailable | ReplyDone | ReplyFailed
+)
 
 _CANCEL = object()
 _END = object()
@@ -113,9 +149,10 @@ class Chat:
         llm: LLMConfig | None = None,
         stream: StreamFn | None = None,
         search_options: SearchOptions | None = None,
+        tools: ToolSet | None = None,
     ) -> None:
         """`search_options` shape `search` when no vector block is configured (the vector
-        block's own options apply otherwise)."""
+        block's own options apply otherwise). `tools` are offered to the model (memory tools)."""
         self.store = store
         self.user_id = user_id
         self.blocks = list(blocks)
@@ -126,6 +163,8 @@ class Chat:
         self._stream = stream
         self.search_options = search_options
         self._lexical: Retriever | None = None
+        self.tools = tools
+        self._without_tools: set[str] = set()  # models found not to take tools
         self.memory: Memory | None = None
         self.last_context: ContextReady | None = None
 
@@ -175,11 +214,32 @@ class Chat:
         wait = timeout if timeout is not None else (self.llm.timeout if self.llm else 60.0)
         self.llm = LLMConfig(model=name, api_base=base, timeout=wait)
 
+    def offered_tools(self) -> tuple[list[dict[str, Any]] | None, ToolsUnavailable | None]:
+        """The tools to offer the model in a turn (None: none), and the notice when they were
+        turned off just now because litellm's model table says the model takes none."""
+        if self.tools is None or self.llm is None or self.llm.model in self._without_tools:
+            return None, None
+        from memcli.llm import supports_tools
+
+        if supports_tools(self.llm) is False:
+            return None, self.without_tools("litellm's model table says so")
+        return self.tools.schemas(), None
+
+    def without_tools(self, reason: str) -> ToolsUnavailable:
+        """Stop offering tools to the current model; the notice to give."""
+        assert self.llm is not None
+        self._without_tools.add(self.llm.model)
+        return ToolsUnavailable(self.llm.model, reason)
+
     def pending(self) -> Message | None:
-        """The last active message when it is a user message with no reply yet (what /retry sends)."""
+        """The last user message when it has no reply yet (what /retry sends): the last active
+        message, or the one before the memory tool calls and results that end the window (the
+        reply after them failed)."""
         active = self.mem.get_all(status="active")
         if active and active[-1].role == "user":
             return active[-1]
+        if active and active[-1].role == "tool":
+            return next((m for m in reversed(active) if m.role == "user"), None)
         return None
 
     def warm_up(self) -> ContextReady:
@@ -273,7 +333,9 @@ class Turn:
         self.is_retry = text is None
         self._queue: queue.Queue[Any] = queue.Queue()
         self._cancelled = threading.Event()
-        self.pieces: list[str] = []
+        self.pieces: list[str] = []  # of the reply being streamed (the last round's)
+        self._calls: list[ToolCall] = []  # the tool calls of the reply being streamed
+        self._flushes: list[Flush] = []  # what storing tool calls and results flushed
         self._streaming = False
         self._done = False
         #: The user message is in memory (a retry's was stored before): what a failed turn keeps.
@@ -310,27 +372,85 @@ class Turn:
             self._done = True
             yield ReplyDone("", cancelled=True)
             return
+        tools, notice = chat.offered_tools()
+        if notice is not None:
+            yield notice
         # The request starts before the UI is told about the context, so the two overlap.
         payload = [_wire(m) for m in ready.context.messages]
-        threading.Thread(
-            target=self._pump, args=(chat.stream_fn(), chat.llm, payload), daemon=True
-        ).start()
-        self._streaming = True
+        rounds = 0
+        self._start(payload, tools, rounds)
         yield ready
         while True:
             kind, value = self._queue.get()
             if kind is _CANCEL:
                 yield self._finish(cancelled=True)
                 return
+            if kind is _END and self._calls and tools and rounds < MAX_TOOL_ROUNDS:
+                yield from self._run_calls(payload)
+                rounds += 1
+                self._start(payload, tools, rounds)
+                continue
             if kind is _END:
                 yield self._finish(cancelled=False)
                 return
             if isinstance(value, ProviderError):
+                if tools and not self.pieces and _refuses_tools(value):
+                    tools = None
+                    yield chat.without_tools(f"the server said: {_reason(value)}")
+                    self._start(payload, None, rounds)
+                    continue
                 self._done = True
                 yield ReplyFailed(value, "".join(self.pieces))
                 return
+            if kind == "call":
+                self._calls.append(value)
+                continue
             self.pieces.append(value)
             yield ReplyPiece(value)
+
+    def _start(self, payload: list[dict[str, Any]], tools: Any, rounds: int) -> None:
+        """Send the request for the next reply on a helper thread (the round after the last
+        allowed one asks for text: `tool_choice` none)."""
+        chat = self.chat
+        assert chat.llm is not None
+        self.pieces, self._calls = [], []
+        options = {}
+        if tools:
+            options = {"tools": tools, "choice": "none" if rounds >= MAX_TOOL_ROUNDS else None}
+        threading.Thread(
+            target=self._pump, args=(chat.stream_fn(), chat.llm, payload, options), daemon=True
+        ).start()
+        self._streaming = True
+
+    def _run_calls(self, payload: list[dict[str, Any]]) -> Iterator[Event]:
+        """Store the reply that called tools, run each call and store its result, and add both
+        to `payload` for the next request."""
+        memory = self.chat.mem
+        assert self.chat.tools is not None
+        calls = [c.to_dict() for c in self._calls]
+        asked = Message.from_dict(
+            {
+                "role": "assistant",
+                "content": "".join(self.pieces) or None,
+                "tool_calls": calls,
+                "timestamp": format_time(_now()),
+            }
+        )
+        self._flushes += memory.put(asked)
+        payload.append(_wire(asked))
+        for call in self._calls:
+            result = self.chat.tools.call(call.id, call.name, call.arguments)
+            answer = Message.from_dict(
+                {
+                    "role": "tool",
+                    "content": result.content(),
+                    "tool_call_id": call.id,
+                    "timestamp": format_time(_now()),
+                }
+            )
+            self._flushes += memory.put(answer)
+            payload.append(_wire(answer))
+            yield ToolCalled(result)
 
     def interrupt(self) -> ReplyDone | None:
         """After a KeyboardInterrupt stopped `events()`: keep what arrived, marked as cancelled."""
@@ -339,15 +459,21 @@ class Turn:
             return None
         return self._finish(cancelled=True)
 
-    def _pump(self, stream: StreamFn, config: LLMConfig, payload: list[dict[str, Any]]) -> None:
+    def _pump(
+        self,
+        stream: StreamFn,
+        config: LLMConfig,
+        payload: list[dict[str, Any]],
+        options: dict[str, Any],
+    ) -> None:
         """On a helper thread: read the stream into the queue until it ends or the turn is cancelled."""
         try:
-            pieces = stream(config, payload)
+            pieces = stream(config, list(payload), **options)
             try:
                 for piece in pieces:
                     if self._cancelled.is_set():
                         return
-                    self._queue.put(("piece", piece))
+                    self._queue.put(("piece" if isinstance(piece, str) else "call", piece))
             finally:
                 close = getattr(pieces, "close", None)
                 if close is not None:
@@ -361,14 +487,15 @@ class Turn:
         self._queue.put((_END, None))
 
     def _finish(self, *, cancelled: bool) -> ReplyDone:
+        """End the turn: store the reply (calls of tools past the last round are not run)."""
         self._done = True
         text = "".join(self.pieces)
         if not text:
-            return ReplyDone("", cancelled=cancelled)
+            return ReplyDone("", flushes=self._flushes, cancelled=cancelled)
         message = Message(
             "assistant", text, metadata={CANCELLED: True} if cancelled else None, timestamp=_now()
         )
-        flushes = self.chat.mem.put(message)
+        flushes = self._flushes + self.chat.mem.put(message)
         return ReplyDone(text, message, flushes, cancelled=cancelled)
 
 
@@ -378,8 +505,29 @@ def _now() -> datetime:
 
 
 def _wire(message: Message) -> dict[str, Any]:
-    """A message as the LLM API takes it."""
+    """A message as the LLM API takes it, with the keys of OpenAI's tool calls it was stored
+    with (kept in `metadata["extra"]`: an assistant message's `tool_calls` and `content` null,
+    a tool message's `tool_call_id`)."""
     out: dict[str, Any] = {"role": message.role, "content": message.content}
     if message.name:
         out["name"] = message.name
+    extra = (message.metadata or {}).get(EXTRA)
+    if isinstance(extra, dict):
+        out.update({k: v for k, v in extra.items() if k in _TOOL_KEYS})
     return out
+
+
+#: The keys of a stored message's `extra` that go to the LLM API.
+_TOOL_KEYS = frozenset(("tool_calls", "tool_call_id", "content"))
+
+
+def _reason(error: ProviderError) -> str:
+    """What the server said, without the names of the exception classes litellm puts first."""
+    said = error.message.partition(" failed: ")[2] or error.message
+    return said.rpartition("Exception - ")[2].strip()
+
+
+def _refuses_tools(error: ProviderError) -> bool:
+    from memcli.llm import refuses_tools
+
+    return refuses_tools(error)

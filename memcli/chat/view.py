@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from memcli.memory import Flush
     from memcli.messages import Message
     from memcli.store.base import FlushRecord
+    from memcli.toolset import ToolResult
 
 _FACT = re.compile(r"<fact>(.*?)</fact>", re.DOTALL)
 
@@ -136,3 +137,36 @@ def long_term(chat: Chat) -> LongTerm:
 
 def panels(chat: Chat, recent: list[FlushMark] | None = None) -> Panels:
     return Panels(short_term(chat, recent), long_term(chat))
+
+
+def tool_line(result: ToolResult, width: int = 60) -> str:
+    """A memory tool call as the conversation shows it, e.g.
+    `→ add_fact(text="Ana is vegan", topics=["food"]) ✓ fact 12`; a refused call ends with
+    `✗` and the reason the model was given. Long argument values are cut to `width`."""
+    import json
+
+    arguments = result.arguments if isinstance(result.arguments, dict) else {}
+    shown = []
+    for key, value in arguments.items():
+        text = json.dumps(value, ensure_ascii=False)
+        shown.append(f"{key}={text if len(text) <= width else text[: width - 1] + '…'}")
+    call = f"→ {result.name}({', '.join(shown)})"
+    if not result.ok:
+        return f"{call} ✗ {result.value}"
+    return f"{call} ✓ {_outcome(result.name, result.value)}"
+
+
+def _outcome(name: str, value: Any) -> str:
+    """What a tool call did, in a few words."""
+    if isinstance(value, list):
+        noun = "hit" if name == "search_memory" else "fact"
+        return f"{len(value)} {noun}{'' if len(value) == 1 else 's'}"
+    if isinstance(value, dict):
+        if "deleted" in value:
+            return f"fact {value['deleted']['id']} deleted"
+        if "before" in value:
+            return f"fact {value['fact']['id']} updated"
+        if "added" in value:
+            known = "" if value["added"] else " (already known)"
+            return f"fact {value['fact']['id']}{known}"
+    return "done"

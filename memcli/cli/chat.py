@@ -61,7 +61,16 @@ def chat_command(
         bool,
         typer.Option(
             "--json",
-            help="Plain mode with each reply, and each failed turn, as a JSON Lines record.",
+            help="Plain mode with each reply, each memory tool call and each failed turn as a"
+            " JSON Lines record.",
+        ),
+    ] = False,
+    memory_tools: Annotated[
+        bool,
+        typer.Option(
+            "--memory-tools",
+            help="Offer the model tools to search memory and to list, add, update and delete"
+            " facts; each call is shown and kept in the session ([llm] memory_tools).",
         ),
     ] = False,
 ) -> None:
@@ -74,7 +83,9 @@ def chat_command(
 
     Example: printf 'hi\\nwhat did I say?\\n' | memcli chat --plain --session demo
     """
-    s = common.settings(ctx, user=user, model=model, api_base=api_base)
+    s = common.settings(
+        ctx, user=user, model=model, api_base=api_base, memory_tools=memory_tools or None
+    )
     chat, is_new = build_chat(s, session, token_limit, ratio, flush_size, rebudget)
     from memcli.chat.commands import Commands
 
@@ -151,9 +162,34 @@ def build_chat(
         insert_method=s.insert_method,
         llm=llm_config(s),
         search_options=SearchOptions.from_settings(s),
+        tools=memory_tools(s, store, user_id, blocks) if s.memory_tools else None,
     )
     is_new = chat.open(session)
     return chat, is_new
+
+
+def memory_tools(s: Settings, store: Any, user_id: str, blocks: list[Any]) -> Any:
+    """The chat's memory tools (memcli.agent_tools, as `memcli mcp` serves them): the user's
+    facts in the chat's fact block, search through the chat's vector block (its model loaded
+    once) or, without one, as `memcli search` searches. Changes are recorded as chat-tool."""
+    from memcli.agent_tools import AgentTools
+    from memcli.blocks.vector import VectorBlock
+    from memcli.toolset import chat_tools
+
+    vector = next((b for b in blocks if isinstance(b, VectorBlock)), None)
+    tools = AgentTools(
+        store,
+        s,
+        user_id,
+        blocks=lambda _: blocks,
+        retriever=(
+            (lambda: vector.retriever(store))
+            if vector is not None
+            else (lambda: common.retriever(s, store))
+        ),
+        origin="chat-tool",
+    )
+    return chat_tools(tools)
 
 
 def _rebudget(s: Settings, store: Any, session: str, blocks: list[Any], budget: Budget) -> None:
@@ -219,6 +255,11 @@ def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
     output.info(
         f"memcli chat: {state} {chat.session_id} (user {chat.user_id}); resume with --session {chat.session_id}"
     )
+    if chat.tools is not None and not chat.offline:
+        output.info(
+            "Memory tools are on: the model may search memory and list, add, update and delete"
+            " facts; each call is shown here."
+        )
     if chat.offline:
         from memcli.chat.offline import MODEL_HINT
 
@@ -278,7 +319,14 @@ def stdin_lines() -> Iterator[tuple[str, bool]]:
 
 def play(chat: Chat, turn: Turn, json_: bool) -> bool:
     """Run a turn, streaming the reply to stdout; False when the LLM call failed."""
-    from memcli.chat.session import ReplyDone, ReplyFailed, ReplyPiece, UserStored
+    from memcli.chat.session import (
+        ReplyDone,
+        ReplyFailed,
+        ReplyPiece,
+        ToolCalled,
+        ToolsUnavailable,
+        UserStored,
+    )
 
     written = ""
     try:
@@ -289,6 +337,13 @@ def play(chat: Chat, turn: Turn, json_: bool) -> bool:
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
                 written += event.text
+            elif isinstance(event, ToolCalled):
+                if written and not written.endswith("\n"):  # text the model wrote before it
+                    sys.stdout.write("\n")
+                    written += "\n"
+                _tool_called(chat, event.result, json_)
+            elif isinstance(event, ToolsUnavailable):
+                output.info(event.text)
             elif isinstance(event, ReplyDone):
                 _done(chat, event, json_, written)
                 _note_flushes(event.flushes)
@@ -326,6 +381,30 @@ def _done(chat: Chat, event: Any, json_: bool, written: str) -> None:
         sys.stdout.flush()
     else:
         _end_reply(written)
+
+
+def _tool_called(chat: Chat, result: Any, json_: bool) -> None:
+    """A memory tool call: a dim line on stderr (`→ add_fact(text="...") ✓ fact 12`), and with
+    `--json` a `{"type": "tool_call"}` record with the arguments and the result."""
+    from memcli.chat.view import tool_line
+
+    output.err().print(
+        tool_line(result), style="dim", markup=False, highlight=False, soft_wrap=True
+    )
+    if json_:
+        output.emit(
+            {
+                "type": "tool_call",
+                "session": chat.session_id,
+                "id": result.call_id,
+                "name": result.name,
+                "arguments": result.arguments,
+                "ok": result.ok,
+                "result": result.value if result.ok else None,
+                "error": None if result.ok else result.value,
+            }
+        )
+        sys.stdout.flush()
 
 
 def _end_reply(written: str) -> None:

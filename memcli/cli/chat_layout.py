@@ -43,6 +43,7 @@ STYLE = Style.from_dict(
         "note": "ansibrightblack",
         "command": "bold",
         "flush": "bold ansimagenta",
+        "tool": "ansibrightblack",
         "error": "bold ansired",
         "status": "reverse",
         "prompt": "bold",

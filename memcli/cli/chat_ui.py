@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.chat import view
-from memcli.chat.session import ReplyDone, ReplyFailed, ReplyPiece, UserStored, readable
+from memcli.chat.session import (
+    ReplyDone,
+    ReplyFailed,
+    ReplyPiece,
+    ToolCalled,
+    ToolsUnavailable,
+    UserStored,
+    readable,
+)
 from memcli.cli import chat_panels
 from memcli.cli.chat_panels import Entry, history_entries
 from memcli.errors import MemcliError
@@ -159,6 +167,8 @@ class ChatApp:
 
                 try:
                     warm_up(self.chat.llm)
+                    if self.chat.tools is not None:
+                        self.chat.tools.schemas()  # derives them once, before the first message
                 finally:
                     self.post(lambda: self._loaded("litellm"))
 
@@ -275,20 +285,28 @@ class ChatApp:
         self.turn = turn
         if turn in self.queued:
             self.queued.remove(turn)
+        # The entry the reply streams into; after a memory tool call, a new one below its line
+        # (replaced on the UI thread, where the posts that use it run in order).
+        current = [reply]
         try:
             for event in turn.events():
                 if isinstance(event, ReplyPiece):
-                    self.post(lambda t=event.text: self._piece(reply, t))  # type: ignore[misc]
+                    self.post(lambda t=event.text: self._piece(current[0], t))  # type: ignore[misc]
+                elif isinstance(event, ToolCalled):
+                    line = view.tool_line(event.result)
+                    self.post(lambda t=line: self._tool_called(current, t))  # type: ignore[misc]
+                elif isinstance(event, ToolsUnavailable):
+                    self.post(lambda t=event.text: self.note(t))  # type: ignore[misc]
                 elif isinstance(event, UserStored):
                     self._flushed(event.flushes)
                     short = view.short_term(self.chat, self.live_flushes)
                     self.post(lambda s=short: self._set_short(s))  # type: ignore[misc]
                 elif isinstance(event, ReplyDone):
-                    self.post(lambda e=event: self._reply_done(reply, e))  # type: ignore[misc]
+                    self.post(lambda e=event: self._reply_done(current[0], e))  # type: ignore[misc]
                     self._flushed(event.flushes)
                     self._refresh_panels()
                 elif isinstance(event, ReplyFailed):
-                    self.post(lambda e=event: self._reply_failed(reply, e))  # type: ignore[misc]
+                    self.post(lambda e=event: self._reply_failed(current[0], e))  # type: ignore[misc]
                     self._refresh_panels()
                 else:
                     self._context_ready(event)
@@ -324,6 +342,18 @@ class ChatApp:
             self.timings["first_piece"] = time.perf_counter()
         reply.text += text
         reply.mark = "streaming"
+
+    def _tool_called(self, current: list[Entry], line: str) -> None:
+        """A memory tool call's dim line, below what the model wrote before it (or in place of
+        the waiting reply); the rest of the reply streams into a new entry below it."""
+        reply, tool = current[0], Entry("tool", line)
+        if reply.text:
+            reply.mark = ""
+            self.entries.append(tool)
+        else:
+            self.entries[self.entries.index(reply)] = tool
+        current[0] = Entry("assistant", "", "waiting")
+        self.entries.append(current[0])
 
     def _reply_done(self, reply: Entry, event: ReplyDone) -> None:
         reply.text = event.text
@@ -366,6 +396,11 @@ class ChatApp:
         self.note(
             f"{state} {sid} · resume it later with `memcli chat --session {sid}` · /help lists commands"
         )
+        if self.chat.tools is not None and not self.chat.offline:
+            self.note(
+                "Memory tools are on: the model may search memory and list, add, update and"
+                " delete facts; each call is shown here."
+            )
         if self.chat.offline:
             from memcli.chat.offline import MODEL_HINT
 

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.flush import Budget
     from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.retrieval import Retriever
     from memcli.store.base import SessionInfo
     from memcli.store.postgres import PostgresStore
     from memcli.store.sqlite import SQLiteStore
@@ -195,6 +196,15 @@ def blocks_with_problems(
 
 #: Said on stderr by the command that exports the embedding model (the first to need it).
 PREPARING = "Preparing the embedding model (once, about 15 s)…"
+
+
+def retriever(s: Settings, store: Any) -> Retriever:
+    """The search of `memcli search`: hybrid retrieval over the store with the settings' options;
+    the embedder says when it prepares the model (`embedder`), lexical searches never load it."""
+    from memcli.ranking import SearchOptions
+    from memcli.retrieval import Retriever
+
+    return Retriever(store, embedder(s), SearchOptions.from_settings(s))
 
 
 def embedder(s: Settings) -> OnnxEmbedder:

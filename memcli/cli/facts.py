@@ -224,24 +224,16 @@ def _not_found(fact_id: int, user: str | None = None) -> Exception:
     )
 
 
-def _owner(store: Any, fact: Any) -> str | None:
-    """The user a fact belongs to: its user scope, or its session's user."""
-    kind, _, key = fact.scope_key.partition(":")
-    if kind == "user":
-        return str(key)
-    info = store.get_session(key) if kind == "session" else None
-    return None if info is None else str(info.user_id)
-
-
 def _live(s: Any, store: Any, fact_id: int) -> Any:
     """The fact, not deleted; with --user (or MEMCLI_USER), only one of that user's."""
+    from memcli.agent_tools import fact_owner
     from memcli.store import longterm
 
     fact = longterm.get_fact(store, fact_id)
     user = s.user if s.sources.get("user", "default") != "default" else None
     if fact is None or fact.deleted_at is not None:
         raise _not_found(fact_id)
-    if user is not None and _owner(store, fact) != user:
+    if user is not None and fact_owner(store, fact) != user:
         raise _not_found(fact_id, user)
     return fact
 
@@ -278,7 +270,7 @@ def edit_command(
     _live(s, store, fact_id)
     if not text.strip():
         raise UsageError("the fact is empty", "Give the new text, or use `memcli facts rm`")
-    changed = longterm.edit_fact(store, fact_id, text, topics=topic)
+    changed = longterm.edit_fact(store, fact_id, text, topics=topic, origin="manual")
     assert changed is not None
     output.info(f"Edited fact {fact_id}.")
     _show([changed[1]], json_)
@@ -305,7 +297,7 @@ def rm_command(
     with store.transaction():
         for fact_id in dict.fromkeys(fact_ids):
             removed.append(_live(s, store, fact_id))
-            longterm.delete_fact(store, fact_id)
+            longterm.delete_fact(store, fact_id, origin="manual")
     output.info(f"Removed {output.plural(len(removed), 'fact')}.")
     if output.wants_json(json_):
         output.emit_all([{**_fact_record(f), "type": "removed"} for f in removed])
@@ -321,7 +313,9 @@ def history_command(
     session: Session = None,
     json_: common.Json = False,
 ) -> None:
-    """Every change to the facts: added, condensed, edited, deleted, oldest first.
+    """Every change to the facts: added, condensed, edited, deleted, oldest first, each with
+    its origin: extracted (fact extraction), condensed, manual (`memcli facts`), mcp (`memcli
+    mcp`), chat-tool (the model in `memcli chat --memory-tools`), api (a Python caller).
 
     Example: memcli facts history 12
     """
@@ -342,6 +336,9 @@ def history_command(
             "action": c.action,
             "text": c.text,
             "old_text": c.old_text,
+            "topics": c.topics,
+            "old_topics": c.old_topics,
+            "origin": c.origin,
             "flush_id": c.flush_id,
             "at": c.at,
         }
@@ -352,9 +349,30 @@ def history_command(
         return
     output.table(
         None,
-        ["id", "fact", "action", "text", "before", "when"],
-        [(c.id, c.fact_id, c.action, c.text, c.old_text, c.at.astimezone()) for c in changes],
+        ["id", "fact", "action", "origin", "text", "topics", "before", "when"],
+        [
+            (
+                c.id,
+                c.fact_id,
+                c.action,
+                c.origin,
+                c.text,
+                _topics_change(c.topics, c.old_topics),
+                c.old_text,
+                c.at.astimezone(),
+            )
+            for c in changes
+        ],
     )
+
+
+def _topics_change(topics: list[str] | None, old: list[str] | None) -> str:
+    """A change's topics as the table shows them: the topics after it, or `old -> new` when it
+    changed them; empty when none were recorded."""
+    after = ", ".join(topics) if topics is not None else ""
+    if old is None or topics is None or old == topics:
+        return after if topics is not None else ", ".join(old or [])
+    return f"{', '.join(old) or '(none)'} -> {after or '(none)'}"
 
 
 @app.command("extract")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -76,7 +76,7 @@ def inspect_command(
                 m.tokens,
                 m.status,
                 m.flush_id,
-                output.preview(m.content, 70),
+                output.preview(_shown(m), 70),
             )
             for m in messages
         ],
@@ -88,3 +88,17 @@ def inspect_command(
             ["id", "when", "messages", "tokens", "reason"],
             [(f.id, f.created_at.astimezone(), f.messages, f.tokens, f.reason) for f in shown],
         )
+
+
+def _shown(m: Any) -> str:
+    """A message's content, and the tools it calls (OpenAI's `tool_calls`, kept with the
+    message): `→ add_fact({"text": ...})` each."""
+    calls = ((m.metadata or {}).get("extra") or {}).get("tool_calls")
+    if not isinstance(calls, list):
+        return str(m.content)
+    shown = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            shown.append(f"→ {function.get('name')}({function.get('arguments', '')})")
+    return " ".join([m.content, *shown]).strip()

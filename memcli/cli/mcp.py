@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,7 +17,6 @@ from memcli.cli import common
 
 if TYPE_CHECKING:
     from memcli.agent_tools import AgentTools
-    from memcli.store.sqlite import SQLiteStore
 
 INSTRUCTIONS = (
     "memcli keeps the memory of LLM conversations: sessions of messages (a short-term window that "
@@ -45,9 +44,8 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
             built[session] = common.make_blocks(s, store, session=session)
         return built[session]
 
-    # (AgentTools runs SQL on any store; its annotation still names SQLiteStore.)
     tools = AgentTools(
-        cast("SQLiteStore", store), s, s.user, blocks=blocks, retriever=lambda: _retriever(s, store)
+        store, s, s.user, blocks=blocks, retriever=lambda: common.retriever(s, store), origin="mcp"
     )
     try:
         build_server(tools).run("stdio")
@@ -56,16 +54,29 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
             sys.stdout = open(os.devnull, "w")  # for the flush on the way out
 
 
-def _retriever(s: Any, store: Any) -> Any:
-    from memcli.ranking import SearchOptions
-    from memcli.retrieval import Retriever
+def _refusals_as(tool_error: type[Exception], function: Any) -> Any:
+    """`function`, raising a MemcliError as the SDK's ToolError: the message and the hint, for
+    the model to act on. It keeps the function's name and signature (`functools.wraps`), from
+    which the SDK derives the tool's schema."""
+    from functools import wraps
 
-    return Retriever(store, common.embedder(s), SearchOptions.from_settings(s))
+    from memcli.errors import MemcliError
+
+    @wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except MemcliError as error:
+            raise tool_error(str(error)) from None
+
+    return call
 
 
 def build_server(tools: AgentTools) -> Any:
-    """The MCP server (MCPServer in mcp 2, FastMCP in mcp 1) with memcli's tools and resources."""
+    """The MCP server (MCPServer in mcp 2, FastMCP in mcp 1) with memcli's tools and resources
+    (the tools: `memcli.agent_tools.tool_functions`)."""
     from memcli.errors import MemcliError
+    from memcli.toolset import description, tool_functions
 
     try:
         from mcp.server.mcpserver import MCPServer as Server
@@ -85,56 +96,8 @@ def build_server(tools: AgentTools) -> Any:
     if "version" in signature(Server).parameters:  # mcp 2 says which version serves
         options["version"] = __version__
     server = Server("memcli", **options)
-
-    def tool_call(call: Any) -> Any:
-        try:
-            return call()
-        except MemcliError as error:  # the message and the hint, for the model to act on
-            raise ToolError(str(error)) from None
-
-    @server.tool()
-    def search_memory(
-        query: str, k: int = 5, session: str | None = None, mode: str = "hybrid"
-    ) -> list[dict[str, Any]]:
-        """Search the user's stored messages (or one session's) by words and meaning, best
-        first. mode: hybrid (words and meaning), lexical (words only) or vector (meaning only)."""
-        return tool_call(lambda: tools.search(query, k=k, session=session, mode=mode))  # type: ignore[no-any-return]
-
-    @server.tool()
-    def list_facts(block: str | None = None, topic: str | None = None) -> list[dict[str, Any]]:
-        """The facts long-term memory holds about the user, oldest first (with their ids and
-        topics); with `topic`, only the facts of that topic."""
-        return tool_call(lambda: tools.list_facts(block, topic))  # type: ignore[no-any-return]
-
-    @server.tool()
-    def add_fact(
-        text: str, block: str | None = None, topics: list[str] | None = None
-    ) -> dict[str, Any]:
-        """Remember a fact about the user, with its topics (a duplicate is not added twice)."""
-        return tool_call(lambda: tools.add_fact(text, block, topics))  # type: ignore[no-any-return]
-
-    @server.tool()
-    def update_fact(fact_id: int, text: str) -> dict[str, Any]:
-        """Change the text of one of the user's facts (the old text stays in its history)."""
-        return tool_call(lambda: tools.update_fact(fact_id, text))  # type: ignore[no-any-return]
-
-    @server.tool()
-    def delete_fact(fact_id: int) -> dict[str, Any]:
-        """Forget one of the user's facts (kept in the fact history as deleted)."""
-        return tool_call(lambda: tools.delete_fact(fact_id))  # type: ignore[no-any-return]
-
-    @server.tool()
-    def get_context(session: str, input: str | None = None) -> list[dict[str, Any]]:
-        """The messages to send the model for a session: its short-term window with long-term
-        memory inserted (for `input`, the next user message, if given). Nothing is stored."""
-        return tool_call(lambda: tools.context(session, input))  # type: ignore[no-any-return]
-
-    @server.tool()
-    def put_messages(messages: list[dict[str, Any]], session: str | None = None) -> dict[str, Any]:
-        """Store messages ({"role": "user"|"assistant"|"system"|"tool", "content": "..."},
-        optional name, metadata, timestamp) in a session (none given: a new one); the window
-        flushes to long-term memory when over budget. A bad message stores nothing."""
-        return tool_call(lambda: tools.put_messages(messages, session))  # type: ignore[no-any-return]
+    for function in tool_functions(tools):
+        server.add_tool(_refusals_as(ToolError, function), description=description(function))
 
     def resource_read(call: Any) -> str:
         try:

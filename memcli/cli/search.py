@@ -12,8 +12,6 @@ from memcli.cli import common, output
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from memcli.retrieval import Retriever
-
 
 def search_command(
     ctx: typer.Context,
@@ -80,7 +78,7 @@ def search_command(
     lines = read_queries(queries) if queries is not None else [QueryLine(0, query or "")]
     store = common.open_store(s, must_exist=True)
     found = search_lines(
-        _retriever(s, store),
+        common.retriever(s, store),
         lines,
         default_user=s.user,
         user=user,
@@ -132,14 +130,6 @@ def _table(records: list[dict[str, Any]], texts: dict[int, str] | None, explain:
             ]
         rows.append([*row, r["text"]])
     output.table(None, columns, rows)
-
-
-def _retriever(s: Any, store: Any) -> Retriever:
-    from memcli.ranking import SearchOptions
-    from memcli.retrieval import Retriever
-
-    # The embedder says when it prepares the model (`common.embedder`); lexical never loads it.
-    return Retriever(store, common.embedder(s), SearchOptions.from_settings(s))
 
 
 def _time(flag: str, value: str | None) -> datetime | None:

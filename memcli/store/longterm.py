@@ -181,7 +181,7 @@ class Fact:
     block: str
     scope_key: str
     text: str
-    origin: str  # extracted, condensed or manual
+    origin: str  # see ORIGINS
     session_id: str | None
     flush_id: int | None
     message_ids: list[int]
@@ -191,9 +191,18 @@ class Fact:
     topics: list[str] = field(default_factory=list)  # normalised, sorted
 
 
+#: Where a fact, and each change to it, came from: the fact block's extraction (`extracted`)
+#: and its condensing (`condensed`), `memcli facts add/edit/rm` (`manual`), the MCP server
+#: (`mcp`), the chat's memory tools (`chat-tool`), or a Python caller that names none (`api`).
+#: A fact's history also holds `unknown`, for edits made before memcli recorded origins.
+ORIGINS = ("extracted", "condensed", "manual", "mcp", "chat-tool", "api")
+
+
 @dataclass(frozen=True)
 class FactChange:
-    """One entry of a fact's history."""
+    """One entry of a fact's history: what changed, by which path (`origin`, see ORIGINS), and
+    the fact's text and topics after and before (None where the change has none, or the topics
+    were not recorded: before memcli recorded them)."""
 
     id: int
     fact_id: int
@@ -202,6 +211,9 @@ class FactChange:
     old_text: str | None
     flush_id: int | None
     at: datetime
+    origin: str = "unknown"
+    topics: list[str] | None = None
+    old_topics: list[str] | None = None
 
 
 def normalize_fact(text: str) -> str:
@@ -299,19 +311,36 @@ def get_fact(store: SQLStore, fact_id: int) -> Fact | None:
 
 def _history(
     store: SQLStore,
-    fact_id: int,
-    block: str,
-    scope_key: str,
+    fact: Fact,
     action: str,
-    text: str | None,
-    old_text: str | None,
-    flush_id: int | None,
+    origin: str,
     stamp: str,
+    *,
+    before: Fact | None = None,
+    after: Fact | None = None,
+    flush_id: int | None = None,
 ) -> None:
+    """Record a change to `fact`: its text and topics `after` and `before` it (None: none)."""
+
+    def topics(f: Fact | None) -> str | None:
+        return None if f is None else json.dumps(f.topics, ensure_ascii=False)
+
     store.execute(
-        "INSERT INTO fact_history (fact_id, block, scope_key, action, text, old_text, flush_id, at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (fact_id, block, scope_key, action, text, old_text, flush_id, stamp),
+        "INSERT INTO fact_history (fact_id, block, scope_key, action, text, old_text, flush_id,"
+        " at, origin, topics, old_topics) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            fact.id,
+            fact.block,
+            fact.scope_key,
+            action,
+            None if after is None else after.text,
+            None if before is None else before.text,
+            flush_id,
+            stamp,
+            origin,
+            topics(after),
+            topics(before),
+        ),
     )
 
 
@@ -321,7 +350,7 @@ def add_facts(
     scope_key: str,
     texts: Sequence[str],
     *,
-    origin: str = "extracted",
+    origin: str = "api",
     action: str = "added",
     session_id: str | None = None,
     flush_id: int | None = None,
@@ -329,7 +358,8 @@ def add_facts(
     topics: Sequence[Sequence[str]] | None = None,
 ) -> list[Fact]:
     """Store the facts that are not already there (compared normalised); return those added.
-    `topics`, when given, holds each text's topics (in the order of `texts`)."""
+    `topics`, when given, holds each text's topics (in the order of `texts`); `origin` (see
+    ORIGINS) is the facts' and their history entries'."""
     stamp = _now()
     added = []
     if topics is not None and len(topics) != len(texts):
@@ -360,20 +390,26 @@ def add_facts(
                 ),
             )
             fact_id = cursor.fetchall()[0][0]
-            _history(store, fact_id, block, scope_key, action, text, None, flush_id, stamp)
             if topics is not None:
                 _set_topics(store, fact_id, topics[i])
             fact = get_fact(store, fact_id)
             assert fact is not None
+            _history(store, fact, action, origin, stamp, after=fact, flush_id=flush_id)
             added.append(fact)
     return added
 
 
 def edit_fact(
-    store: SQLStore, fact_id: int, text: str, topics: Sequence[str] | None = None
+    store: SQLStore,
+    fact_id: int,
+    text: str,
+    topics: Sequence[str] | None = None,
+    *,
+    origin: str = "api",
 ) -> tuple[Fact, Fact] | None:
     """Change a fact's text (and its topics, when given; else they stay); return (before, after),
-    or None when there is no live fact of that id."""
+    or None when there is no live fact of that id. The history records both texts and both
+    topic lists, with `origin` (see ORIGINS)."""
     before = get_fact(store, fact_id)
     if before is None or before.deleted_at is not None:
         return None
@@ -383,28 +419,24 @@ def edit_fact(
             "UPDATE facts SET text = ?, norm = ?, updated_at = ? WHERE id = ?",
             (text.strip(), normalize_fact(text), stamp, fact_id),
         )
-        _history(
-            store,
-            fact_id,
-            before.block,
-            before.scope_key,
-            "edited",
-            text.strip(),
-            before.text,
-            None,
-            stamp,
-        )
         if topics is not None:
             _set_topics(store, fact_id, topics)
-    after = get_fact(store, fact_id)
-    assert after is not None
+        after = get_fact(store, fact_id)
+        assert after is not None
+        _history(store, after, "edited", origin, stamp, before=before, after=after)
     return before, after
 
 
 def delete_fact(
-    store: SQLStore, fact_id: int, action: str = "deleted", flush_id: int | None = None
+    store: SQLStore,
+    fact_id: int,
+    action: str = "deleted",
+    flush_id: int | None = None,
+    *,
+    origin: str = "api",
 ) -> Fact | None:
-    """Mark a fact deleted (kept for its history); return it, or None when there is none."""
+    """Mark a fact deleted (kept for its history, with `origin`: see ORIGINS); return it, or
+    None when there is none."""
     fact = get_fact(store, fact_id)
     if fact is None or fact.deleted_at is not None:
         return None
@@ -414,9 +446,7 @@ def delete_fact(
             "UPDATE facts SET deleted_at = ?, updated_at = ? WHERE id = ?",
             (stamp, stamp, fact_id),
         )
-        _history(
-            store, fact_id, fact.block, fact.scope_key, action, None, fact.text, flush_id, stamp
-        )
+        _history(store, fact, action, origin, stamp, before=fact, flush_id=flush_id)
     return fact
 
 
@@ -425,8 +455,8 @@ def fact_history(
 ) -> list[FactChange]:
     """The changes to a scope's facts (or to one fact), oldest first."""
     sql = (
-        "SELECT id, fact_id, action, text, old_text, flush_id, at FROM fact_history"
-        " WHERE scope_key = ?"
+        "SELECT id, fact_id, action, text, old_text, flush_id, at, origin, topics, old_topics"
+        " FROM fact_history WHERE scope_key = ?"
     )
     params: tuple[Any, ...] = (scope_key,)
     if block is not None:
@@ -436,7 +466,18 @@ def fact_history(
         sql += " AND fact_id = ?"
         params += (fact_id,)
     return [
-        FactChange(r[0], r[1], r[2], r[3], r[4], r[5], parse_time(r[6]))
+        FactChange(
+            id=r[0],
+            fact_id=r[1],
+            action=r[2],
+            text=r[3],
+            old_text=r[4],
+            flush_id=r[5],
+            at=parse_time(r[6]),
+            origin=r[7],
+            topics=None if r[8] is None else json.loads(r[8]),
+            old_topics=None if r[9] is None else json.loads(r[9]),
+        )
         for r in store.execute(sql + " ORDER BY id", params)
     ]
 

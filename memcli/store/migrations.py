@@ -315,6 +315,26 @@ def _migration_17(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_18(conn: sqlite3.Connection) -> None:
+    """Provenance in the fact history: each change records its `origin`, the path that made it
+    (the words of `facts.origin`: extracted, condensed, manual, mcp, chat-tool, api), and the
+    fact's topics after and before the change (JSON arrays; NULL: not recorded). Changes made
+    before this migration take their origin where it is known (an addition: its fact's origin; a
+    condensing: condensed) and are `unknown` otherwise."""
+    for column in (
+        "\"origin\" TEXT NOT NULL DEFAULT 'unknown'",
+        '"topics" TEXT',
+        '"old_topics" TEXT',
+    ):
+        conn.execute(f'ALTER TABLE "fact_history" ADD COLUMN {column}')
+    conn.execute("UPDATE fact_history SET origin = 'condensed' WHERE action = 'condensed'")
+    conn.execute(
+        "UPDATE fact_history SET origin = (SELECT f.origin FROM facts f"
+        " WHERE f.id = fact_history.fact_id) WHERE action = 'added'"
+        " AND fact_id IN (SELECT id FROM facts)"
+    )
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -327,6 +347,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (15, _migration_15),
     (16, _migration_16),
     (17, _migration_17),
+    (18, _migration_18),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -219,6 +219,18 @@ END $$""",
 )
 
 
+#: Provenance in the fact history (SQLite's migration 18): the path that made each change, and
+#: the fact's topics after and before it; older changes take their origin where it is known.
+_PROVENANCE_18 = (
+    f"ALTER TABLE fact_history ADD COLUMN origin {_TEXT} NOT NULL DEFAULT 'unknown'",
+    f"ALTER TABLE fact_history ADD COLUMN topics {_TEXT}",
+    f"ALTER TABLE fact_history ADD COLUMN old_topics {_TEXT}",
+    "UPDATE fact_history SET origin = 'condensed' WHERE action = 'condensed'",
+    "UPDATE fact_history SET origin = f.origin FROM facts f"
+    " WHERE f.id = fact_history.fact_id AND fact_history.action = 'added'",
+)
+
+
 def _run(statements: tuple[str, ...]) -> Migration:
     def migrate(conn: Any) -> None:
         for statement in statements:
@@ -232,6 +244,7 @@ def _run(statements: tuple[str, ...]) -> Migration:
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _run(_SCHEMA_16)),
     (17, _run(_SUMMARIES_17)),
+    (18, _run(_PROVENANCE_18)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -93,7 +93,7 @@ CREATE TABLE "fact_history" (
    "old_text" TEXT,
    "flush_id" INTEGER,
    "at" TEXT NOT NULL
-);
+, "origin" TEXT NOT NULL DEFAULT 'unknown', "topics" TEXT, "old_topics" TEXT);
 CREATE INDEX "fact_history_scope"
     ON "fact_history" ("block", "scope_key");
 CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2');
