@@ -29,6 +29,7 @@ _EXPORTS = {
     "Message": "memcli.messages",
     "ModelError": "memcli.errors",
     "OnnxEmbedder": "memcli.onnx_embedder",
+    "PostgresStore": "memcli.store.postgres",
     "ProviderError": "memcli.errors",
     "Retriever": "memcli.retrieval",
     "SQLiteStore": "memcli.store.sqlite",
@@ -42,6 +43,7 @@ _EXPORTS = {
     "UsageError": "memcli.errors",
     "VectorBlock": "memcli.blocks.vector",
     "WordTokenizer": "memcli.tokens",
+    "open_store": "memcli.store",
     "plan_flush": "memcli.flush",
 }
 
@@ -62,6 +64,7 @@ __all__ = [
     "Message",
     "ModelError",
     "OnnxEmbedder",
+    "PostgresStore",
     "ProviderError",
     "Retriever",
     "SQLiteStore",
@@ -75,6 +78,7 @@ __all__ = [
     "UsageError",
     "VectorBlock",
     "WordTokenizer",
+    "open_store",
     "plan_flush",
 ]
 
@@ -114,6 +118,8 @@ if TYPE_CHECKING:
     from memcli.onnx_embedder import OnnxEmbedder
     from memcli.ranking import SearchOptions
     from memcli.retrieval import Retriever
+    from memcli.store import open_store
     from memcli.store.base import Store
+    from memcli.store.postgres import PostgresStore
     from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import TiktokenTokenizer, Tokenizer, WordTokenizer

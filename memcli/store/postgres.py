@@ -142,10 +142,11 @@ class PostgresStore(TableStore):
         return text.replace(password, "***") if password else text
 
     def _password(self) -> str | None:
-        conn = getattr(self, "conn", None)
+        """The password the URL holds, if any (so that no message repeats it)."""
         try:
-            return conn.info.password if conn is not None else None
-        except Exception:  # (a closed connection)
+            password = self._psycopg.conninfo.conninfo_to_dict(self.url).get("password")
+            return str(password) if password else None
+        except self._psycopg.Error:
             return None
 
     def _error(self, exc: Exception, what: str) -> StoreError:
