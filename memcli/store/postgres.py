@@ -5,13 +5,14 @@ memcli's core is synchronous, with an async layer on top (`Memory.aput` and the 
 path, in a worker thread when it would wait); psycopg 3 serves sync and async code with one API,
 where asyncpg is async only and would need an event loop inside every sync call. psycopg 3 also
 binds parameters on the server, prepares statements a connection runs often, pipelines
-`executemany`, has COPY for bulk loads and a real connection pool (psycopg_pool) for apps that
-want one.
+`executemany`, has COPY for bulk loads (an import's messages go in by COPY) and a real
+connection pool (psycopg_pool) for an app that wants one.
 
 One connection per store, no pool: the store's lock serialises its statements anyway (one
-thread's statements must never run inside another thread's transaction), so more connections
-would sit idle. Several threads share one store; several workers or processes each open their
-own, and PostgreSQL runs them side by side.
+thread's statements must never run inside another thread's transaction, and a transaction is
+a connection's), so more connections would sit idle. Several threads share one store; several
+workers or processes each open their own, and PostgreSQL runs them side by side. (Behind
+PgBouncer, use session pooling: the lock timeout is a session setting.)
 
 Concurrency:
 - Readers never wait: PostgreSQL's MVCC.
