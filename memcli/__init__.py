@@ -29,6 +29,7 @@ _EXPORTS = {
     "Message": "memcli.messages",
     "ModelError": "memcli.errors",
     "OnnxEmbedder": "memcli.onnx_embedder",
+    "PostgresStore": "memcli.store.postgres",
     "ProviderError": "memcli.errors",
     "Retriever": "memcli.retrieval",
     "SQLiteStore": "memcli.store.sqlite",
@@ -43,6 +44,7 @@ _EXPORTS = {
     "UsageError": "memcli.errors",
     "VectorBlock": "memcli.blocks.vector",
     "WordTokenizer": "memcli.tokens",
+    "open_store": "memcli.store",
     "plan_flush": "memcli.flush",
 }
 
@@ -63,6 +65,7 @@ __all__ = [
     "Message",
     "ModelError",
     "OnnxEmbedder",
+    "PostgresStore",
     "ProviderError",
     "Retriever",
     "SQLiteStore",
@@ -77,6 +80,7 @@ __all__ = [
     "UsageError",
     "VectorBlock",
     "WordTokenizer",
+    "open_store",
     "plan_flush",
 ]
 
@@ -117,6 +121,8 @@ if TYPE_CHECKING:
     from memcli.onnx_embedder import OnnxEmbedder
     from memcli.ranking import SearchOptions
     from memcli.retrieval import Retriever
+    from memcli.store import open_store
     from memcli.store.base import Store
+    from memcli.store.postgres import PostgresStore
     from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import TiktokenTokenizer, Tokenizer, WordTokenizer

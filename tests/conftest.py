@@ -163,3 +163,16 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def vdb(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """As `db`, and also PostgreSQL with pgvector: for what the vector path matters to."""
     return _database(request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def cli_db(
+    request: pytest.FixtureRequest, isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> str | None:
+    """Every memcli command of the test on each backend: the home's SQLite file (None), or a
+    fresh PostgreSQL database through MEMCLI_DB (its URL)."""
+    if request.param == "sqlite":
+        return None
+    url = str(request.getfixturevalue("pg_url"))
+    monkeypatch.setenv("MEMCLI_DB", url)
+    return url

@@ -41,7 +41,9 @@ class DebianServer:
 
     kind = "postgresql"
 
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        #: fsync on (as a real server): for benchmarks. Tests run without it.
+        self.durable = durable
         self.bin = _debian_bin()
         self.root = Path(tempfile.mkdtemp(prefix="memcli-pg-"))
         self.data = self.root / "data"
@@ -63,10 +65,9 @@ class DebianServer:
         self._as_postgres(
             self.bin / "initdb", "-D", self.data, "-U", "postgres", "-A", "trust", "--no-sync"
         )
-        options = (
-            f"-k {self.socket} -c listen_addresses='' -c fsync=off -c synchronous_commit=off"
-            " -c full_page_writes=off -c max_connections=60"
-        )
+        options = f"-k {self.socket} -c listen_addresses='' -c max_connections=60"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._as_postgres(
             self.bin / "pg_ctl", "-D", self.data, "-o", options, "-l", self.root / "log", "-w",
             "start",

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from memcli import FactBlock, Memory, Message, SQLiteStore, WordTokenizer
+from memcli import FactBlock, Memory, Message, WordTokenizer
 from memcli.blocks.facts import parse_facts
-from memcli.store import longterm
+from memcli.store import longterm, open_store
 
 
 def facts_memory(llm, db, session="s1", user="ana", **kw) -> Memory:
@@ -59,9 +59,9 @@ def test_parse_facts(reply: str, expected) -> None:
     assert parse_facts(reply) == expected
 
 
-def test_extracts_facts_with_provenance(llm, tmp_path: Path) -> None:
+def test_extracts_facts_with_provenance(llm, db: str) -> None:
     llm.script({"content": "<facts><fact>Ana has a dog named Rex</fact></facts>"})
-    memory = facts_memory(llm, tmp_path / "m.db")
+    memory = facts_memory(llm, db)
     flushes = turn(memory, "my dog is Rex") + turn(memory, "and I like tea")
     assert len(flushes) == 1 and len(flushes[0].message_ids) == 2
     assert facts(memory) == ["Ana has a dog named Rex"]
@@ -171,10 +171,10 @@ def test_a_batch_that_always_fails_is_retried_with_back_off_then_left(
     assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana", retries=3) == []
 
 
-def test_a_batch_that_fails_then_succeeds_on_a_retry_gets_its_facts(llm, tmp_path: Path) -> None:
+def test_a_batch_that_fails_then_succeeds_on_a_retry_gets_its_facts(llm, db: str) -> None:
     reply, calls = poisoned({"content": "no facts here"}, fails=2)
     llm.script(*[reply] * 100)
-    memory = facts_memory(llm, tmp_path / "m.db")
+    memory = facts_memory(llm, db)
     turn(memory, "one")
     flushes = turn(memory, "poison")
     flushes = turn(memory, "later 0")  # flushes "poison": fails
@@ -221,13 +221,13 @@ def test_extract_pending_retries_a_batch_left_after_its_automatic_retries(
     assert len(calls) == 5
 
 
-def test_condense_over_max_facts(llm, tmp_path: Path) -> None:
+def test_condense_over_max_facts(llm, db: str) -> None:
     llm.script(
         {"content": "<facts><fact>F1</fact><fact>F2</fact></facts>"},
         {"content": "<facts><fact>F3</fact><fact>F4</fact></facts>"},
         {"content": "<facts><fact>F1</fact><fact>F3 and F4</fact></facts>"},  # condensed
     )
-    memory = facts_memory(llm, tmp_path / "m.db", max_facts=3)
+    memory = facts_memory(llm, db, max_facts=3)
     for text in ("one", "two", "three"):
         turn(memory, text)
     assert facts(memory) == ["F1", "F3 and F4"]
@@ -271,9 +271,8 @@ def test_bad_condense_reply_is_ignored(llm, tmp_path: Path, bad) -> None:
     assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == []
 
 
-def test_facts_survive_a_restart_and_are_shared_by_the_users_sessions(llm, tmp_path: Path) -> None:
+def test_facts_survive_a_restart_and_are_shared_by_the_users_sessions(llm, db: str) -> None:
     llm.script({"content": "<facts><fact>Ana is vegetarian</fact></facts>"})
-    db = tmp_path / "m.db"
     memory = facts_memory(llm, db)
     turn(memory, "one")
     turn(memory, "two")
@@ -297,8 +296,8 @@ def test_fact_block_checks_its_settings() -> None:
         FactBlock(model="x", auto_retries=-1)
 
 
-def test_edit_and_delete_keep_history(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
+def test_edit_and_delete_keep_history(db: str) -> None:
+    store = open_store(db)
     added = longterm.add_facts(
         store, "extracted_info", "user:ana", ["A", "B", " a "], origin="manual"
     )

@@ -34,6 +34,7 @@ def stored(session: str) -> list[dict[str, Any]]:
     return [r for r in run.records() if r["type"] == "message"]
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_plain_mode_streams_replies_each_then_an_empty_line_and_stores_both_sides(llm):
     llm.script({"content": "Hello! Nice to meet you, Ana."}, {"content": "You said hi."})
     run = memcli(
@@ -54,6 +55,7 @@ def test_plain_mode_streams_replies_each_then_an_empty_line_and_stores_both_side
     assert len(llm.requests[1]["messages"]) == 3
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_resume_sends_the_stored_window_and_json_lines(llm):
     memcli("chat", "--session", "demo", *model_args(llm), input="first message\n")
     llm.reset()
@@ -71,6 +73,7 @@ def test_resume_sends_the_stored_window_and_json_lines(llm):
     ]
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_plain_mode_budget_flags_flush(llm):
     text = "".join(f"message number {i} with a few more words in it\n" for i in range(6))
     run = memcli("chat", "--session", "small", "--token-limit", "60", *model_args(llm), input=text)

@@ -62,6 +62,7 @@ def test_dump_blocks_and_truncation(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_dump_context_is_what_get_returns(tmp_path: Path) -> None:
     c = config(tmp_path)
     assert memcli("--config", c, "import", write_chat(tmp_path / "a.jsonl"), *BUDGET).code == 0

@@ -30,6 +30,7 @@ def transcript(tmp_path: Path, turns: int) -> str:
     return str(path)
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_import_extracts_then_list_add_edit_rm_history(llm, tmp_path: Path) -> None:
     config = write_config(tmp_path, llm)
     llm.script(
@@ -81,6 +82,7 @@ def test_import_extracts_then_list_add_edit_rm_history(llm, tmp_path: Path) -> N
     assert run.code == 0 and run.records() == [] and "No facts" in run.stderr
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_unknown_fact_id(tmp_path: Path, llm) -> None:
     config = write_config(tmp_path, llm)
     for args in (["edit", "99", "x"], ["rm", "99"], ["history", "99"]):
@@ -116,6 +118,7 @@ def test_fact_text_not_utf8_is_refused() -> None:
     assert [f["text"] for f in memcli("facts", "--json").records()] == ["Ana likes tea"]
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_failed_extraction_is_pending_then_extract_pending(llm, tmp_path: Path) -> None:
     config = write_config(tmp_path, llm, timeout=1)
     llm.script({"status": 500}, {"content": "garbage"})

@@ -39,6 +39,7 @@ def test_import_new_session_printed_on_stderr(tmp_path: Path) -> None:
     assert len(sessions) == 1 and sessions[0]["active_messages"] == 6
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_import_json_summary_and_flushes(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "t.jsonl", turns(20))
     run = memcli(
@@ -62,6 +63,7 @@ def test_import_json_summary_and_flushes(tmp_path: Path) -> None:
     assert total["token_limit"] == 60 and total["flushes"] == summary["flushes"]
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_sessions_from_records_and_stdin(tmp_path: Path) -> None:
     data = "".join(json.dumps(r) + "\n" for r in turns(2, "alpha") + turns(1, "beta"))
     run = memcli("import", "-", "--user", "ana", input=data)
@@ -94,6 +96,7 @@ def test_session_remembers_its_budget(tmp_path: Path) -> None:
     assert memcli("import", str(more), "--session", "b", "--token-limit", "500").code == 0
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_a_budget_option_that_differs_is_an_error_unless_rebudget(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "t.jsonl", turns(30))
     run = memcli("import", str(path), "--session", "demo", "--token-limit", "4000")
@@ -114,6 +117,7 @@ def test_a_budget_option_that_differs_is_an_error_unless_rebudget(tmp_path: Path
     assert memcli("inspect", "demo", "--json").records()[-1]["token_limit"] == 100
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_importing_again_stores_nothing_new(tmp_path: Path) -> None:
     records = turns(3, "s")
     records[3]["content"] = records[1]["content"] = "ok"  # "ok" twice: not a duplicate
@@ -133,6 +137,7 @@ def test_importing_again_stores_nothing_new(tmp_path: Path) -> None:
     assert len([r for r in stored if r["type"] == "message"]) == 14
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_export_keeps_the_budget(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "t.jsonl", turns(10))
     assert (
@@ -221,6 +226,7 @@ def test_no_blocks_flag(tmp_path: Path) -> None:
     assert summary["blocks_fed"] is False and summary["flushes"] > 0
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_openai_format_round_trips_through_export(tmp_path: Path) -> None:
     calls = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
     records = [

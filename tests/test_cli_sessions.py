@@ -53,6 +53,7 @@ def test_sessions_empty_and_listed(tmp_path: Path) -> None:
     assert two["active_messages"] == 4 and two["archived_messages"] == 0 and two["threshold"] == 700
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_inspect_json(tmp_path: Path) -> None:
     seed(tmp_path)
     records = memcli("inspect", "demo", "--json").records()
@@ -111,6 +112,7 @@ def test_no_database_yet() -> None:
     assert run.code == 1 and "no database" in run.stderr
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_export_round_trip(tmp_path: Path) -> None:
     seed(tmp_path)
     exported = memcli("export", "demo", "--all")
@@ -148,6 +150,7 @@ def test_export_round_trip(tmp_path: Path) -> None:
     assert len(active_only) == original[-1]["active_messages"]
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_rm(tmp_path: Path) -> None:
     seed(tmp_path, "a", n=1)
     seed(tmp_path, "b", n=1)

@@ -9,9 +9,8 @@ import pytest
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 from test_blocks_facts import facts_memory, turn
 
-from memcli import SQLiteStore
 from memcli.blocks.facts import EXTRACT_PROMPT, parse_fact_topics, parse_facts
-from memcli.store import longterm
+from memcli.store import longterm, open_store
 
 
 @pytest.mark.parametrize(
@@ -85,8 +84,8 @@ def test_condense_keeps_the_topics_it_is_given(llm, tmp_path: Path) -> None:
     assert [(f.text, f.topics) for f in stored] == [("F1", ["food"]), ("F3 and F4", ["x"])]
 
 
-def test_edit_keeps_topics_unless_given(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "s.db")
+def test_edit_keeps_topics_unless_given(db: str) -> None:
+    store = open_store(db)
     [fact] = longterm.add_facts(store, "facts", "user:ana", ["A"], topics=[["Food", "food "]])
     assert fact.topics == ["food"]
     assert longterm.edit_fact(store, fact.id, "B")[1].topics == ["food"]  # type: ignore[index]

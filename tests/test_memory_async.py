@@ -8,16 +8,17 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from memcli import FactBlock, Memory, Message, SQLiteStore, StaticBlock, WordTokenizer
 from memcli.blocks.base import BlockContext, MemoryBlock
-from memcli.store import longterm
+from memcli.store import Store, longterm, open_store
 
 #: How long a test waits for something that should happen at once (a safety net, not a measure).
 PATIENCE_S = 30.0
 
 
-def small(store: SQLiteStore, session: str = "s", blocks: Sequence[MemoryBlock] = ()) -> Memory:
+def small(store: Store, session: str = "s", blocks: Sequence[MemoryBlock] = ()) -> Memory:
     return Memory.from_defaults(
         session_id=session,
         token_limit=60,
@@ -41,7 +42,7 @@ def shape(flushes: Sequence[object]) -> list[tuple[object, ...]]:
     return [(f.id, f.message_ids, f.tokens, f.reason) for f in flushes]  # type: ignore[attr-defined]
 
 
-def check_invariants(store: SQLiteStore, memory: Memory) -> None:
+def check_invariants(store: Any, memory: Memory) -> None:
     """Archived messages belong to a flush of theirs, counters match the rows, the cached window
     is the stored one, and memcli's own check finds nothing."""
     everything = memory.get_all()
@@ -128,8 +129,8 @@ def _assert_each_task_whole(memory: Memory, tags: list[str], per_task: int) -> N
         assert mine == [m.content for m in turns(per_task, tag)]  # nothing lost, in order
 
 
-def test_fifty_tasks_put_into_one_memory(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
+def test_fifty_tasks_put_into_one_memory(db: str) -> None:
+    store = open_store(db)
     memory = small(store)
     _put_concurrently([memory] * 50, per_task=3)
     assert store.list_flushes("s")  # the puts flushed as they went
@@ -138,12 +139,12 @@ def test_fifty_tasks_put_into_one_memory(tmp_path: Path) -> None:
     # the invariants the store and window keep.
     check_invariants(store, memory)
     # A fresh object reading the file sees exactly what the shared one holds.
-    again = small(SQLiteStore(tmp_path / "m.db"))
+    again = small(open_store(db))
     assert again.get() == memory.get() and again.get_all() == memory.get_all()
 
 
-def test_fifty_memories_on_one_store(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
+def test_fifty_memories_on_one_store(db: str) -> None:
+    store = open_store(db)
     memories = [small(store, f"s{i}") for i in range(50)]
     _put_concurrently(memories, per_task=4)
     for i, memory in enumerate(memories):

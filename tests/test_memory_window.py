@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memcli import Budget, Memory, Message, StaticBlock, WordTokenizer
+from memcli.store import open_store
 from memcli.store.sqlite import SQLiteStore
 
 
@@ -27,8 +28,8 @@ def exact(messages: list[Message]) -> list[str]:
     return [repr(m) for m in messages]
 
 
-def fresh_get(db: Path, session_id: str = "s") -> list[Message]:
-    store = SQLiteStore(db)
+def fresh_get(db: Path | str, session_id: str = "s") -> list[Message]:
+    store = open_store(db)
     try:
         return Memory(store, session_id, tokenizer=WordTokenizer()).get()
     finally:
@@ -151,14 +152,13 @@ def test_returned_lists_are_the_callers(tmp_path: Path) -> None:
     assert [m.content for m in memory.get()] == ["hi", "hello"]
 
 
-def test_blocks_see_the_window_held(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
+def test_blocks_see_the_window_held(db: str) -> None:
     block = StaticBlock(content="likes tea")
-    memory = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer(), memory_blocks=[block])
+    memory = Memory(open_store(db), "s", tokenizer=WordTokenizer(), memory_blocks=[block])
     memory.put(Message("system", "be brief"))
     memory.get()
     memory.put(Message("user", "hi"))
-    fresh = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer(), memory_blocks=[block])
+    fresh = Memory(open_store(db), "s", tokenizer=WordTokenizer(), memory_blocks=[block])
     assert exact(memory.get()) == exact(fresh.get())
     assert (
         memory.get()[0].content
@@ -171,36 +171,35 @@ OTHER_PROCESS = textwrap.dedent(
     """
     import sys
     from memcli import Memory, Message, WordTokenizer
-    from memcli.store.sqlite import SQLiteStore
+    from memcli.store import open_store
 
-    memory = Memory(SQLiteStore(sys.argv[1]), "s", tokenizer=WordTokenizer())
+    memory = Memory(open_store(sys.argv[1]), "s", tokenizer=WordTokenizer())
     memory.put_messages([Message("user", "from the other process " * 3), Message("assistant", "ok")])
     memory.flush_now()
     """
 )
 
 
-def test_sees_what_another_process_wrote(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
-    memory = Memory(SQLiteStore(db), "s", budget=Budget(40, 0.7, 5), tokenizer=WordTokenizer())
+def test_sees_what_another_process_wrote(db: str, tmp_path: Path) -> None:
+    memory = Memory(open_store(db), "s", budget=Budget(40, 0.7, 5), tokenizer=WordTokenizer())
     memory.put_messages([Message("user", "first question"), Message("assistant", "first answer")])
     before = memory.get()
     script = tmp_path / "other.py"
     script.write_text(OTHER_PROCESS)
-    subprocess.run([sys.executable, str(script), str(db)], check=True)
+    subprocess.run([sys.executable, str(script), db], check=True)
     after = memory.get()
     assert exact(after) == exact(fresh_get(db))
     assert [m.content for m in after][-1] == "ok"
     assert before[0].id not in {m.id for m in after}  # the other process flushed it
 
 
-def test_a_rolled_back_transaction_leaves_nothing_behind(tmp_path: Path) -> None:
+def test_a_rolled_back_transaction_leaves_nothing_behind(db: str) -> None:
     """Puts inside a caller's transaction that fails, then one write by another Memory: the
     session's version is back to a number this Memory may have seen inside the transaction."""
     for get_inside in (False, True):
-        db = tmp_path / f"{get_inside}.db"
-        memory = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer())
-        other = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer())
+        session = f"s{get_inside}"
+        memory = Memory(open_store(db), session, tokenizer=WordTokenizer())
+        other = Memory(open_store(db), session, tokenizer=WordTokenizer())
         memory.put(Message("user", "kept"))
         memory.get()
         with suppress(Boom), memory.store.transaction():
@@ -210,13 +209,12 @@ def test_a_rolled_back_transaction_leaves_nothing_behind(tmp_path: Path) -> None
             raise Boom
         other.put(Message("assistant", "from the other"))
         assert [m.content for m in memory.get()] == ["kept", "from the other"]
-        assert exact(memory.get()) == exact(fresh_get(db))
+        assert exact(memory.get()) == exact(fresh_get(db, session))
 
 
-def test_a_put_that_fails_halfway_leaves_nothing_behind(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
-    memory = Memory(SQLiteStore(db), "s", budget=Budget(12, 0.7, 4), tokenizer=WordTokenizer())
-    other = Memory(SQLiteStore(db), "s", tokenizer=WordTokenizer())
+def test_a_put_that_fails_halfway_leaves_nothing_behind(db: str) -> None:
+    memory = Memory(open_store(db), "s", budget=Budget(12, 0.7, 4), tokenizer=WordTokenizer())
+    other = Memory(open_store(db), "s", tokenizer=WordTokenizer())
     memory.put(Message("user", "kept"))
     memory.get()
 

@@ -5,13 +5,14 @@ memcli's core is synchronous, with an async layer on top (`Memory.aput` and the 
 path, in a worker thread when it would wait); psycopg 3 serves sync and async code with one API,
 where asyncpg is async only and would need an event loop inside every sync call. psycopg 3 also
 binds parameters on the server, prepares statements a connection runs often, pipelines
-`executemany`, has COPY for bulk loads and a real connection pool (psycopg_pool) for apps that
-want one.
+`executemany`, has COPY for bulk loads (an import's messages go in by COPY) and a real
+connection pool (psycopg_pool) for an app that wants one.
 
 One connection per store, no pool: the store's lock serialises its statements anyway (one
-thread's statements must never run inside another thread's transaction), so more connections
-would sit idle. Several threads share one store; several workers or processes each open their
-own, and PostgreSQL runs them side by side.
+thread's statements must never run inside another thread's transaction, and a transaction is
+a connection's), so more connections would sit idle. Several threads share one store; several
+workers or processes each open their own, and PostgreSQL runs them side by side. (Behind
+PgBouncer, use session pooling: the lock timeout is a session setting.)
 
 Concurrency:
 - Readers never wait: PostgreSQL's MVCC.
@@ -42,7 +43,7 @@ from memcli.messages import format_time
 from memcli.store.base import redact_url
 from memcli.store.check import PG_CHECKS, Problem, run_checks
 from memcli.store.pg_migrations import LATEST, schema_version, upgrade
-from memcli.store.tables import TableStore, now_utc
+from memcli.store.tables import MESSAGE_ROW, TableStore, now_utc
 
 #: How long a write waits for a session another process is writing, in seconds.
 WRITE_WAIT_S = 60
@@ -117,6 +118,8 @@ class PostgresStore(TableStore):
         self._locked: set[str] = set()
         #: Whether the open transaction waits for a session's lock (`transaction(wait=...)`).
         self._wait = True
+        #: The open transaction's BEGIN is not sent yet (it goes with its first statement).
+        self._begin_pending = False
         try:
             conn.execute(f"SET lock_timeout = '{WRITE_WAIT_S}s'")
             row = conn.execute("SHOW transaction_read_only").fetchone()
@@ -140,10 +143,11 @@ class PostgresStore(TableStore):
         return text.replace(password, "***") if password else text
 
     def _password(self) -> str | None:
-        conn = getattr(self, "conn", None)
+        """The password the URL holds, if any (so that no message repeats it)."""
         try:
-            return conn.info.password if conn is not None else None
-        except Exception:  # (a closed connection)
+            password = self._psycopg.conninfo.conninfo_to_dict(self.url).get("password")
+            return str(password) if password else None
+        except self._psycopg.Error:
             return None
 
     def _error(self, exc: Exception, what: str) -> StoreError:
@@ -199,10 +203,21 @@ class PostgresStore(TableStore):
                 f"cannot write to {self.where}: the server serves it read-only",
                 "Reading commands work on it; point memcli at the primary server to write",
             )
-        self._execute_now("BEGIN")
+        # BEGIN goes with the transaction's first statement (with the session lock, when that
+        # is first: one round trip less per write).
+        self._begin_pending = True
         self._depth = 1
         self._wait = wait
         self.txn_serial += 1
+
+    def _start(self) -> None:
+        """Send the pending BEGIN."""
+        if self._begin_pending:
+            self._begin_pending = False
+            try:
+                self.conn.execute("BEGIN")
+            except self._psycopg.Error as exc:
+                raise self._error(exc, f"cannot write to {self.where}") from None
 
     def can_write_now(self) -> bool:
         """Whether a write transaction would start without waiting: writers wait only for a
@@ -212,10 +227,20 @@ class PostgresStore(TableStore):
     def _lock_session(self, session_id: str) -> None:
         if not self._depth or session_id in self._locked:
             return
-        key = session_key(session_id)
-        if self._wait:
-            self._execute_now("SELECT pg_advisory_xact_lock(?)", (key,))
-        elif not self._execute_now("SELECT pg_try_advisory_xact_lock(?)", (key,)).fetchone()[0]:
+        key = session_key(session_id)  # (an int: safe as a literal)
+        lock = f"SELECT {'pg_advisory_xact_lock' if self._wait else 'pg_try_advisory_xact_lock'}({key})"
+        with self.lock:
+            try:
+                if self._begin_pending:  # both in one round trip (simple query protocol)
+                    self._begin_pending = False
+                    cursor = self.conn.execute(f"BEGIN; {lock}")
+                    cursor.nextset()
+                else:
+                    cursor = self.conn.execute(lock)
+                got = cursor.fetchone()
+            except self._psycopg.Error as exc:
+                raise self._error(exc, f"cannot write to {self.where}") from None
+        if not self._wait and not (got and got[0]):
             raise StoreBusy(f"another process is writing session {session_id!r} in {self.where}")
         self._locked.add(session_id)
 
@@ -232,6 +257,9 @@ class PostgresStore(TableStore):
         except BaseException:
             self._rollback()
             raise
+        if self._begin_pending:  # nothing was sent: nothing to commit
+            self._rollback()
+            return
         self._depth = 0
         self._end_transaction()
         try:
@@ -252,6 +280,7 @@ class PostgresStore(TableStore):
 
     def _rollback(self) -> None:
         self._depth = 0
+        self._begin_pending = False
         self._end_transaction()
         self._quiet_rollback()
 
@@ -266,6 +295,7 @@ class PostgresStore(TableStore):
     def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement, leaving buffered inserts buffered."""
         with self.lock:
+            self._start()
             try:
                 if params:
                     return self.conn.execute(translate(sql), params)
@@ -275,6 +305,7 @@ class PostgresStore(TableStore):
 
     def _executemany_now(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         with self.lock:
+            self._start()
             cursor = self.conn.cursor()
             try:
                 cursor.executemany(translate(sql), rows)
@@ -287,6 +318,30 @@ class PostgresStore(TableStore):
             "SELECT nextval('messages_id_seq') FROM generate_series(1, ?)", (count,)
         ).fetchall()
         return [row[0] for row in rows]
+
+    def _first_seq_and_ids(self, session_id: str, count: int) -> tuple[int, list[int]]:
+        rows = self._execute_now(
+            "SELECT (SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = ?),"
+            " nextval('messages_id_seq') FROM generate_series(1, ?)",
+            (session_id, count),
+        ).fetchall()
+        return rows[0][0], [row[1] for row in rows]
+
+    def _insert_messages(self, rows: list[list[Any]]) -> None:
+        """One INSERT for one row; COPY for more (one round trip for a whole import)."""
+        if len(rows) == 1:
+            self._execute_now(
+                f"INSERT INTO messages ({MESSAGE_ROW}) VALUES ({', '.join('?' * 12)})", rows[0]
+            )
+            return
+        with self.lock:
+            self._start()
+            try:
+                with self.conn.cursor().copy(f"COPY messages ({MESSAGE_ROW}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            except self._psycopg.Error as exc:
+                raise self._error(exc, f"cannot store messages in {self.where}") from None
 
     def close(self) -> None:
         self.conn.close()

@@ -30,9 +30,12 @@ from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
 IDS_PER_STATEMENT = 500
 
 #: The columns of a message row, in the order `_write_buffer` inserts them.
+MESSAGE_ROW = (
+    "id, session_id, seq, role, content, name, metadata, tokens, status, flush_id, timestamp,"
+    " created_at"
+)
 _MESSAGE_INSERT = (
-    "INSERT INTO messages (id, session_id, seq, role, content, name, metadata, tokens,"
-    " status, flush_id, timestamp, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO messages ({MESSAGE_ROW}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -159,7 +162,16 @@ class TableStore:
             return
         rows = list(self._buffer.values())
         self._buffer.clear()
+        self._insert_messages(rows)
+
+    def _insert_messages(self, rows: list[list[Any]]) -> None:
+        """Insert message rows (columns as MESSAGE_ROW)."""
         self._executemany_now(_MESSAGE_INSERT, rows)
+
+    def _first_seq_and_ids(self, session_id: str, count: int) -> tuple[int, list[int]]:
+        """The session's next seq (first append of the transaction) and `count` new ids."""
+        row = self._query_one("SELECT MAX(seq) FROM messages WHERE session_id = ?", (session_id,))
+        return (0 if row[0] is None else row[0] + 1), self._new_message_ids(count)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement (after any buffered inserts); database errors become StoreError."""
@@ -327,11 +339,9 @@ class TableStore:
             stamp = self._stamp()
             seq = self._next_seq.get(session_id)
             if seq is None:
-                row = self._query_one(
-                    "SELECT MAX(seq) FROM messages WHERE session_id = ?", (session_id,)
-                )
-                seq = 0 if row[0] is None else row[0] + 1
-            ids = self._new_message_ids(len(messages))
+                seq, ids = self._first_seq_and_ids(session_id, len(messages))
+            else:
+                ids = self._new_message_ids(len(messages))
             for item, message_id in zip(messages, ids, strict=True):
                 m = item.message
                 self._buffer[message_id] = [
