@@ -44,10 +44,13 @@ def test_config_file_db_takes_a_url(pg_url: str, tmp_path: Path) -> None:
     assert records[-1]["active_messages"] == 20
 
 
-def test_backup_on_postgresql_points_at_pg_dump(pg_url: str, tmp_path: Path) -> None:
+def test_backup_on_postgresql_writes_a_sqlite_file(pg_url: str, tmp_path: Path) -> None:
+    assert memcli("--db", pg_url, "import", _chat(tmp_path), "--no-blocks").code == 0
     run = memcli("--db", pg_url, "backup", str(tmp_path / "b.db"))
-    assert run.code == 1 and "pg_dump" in run.stderr
-    assert not (tmp_path / "b.db").exists()
+    assert run.code == 0, run.stderr
+    assert memcli("--db", str(tmp_path / "b.db"), "check").code == 0
+    sessions = memcli("--db", str(tmp_path / "b.db"), "sessions", "--json").records()
+    assert [r["session"] for r in sessions] == ["demo"]
 
 
 def test_passwords_are_not_shown(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ def test_migrations_recorded_once_at_sqlites_numbers(pg_url: str) -> None:
     open_store(pg_url).close()
     store = open_store(pg_url)
     versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
-    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 16
+    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 18
 
 
 OPEN = textwrap.dedent(
@@ -84,7 +84,8 @@ def test_processes_opening_a_new_database_at_once_migrate_it_once(
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err.decode()
     store = open_store(pg_url)
-    assert [r[0] for r in store.execute("SELECT version FROM migrations")] == [LATEST]
+    versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
+    assert versions == [v for v, _ in MIGRATIONS]  # each applied once
 
 
 def test_a_session_another_connection_is_writing_is_busy_without_waiting(pg_url: str) -> None:
@@ -197,3 +198,33 @@ def test_the_server_with_pgvector_serves_the_store_too(pgvector_url: str) -> Non
         )
     assert memory.store.list_flushes("s")
     assert memory.store.check() == []
+
+
+def test_two_processes_adding_the_same_fact_add_it_once(pg_url: str) -> None:
+    """`add_facts` reads the user's facts, then inserts the new ones: under the facts' named
+    lock, a second writer waits for the first and then finds the fact there."""
+    import threading
+
+    from memcli.store import longterm
+
+    first, second = PostgresStore(pg_url), PostgresStore(pg_url)
+    added: list[int] = []
+    try:
+        with first.transaction():
+            longterm.add_facts(first, "facts", "user:ana", ["Ana has a dog"])
+            worker = threading.Thread(
+                target=lambda: added.append(
+                    len(longterm.add_facts(second, "facts", "user:ana", ["Ana has a dog"]))
+                )
+            )
+            worker.start()
+            worker.join(1.0)
+            assert worker.is_alive()  # waiting for the first transaction's lock
+        worker.join(30)
+        assert added == [0]
+        assert [f.text for f in longterm.list_facts(second, "facts", "user:ana")] == [
+            "Ana has a dog"
+        ]
+    finally:
+        first.close()
+        second.close()

@@ -124,6 +124,12 @@ class SQLStore(Protocol):
         """Whether a write transaction would start without waiting (inside one: True)."""
         ...
 
+    def hold_lock(self, name: str) -> None:
+        """Inside a write transaction: hold the write lock called `name` until it ends, so that
+        a read-then-write on what it guards (a user's facts, a session's summary) is not raced
+        by another process (SQLite: its transaction already holds the database's lock)."""
+        ...
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
         """Run one statement (errors become StoreError). Portable SQL with `?` placeholders: a
         backend whose driver wants others translates them."""

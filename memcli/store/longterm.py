@@ -365,6 +365,7 @@ def add_facts(
     if topics is not None and len(topics) != len(texts):
         raise ValueError("topics must give one list of topics per text")
     with store.transaction():
+        store.hold_lock(f"facts {block} {scope_key}")  # two extractions at once add a fact once
         known = {normalize_fact(f.text) for f in list_facts(store, block, scope_key)}
         for i, text in enumerate(texts):
             text = text.strip()

@@ -83,6 +83,7 @@ def add_summary(
     text was made from a summary another writer has replaced since."""
     stamp = format_time(datetime.now(tz=UTC))
     with store.transaction():
+        store.hold_lock(f"summary {session_id} {block}")  # one new version at a time
         row = store.execute(
             "SELECT COALESCE(MAX(version), 0) FROM summaries WHERE session_id = ? AND block = ?",
             (session_id, block),

@@ -126,6 +126,10 @@ class TableStore:
     def _lock_session(self, session_id: str) -> None:
         """Inside a write transaction: hold the session's write lock until it ends."""
 
+    def hold_lock(self, name: str) -> None:
+        # Its own name space (were a hash shared with a session's, they would only take turns).
+        self._lock_session("\0lock:" + name)
+
     def _error(self, exc: Exception, what: str) -> StoreError:
         raise NotImplementedError
 
