@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg import new_database
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -43,6 +44,10 @@ SUBSTITUTIONS = {
     "http://127.0.0.1:11434/v1": LOOPBACK,
     "--model gpt-4o-mini": f"--model openai/gpt-4o-mini --api-base {LOOPBACK}",
 }
+# The README's PostgreSQL URLs become databases on a server the tests start (tests/pg.py), its
+# SQLite file the one the examples before it filled.
+PG_DATABASES = ("postgresql://memcli@localhost/memcli_copy", "postgresql://memcli@localhost/memcli")
+SQLITE_DEFAULT = "~/.local/share/memcli/memcli.db"
 # The full-screen chat needs a terminal: without one (here) it runs in plain mode, reading
 # messages from stdin. These lines get one message on stdin.
 STDIN = "hi\n"
@@ -167,10 +172,14 @@ class Env:
     vars: dict[str, str]
     no_blocks: Path
     api_base: str
+    #: The README's PostgreSQL URLs and its default SQLite path, as they are here.
+    places: dict[str, str]
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, onnx_models: Path, llm_server: Any) -> Env:
+def env(
+    tmp_path_factory: pytest.TempPathFactory, onnx_models: Path, llm_server: Any, pg_server: Any
+) -> Env:
     root = tmp_path_factory.mktemp("readme")
     cwd, home, data, bin_ = root / "work", root / "user", root / "memcli-home", root / "bin"
     for folder in (cwd, home, data, bin_):
@@ -207,13 +216,17 @@ def env(tmp_path_factory: pytest.TempPathFactory, onnx_models: Path, llm_server:
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
     )
-    return Env(cwd, variables, no_blocks, llm_server.api_base)
+    places = {url: new_database(pg_server) for url in PG_DATABASES}
+    places[SQLITE_DEFAULT] = str(data / "memcli.db")
+    return Env(cwd, variables, no_blocks, llm_server.api_base, places)
 
 
-def substitute(command: str, api_base: str) -> str:
+def substitute(command: str, env: Env) -> str:
     for old, new in SUBSTITUTIONS.items():
         command = command.replace(old, new)
-    return command.replace(LOOPBACK, api_base)
+    for old, new in env.places.items():
+        command = command.replace(old, new)
+    return command.replace(LOOPBACK, env.api_base)
 
 
 def run(env: Env, command: str, extra: dict[str, str] | None = None, stdin: str | None = None):
@@ -248,7 +261,7 @@ def test_sh_example(example: Example, env: Env, llm: Any) -> None:
     command = example.command
     if command in SKIPPED:
         pytest.skip(SKIPPED[command])
-    command = substitute(command, env.api_base)
+    command = substitute(command, env)
     extra: dict[str, str] = {}
     if not example.section.startswith("Long-term memory"):
         extra["MEMCLI_CONFIG"] = str(env.no_blocks)
@@ -334,7 +347,7 @@ def test_python_example(block: str, env: Env, py_dir: Path, llm: Any) -> None:
     """Each ```python block runs as a script, in order, in one folder (the blocks build on each
     other's memcli.db); the README's endpoint is the loopback server."""
     script = py_dir / "example.py"
-    script.write_text(substitute(block, env.api_base))
+    script.write_text(substitute(block, env))
     variables = {**env.vars, "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), str(ROOT)])}
     proc = subprocess.run(
         [sys.executable, str(script)],
