@@ -67,10 +67,8 @@ def timed(label: str, started: float) -> float:
 
 def copy_into(url: str, sqlite_path: Path, ivfflat: int | None) -> None:
     """Make the schema (memcli's migrations), COPY every table in, build the indexes."""
-    import numpy as np
     import psycopg
 
-    from memcli.store.pg_retrieval import vector_text
     from memcli.store.postgres import PostgresStore
 
     PostgresStore(url).close()  # the schema, as memcli makes it
@@ -78,23 +76,21 @@ def copy_into(url: str, sqlite_path: Path, ivfflat: int | None) -> None:
     conn = psycopg.connect(url, autocommit=True)
     conn.execute("SET maintenance_work_mem = '6GB'")
     conn.execute("SET max_parallel_maintenance_workers = 1")
-    hnsw = conn.execute(
-        "SELECT pg_get_indexdef('retrieval_vectors_hnsw'::regclass)"
-    ).fetchone()[0]
+    hnsw = conn.execute("SELECT pg_get_indexdef('retrieval_vectors_hnsw'::regclass)").fetchone()[0]
     for index in ("messages_search", "retrieval_vectors_hnsw", "retrieval_vectors_unfilled"):
         conn.execute(f"DROP INDEX {index}")
     total = time.perf_counter()
     for table, columns in TABLES.items():
         started = time.perf_counter()
-        names = columns + (", embedding" if table == "retrieval_vectors" else "")
         rows = source.execute(f"SELECT {columns} FROM {table}")
         count = 0
-        with conn.cursor().copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-            for row in rows:
-                if table == "retrieval_vectors":
-                    row = (*row, vector_text(np.frombuffer(row[5], dtype=np.float32)))
-                copy.write_row(row)
-                count += 1
+        if table == "retrieval_vectors":
+            count = copy_vectors(conn, rows)
+        else:
+            with conn.cursor().copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+                    count += 1
         timed(f"COPY {table} ({count} rows)", started)
     started = time.perf_counter()
     conn.execute("CREATE INDEX messages_search ON messages USING gin (search)")
@@ -124,6 +120,39 @@ def copy_into(url: str, sqlite_path: Path, ivfflat: int | None) -> None:
     store.close()
 
 
+def copy_vectors(conn: Any, rows: Any) -> int:
+    """COPY the vectors in PostgreSQL's binary format: the bytes, and pgvector's own binary form
+    of them (what `fill_embeddings` would write, without a million UPDATEs)."""
+    import struct
+
+    import numpy as np
+
+    columns = TABLES["retrieval_vectors"] + ", embedding"
+    count = 0
+    with conn.cursor().copy(
+        f"COPY retrieval_vectors ({columns}) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
+        chunk = [b"PGCOPY\n\xff\r\n\x00", struct.pack(">ii", 0, 0)]
+        for vid, message_id, piece, model, dim, vector in rows:
+            name = model.encode()
+            floats = np.frombuffer(vector, dtype="<f4").astype(">f4").tobytes()
+            chunk.append(
+                struct.pack(">hiqiqiqi", 7, 8, vid, 8, message_id, 8, piece, len(name))
+                + name
+                + struct.pack(">iqi", 8, dim, len(vector))
+                + vector
+                + struct.pack(">ihh", 4 + len(floats), dim, 0)
+                + floats
+            )
+            count += 1
+            if len(chunk) >= 2000:
+                copy.write(b"".join(chunk))
+                chunk = []
+        chunk.append(struct.pack(">h", -1))
+        copy.write(b"".join(chunk))
+    return count
+
+
 def tsvector_cost(url: str, sqlite_path: Path, count: int) -> None:
     """COPY `count` messages into a table like `messages` with its generated tsvector, and into
     one without (the column plain): what computing the tsvector adds to an import."""
@@ -132,13 +161,14 @@ def tsvector_cost(url: str, sqlite_path: Path, count: int) -> None:
     source = sqlite3.connect(sqlite_path)
     rows = source.execute(f"SELECT {TABLES['messages']} FROM messages LIMIT ?", (count,)).fetchall()
     conn = psycopg.connect(url, autocommit=True)
-    for label, like in (("without", "LIKE messages"), ("with", "LIKE messages INCLUDING GENERATED")):
+    for label, like in (
+        ("without", "LIKE messages"),
+        ("with", "LIKE messages INCLUDING GENERATED"),
+    ):
         conn.execute("DROP TABLE IF EXISTS bench_messages")
         conn.execute(f"CREATE TABLE bench_messages ({like})")
         started = time.perf_counter()
-        with conn.cursor().copy(
-            f"COPY bench_messages ({TABLES['messages']}) FROM STDIN"
-        ) as copy:
+        with conn.cursor().copy(f"COPY bench_messages ({TABLES['messages']}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
         timed(f"COPY {count} messages {label} the generated tsvector", started)
@@ -169,7 +199,7 @@ def warm(sqlite_path: Path, url: str, cache: str | None, runs: int) -> None:
         "SQLite": Retriever(open_store(sqlite_path), embedder),
         "PostgreSQL": Retriever(open_store(url), embedder),
     }
-    for name, retriever in retrievers.items():  # the model, the index file, the caches
+    for retriever in retrievers.values():  # the model, the index file, the caches
         retriever.search("warm up", k=5, user_id="user3")
     queries = questions(runs)
     for scope in ({"user_id": "user3"}, {"session_id": "s00003"}, {}):

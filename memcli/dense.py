@@ -74,6 +74,7 @@ class PgVectors:
         """(message id, cosine) of the best `n` messages in scope, each once, best first."""
         if n <= 0:
             return []
+        self.refresh()
         return sql.vector_search(self.store, self.model, vector, scope, n)
 
 

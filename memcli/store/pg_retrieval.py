@@ -17,8 +17,12 @@ stemmer, another length measure, an approximate mean length).
 Vectors. With pgvector (the column `retrieval_vectors.embedding`), a query is `ORDER BY embedding
 <=> query LIMIT n` under the scope's filters, through the HNSW index for 384-dimension vectors.
 pgvector 0.6 filters after the index scan, which returns at most `hnsw.ef_search` rows: a
-narrow scope can leave fewer than asked, so the search widens once (ef_search 1000), then
-computes every distance in scope exactly. The column is filled from the stored bytes before a
+scope can leave fewer than asked. So a session's vectors (a few thousand at most) are searched
+exactly, without the index; a search of the whole store goes through the index, widened once
+(ef_search 1000) if that found too few; a user's or a time range's goes through the index with
+ef_search 1000, then exactly if that found too few and the scope holds at most EXACT_MAX
+messages (else it keeps what the index found: fewer candidates for the fusion, not a scan of a
+big part of the store). The column is filled from the stored bytes before a
 search (`fill_embeddings`), so that vectors stored by any path (the retriever, a copy, an older
 memcli) are found.
 """
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.store.pg_migrations import INDEXED_DIM
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     import numpy as np
 
@@ -50,6 +54,8 @@ B = 0.75
 FILL_BATCH = 2000
 #: pgvector's largest `hnsw.ef_search`.
 EF_MAX = 1000
+#: Messages in a scope up to which its vectors are searched exactly when the index found too few.
+EXACT_MAX = 20_000
 
 _vector_column: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
@@ -150,9 +156,8 @@ def _idf(size: int, count: int) -> float:
 # -- vectors through pgvector ----------------------------------------------------------------------
 
 
-def vector_text(vector: Any) -> str:
-    """A vector as pgvector reads it: `[x1,x2,...]`."""
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+#: A vector parameter, sent as an array of floats (psycopg's fast path), cast to pgvector's type.
+VECTOR = "CAST(CAST(? AS float8[]) AS vector)"
 
 
 def fill_embeddings(store: SQLStore) -> int:
@@ -170,10 +175,10 @@ def fill_embeddings(store: SQLStore) -> int:
         ).fetchall()
         if not rows:
             return done
-        values = [(vector_text(np.frombuffer(bytes(v), dtype=np.float32)), int(i)) for i, v in rows]
+        values = [(np.frombuffer(bytes(v), dtype=np.float32).tolist(), int(i)) for i, v in rows]
         with store.transaction():
             store.executemany(
-                "UPDATE retrieval_vectors SET embedding = CAST(? AS vector)"
+                f"UPDATE retrieval_vectors SET embedding = {VECTOR}"
                 " WHERE id = ? AND embedding IS NULL",
                 values,
             )
@@ -187,30 +192,37 @@ def vector_search(
     where: tuple[str, list[Any]],
     join: str,
     n: int,
+    session: bool,
+    scope_size: Callable[[], int],
 ) -> list[tuple[int, float]]:
     """(message id, cosine) of the best `n` messages in scope, each once (its best piece), best
-    first: through the HNSW index, widened once, then exactly (see the module docstring)."""
-    fill_embeddings(store)
+    first: through the HNSW index, or exactly (see the module docstring). `session`: the scope
+    is one session; `scope_size`: how many messages the scope holds (asked only if needed)."""
     filters, params = where
     dim = len(vector)
-    query = vector_text(vector)
-    indexed = dim == INDEXED_DIM
+    query = vector.tolist()
     want = n * 2  # a message's pieces are rows of their own
-    attempts = [max(40, min(EF_MAX, want)), EF_MAX, None] if indexed else [None]
-    if not filters and indexed:
-        attempts = [max(40, min(EF_MAX, want)), None]
+    attempts: list[int | None]
+    if dim != INDEXED_DIM or session:
+        attempts = [None]
+    elif not filters:
+        attempts = [max(40, min(EF_MAX, want)), EF_MAX]
+    else:
+        attempts = [EF_MAX, None]
     best: dict[int, float] = {}
     for ef in attempts:
+        if ef is None and best and scope_size() > EXACT_MAX:
+            break  # keep what the index found
         # The cast makes the distance the index's expression; without it, the planner cannot
         # use the index and computes every distance in scope.
         column = f"CAST(v.embedding AS vector({dim}))" if ef is not None else "v.embedding"
         if ef is not None:
             store.execute("SELECT set_config('hnsw.ef_search', ?, false)", (str(ef),))
         rows = store.execute(
-            f"SELECT v.message_id, 1 - ({column} <=> CAST(? AS vector)) AS score"
+            f"SELECT v.message_id, 1 - ({column} <=> {VECTOR}) AS score"
             f" FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id{join}"
             f" WHERE v.model = ? AND v.dim = {dim} AND v.embedding IS NOT NULL{filters}"
-            f" ORDER BY {column} <=> CAST(? AS vector) LIMIT ?",
+            f" ORDER BY {column} <=> {VECTOR} LIMIT ?",
             (query, model, *params, query, want),
         ).fetchall()
         best = {}

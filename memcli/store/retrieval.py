@@ -448,7 +448,10 @@ def vector_search(
 
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     where = _filters(store, scope)
-    return pg_retrieval.vector_search(store, model, vector, where, join, n)
+    session = scope.session_id is not None
+    return pg_retrieval.vector_search(
+        store, model, vector, where, join, n, session, lambda: count_messages(store, scope)
+    )
 
 
 # -- hits ------------------------------------------------------------------------------------------
