@@ -136,11 +136,14 @@ def lexical_search(
         "WITH q AS (SELECT w.lexeme, MAX(u.idf) AS idf FROM unnest(?::text[], ?::float8[])"
         " AS u(term, idf), unnest(tsvector_to_array(to_tsvector('memcli', u.term))) AS w(lexeme)"
         " GROUP BY w.lexeme),"
-        f" c AS (SELECT m.id, m.search, length(m.search) AS len FROM {matches}),"
+        # Each match's tsvector cut down to the query's words (weight A marks them: the
+        # generated vectors carry D only), so that only those are unnested.
+        " c AS (SELECT m.id, length(m.search) AS len, ts_filter(setweight(m.search, 'A',"
+        f" (SELECT array_agg(lexeme) FROM q)), '{{a}}') AS found FROM {matches}),"
         " a AS (SELECT GREATEST(AVG(len), 1) AS mean FROM c)"
         " SELECT c.id, SUM(q.idf * t.tf * ? / (t.tf + ? * (1 - ? + ? * c.len / a.mean)))"
         " AS score FROM c CROSS JOIN a CROSS JOIN LATERAL (SELECT lexeme,"
-        " COALESCE(array_length(positions, 1), 1) AS tf FROM unnest(c.search)) AS t"
+        " COALESCE(array_length(positions, 1), 1) AS tf FROM unnest(c.found)) AS t"
         " JOIN q ON q.lexeme = t.lexeme GROUP BY c.id ORDER BY score DESC, c.id DESC LIMIT ?",
         (list(terms), idf, *args, K1 + 1, K1, B, B, limit),
     )
