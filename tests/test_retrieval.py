@@ -533,3 +533,14 @@ def test_word_counts_are_kept_until_the_index_grows(
     hits = retriever.search("puppy biscuit", k=5, user_id="u1", mode="lexical").hits
     assert counted[-1] == ["puppy", "biscuit"]  # the index grew: counted again
     assert any("Biscuit again" in h.text for h in hits)
+
+
+def test_a_huge_message_is_stored_and_found_by_its_words(store: Store) -> None:
+    """PostgreSQL's tsvector holds at most 1 MB: a message of several MB is still stored, and
+    found by the words of its beginning (SQLite's FTS5 has no such bound)."""
+    huge = "zebra crossing " + " ".join(f"word{i}" for i in range(600_000))  # about 6 MB
+    ids = add(store, "s1", "u1", [huge, "a short one about kites"])
+    retriever = Retriever(store, WordsEmbedder(), SearchOptions(context_before=0, context_after=0))
+    hits = retriever.search("zebra", k=2, mode="lexical").hits
+    assert [h.anchor_id for h in hits] == [ids[0]]
+    assert retriever.search("kites", k=1, mode="lexical").hits[0].anchor_id == ids[1]
