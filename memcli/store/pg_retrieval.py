@@ -83,6 +83,17 @@ def database_key(store: Any) -> str:
     return hashlib.sha256(where.encode()).hexdigest()[:16]
 
 
+#: The first key of the advisory locks on embedding claims (its own space: session locks take
+#: one 64-bit key, these two 32-bit ones).
+CLAIM_LOCK = 0x6D656D63  # "memc"
+
+
+def lock_claim(store: SQLStore, key: str) -> None:
+    """Inside a transaction: wait for any other process reading or taking the claim `key`, so
+    that two cannot both find it free and both take it (held until the commit)."""
+    store.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (CLAIM_LOCK, key))
+
+
 # -- full text -------------------------------------------------------------------------------------
 
 

@@ -344,6 +344,10 @@ def claim_embedding(store: SQLStore, model: str, token: str) -> bool:
     key = f"embedding:{model}"
     now = time.time()
     with store.transaction():
+        if is_postgres(store):  # (SQLite's write transaction excludes other writers itself)
+            from memcli.store import pg_retrieval
+
+            pg_retrieval.lock_claim(store, key)
         row = store.execute("SELECT value FROM retrieval_state WHERE key = ?", (key,)).fetchone()
         if row is not None:
             holder, _, until = str(row[0]).rpartition(" ")
