@@ -189,7 +189,40 @@ def questions(n: int) -> list[str]:
     return (QUERIES + found)[:n]
 
 
-def warm(sqlite_path: Path, url: str, cache: str | None, runs: int) -> None:
+def exact_vectors(sqlite_path: Path, model: str) -> tuple[Any, Any, Any, Any]:
+    """Every vector of the store (read from SQLite) with its message, session and user: the
+    ground truth the vector searches are compared with."""
+    import numpy as np
+
+    conn = sqlite3.connect(sqlite_path)
+    rows = conn.execute(
+        "SELECT v.message_id, m.session_id, s.user_id, v.vector FROM retrieval_vectors v"
+        " JOIN messages m ON m.id = v.message_id JOIN sessions s ON s.id = m.session_id"
+        " WHERE v.model = ? ORDER BY v.id",
+        (model,),
+    ).fetchall()
+    ids = np.array([r[0] for r in rows])
+    sessions = np.array([r[1] for r in rows])
+    users = np.array([r[2] for r in rows])
+    matrix = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    return ids, sessions, users, matrix
+
+
+def exact_top(truth: tuple[Any, Any, Any, Any], vector: Any, scope: dict[str, str]) -> set[int]:
+    import numpy as np
+
+    ids, sessions, users, matrix = truth
+    scores = matrix @ vector
+    if "user_id" in scope:
+        scores = np.where(users == scope["user_id"], scores, -9)
+    if "session_id" in scope:
+        scores = np.where(sessions == scope["session_id"], scores, -9)
+    return {int(ids[i]) for i in np.argsort(-scores)[:5]}
+
+
+def warm(sqlite_path: Path, url: str, cache: str | None, runs: int, exact: bool) -> None:
+    """Each query on SQLite, then on PostgreSQL: the medians, how many of the top 5 both find
+    (1 when both find none), and with `exact`, the vector searches' recall of the exact top 5."""
     from memcli.onnx_embedder import OnnxEmbedder
     from memcli.retrieval import Retriever
     from memcli.store import open_store
@@ -199,14 +232,16 @@ def warm(sqlite_path: Path, url: str, cache: str | None, runs: int) -> None:
         "SQLite": Retriever(open_store(sqlite_path), embedder),
         "PostgreSQL": Retriever(open_store(url), embedder),
     }
-    for retriever in retrievers.values():  # the model, the index file, the caches
+    for retriever in retrievers.values():  # the model, the index file
         retriever.search("warm up", k=5, user_id="user3")
+    truth = exact_vectors(sqlite_path, retrievers["SQLite"].model) if exact else None
     queries = questions(runs)
     for scope in ({"user_id": "user3"}, {"session_id": "s00003"}, {}):
         label = ", ".join(f"{k}={v}" for k, v in scope.items()) or "every message"
         for mode in ("hybrid", "lexical", "vector"):
             times: dict[str, list[float]] = {name: [] for name in retrievers}
-            agree = 0
+            recall: dict[str, list[float]] = {name: [] for name in retrievers}
+            agree: list[float] = []
             for query in queries:
                 anchors = []
                 for name, retriever in retrievers.items():
@@ -214,15 +249,19 @@ def warm(sqlite_path: Path, url: str, cache: str | None, runs: int) -> None:
                     hits = retriever.search(query, k=5, mode=mode, **scope).hits  # type: ignore[arg-type]
                     times[name].append(time.perf_counter() - started)
                     anchors.append({h.anchor_id for h in hits})
-                agree += len(anchors[0] & anchors[1])
+                    if truth is not None and mode == "vector":
+                        best = exact_top(truth, retriever._query, scope)
+                        recall[name].append(len(anchors[-1] & best) / len(best))
+                union = anchors[0] | anchors[1]
+                agree.append(len(anchors[0] & anchors[1]) / len(union) if union else 1.0)
             line = ", ".join(
                 f"{name} median {statistics.median(t) * 1000:.1f} ms"
                 f" (p90 {sorted(t)[int(len(t) * 0.9)] * 1000:.1f} ms)"
+                + (f" recall@5 {statistics.fmean(recall[name]):.2f}" if recall[name] else "")
                 for name, t in times.items()
             )
             print(
-                f"  warm {mode:7} {label:18} {line};"
-                f" top-5 overlap {agree / (5 * len(queries)):.2f}",
+                f"  warm {mode:7} {label:18} {line}; same hits {statistics.fmean(agree):.2f}",
                 flush=True,
             )
 
@@ -257,6 +296,9 @@ def main() -> int:
     parser.add_argument("--cold", type=int, default=5, help="cold `memcli search` runs per backend")
     parser.add_argument("--ivfflat", type=int, help="also time an IVFFlat index of LISTS lists")
     parser.add_argument("--tsvector-cost", type=int, help="time COPY of N messages with/without")
+    parser.add_argument(
+        "--exact", action="store_true", help="also the vector searches' recall of the exact top 5"
+    )
     parser.add_argument("--model-cache", default=os.environ.get("MEMCLI_MODEL_CACHE"))
     args = parser.parse_args()
     import psycopg
@@ -276,7 +318,7 @@ def main() -> int:
     load = os.getloadavg()[0]
     print(f"load average {load:.2f}; server: {admin.execute('SELECT version()').fetchone()[0]}")
     if args.runs:
-        warm(args.sqlite, url, args.model_cache, args.runs)
+        warm(args.sqlite, url, args.model_cache, args.runs, args.exact)
     if args.cold:
         cold(args.sqlite, url, args.cold)
     admin.close()
