@@ -544,3 +544,22 @@ def test_a_huge_message_is_stored_and_found_by_its_words(store: Store) -> None:
     hits = retriever.search("zebra", k=2, mode="lexical").hits
     assert [h.anchor_id for h in hits] == [ids[0]]
     assert retriever.search("kites", k=1, mode="lexical").hits[0].anchor_id == ids[1]
+
+
+def test_term_counts_are_capped_alike_with_postgresqls_statistics(pg_url: str) -> None:
+    """After ANALYZE, PostgreSQL's estimate stands in for counting a very common word: the
+    counts keep their meaning (up to cap + 1)."""
+    store = open_store(pg_url)
+    add(store, "s1", "u1", [f"cello lesson {i}" for i in range(40)] + ["kite and cello"])
+    exact = sql.term_counts(store, ["cello", "kite", "zebra"], 2)
+    store.execute("ANALYZE messages")
+    assert store.execute("SELECT COUNT(*) FROM pg_stats WHERE attname = 'search'").fetchone()[0]
+    assert (
+        sql.term_counts(store, ["cello", "kite", "zebra"], 2)
+        == exact
+        == {
+            "cello": 3,
+            "kite": 1,
+            "zebra": 0,
+        }
+    )
