@@ -257,12 +257,15 @@ def _lexical(
     return [(int(r[0]), -float(r[1])) for r in rows]
 
 
-def count_messages(store: SQLStore, scope: Scope) -> int:
+def count_messages(store: SQLStore, scope: Scope, cap: int | None = None) -> int:
+    """How many messages are in scope (with `cap`, counted up to it: a bounded cost)."""
     where, params = _filters(store, scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
-    row = store.execute(
-        f"SELECT COUNT(*) FROM messages m{join} WHERE TRUE{where}", params
-    ).fetchone()
+    sql = f"SELECT 1 FROM messages m{join} WHERE TRUE{where}"
+    if cap is not None:
+        sql += " LIMIT ?"
+        params.append(cap)
+    row = store.execute(f"SELECT COUNT(*) FROM ({sql}) AS t", params).fetchone()
     return int(row[0])
 
 
@@ -453,9 +456,8 @@ def vector_search(
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     where = _filters(store, scope)
     session = scope.session_id is not None
-    return pg_retrieval.vector_search(
-        store, model, vector, where, join, n, session, lambda: count_messages(store, scope)
-    )
+    size = lambda: count_messages(store, scope, pg_retrieval.EXACT_MAX + 1)  # noqa: E731
+    return pg_retrieval.vector_search(store, model, vector, where, join, n, session, size)
 
 
 # -- hits ------------------------------------------------------------------------------------------
