@@ -9,22 +9,22 @@ as with SQLite's FTS5 table (generated at insert: an import pays about the time 
 through `plainto_tsquery` (its text bound as a parameter, never written into tsquery syntax).
 The score is BM25 computed in SQL over the matching messages, as FTS5's `bm25()` ranks them:
 per term, IDF from the number of messages it occurs in (the retriever's term counts) and the
-store's size; term frequency from the tsvector's positions; length from the tsvector's number
+store's size (its highest message id); term frequency from the tsvector's positions; length from the tsvector's number
 of words, against their mean over the matches. The retriever fuses ranks, not scores, so the
 scores need only order the matches as BM25 would; they differ from SQLite's in value (another
 stemmer, another length measure, an approximate mean length).
 
 Vectors. With pgvector (the column `retrieval_vectors.embedding`), a query is `ORDER BY embedding
 <=> query LIMIT n` under the scope's filters, through the HNSW index for 384-dimension vectors.
-pgvector 0.6 filters after the index scan, which returns at most `hnsw.ef_search` rows: a
-scope can leave fewer than asked. So a session's vectors (a few thousand at most) are searched
-exactly, without the index; a search of the whole store goes through the index, widened once
-(ef_search 1000) if that found too few; a user's or a time range's goes through the index with
-ef_search 1000, then exactly if that found too few and the scope holds at most EXACT_MAX
-messages (else it keeps what the index found: fewer candidates for the fusion, not a scan of a
-big part of the store). The column is filled from the stored bytes before a
-search (`fill_embeddings`), so that vectors stored by any path (the retriever, a copy, an older
-memcli) are found.
+pgvector 0.6 filters after the index scan, which returns at most `hnsw.ef_search` rows: a scope
+can leave fewer than asked. So a session's vectors are compared exactly, without the HNSW index
+(the session's own index finds them); a search of the whole store goes through the index,
+widened once (ef_search 1000) if that found too few; a user's or a time range's goes through
+the index at ef_search 1000, then exactly if that found too few and the scope holds at most
+EXACT_MAX messages (else it keeps what the index found: fewer candidates for the fusion, not a
+scan of a big part of the store). The column is filled from the stored bytes before a search
+(`fill_embeddings`), so that vectors stored by any path (the retriever, a copy between
+backends) are found.
 """
 
 from __future__ import annotations
