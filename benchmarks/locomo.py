@@ -14,6 +14,7 @@ memcli counts them, fit), average tokens per hit (of the first 10), build time, 
 
     PYTHONPATH=. python benchmarks/locomo.py                  # both development conversations
     PYTHONPATH=. python benchmarks/locomo.py --questions 10   # a quick slice
+    PYTHONPATH=. python benchmarks/locomo.py --db postgresql://...  # in an empty PostgreSQL database
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from memcli.onnx_embedder import OnnxEmbedder
     from memcli.ranking import SearchOptions
     from memcli.retrieval import Retriever
-    from memcli.store.sqlite import SQLiteStore
+    from memcli.store import open_store
     from memcli.tokens import TiktokenTokenizer
     from memcli.transcripts import import_records, parse_transcript
 
@@ -136,8 +137,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     overrides = overrides if isinstance(overrides, list) else [overrides]
     option_sets = [SearchOptions(**o) for o in overrides]
     options = option_sets[0]
-    tmp = Path(tempfile.mkdtemp(prefix="memcli-locomo-"))
-    store = SQLiteStore(tmp / "locomo.db")
+    store = open_store(args.db or Path(tempfile.mkdtemp(prefix="memcli-locomo-")) / "locomo.db")
     embedder = OnnxEmbedder(args.model_cache)
     tokenizer = TiktokenTokenizer()
     retrievers = [Retriever(store, embedder, o) for o in option_sets]
@@ -258,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=0, help="first N questions per file")
     parser.add_argument(
         "--turns", type=int, default=0, help="only the first N turns (and their questions)"
+    )
+    parser.add_argument(
+        "--db",
+        help="an empty database to import into (a path or a postgresql:// URL; default: a"
+        " new SQLite file in a temporary folder)",
     )
     parser.add_argument("--depth", type=int, default=60, help="hits asked per query")
     parser.add_argument("--options", help="SearchOptions overrides as JSON")

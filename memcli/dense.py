@@ -1,8 +1,11 @@
-"""The dense side of retrieval: a FAISS index over the message vectors stored in SQLite.
+"""The dense side of retrieval: a FAISS index over the message vectors stored in the database, or
+pgvector's own search on a PostgreSQL database that has it (`vectors_for` picks).
 
-SQLite holds the vectors (the source of truth). The index lives in files beside the database:
-`<db>.retrieval.faiss` (the vectors), `<db>.retrieval.npz` (per row: message id, session and user
-codes, unix time in ms) and `<db>.retrieval.json` (what the files cover, written last). They are
+The database holds the vectors (the source of truth). The index lives in files beside a SQLite
+database: `<db>.retrieval.faiss` (the vectors), `<db>.retrieval.npz` (per row: message id, session
+and user codes, unix time in ms) and `<db>.retrieval.json` (what the files cover, written last);
+for a PostgreSQL database without pgvector, as `retrieval.faiss` (and so on) in
+`$MEMCLI_HOME/indexes/<hash of the server's host, port and database name>/`. They are
 loaded by a query, extended when vectors were only added since, and rebuilt from SQLite when they
 are missing, stale, unreadable or damaged: the description holds a CRC-32 of the other two files
 (checked at load; an IVF index, memory-mapped, is not read whole for it), and a sample of the
@@ -43,8 +46,40 @@ NPROBE = 48
 _KEYS = ("message_ids", "sessions", "users", "times")
 
 
+def vectors_for(store: Any, model: str) -> MessageVectors | PgVectors:
+    """The dense search over a store's vectors of `model`: pgvector's on a PostgreSQL database
+    that has it, else a FAISS index kept in step with the database."""
+    if sql.has_pgvector(store):
+        return PgVectors(store, model)
+    return MessageVectors(store, model)
+
+
+class PgVectors:
+    """The vectors of one model searched by PostgreSQL itself (pgvector: no index file)."""
+
+    #: (As MessageVectors: whether the last refresh rebuilt an index. Never: PostgreSQL keeps it.)
+    rebuilt = False
+
+    def __init__(self, store: Any, model: str) -> None:
+        self.store = store
+        self.model = model
+
+    def refresh(self) -> None:
+        """Copy the vectors stored since into pgvector's column."""
+        from memcli.store import pg_retrieval
+
+        pg_retrieval.fill_embeddings(self.store)
+
+    def search(self, vector: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
+        """(message id, cosine) of the best `n` messages in scope, each once, best first."""
+        if n <= 0:
+            return []
+        self.refresh()
+        return sql.vector_search(self.store, self.model, vector, scope, n)
+
+
 class MessageVectors:
-    """The FAISS index over one model's message vectors, kept in step with SQLite."""
+    """The FAISS index over one model's message vectors, kept in step with the database."""
 
     def __init__(self, store: Any, model: str) -> None:
         self.store = store
@@ -59,6 +94,14 @@ class MessageVectors:
         self._bitmap: tuple[Any, Any] | None = None  # the last mask packed for FAISS
 
     def file(self, suffix: str) -> Path | None:
+        """Where the index keeps a file: beside a SQLite database; under $MEMCLI_HOME for a
+        PostgreSQL one; nowhere for an in-memory database."""
+        if sql.is_postgres(self.store):
+            from memcli.config import default_home
+            from memcli.store.pg_retrieval import database_key
+
+            folder = default_home(os.environ) / "indexes" / database_key(self.store)
+            return folder / f"retrieval.{suffix}"
         db = getattr(self.store, "path", None)
         return None if db is None else Path(f"{db}.retrieval.{suffix}")
 
@@ -247,6 +290,7 @@ class MessageVectors:
                 meta.unlink()  # the files are not valid together until the description is back
             if self.index is None:
                 return
+            path.parent.mkdir(parents=True, exist_ok=True)
             data = faiss.serialize_index(self.index)  # a uint8 array
             crc_faiss = _crc(data)
             _write(path, data)

@@ -1,5 +1,5 @@
 """What a search is asked and what it answers, and the pure parts of ranking: SearchOptions (the
-`[search]` settings), Hit and SearchResult, a query's terms, its FTS5 query, and weighted
+`[search]` settings), Hit and SearchResult, a query's terms, and weighted
 reciprocal rank fusion. `memcli.retrieval.Retriever` runs the search itself."""
 
 from __future__ import annotations
@@ -213,14 +213,6 @@ def lexical_excerpt(text: str, terms: Sequence[str], width: int = EXCERPT_CHARS)
     first = found[best[2]][0]
     start = max(0, first - width // 4)
     return excerpt_at(text, start, min(len(text), start + width))
-
-
-def fts_query(text: str | Sequence[str]) -> str | None:
-    """A query (or its terms) as an FTS5 query: any of its informative words."""
-    terms = query_terms(text) if isinstance(text, str) else list(text)
-    if not terms:
-        return None
-    return " OR ".join(f'"{w}"' for w in terms)
 
 
 def fuse(ranked: Sequence[tuple[float, Sequence[int]]], rrf_k: int = 60) -> list[tuple[int, float]]:

@@ -1,4 +1,6 @@
-"""Hybrid retrieval over every stored message: BM25 (SQLite FTS5) and dense vectors, fused.
+"""Hybrid retrieval over every stored message: BM25 (SQLite's FTS5, or PostgreSQL's text search)
+and dense vectors (FAISS, or pgvector), fused. (What differs between the backends is SQL in
+`memcli.store.retrieval` and `memcli.store.pg_retrieval`, and `memcli.dense.vectors_for`.)
 
 - Units: one vector per message, for the message and the one before it in its session
   (`vector_context`), so that a short reply carries what it answers. Each message's `Name: text`
@@ -26,7 +28,7 @@ import dataclasses
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from memcli.dense import MessageVectors
+from memcli.dense import vectors_for
 from memcli.embeddings import embedded_pieces
 from memcli.errors import UsageError
 from memcli.ranking import (
@@ -37,7 +39,6 @@ from memcli.ranking import (
     SearchOptions,
     SearchResult,
     excerpt_at,
-    fts_query,
     fuse,
     lexical_excerpt,
     query_terms,
@@ -88,7 +89,7 @@ class Retriever:
         # splitters; now "all-MiniLM-L6-v2:onnx").
         context = self.options.vector_context
         self.model = f"{embedder.name}/{'sum' if context else 'named'}+{context}"
-        self.vectors = MessageVectors(store, self.model)
+        self.vectors = vectors_for(store, self.model)
         self._part_vectors: OrderedDict[str, Any] = OrderedDict()  # see `search(parts=...)`
         self._counts: dict[tuple[str, int], int] = {}  # see `_term_counts`
         self._counts_through = -1
@@ -239,15 +240,14 @@ class Retriever:
             dense_job = _Background(self._dense, query, scope, o.candidates, parts)
         if mode != "vector" and o.lexical_weight > 0:
             terms, recent = self._lexical_terms(query)
-            match = fts_query(terms)
-            if match is not None:
-                lexical = sql.lexical_search(
-                    self.store,
-                    match,
-                    scope,
-                    o.candidates,
-                    recent=o.lexical_budget if recent else None,
-                )
+            lexical = sql.lexical_search(
+                self.store,
+                terms,
+                scope,
+                o.candidates,
+                recent=o.lexical_budget if recent else None,
+                counts=self._term_counts(terms, o.lexical_budget),
+            )
         if dense_job is not None:
             dense = dense_job.result()
         weights = {

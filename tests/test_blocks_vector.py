@@ -1,4 +1,5 @@
-"""VectorBlock: real MiniLM (ONNX Runtime), real FAISS, real SQLite files."""
+"""VectorBlock: real MiniLM (ONNX Runtime), real FAISS, real SQLite files; the main paths also on
+PostgreSQL, with a FAISS file (Debian's server) and with pgvector (`vdb`)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def fill(memory: Memory) -> None:
         memory.put_messages([Message("user", f"small talk {i}"), Message("assistant", "sure")])
 
 
-def test_batches_are_stored_and_recalled(tmp_path: Path, minilm) -> None:
-    db = tmp_path / "m.db"
+def test_batches_are_stored_and_recalled(vdb: str, minilm) -> None:
+    db = vdb
     memory = chat(db, "s1", minilm)
     fill(memory)
     context = memory.context("What instrument am I learning?")
@@ -70,8 +71,8 @@ def test_batches_are_stored_and_recalled(tmp_path: Path, minilm) -> None:
     assert "cello" in " ".join(m.content for m in stored)
 
 
-def test_second_session_of_the_same_user_recalls_the_first(tmp_path: Path, minilm) -> None:
-    db = tmp_path / "m.db"
+def test_second_session_of_the_same_user_recalls_the_first(vdb: str, minilm) -> None:
+    db = vdb
     fill(chat(db, "first", minilm))
     second = chat(db, "second", minilm)
     second.put(Message("user", "Hello again"))
@@ -91,8 +92,8 @@ def test_session_scope_isolates(tmp_path: Path, minilm) -> None:
     assert second.context("What's the name of my dog?").memory_text == ""
 
 
-def test_memory_survives_a_restart_in_a_new_process(tmp_path: Path, minilm) -> None:
-    db = tmp_path / "m.db"
+def test_memory_survives_a_restart_in_a_new_process(vdb: str, minilm) -> None:
+    db = vdb
     fill(chat(db, "s1", minilm))
     code = (
         "from memcli import Memory, VectorBlock\n"
@@ -189,10 +190,10 @@ def test_import_embeds_in_bulk(tmp_path: Path) -> None:
     assert block.retriever(store).pending() == 0
 
 
-def test_a_long_message_is_stored_in_pieces_and_its_tail_is_found(tmp_path: Path, minilm) -> None:
+def test_a_long_message_is_stored_in_pieces_and_its_tail_is_found(vdb: str, minilm) -> None:
     filler = " ".join(f"The weather report number {i} said it was cloudy." for i in range(60))
     tail = "By the way, my passport number ends in 4471 and it expires in March."
-    memory = chat(tmp_path / "m.db", "s", minilm)
+    memory = chat(vdb, "s", minilm)
     block = memory.memory_blocks[0]
     memory.put_messages([Message("user", f"{filler} {tail}"), Message("assistant", "Noted.")])
     for i in range(6):

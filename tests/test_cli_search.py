@@ -11,7 +11,11 @@ from helpers import memcli
 pytestmark = pytest.mark.slow
 
 
-def test_backfill_then_search(tmp_path: Path) -> None:
+def test_backfill_then_search(
+    tmp_path: Path, vdb: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    if vdb.startswith("postgresql://"):
+        monkeypatch.setenv("MEMCLI_DB", vdb)
     chat = write_chat(tmp_path / "chat.jsonl")
     run = memcli("import", chat, "--no-blocks", "--json", *BUDGET)
     assert run.code == 0, run.stderr
@@ -42,8 +46,13 @@ def test_backfill_then_search(tmp_path: Path) -> None:
     run = memcli("search", "cello", "--session", "nope")
     assert run.code == 1 and "no session 'nope'" in run.stderr
 
-    # The index file beside the database is a cache: delete it and search still works.
-    for path in (tmp_path / "home").glob("memcli.db.retrieval.*"):
+    # The index files (beside a SQLite database, under $MEMCLI_HOME/indexes for PostgreSQL
+    # without pgvector) are a cache: delete them and search still works.
+    home = tmp_path / "home"
+    files = [*home.glob("memcli.db.retrieval.*"), *home.glob("indexes/*/retrieval.*")]
+    pgvector = request.node.callspec.params["vdb"] == "pgvector"  # (no files: PostgreSQL searches)
+    assert len(files) == (0 if pgvector else 3)
+    for path in files:
         path.unlink()
     assert "cello" in memcli("search", "cello", "-k", "1", "--json").records()[0]["text"]
 

@@ -10,6 +10,15 @@ from helpers import memcli
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture(autouse=True)
+def backend(vdb: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test on SQLite (the default file), PostgreSQL (a FAISS file) and pgvector."""
+    if vdb.startswith("postgresql://"):
+        monkeypatch.setenv("MEMCLI_DB", vdb)
+    return vdb
+
+
 LINES = [
     ("user", "I adopted a puppy called Biscuit", "2023-05-08T13:56:00Z"),
     ("assistant", "What breed is Biscuit?", "2023-05-08T13:57:00Z"),

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from memcli.errors import UsageError
 from memcli.messages import Message
-from memcli.ranking import SearchOptions, fts_query, fuse
+from memcli.ranking import SearchOptions, fuse, query_terms
 from memcli.retrieval import Retriever
+from memcli.store import Store, open_store
 from memcli.store import retrieval as sql
 from memcli.store.base import NewMessage
 from memcli.store.sqlite import SQLiteStore
@@ -79,7 +81,16 @@ def add(
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SQLiteStore:
+def store(vdb: str) -> Iterator[Store]:
+    """A new store of each backend: SQLite, PostgreSQL (a FAISS file), PostgreSQL with pgvector."""
+    opened = open_store(vdb)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> SQLiteStore:
+    """For what only SQLite has: the index file beside the database, the FTS5 table."""
     return SQLiteStore(tmp_path / "memcli.db")
 
 
@@ -119,7 +130,7 @@ def test_fuse_scores_are_the_rrf_sums() -> None:
     ],
 )
 def test_fts_query(text: str, expected: str | None) -> None:
-    query = fts_query(text)
+    query = sql.fts_match(query_terms(text))
     if expected is None:
         assert query is None
     else:
@@ -228,7 +239,7 @@ def test_deleted_session_leaves_the_index(store: SQLiteStore) -> None:
     for mode in ("lexical", "vector"):
         hits = retriever.search("cello", k=5, mode=mode).hits
         assert [h.session_id for h in hits] == ["s2"]
-    assert retriever.vectors.rebuilt
+    assert retriever.vectors.rebuilt or sql.has_pgvector(store)  # (pgvector: no index file)
 
 
 def test_long_message_is_embedded_whole_in_pieces(store: SQLiteStore) -> None:
@@ -246,15 +257,41 @@ def test_long_message_is_embedded_whole_in_pieces(store: SQLiteStore) -> None:
 # -- the FAISS file ---------------------------------------------------------------------------
 
 
-def index_files(db: Path) -> list[Path]:
-    return [Path(f"{db}.retrieval.{suffix}") for suffix in ("faiss", "npz", "json")]
+def index_files(store: Store) -> list[Path]:
+    """The FAISS index files of a store: beside a SQLite file, under $MEMCLI_HOME for PostgreSQL."""
+    from memcli.dense import MessageVectors
+
+    files = [MessageVectors(store, "words/sum+1").file(s) for s in ("faiss", "npz", "json")]
+    assert all(f is not None for f in files)
+    return [f for f in files if f is not None]
 
 
-def test_index_file_is_written_reused_and_extended(store: SQLiteStore, tmp_path: Path) -> None:
+def test_postgresql_index_files_are_under_memcli_home(
+    pg_server: Any, pg_url: str, isolated: Path
+) -> None:
+    from pg import drop_database, new_database
+
+    store = open_store(pg_url)
     add(store, "s1", "u1", CHAT)
     Retriever(store, WordsEmbedder()).search("puppy", k=1)
-    assert all(p.is_file() for p in index_files(store.path))
-    fresh = Retriever(SQLiteStore(store.path), WordsEmbedder())
+    files = index_files(store)
+    assert all(f.is_file() and f.parent.parent == isolated / "indexes" for f in files)
+    assert index_files(open_store(pg_url)) == files  # another process finds them
+    other_url = new_database(pg_server)
+    try:
+        other = open_store(other_url)
+        assert index_files(other)[0].parent != files[0].parent  # another database: its own
+        other.close()
+    finally:
+        drop_database(pg_server, other_url)
+
+
+def test_index_file_is_written_reused_and_extended(db: str) -> None:
+    store = open_store(db)
+    add(store, "s1", "u1", CHAT)
+    Retriever(store, WordsEmbedder()).search("puppy", k=1)
+    assert all(p.is_file() for p in index_files(store))
+    fresh = Retriever(open_store(db), WordsEmbedder())
     fresh.search("puppy", k=1)
     assert not fresh.vectors.rebuilt  # loaded from the file
     add(store, "s1", "u1", ["a brand new message about kites"])
@@ -263,17 +300,18 @@ def test_index_file_is_written_reused_and_extended(store: SQLiteStore, tmp_path:
 
 
 @pytest.mark.parametrize("damage", ["delete", "corrupt", "truncate_arrays"])
-def test_index_file_rebuilt_when_missing_or_unreadable(store: SQLiteStore, damage: str) -> None:
+def test_index_file_rebuilt_when_missing_or_unreadable(db: str, damage: str) -> None:
+    store = open_store(db)
     add(store, "s1", "u1", CHAT)
     Retriever(store, WordsEmbedder()).search("puppy", k=1)
-    faiss_file, arrays, _ = index_files(store.path)
+    faiss_file, arrays, _ = index_files(store)
     if damage == "delete":
         faiss_file.unlink()
     elif damage == "corrupt":
         faiss_file.write_bytes(b"not an index at all")
     else:
         arrays.write_bytes(arrays.read_bytes()[:20])
-    fresh = Retriever(SQLiteStore(store.path), WordsEmbedder())
+    fresh = Retriever(open_store(db), WordsEmbedder())
     hits = fresh.search("golden retriever beach", k=1, mode="vector").hits
     assert fresh.vectors.rebuilt
     assert "retriever" in hits[0].text
@@ -281,13 +319,14 @@ def test_index_file_rebuilt_when_missing_or_unreadable(store: SQLiteStore, damag
 
 
 def test_big_index_is_ivf_of_8bit_vectors_memory_mapped_and_extended(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import faiss
 
     from memcli import dense
 
     monkeypatch.setattr(dense, "IVF_FROM", 100)
+    store = open_store(db)
     texts = [f"note {i} about topic{i % 37} and thing{i % 11}" for i in range(400)]
     ids = add(store, "s1", "u1", texts)
     add(store, "s2", "u2", ["note about topic5 and thing5 for someone else"])
@@ -296,7 +335,7 @@ def test_big_index_is_ivf_of_8bit_vectors_memory_mapped_and_extended(
     hits = first.search("note 5 topic5 thing5", k=3, mode="vector", user_id="u1").hits
     assert isinstance(first.vectors.index, faiss.IndexIVFScalarQuantizer)
     assert hits[0].anchor_id == ids[5]  # the only one with both words, and u1's
-    fresh = Retriever(SQLiteStore(store.path), WordsEmbedder(), options)
+    fresh = Retriever(open_store(db), WordsEmbedder(), options)
     again = fresh.search("note 5 topic5 thing5", k=3, mode="vector", user_id="u1").hits
     assert not fresh.vectors.rebuilt and fresh.vectors._mapped  # read from its file, mapped
     assert [h.anchor_id for h in again] == [h.anchor_id for h in hits]
@@ -313,8 +352,8 @@ def test_in_memory_store_keeps_its_index_in_memory() -> None:
     assert "cello" in hits[0].text
 
 
-def test_full_text_index_catches_up_and_stays_consistent(store: SQLiteStore) -> None:
-    from memcli.store import retrieval as sql
+def test_full_text_index_catches_up_and_stays_consistent(sqlite_store: SQLiteStore) -> None:
+    store = sqlite_store
 
     add(store, "s1", "u1", ["the cello is red", "kites fly high"])
     add(store, "s2", "u1", ["the cello is blue"])
@@ -395,7 +434,7 @@ def test_archived_only_leaves_short_term_messages_out(store: SQLiteStore, mode: 
     assert sorted(h.anchor_id for h in hits) == ids[:2]
 
 
-def test_vector_block_retrieves_archived_messages_with_their_times(tmp_path: Path) -> None:
+def test_vector_block_retrieves_archived_messages_with_their_times(vdb: str) -> None:
     from memcli import Memory, VectorBlock
 
     options = SearchOptions(context_before=0, context_after=0)
@@ -405,7 +444,7 @@ def test_vector_block_retrieves_archived_messages_with_their_times(tmp_path: Pat
         token_limit=200,
         chat_history_token_ratio=0.1,
         token_flush_size=10,
-        db=tmp_path / "m.db",
+        db=vdb,
         memory_blocks=[block],
     )
     memory.put_messages(
@@ -494,3 +533,33 @@ def test_word_counts_are_kept_until_the_index_grows(
     hits = retriever.search("puppy biscuit", k=5, user_id="u1", mode="lexical").hits
     assert counted[-1] == ["puppy", "biscuit"]  # the index grew: counted again
     assert any("Biscuit again" in h.text for h in hits)
+
+
+def test_a_huge_message_is_stored_and_found_by_its_words(store: Store) -> None:
+    """PostgreSQL's tsvector holds at most 1 MB: a message of several MB is still stored, and
+    found by the words of its beginning (SQLite's FTS5 has no such bound)."""
+    huge = "zebra crossing " + " ".join(f"word{i}" for i in range(600_000))  # about 6 MB
+    ids = add(store, "s1", "u1", [huge, "a short one about kites"])
+    retriever = Retriever(store, WordsEmbedder(), SearchOptions(context_before=0, context_after=0))
+    hits = retriever.search("zebra", k=2, mode="lexical").hits
+    assert [h.anchor_id for h in hits] == [ids[0]]
+    assert retriever.search("kites", k=1, mode="lexical").hits[0].anchor_id == ids[1]
+
+
+def test_term_counts_are_capped_alike_with_postgresqls_statistics(pg_url: str) -> None:
+    """After ANALYZE, PostgreSQL's estimate stands in for counting a very common word: the
+    counts keep their meaning (up to cap + 1)."""
+    store = open_store(pg_url)
+    add(store, "s1", "u1", [f"cello lesson {i}" for i in range(40)] + ["kite and cello"])
+    exact = sql.term_counts(store, ["cello", "kite", "zebra"], 2)
+    store.execute("ANALYZE messages")
+    assert store.execute("SELECT COUNT(*) FROM pg_stats WHERE attname = 'search'").fetchone()[0]
+    assert (
+        sql.term_counts(store, ["cello", "kite", "zebra"], 2)
+        == exact
+        == {
+            "cello": 3,
+            "kite": 1,
+            "zebra": 0,
+        }
+    )

@@ -18,6 +18,7 @@ from memcli.embeddings import MAX_PIECES, HashEmbedder, segments
 from memcli.messages import Message
 from memcli.ranking import SearchOptions
 from memcli.retrieval import Retriever
+from memcli.store import open_store
 from memcli.store import retrieval as sql
 from memcli.store.base import NewMessage
 from memcli.store.migrations import MIGRATIONS
@@ -134,15 +135,15 @@ class SlowEmbedder(HashEmbedder):
         return super().embed(texts)
 
 
-def test_two_searches_at_once_embed_each_message_once(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
-    ids = add(SQLiteStore(db), "s", [f"note {i} about kites and {i % 7}" for i in range(60)])
+def test_two_searches_at_once_embed_each_message_once(db: str) -> None:
+    """Two stores (connections), as two processes: on SQLite and on PostgreSQL."""
+    ids = add(open_store(db), "s", [f"note {i} about kites and {i % 7}" for i in range(60)])
     embedders = [SlowEmbedder(), SlowEmbedder()]
     start = threading.Barrier(2)
     found: list[list[int]] = [[], []]
 
     def search(n: int) -> None:
-        retriever = Retriever(SQLiteStore(db), embedders[n], EXACT)
+        retriever = Retriever(open_store(db), embedders[n], EXACT)
         start.wait()
         found[n] = [h.anchor_id for h in retriever.search("note 5 kites", k=3).hits]
 
@@ -151,7 +152,7 @@ def test_two_searches_at_once_embed_each_message_once(tmp_path: Path) -> None:
         t.start()
     for t in threads:
         t.join()
-    store = SQLiteStore(db)
+    store = open_store(db)
     rows = store.execute("SELECT message_id, piece FROM retrieval_vectors").fetchall()
     assert sorted(r[0] for r in rows) == ids  # one vector each, none twice
     embedded = [t for e in embedders for t in e.texts if t != "note 5 kites"]  # not the queries
@@ -159,11 +160,12 @@ def test_two_searches_at_once_embed_each_message_once(tmp_path: Path) -> None:
     assert found[0] == found[1] and found[0][0] == ids[5]
 
 
-def test_a_search_leaves_messages_another_process_is_embedding(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
+def test_a_search_leaves_messages_another_process_is_embedding(db: str) -> None:
+    store = open_store(db)
     add(store, "s", CHAT)
     retriever = Retriever(store, HashEmbedder(), EXACT)
-    assert sql.claim_embedding(SQLiteStore(store.path), retriever.model, "another")
+    assert sql.claim_embedding(open_store(db), retriever.model, "another")
+    assert not sql.claim_embedding(open_store(db), retriever.model, "a third")
     assert retriever.index(wait=0.5) == 0 and retriever.pending() == len(CHAT)
     sql.release_embedding(store, retriever.model, "another")
     assert retriever.index(wait=0.5) == len(CHAT) and retriever.pending() == 0

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from memcli import Message, SQLiteStore
+from memcli import Message
 from memcli.embeddings import HashEmbedder
 from memcli.errors import SessionNotFound
 from memcli.memory import Memory
 from memcli.queries import QueryLine
 from memcli.retrieval import Retriever
 from memcli.search import scope_user, search_lines
+from memcli.store import open_store
 
 
 def test_the_scope_is_the_given_user_else_the_default_one_unless_a_session_is_named() -> None:
@@ -23,8 +22,8 @@ def test_the_scope_is_the_given_user_else_the_default_one_unless_a_session_is_na
 
 
 @pytest.fixture
-def retriever(tmp_path: Path) -> Retriever:
-    store = SQLiteStore(tmp_path / "m.db")
+def retriever(db: str) -> Retriever:
+    store = open_store(db)
     for session, user in (("a1", "ann"), ("a2", "ann"), ("b1", "bob")):
         Memory(store, session, user_id=user).put(Message("user", f"{user} waters the roses"))
     return Retriever(store, HashEmbedder())

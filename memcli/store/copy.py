@@ -121,6 +121,11 @@ def snapshot(store: Any) -> Iterator[None]:
             store._quiet_rollback()
 
 
+#: Columns a database derives from others, left to the destination: pgvector's copy of a
+#: vector's bytes (filled before a search).
+DERIVED = {("retrieval_vectors", "embedding")}
+
+
 def catalogue(store: Any) -> dict[str, list[str]]:
     """The store's tables and their columns (generated and hidden ones left out), in order."""
     tables: dict[str, list[str]] = {}
@@ -133,7 +138,8 @@ def catalogue(store: Any) -> dict[str, list[str]]:
             " AND c.is_generated = 'NEVER' ORDER BY c.table_name, c.ordinal_position"
         )
         for table, column in rows:
-            tables.setdefault(table, []).append(column)
+            if (table, column) not in DERIVED:
+                tables.setdefault(table, []).append(column)
         return tables
     names = store._query(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%'"

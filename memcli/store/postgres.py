@@ -96,6 +96,8 @@ class PostgresStore(TableStore):
     """
 
     SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+    #: Which SQL the retrieval helpers speak to it (`memcli.store.retrieval`).
+    dialect = "postgresql"
 
     def __init__(self, url: str) -> None:
         import psycopg

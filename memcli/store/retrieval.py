@@ -4,6 +4,10 @@ A put pays nothing here: new messages reach the full-text index in one statement
 search (`catch_up`), and their vectors later, in batches. `retrieval_state` records how far each
 has got (the highest message id up to which every message is indexed, or embedded); triggers
 take deleted or changed messages out of both. (The tables: migration 10, `memcli.store.migrations`.)
+
+On PostgreSQL (a store whose `dialect` is "postgresql"), the full-text search and, with pgvector,
+the vector search are PostgreSQL's own (`memcli.store.pg_retrieval`, called from here); the
+other statements are the same on both backends.
 """
 
 from __future__ import annotations
@@ -18,9 +22,24 @@ from memcli.messages import parse_time
 from memcli.store.migrations import FTS_TOKENIZER
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
+
+    import numpy as np
 
     from memcli.store.base import SQLStore
+
+
+def is_postgres(store: SQLStore) -> bool:
+    return getattr(store, "dialect", "sqlite") == "postgresql"
+
+
+def has_pgvector(store: SQLStore) -> bool:
+    """Whether the database searches its vectors itself (PostgreSQL with pgvector)."""
+    if not is_postgres(store):
+        return False
+    from memcli.store import pg_retrieval
+
+    return pg_retrieval.has_pgvector(store)
 
 
 def catch_up(store: SQLStore) -> int:
@@ -28,7 +47,10 @@ def catch_up(store: SQLStore) -> int:
 
     A search must not wait for a writer, nor fail on a read-only database: when another process
     holds the write lock (or the file cannot be written, or is damaged), nothing is added here, and
-    `lexical_search` scans the messages not yet indexed itself (`_tail`)."""
+    `lexical_search` scans the messages not yet indexed itself (`_tail`). (PostgreSQL indexes
+    each message as it is stored: nothing to do.)"""
+    if is_postgres(store):
+        return 0
     row = store.execute(
         "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
         " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
@@ -81,11 +103,20 @@ _TIME_MS = (
 )
 
 
+def _time_ms(store: SQLStore) -> str:
+    if is_postgres(store):
+        from memcli.store.pg_retrieval import TIME_MS
+
+        return TIME_MS
+    return _TIME_MS
+
+
 def unix_ms(value: datetime) -> int:
     return round(value.timestamp() * 1000)
 
 
-def _filters(scope: Scope) -> tuple[str, list[Any]]:
+def _filters(store: SQLStore, scope: Scope) -> tuple[str, list[Any]]:
+    time_ms = _time_ms(store)
     sql = ""
     params: list[Any] = []
     if scope.user_id is not None:
@@ -97,16 +128,18 @@ def _filters(scope: Scope) -> tuple[str, list[Any]]:
     if scope.archived_only:
         sql += " AND m.status = 'archived'"
     if scope.since is not None:
-        sql += f" AND {_TIME_MS} >= ?"
+        sql += f" AND {time_ms} >= ?"
         params.append(unix_ms(scope.since))
     if scope.until is not None:
-        sql += f" AND {_TIME_MS} < ?"
+        sql += f" AND {time_ms} < ?"
         params.append(unix_ms(scope.until))
     return sql, params
 
 
 def fts_through(store: SQLStore) -> int:
     """The highest message id up to which every message is in the full-text index."""
+    if is_postgres(store):
+        return int(store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
     row = store.execute(
         "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM retrieval_state"
         " WHERE key = 'fts_through'), 0)"
@@ -116,6 +149,10 @@ def fts_through(store: SQLStore) -> int:
 
 def term_counts(store: SQLStore, terms: Sequence[str], cap: int) -> dict[str, int]:
     """In how many messages each term occurs, counted up to cap + 1 (so it stays cheap)."""
+    if is_postgres(store):
+        from memcli.store import pg_retrieval
+
+        return pg_retrieval.term_counts(store, terms, cap)
     counts = {}
     for term in terms:
         row = store.execute(
@@ -126,15 +163,38 @@ def term_counts(store: SQLStore, terms: Sequence[str], cap: int) -> dict[str, in
     return counts
 
 
-def lexical_search(
-    store: SQLStore, match: str, scope: Scope, limit: int, recent: int | None = None
-) -> list[tuple[int, float]]:
-    """(message id, BM25 score: higher is better) of the best `limit` matches in scope of an FTS5
-    query; with `recent`, only its `recent` most recent matches (in the whole store) are ranked
-    and then kept if in scope: a cost bounded by `recent`, whatever the term.
+def fts_match(terms: Sequence[str]) -> str | None:
+    """Terms as an FTS5 query: any of them (each quoted: a phrase of its words)."""
+    if not terms:
+        return None
+    return " OR ".join('"{}"'.format(t.replace('"', '""')) for t in terms)
 
-    Messages not yet in the full-text index (`catch_up` could not write) are searched too, in a
-    temporary index of them alone (`_tail`); their scores come from that index's statistics."""
+
+def lexical_search(
+    store: SQLStore,
+    terms: Sequence[str],
+    scope: Scope,
+    limit: int,
+    recent: int | None = None,
+    counts: Mapping[str, int] | None = None,
+) -> list[tuple[int, float]]:
+    """(message id, BM25 score: higher is better) of the best `limit` messages in scope holding
+    any of the terms; with `recent`, only their `recent` most recent matches (in the whole store)
+    are ranked and then kept if in scope: a cost bounded by `recent`, whatever the term.
+    `counts`: in how many messages each term occurs, if known (PostgreSQL's BM25 needs them).
+
+    SQLite: messages not yet in the full-text index (`catch_up` could not write) are searched
+    too, in a temporary index of them alone (`_tail`); their scores come from that index's
+    statistics. PostgreSQL: `memcli.store.pg_retrieval`."""
+    if is_postgres(store):
+        from memcli.store import pg_retrieval
+
+        join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+        where = _filters(store, scope)
+        return pg_retrieval.lexical_search(store, terms, where, join, limit, recent, counts)
+    match = fts_match(terms)
+    if match is None:
+        return []
     hits = _lexical(store, "retrieval_fts", match, scope, limit, recent)
     if _tail(store):
         hits += _lexical(store, "retrieval_tail", match, scope, limit, recent)
@@ -167,7 +227,7 @@ def _lexical(
     store: SQLStore, fts: str, match: str, scope: Scope, limit: int, recent: int | None = None
 ) -> list[tuple[int, float]]:
     """`lexical_search` on one FTS5 table."""
-    where, params = _filters(scope)
+    where, params = _filters(store, scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     if recent is not None:
         # FTS5 walks its lists by rowid, newest first here, and stops after `recent` rows.
@@ -197,10 +257,15 @@ def _lexical(
     return [(int(r[0]), -float(r[1])) for r in rows]
 
 
-def count_messages(store: SQLStore, scope: Scope) -> int:
-    where, params = _filters(scope)
+def count_messages(store: SQLStore, scope: Scope, cap: int | None = None) -> int:
+    """How many messages are in scope (with `cap`, counted up to it: a bounded cost)."""
+    where, params = _filters(store, scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
-    row = store.execute(f"SELECT COUNT(*) FROM messages m{join} WHERE 1{where}", params).fetchone()
+    sql = f"SELECT 1 FROM messages m{join} WHERE TRUE{where}"
+    if cap is not None:
+        sql += " LIMIT ?"
+        params.append(cap)
+    row = store.execute(f"SELECT COUNT(*) FROM ({sql}) AS t", params).fetchone()
     return int(row[0])
 
 
@@ -282,6 +347,10 @@ def claim_embedding(store: SQLStore, model: str, token: str) -> bool:
     key = f"embedding:{model}"
     now = time.time()
     with store.transaction():
+        if is_postgres(store):  # (SQLite's write transaction excludes other writers itself)
+            from memcli.store import pg_retrieval
+
+            pg_retrieval.lock_claim(store, key)
         row = store.execute("SELECT value FROM retrieval_state WHERE key = ?", (key,)).fetchone()
         if row is not None:
             holder, _, until = str(row[0]).rpartition(" ")
@@ -332,8 +401,9 @@ def add_vectors(
         added = max(int(added), 0)
         store.execute(
             "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
-            " ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + excluded.value",
-            (f"vectors_added:{model}", added),
+            " ON CONFLICT(key) DO UPDATE SET value = CAST(CAST(retrieval_state.value AS INTEGER)"
+            " + CAST(excluded.value AS INTEGER) AS TEXT)",
+            (f"vectors_added:{model}", str(added)),
         )
         done = sorted({r[0] for r in rows} | set(cleared))
         store.execute_for_ids("DELETE FROM retrieval_redo WHERE message_id IN ({ids})", done)
@@ -368,12 +438,26 @@ def iter_vectors(store: SQLStore, model: str, after: int) -> Iterator[tuple[Any,
     return iter(
         store.execute(
             "SELECT v.id, v.message_id, m.session_id, s.user_id,"
-            f" {_TIME_MS}, v.dim, v.vector"
+            f" {_time_ms(store)}, v.dim, v.vector"
             " FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id"
             " JOIN sessions s ON s.id = m.session_id WHERE v.model = ? AND v.id > ? ORDER BY v.id",
             (model, after),
         )
     )
+
+
+def vector_search(
+    store: SQLStore, model: str, vector: np.ndarray, scope: Scope, n: int
+) -> list[tuple[int, float]]:
+    """(message id, cosine) of the best `n` messages in scope through pgvector (a database where
+    `has_pgvector`), each once, best first."""
+    from memcli.store import pg_retrieval
+
+    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+    where = _filters(store, scope)
+    session = scope.session_id is not None
+    size = lambda: count_messages(store, scope, pg_retrieval.EXACT_MAX + 1)  # noqa: E731
+    return pg_retrieval.vector_search(store, model, vector, where, join, n, session, size)
 
 
 # -- hits ------------------------------------------------------------------------------------------
@@ -426,9 +510,11 @@ def active_ids(store: SQLStore, scope: Scope) -> set[int]:
             (scope.user_id,),
         )
     else:
-        # CROSS JOIN keeps sessions outside: one index search each, not a scan of every message.
+        # CROSS JOIN keeps sessions outside: one index search each, not a scan of every message
+        # (SQLite's planner; PostgreSQL's finds that itself, and knows no CROSS JOIN ... ON).
+        join = "JOIN" if is_postgres(store) else "CROSS JOIN"
         rows = store.execute(
-            "SELECT m.id FROM sessions s CROSS JOIN messages m ON m.session_id = s.id"
+            f"SELECT m.id FROM sessions s {join} messages m ON m.session_id = s.id"
             " AND m.status = 'active'"
         )
     return {int(r[0]) for r in rows}

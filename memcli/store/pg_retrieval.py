@@ -1,0 +1,271 @@
+"""The retrieval SQL that differs on PostgreSQL: full-text ranking with its text search, and the
+vector search through pgvector. `memcli.store.retrieval` calls these for a PostgreSQL store; the
+rest of its SQL (vectors as bytes, claims, hits) runs on both backends as it is.
+
+Full text. `messages.search` is a tsvector generated from the speaker's name and the text (the
+schema: `memcli.store.pg_migrations`), so a message is searchable once committed: no catching up
+as with SQLite's FTS5 table (generated at insert: an import pays about the time of
+`to_tsvector`, measured in docs/performance.md). A query is the OR of the query's terms, each
+through `plainto_tsquery` (its text bound as a parameter, never written into tsquery syntax).
+The score is BM25 computed in SQL over the matching messages, as FTS5's `bm25()` ranks them:
+per term, IDF from the number of messages it occurs in (the retriever's term counts) and the
+store's size (its highest message id); term frequency from the tsvector's positions; length from the tsvector's number
+of words, against their mean over the matches. The retriever fuses ranks, not scores, so the
+scores need only order the matches as BM25 would; they differ from SQLite's in value (another
+stemmer, another length measure, an approximate mean length).
+
+Vectors. With pgvector (the column `retrieval_vectors.embedding`), a query is `ORDER BY embedding
+<=> query LIMIT n` under the scope's filters, through the HNSW index for 384-dimension vectors.
+pgvector 0.6 filters after the index scan, which returns at most `hnsw.ef_search` rows: a scope
+can leave fewer than asked. So a session's vectors are compared exactly, without the HNSW index
+(the session's own index finds them); a search of the whole store goes through the index,
+widened once (ef_search 1000) if that found too few; a user's or a time range's goes through
+the index at ef_search 1000, then exactly if that found too few and the scope holds at most
+EXACT_MAX messages (else it keeps what the index found: fewer candidates for the fusion, not a
+scan of a big part of the store). The column is filled from the stored bytes before a search
+(`fill_embeddings`), so that vectors stored by any path (the retriever, a copy between
+backends) are found.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from memcli.store.pg_migrations import INDEXED_DIM
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    import numpy as np
+
+    from memcli.store.base import SQLStore
+
+#: A message's time in unix milliseconds: its own timestamp, else when it was stored.
+TIME_MS = (
+    "CAST(ROUND(EXTRACT(EPOCH FROM CAST(COALESCE(m.timestamp, m.created_at) AS TIMESTAMPTZ))"
+    " * 1000) AS BIGINT)"
+)
+#: BM25's parameters (FTS5's).
+K1 = 1.2
+B = 0.75
+#: Vectors copied from their bytes into pgvector's column per transaction.
+FILL_BATCH = 2000
+#: pgvector's largest `hnsw.ef_search`.
+EF_MAX = 1000
+#: Messages in a scope up to which its vectors are searched exactly when the index found too few.
+EXACT_MAX = 20_000
+
+_vector_column: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def has_pgvector(store: SQLStore) -> bool:
+    """Whether the database searches its vectors itself (pgvector's column exists: the schema
+    records it, so every process agrees)."""
+    known = _vector_column.get(store)
+    if known is None:
+        row = store.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+            " AND table_name = 'retrieval_vectors' AND column_name = 'embedding'"
+        ).fetchone()
+        known = _vector_column[store] = row is not None
+    return known
+
+
+def database_key(store: Any) -> str:
+    """A name for the database that stays the same across processes and URLs that reach it the
+    same way: a hash of the server's host (or socket folder), port and database name."""
+    import hashlib
+
+    info = store.conn.info
+    where = f"{info.host}:{info.port}/{info.dbname}"
+    return hashlib.sha256(where.encode()).hexdigest()[:16]
+
+
+#: The first key of the advisory locks on embedding claims (its own space: session locks take
+#: one 64-bit key, these two 32-bit ones).
+CLAIM_LOCK = 0x6D656D63  # "memc"
+
+
+def lock_claim(store: SQLStore, key: str) -> None:
+    """Inside a transaction: wait for any other process reading or taking the claim `key`, so
+    that two cannot both find it free and both take it (held until the commit)."""
+    store.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (CLAIM_LOCK, key))
+
+
+# -- full text -------------------------------------------------------------------------------------
+
+
+def _tsquery(terms: Sequence[str]) -> str:
+    """SQL for the OR of the terms (one `?` each): each term's words, stemmed."""
+    return " || ".join(["plainto_tsquery('memcli', ?)"] * len(terms))
+
+
+#: A term PostgreSQL's statistics put in over this many times the cap is taken as over it,
+#: without counting (see `term_counts`).
+OVER_CAP = 4
+
+
+def term_counts(store: SQLStore, terms: Sequence[str], cap: int) -> dict[str, int]:
+    """In how many messages each term occurs, counted up to cap + 1.
+
+    Counting through the GIN index builds the whole bitmap of a term's messages, however low the
+    cap (a common word in a million messages: 50-400 ms). So when ANALYZE has gathered the
+    column's statistics (its most common words), a term they put in over OVER_CAP times the cap
+    counts as cap + 1 without counting (PostgreSQL's estimate, about 1 ms); the others, rare or
+    unknown, are counted."""
+    counts = {}
+    row = store.execute(
+        "SELECT 1 FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'messages'"
+        " AND attname = 'search' AND most_common_elems IS NOT NULL"
+    ).fetchone()
+    for term in terms:
+        if row is not None:
+            plan = store.execute(
+                "EXPLAIN (FORMAT JSON) SELECT 1 FROM messages"
+                " WHERE search @@ plainto_tsquery('memcli', ?)",
+                (term,),
+            ).fetchone()[0]
+            if float(plan[0]["Plan"]["Plan Rows"]) > cap * OVER_CAP:
+                counts[term] = cap + 1
+                continue
+        found = store.execute(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM messages"
+            " WHERE search @@ plainto_tsquery('memcli', ?) LIMIT ?) AS t",
+            (term, cap + 1),
+        ).fetchone()
+        counts[term] = int(found[0])
+    return counts
+
+
+def lexical_search(
+    store: SQLStore,
+    terms: Sequence[str],
+    where: tuple[str, list[Any]],
+    join: str,
+    limit: int,
+    recent: int | None,
+    counts: Mapping[str, int] | None,
+) -> list[tuple[int, float]]:
+    """(message id, BM25 score) of the best `limit` messages holding any of the terms, under the
+    scope's filters (`where`, `join`: SQL from `memcli.store.retrieval`); with `recent`, only
+    the `recent` most recent matches in the whole store are ranked, then kept if in scope."""
+    if not terms:
+        return []
+    filters, params = where
+    size = store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
+    counts = counts if counts is not None else term_counts(store, terms, max(int(size), 1))
+    idf = [_idf(int(size), counts.get(t, 0)) for t in terms]
+    match = _tsquery(terms)
+    if recent is not None:
+        matches = (
+            f"(SELECT id FROM messages WHERE search @@ ({match}) ORDER BY id DESC LIMIT ?) AS r"
+            f" JOIN messages m ON m.id = r.id{join} WHERE TRUE{filters}"
+        )
+        args: list[Any] = [*terms, recent, *params]
+    else:
+        matches = f"messages m{join} WHERE m.search @@ ({match}){filters}"
+        args = [*terms, *params]
+    rows = store.execute(
+        "WITH q AS (SELECT w.lexeme, MAX(u.idf) AS idf FROM unnest(?::text[], ?::float8[])"
+        " AS u(term, idf), unnest(tsvector_to_array(to_tsvector('memcli', u.term))) AS w(lexeme)"
+        " GROUP BY w.lexeme),"
+        # Each match's tsvector cut down to the query's words (weight A marks them: the
+        # generated vectors carry D only), so that only those are unnested.
+        " c AS (SELECT m.id, length(m.search) AS len, ts_filter(setweight(m.search, 'A',"
+        f" (SELECT array_agg(lexeme) FROM q)), '{{a}}') AS found FROM {matches}),"
+        " a AS (SELECT GREATEST(AVG(len), 1) AS mean FROM c)"
+        " SELECT c.id, SUM(q.idf * t.tf * ? / (t.tf + ? * (1 - ? + ? * c.len / a.mean)))"
+        " AS score FROM c CROSS JOIN a CROSS JOIN LATERAL (SELECT lexeme,"
+        " COALESCE(array_length(positions, 1), 1) AS tf FROM unnest(c.found)) AS t"
+        " JOIN q ON q.lexeme = t.lexeme GROUP BY c.id ORDER BY score DESC, c.id DESC LIMIT ?",
+        (list(terms), idf, *args, K1 + 1, K1, B, B, limit),
+    )
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+def _idf(size: int, count: int) -> float:
+    """BM25's inverse document frequency (FTS5's formula, kept above zero)."""
+    size = max(size, count)
+    return max(math.log((size - count + 0.5) / (count + 0.5)), 1e-6)
+
+
+# -- vectors through pgvector ----------------------------------------------------------------------
+
+
+#: A vector parameter, sent as an array of floats (psycopg's fast path), cast to pgvector's type.
+VECTOR = "CAST(CAST(? AS float8[]) AS vector)"
+
+
+def fill_embeddings(store: SQLStore) -> int:
+    """Copy the vectors stored as bytes into pgvector's column where it is still empty; return
+    how many. Nothing on a read-only database (its vectors stay unsearched until filled)."""
+    import numpy as np
+
+    if not store.can_write_now():
+        return 0
+    done = 0
+    while True:
+        rows = store.execute(
+            "SELECT id, vector FROM retrieval_vectors WHERE embedding IS NULL ORDER BY id LIMIT ?",
+            (FILL_BATCH,),
+        ).fetchall()
+        if not rows:
+            return done
+        values = [(np.frombuffer(bytes(v), dtype=np.float32).tolist(), int(i)) for i, v in rows]
+        with store.transaction():
+            store.executemany(
+                f"UPDATE retrieval_vectors SET embedding = {VECTOR}"
+                " WHERE id = ? AND embedding IS NULL",
+                values,
+            )
+        done += len(rows)
+
+
+def vector_search(
+    store: SQLStore,
+    model: str,
+    vector: np.ndarray,
+    where: tuple[str, list[Any]],
+    join: str,
+    n: int,
+    session: bool,
+    scope_size: Callable[[], int],
+) -> list[tuple[int, float]]:
+    """(message id, cosine) of the best `n` messages in scope, each once (its best piece), best
+    first: through the HNSW index, or exactly (see the module docstring). `session`: the scope
+    is one session; `scope_size`: how many messages the scope holds (asked only if needed)."""
+    filters, params = where
+    dim = len(vector)
+    query = vector.tolist()
+    want = n * 2  # a message's pieces are rows of their own
+    attempts: list[int | None]
+    if dim != INDEXED_DIM or session:
+        attempts = [None]
+    elif not filters:
+        attempts = [max(40, min(EF_MAX, want)), EF_MAX]
+    else:
+        attempts = [EF_MAX, None]
+    best: dict[int, float] = {}
+    for ef in attempts:
+        if ef is None and best and scope_size() > EXACT_MAX:
+            break  # keep what the index found
+        # The cast makes the distance the index's expression; without it, the planner cannot
+        # use the index and computes every distance in scope.
+        column = f"CAST(v.embedding AS vector({dim}))" if ef is not None else "v.embedding"
+        if ef is not None:
+            store.execute("SELECT set_config('hnsw.ef_search', ?, false)", (str(ef),))
+        rows = store.execute(
+            f"SELECT v.message_id, 1 - ({column} <=> {VECTOR}) AS score"
+            f" FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id{join}"
+            f" WHERE v.model = ? AND v.dim = {dim} AND v.embedding IS NOT NULL{filters}"
+            f" ORDER BY {column} <=> {VECTOR} LIMIT ?",
+            (query, model, *params, query, want),
+        ).fetchall()
+        best = {}
+        for message_id, score in rows:
+            best.setdefault(int(message_id), float(score))
+        if len(best) >= n:
+            break
+    return list(best.items())[:n]
