@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -419,7 +420,8 @@ def _file_crc(path: Path) -> int:
 def _write(path: Path, data: Any) -> None:
     """Replace a file durably: a temporary file written and flushed to disk, renamed over it, and
     the rename flushed to disk (the directory)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    # Its own name per process and thread: two stores of one process may write the same index.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as out:
             out.write(data)

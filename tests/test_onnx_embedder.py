@@ -68,6 +68,7 @@ def test_locomo_recall_harness_on_a_slice(minilm: OnnxEmbedder) -> None:
     assert locomo.DEFAULT_DATA.is_dir(), "the LoCoMo development data is missing"
     args = Namespace(
         data=str(locomo.DEFAULT_DATA),
+        db=None,
         conversations="30",
         questions=4,
         turns=60,
