@@ -199,3 +199,40 @@ class MemoryBlock:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, priority={self.priority})"
+
+
+def setup_llm(
+    block: MemoryBlock,
+    llm: Any,
+    model: str | None,
+    api_base: str | None,
+    api_key: str | None,
+    timeout: float,
+    litellm_kwargs: dict[str, Any],
+    retry_pending: int,
+    auto_retries: int,
+) -> None:
+    """An LLM block's model and retry settings, checked (ConfigError naming the block): sets
+    `block.llm`, `retry_pending`, `auto_retries`. Without a model the block takes no flushes
+    (none is marked done or pending: `memcli blocks backfill` hands it every batch later)."""
+    from memcli.errors import ConfigError
+    from memcli.llm import LLMConfig
+
+    if llm is None and model is not None:
+        if not model or not isinstance(model, str):
+            raise ConfigError(
+                f"block {block.name!r}: model must be a model name, not {model!r}",
+                'Set model = "..." on the block, or [llm] model (--model)',
+            )
+        llm = LLMConfig(model, api_base, api_key, float(timeout), dict(litellm_kwargs))
+    if llm is None:
+        block.receives_flushes = False
+    for key, value in (("retry_pending", retry_pending), ("auto_retries", auto_retries)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(
+                f"block {block.name!r}: {key} must be a whole number >= 0, not {value!r}",
+                "0 turns automatic retries off",
+            )
+    block.llm = llm  # type: ignore[attr-defined]
+    block.retry_pending = retry_pending  # type: ignore[attr-defined]
+    block.auto_retries = auto_retries  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ import html
 import re
 from typing import TYPE_CHECKING, Any
 
-from memcli.blocks.base import BlockContext, Deferred, MemoryBlock, conversation_text
+from memcli.blocks.base import BlockContext, Deferred, MemoryBlock, conversation_text, setup_llm
 from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
@@ -160,33 +160,28 @@ class FactBlock(MemoryBlock):
         **litellm_kwargs: Any,
     ) -> None:
         super().__init__(name=name, priority=priority, scope=scope)
-        if llm is None and model is not None:
-            if not model or not isinstance(model, str):
-                raise ConfigError(
-                    f"block {self.name!r}: model must be a model name, not {model!r}",
-                    'Set model = "..." on the block, or [llm] model (--model)',
-                )
-            llm = LLMConfig(model, api_base, api_key, float(timeout), dict(litellm_kwargs))
-        if llm is None:
-            # No model: the block shows the facts it holds (added by hand) and takes no flushes,
-            # so none is marked done or pending: once a model is configured, `memcli blocks
-            # backfill` (or `facts extract`) hands it every archived batch.
-            self.receives_flushes = False
+        self.llm: LLMConfig | None
+        self.retry_pending: int
+        self.auto_retries: int
+        # Without a model the block shows the facts it holds (added by hand) and takes no
+        # flushes; once a model is set, `blocks backfill` (or `facts extract`) hands it them all.
+        setup_llm(
+            self,
+            llm,
+            model,
+            api_base,
+            api_key,
+            timeout,
+            litellm_kwargs,
+            retry_pending,
+            auto_retries,
+        )
         if not isinstance(max_facts, int) or isinstance(max_facts, bool) or max_facts < 1:
             raise ConfigError(
                 f"block {self.name!r}: max_facts must be a whole number >= 1, not {max_facts!r}",
                 "The default is 50",
             )
-        for key, value in (("retry_pending", retry_pending), ("auto_retries", auto_retries)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(
-                    f"block {self.name!r}: {key} must be a whole number >= 0, not {value!r}",
-                    "0 turns automatic retries off",
-                )
-        self.llm: LLMConfig | None = llm
         self.max_facts = max_facts
-        self.retry_pending = retry_pending
-        self.auto_retries = auto_retries
         self._tokenizer: Tokenizer | None = None
 
     def definition(self) -> dict[str, Any]:

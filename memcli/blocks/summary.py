@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memcli.blocks.base import BlockContext, Deferred, MemoryBlock, conversation_text
+from memcli.blocks.base import BlockContext, Deferred, MemoryBlock, conversation_text, setup_llm
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
 from memcli.store import longterm, summaries
@@ -140,32 +140,27 @@ class SummaryBlock(MemoryBlock):
                 f"block {self.name!r}: scope must be 'session', not {self.scope!r}",
                 "A summary is of one session; leave scope out",
             )
-        if llm is None and model is not None:
-            if not model or not isinstance(model, str):
-                raise ConfigError(
-                    f"block {self.name!r}: model must be a model name, not {model!r}",
-                    'Set model = "..." on the block, or [llm] model (--model)',
-                )
-            llm = LLMConfig(model, api_base, api_key, float(timeout), dict(litellm_kwargs))
-        if llm is None:
-            # No model: the block shows the summary it holds and takes no flushes (none is
-            # marked done or pending: `memcli blocks backfill` hands it every batch later).
-            self.receives_flushes = False
+        self.llm: LLMConfig | None
+        self.retry_pending: int
+        self.auto_retries: int
+        # Without a model the block shows the summary it holds and takes no flushes.
+        setup_llm(
+            self,
+            llm,
+            model,
+            api_base,
+            api_key,
+            timeout,
+            litellm_kwargs,
+            retry_pending,
+            auto_retries,
+        )
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 10:
             raise ConfigError(
                 f"block {self.name!r}: max_tokens must be a whole number >= 10, not {max_tokens!r}",
                 "It caps the summary, in tokens; the default is 400",
             )
-        for key, value in (("retry_pending", retry_pending), ("auto_retries", auto_retries)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(
-                    f"block {self.name!r}: {key} must be a whole number >= 0, not {value!r}",
-                    "0 turns automatic retries off",
-                )
-        self.llm: LLMConfig | None = llm
         self.max_tokens = max_tokens
-        self.retry_pending = retry_pending
-        self.auto_retries = auto_retries
         self._tokenizer: Tokenizer | None = None
 
     def definition(self) -> dict[str, Any]:
