@@ -110,6 +110,9 @@ class SQLStore(Protocol):
 
     #: The columns `message_from_row` reads, in its order.
     MESSAGE_COLUMNS: str
+    #: Which SQL the backend speaks: "sqlite" or "postgresql". The one attribute every backend
+    #: difference outside the backend's own module is chosen by.
+    dialect: str
     #: Opened read-only (a file or its directory not writable; a PostgreSQL hot standby or
     #: read-only role): a transaction raises.
     read_only: bool

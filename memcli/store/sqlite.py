@@ -59,6 +59,9 @@ class SQLiteStore(TableStore):
     read that iterator in the thread that asked for it.)
     """
 
+    #: Which SQL the shared helpers speak to it (see `SQLStore.dialect`).
+    dialect = "sqlite"
+
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path is None or str(path) == ":memory:" else Path(path)
         #: Opened read-only: the file or its directory is not writable. Writing raises StoreError.
