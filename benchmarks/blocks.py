@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from memcli import Budget, Memory, Message, OnnxEmbedder, SQLiteStore, VectorBlock  # noqa: E402
-from memcli.retrieval import Retriever  # noqa: E402
-from memcli.store import retrieval as sql  # noqa: E402
+from memcli.search.retriever import Retriever  # noqa: E402
+from memcli.store import index as sql  # noqa: E402
 from memcli.store.base import NewMessage  # noqa: E402
 from memcli.transcripts import Record, import_records  # noqa: E402
 
@@ -164,6 +164,8 @@ def bench_query(m: int, embedder: OnnxEmbedder, queries: int = 50) -> None:
 
 
 def main() -> None:
+    from memcli.config import default_home
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -174,7 +176,7 @@ def main() -> None:
     parser.add_argument("--options", help="SearchOptions overrides as JSON")
     parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE"),
+        default=os.environ.get("MEMCLI_MODEL_CACHE") or str(default_home(os.environ) / "models"),
         help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     args = parser.parse_args()
@@ -184,7 +186,7 @@ def main() -> None:
     print(f"model loaded in {time.perf_counter() - start:.1f} s (not counted below)")
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     if args.messages:
-        from memcli.ranking import SearchOptions
+        from memcli.search.types import SearchOptions
 
         options = SearchOptions(**json.loads(args.options)) if args.options else None
         bench_import(args.messages, embedder, args.token_limit, args.flush_size, options)

@@ -47,9 +47,9 @@ def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str | N
     from locomo import DEFAULT_DATA, transcript
 
     from memcli.messages import Message
-    from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.retrieval import Retriever
-    from memcli.store import retrieval as sql
+    from memcli.search.onnx import OnnxEmbedder
+    from memcli.search.retriever import Retriever
+    from memcli.store import index as sql
     from memcli.store.base import NewMessage
     from memcli.store.sqlite import SQLiteStore
 
@@ -136,11 +136,11 @@ def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str | N
 
 SEARCH = """
 import sys, time
-from memcli.onnx_embedder import OnnxEmbedder
-from memcli.retrieval import Retriever
+from memcli.search.onnx import OnnxEmbedder
+from memcli.search.retriever import Retriever
 from memcli.store.sqlite import SQLiteStore
 store = SQLiteStore(sys.argv[1])
-result = Retriever(store, OnnxEmbedder(sys.argv[2] or None)).search(sys.argv[3], k=5, user_id="user3")
+result = Retriever(store, OnnxEmbedder(sys.argv[2])).search(sys.argv[3], k=5, user_id="user3")
 print(len(result.hits), result.pending)
 """
 
@@ -175,7 +175,7 @@ def warm(
 
     from memcli import Message, SQLiteStore, VectorBlock
     from memcli.blocks.base import BlockContext
-    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.search.onnx import OnnxEmbedder
     from memcli.tokens import WordTokenizer
 
     questions: list[str] = []
@@ -189,7 +189,7 @@ def warm(
     random.Random(3).shuffle(questions)
     store = SQLiteStore(db)
     embedder = OnnxEmbedder(cache, threads=threads)
-    from memcli.ranking import SearchOptions
+    from memcli.search.types import SearchOptions
 
     search_options = SearchOptions(**json.loads(options)) if options else None
     block = VectorBlock(embedder=embedder, search_options=search_options)
@@ -227,8 +227,8 @@ def rekey(db: Path, cache: str | None) -> None:
     """Give a store built by an earlier version of this benchmark the current model key (its
     vectors are synthetic: only their number and layout matter to the timings). A real store of
     an older key is embedded again instead (the key names how its vectors were made)."""
-    from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.retrieval import Retriever
+    from memcli.search.onnx import OnnxEmbedder
+    from memcli.search.retriever import Retriever
     from memcli.store.sqlite import SQLiteStore
 
     store = SQLiteStore(db)
@@ -247,6 +247,8 @@ def rekey(db: Path, cache: str | None) -> None:
 
 
 def main() -> int:
+    from memcli.config import default_home
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, type=Path)
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -262,7 +264,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE"),
+        default=os.environ.get("MEMCLI_MODEL_CACHE") or str(default_home(os.environ) / "models"),
         help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     parser.add_argument("--options", help="SearchOptions overrides (JSON) for the warm queries")

@@ -46,8 +46,8 @@ def run(command: list[str], env: dict[str, str]) -> tuple[float, float, float, s
 
 
 def build(db: Path, messages: int, sessions: int, env: dict[str, str], tmp: Path) -> None:
+    from memcli.store import index as sql
     from memcli.store import open_store
-    from memcli.store import retrieval as sql
 
     rng = random.Random(1)
     per = messages // sessions

@@ -123,9 +123,9 @@ def evidence_of(qa: dict[str, Any]) -> set[str]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from memcli.memory import Memory
-    from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.ranking import SearchOptions
-    from memcli.retrieval import Retriever
+    from memcli.search.onnx import OnnxEmbedder
+    from memcli.search.retriever import Retriever
+    from memcli.search.types import SearchOptions
     from memcli.store import open_store
     from memcli.tokens import TiktokenTokenizer
     from memcli.transcripts import import_records, parse_transcript
@@ -252,6 +252,8 @@ def print_report(report: dict[str, Any], args_brief: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from memcli.config import default_home
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of LoCoMo *.json")
     parser.add_argument("--conversations", help="comma-separated file stems (default: all)")
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brief", action="store_true", help="overall rows only")
     parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE"),
+        default=os.environ.get("MEMCLI_MODEL_CACHE") or str(default_home(os.environ) / "models"),
         help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     args = parser.parse_args(argv)

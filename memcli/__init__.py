@@ -28,12 +28,12 @@ _EXPORTS = {
     "MemoryBlock": "memcli.blocks.base",
     "Message": "memcli.messages",
     "ModelError": "memcli.errors",
-    "OnnxEmbedder": "memcli.onnx_embedder",
+    "OnnxEmbedder": "memcli.search",
     "PostgresStore": "memcli.store.postgres",
     "ProviderError": "memcli.errors",
-    "Retriever": "memcli.retrieval",
+    "Retriever": "memcli.search",
     "SQLiteStore": "memcli.store.sqlite",
-    "SearchOptions": "memcli.ranking",
+    "SearchOptions": "memcli.search",
     "SessionNotFound": "memcli.errors",
     "StaticBlock": "memcli.blocks.static",
     "Store": "memcli.store.base",
@@ -118,9 +118,7 @@ if TYPE_CHECKING:
     from memcli.flush import Batch, Budget, plan_flush
     from memcli.memory import Context, Flush, Memory
     from memcli.messages import Message
-    from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.ranking import SearchOptions
-    from memcli.retrieval import Retriever
+    from memcli.search import OnnxEmbedder, Retriever, SearchOptions
     from memcli.store import open_store
     from memcli.store.base import Store
     from memcli.store.postgres import PostgresStore

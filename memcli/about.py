@@ -68,7 +68,7 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
     from dataclasses import fields
 
     from memcli import __version__
-    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.search.onnx import OnnxEmbedder
 
     path = settings.db_path if settings.db_url is None else None
     shown = [

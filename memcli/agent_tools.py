@@ -27,7 +27,7 @@ from memcli.sessions import require, session_record
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
     from memcli.config import Settings
-    from memcli.retrieval import Retriever
+    from memcli.search.retriever import Retriever
     from memcli.store.base import Store
     from memcli.store.longterm import Fact
     from memcli.tokens import Tokenizer
@@ -103,14 +103,13 @@ class AgentTools:
             if self.retriever is not None:
                 self._retriever = self.retriever()
             else:
-                from memcli.onnx_embedder import OnnxEmbedder
-                from memcli.ranking import SearchOptions
-                from memcli.retrieval import Retriever
+                from memcli.search import OnnxEmbedder, Retriever, SearchOptions
 
                 self._retriever = Retriever(
                     self.store,
                     OnnxEmbedder(self.settings.home / "models"),
                     SearchOptions.from_settings(self.settings),
+                    self.settings.home / "indexes",
                 )
         return self._retriever
 

@@ -99,7 +99,7 @@ def locomo_dir() -> Path:
 @pytest.fixture(scope="session")
 def minilm(onnx_models: Path):
     """The bundled all-MiniLM-L6-v2 (ONNX Runtime, the session's shared export), loaded once."""
-    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.search.onnx import OnnxEmbedder
 
     embedder = OnnxEmbedder(onnx_models)
     embedder.embed(["warm up"])

@@ -10,9 +10,10 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from fakes import HashEmbedder
+
 from memcli import Memory, Message, VectorBlock
 from memcli.blocks.base import MemoryBlock
-from memcli.embeddings import HashEmbedder
 from memcli.store import longterm, open_store, summaries
 
 

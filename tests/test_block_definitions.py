@@ -12,12 +12,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fakes import HashEmbedder
 from helpers import memcli
 
 from memcli import FactBlock, Memory, MemoryBlock, Message, StaticBlock, VectorBlock, WordTokenizer
 from memcli.blocks.feed import backfill, unprocessed
 from memcli.blocks.registry import Defaults, build_block, build_blocks, rebuild
-from memcli.embeddings import HashEmbedder
 from memcli.flush import Budget
 from memcli.store import longterm
 from memcli.store.sqlite import SQLiteStore

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import HashEmbedder
 
 from memcli import Memory, Message, SQLiteStore, VectorBlock
-from memcli.embeddings import HashEmbedder
 
 pytestmark = pytest.mark.slow
 

@@ -270,8 +270,9 @@ def test_facts_command_lists_the_fact_blocks_facts_with_ids(tmp_path, llm):
 
 
 def test_search_command_uses_hybrid_retrieval_with_a_vector_block(tmp_path):
+    from fakes import HashEmbedder
+
     from memcli import VectorBlock
-    from memcli.embeddings import HashEmbedder
 
     block = VectorBlock(embedder=HashEmbedder())
     chat = make_chat(tmp_path, blocks=[block])

@@ -9,7 +9,7 @@ import pytest
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 
 from memcli import __version__
-from memcli.onnx_embedder import onnx_path
+from memcli.search.onnx import onnx_path
 
 
 def test_version() -> None:

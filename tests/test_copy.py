@@ -12,8 +12,8 @@ from copydata import build, memory
 from memcli import Message
 from memcli.copy import copy_store, export_digests
 from memcli.errors import StoreError, UsageError
+from memcli.store import index as sql
 from memcli.store import open_store
-from memcli.store import retrieval as sql
 from memcli.store.copy import TABLES, catalogue, rows_present
 
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fakes import HashEmbedder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memcli import ModelError, OnnxEmbedder
-from memcli.embeddings import HashEmbedder, cut
-from memcli.onnx_embedder import bundled_model_dir, onnx_path
+from memcli.search.embedder import cut
+from memcli.search.onnx import bundled_model_dir, onnx_path
 
 
 def test_hash_embedder_is_deterministic_and_normalised() -> None:
@@ -67,8 +68,10 @@ def test_an_unreadable_export_is_a_model_error(tmp_path: Path) -> None:
     assert "exported again" in (info.value.hint or "")
 
 
-def test_the_default_export_folder_is_the_homes(isolated: Path) -> None:
-    assert OnnxEmbedder().cache_dir == isolated / "models"
+def test_a_vector_blocks_default_export_folder_is_the_homes(isolated: Path) -> None:
+    from memcli import VectorBlock
+
+    assert VectorBlock().embedder.cache_dir == isolated / "models"
 
 
 @pytest.mark.slow
@@ -93,8 +96,9 @@ def test_public_blocks_import_nothing_heavy() -> None:
     code = (
         "import sys\n"
         "from memcli import StaticBlock, FactBlock, VectorBlock, MemoryBlock, Memory, OnnxEmbedder\n"
-        "import memcli.embeddings, memcli.retrieval, memcli.blocks.registry, memcli.blocks.feed\n"
-        "VectorBlock(embedder=OnnxEmbedder())\n"
+        "import memcli.search, memcli.search.retriever, memcli.search.queries\n"
+        "import memcli.blocks.registry, memcli.blocks.feed\n"
+        "VectorBlock(embedder=OnnxEmbedder('models')).embedder, VectorBlock().embedder\n"
         "heavy = {'torch', 'sentence_transformers', 'transformers', 'faiss', 'litellm',\n"
         "         'onnxruntime', 'tokenizers'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
@@ -104,7 +108,7 @@ def test_public_blocks_import_nothing_heavy() -> None:
 
 
 def test_a_huge_text_embeds_at_most_max_pieces_spread_through_it() -> None:
-    from memcli.embeddings import MAX_PIECES, WHOLE_CHARS, embedded_pieces
+    from memcli.search.embedder import MAX_PIECES, WHOLE_CHARS, embedded_pieces
 
     embedder = HashEmbedder(max_tokens=16)
     huge = " ".join(f"w{i}" for i in range(WHOLE_CHARS // 3))  # longer than WHOLE_CHARS
@@ -123,7 +127,7 @@ def test_a_huge_text_embeds_at_most_max_pieces_spread_through_it() -> None:
 
 @pytest.mark.slow
 def test_split_of_a_long_text_goes_a_segment_at_a_time(minilm: OnnxEmbedder) -> None:
-    from memcli.onnx_embedder import SEGMENT_CHARS
+    from memcli.search.onnx import SEGMENT_CHARS
 
     text = "One sentence about cellos and violins. " * (SEGMENT_CHARS * 3 // 39)
     word = "x" * (SEGMENT_CHARS * 2 + 10)  # no white space: cut every SEGMENT_CHARS

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memcli.onnx_embedder import OnnxEmbedder, bundled_model_dir
+from memcli.search.onnx import OnnxEmbedder, bundled_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+from fakes import HashEmbedder
 from helpers import memcli
 
 from memcli import Memory, Message, SQLiteStore, VectorBlock
 from memcli.cli.common import PREPARING
-from memcli.embeddings import HashEmbedder
 
 
 def test_import_progress_moves_as_messages_are_embedded(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from memcli.errors import InputError
-from memcli.queries import QueryLine, parse_queries, read_queries
+from memcli.search.queries import QueryLine, parse_queries
+from memcli.transcripts import read_source
 
 
 def test_lines_keep_their_0_based_number() -> None:
@@ -39,10 +40,12 @@ def test_bad_lines_are_errors_naming_the_line(line: bytes, message: str) -> None
     assert caught.value.exit_code == 2
 
 
-def test_read_from_a_file_and_stdin(tmp_path: Path) -> None:
+def test_read_from_a_file_and_stdin_as_the_cli_reads_them(tmp_path: Path) -> None:
     path = tmp_path / "q.jsonl"
     path.write_text('{"query": "cello"}\n')
-    assert read_queries(path) == [QueryLine(0, "cello")]
-    assert read_queries("-", io.BytesIO(b'{"query": "dog"}')) == [QueryLine(0, "dog")]
+    assert parse_queries(*read_source(path)) == [QueryLine(0, "cello")]
+    stdin = io.BytesIO(b'{"query": "dog"}\n{"k": 2}')
+    with pytest.raises(InputError, match="<stdin>:2: query must be"):
+        parse_queries(*read_source("-", stdin))
     with pytest.raises(InputError, match="no such file"):
-        read_queries(tmp_path / "missing.jsonl")
+        read_source(tmp_path / "missing.jsonl")

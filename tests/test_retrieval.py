@@ -14,10 +14,11 @@ import pytest
 
 from memcli.errors import UsageError
 from memcli.messages import Message
-from memcli.ranking import SearchOptions, fuse, query_terms
-from memcli.retrieval import Retriever
+from memcli.search.ranking import fuse, query_terms
+from memcli.search.retriever import Retriever
+from memcli.search.types import SearchOptions
 from memcli.store import Store, open_store
-from memcli.store import retrieval as sql
+from memcli.store import index as sql
 from memcli.store.base import NewMessage
 from memcli.store.sqlite import SQLiteStore
 
@@ -257,41 +258,48 @@ def test_long_message_is_embedded_whole_in_pieces(store: SQLiteStore) -> None:
 # -- the FAISS file ---------------------------------------------------------------------------
 
 
-def index_files(store: Store) -> list[Path]:
-    """The FAISS index files of a store: beside a SQLite file, under $MEMCLI_HOME for PostgreSQL."""
-    from memcli.dense import MessageVectors
+def index_files(store: Store, index_dir: Path | None = None) -> list[Path]:
+    """The FAISS index files of a store: beside a SQLite file, under `index_dir` for PostgreSQL."""
+    from memcli.search.dense import MessageVectors
 
-    files = [MessageVectors(store, "words/sum+1").file(s) for s in ("faiss", "npz", "json")]
+    vectors = MessageVectors(store, "words/sum+1", index_dir)
+    files = [vectors.file(s) for s in ("faiss", "npz", "json")]
     assert all(f is not None for f in files)
     return [f for f in files if f is not None]
 
 
-def test_postgresql_index_files_are_under_memcli_home(
-    pg_server: Any, pg_url: str, isolated: Path
+def test_postgresql_index_files_are_under_the_index_folder_given(
+    pg_server: Any, pg_url: str, tmp_path: Path
 ) -> None:
     from pg import drop_database, new_database
 
+    from memcli.search.dense import MessageVectors
+
+    folder = tmp_path / "indexes"
     store = open_store(pg_url)
     add(store, "s1", "u1", CHAT)
     Retriever(store, WordsEmbedder()).search("puppy", k=1)
-    files = index_files(store)
-    assert all(f.is_file() and f.parent.parent == isolated / "indexes" for f in files)
-    assert index_files(open_store(pg_url)) == files  # another process finds them
+    assert MessageVectors(store, "words/sum+1").file("faiss") is None  # none given: in memory
+    assert not folder.exists()
+    Retriever(store, WordsEmbedder(), index_dir=folder).search("puppy", k=1)
+    files = index_files(store, folder)
+    assert all(f.is_file() and f.parent.parent == folder for f in files)
+    assert index_files(open_store(pg_url), folder) == files  # another process finds them
     other_url = new_database(pg_server)
     try:
         other = open_store(other_url)
-        assert index_files(other)[0].parent != files[0].parent  # another database: its own
+        assert index_files(other, folder)[0].parent != files[0].parent  # another database: its own
         other.close()
     finally:
         drop_database(pg_server, other_url)
 
 
-def test_index_file_is_written_reused_and_extended(db: str) -> None:
+def test_index_file_is_written_reused_and_extended(db: str, tmp_path: Path) -> None:
     store = open_store(db)
     add(store, "s1", "u1", CHAT)
-    Retriever(store, WordsEmbedder()).search("puppy", k=1)
-    assert all(p.is_file() for p in index_files(store))
-    fresh = Retriever(open_store(db), WordsEmbedder())
+    Retriever(store, WordsEmbedder(), index_dir=tmp_path / "indexes").search("puppy", k=1)
+    assert all(p.is_file() for p in index_files(store, tmp_path / "indexes"))
+    fresh = Retriever(open_store(db), WordsEmbedder(), index_dir=tmp_path / "indexes")
     fresh.search("puppy", k=1)
     assert not fresh.vectors.rebuilt  # loaded from the file
     add(store, "s1", "u1", ["a brand new message about kites"])
@@ -300,18 +308,20 @@ def test_index_file_is_written_reused_and_extended(db: str) -> None:
 
 
 @pytest.mark.parametrize("damage", ["delete", "corrupt", "truncate_arrays"])
-def test_index_file_rebuilt_when_missing_or_unreadable(db: str, damage: str) -> None:
+def test_index_file_rebuilt_when_missing_or_unreadable(
+    db: str, damage: str, tmp_path: Path
+) -> None:
     store = open_store(db)
     add(store, "s1", "u1", CHAT)
-    Retriever(store, WordsEmbedder()).search("puppy", k=1)
-    faiss_file, arrays, _ = index_files(store)
+    Retriever(store, WordsEmbedder(), index_dir=tmp_path / "indexes").search("puppy", k=1)
+    faiss_file, arrays, _ = index_files(store, tmp_path / "indexes")
     if damage == "delete":
         faiss_file.unlink()
     elif damage == "corrupt":
         faiss_file.write_bytes(b"not an index at all")
     else:
         arrays.write_bytes(arrays.read_bytes()[:20])
-    fresh = Retriever(open_store(db), WordsEmbedder())
+    fresh = Retriever(open_store(db), WordsEmbedder(), index_dir=tmp_path / "indexes")
     hits = fresh.search("golden retriever beach", k=1, mode="vector").hits
     assert fresh.vectors.rebuilt
     assert "retriever" in hits[0].text
@@ -319,11 +329,11 @@ def test_index_file_rebuilt_when_missing_or_unreadable(db: str, damage: str) -> 
 
 
 def test_big_index_is_ivf_of_8bit_vectors_memory_mapped_and_extended(
-    db: str, monkeypatch: pytest.MonkeyPatch
+    db: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import faiss
 
-    from memcli import dense
+    from memcli.search import dense
 
     monkeypatch.setattr(dense, "IVF_FROM", 100)
     store = open_store(db)
@@ -331,11 +341,11 @@ def test_big_index_is_ivf_of_8bit_vectors_memory_mapped_and_extended(
     ids = add(store, "s1", "u1", texts)
     add(store, "s2", "u2", ["note about topic5 and thing5 for someone else"])
     options = SearchOptions(context_before=0, context_after=0, vector_context=0)
-    first = Retriever(store, WordsEmbedder(), options)
+    first = Retriever(store, WordsEmbedder(), options, tmp_path / "indexes")
     hits = first.search("note 5 topic5 thing5", k=3, mode="vector", user_id="u1").hits
     assert isinstance(first.vectors.index, faiss.IndexIVFScalarQuantizer)
     assert hits[0].anchor_id == ids[5]  # the only one with both words, and u1's
-    fresh = Retriever(open_store(db), WordsEmbedder(), options)
+    fresh = Retriever(open_store(db), WordsEmbedder(), options, tmp_path / "indexes")
     again = fresh.search("note 5 topic5 thing5", k=3, mode="vector", user_id="u1").hits
     assert not fresh.vectors.rebuilt and fresh.vectors._mapped  # read from its file, mapped
     assert [h.anchor_id for h in again] == [h.anchor_id for h in hits]
@@ -374,14 +384,14 @@ def test_bm25_ranks_within_its_budget_rarest_words_first(store: SQLiteStore) -> 
     options = SearchOptions(lexical_budget=2, context_before=0, context_after=0)
     retriever = Retriever(store, WordsEmbedder(), options)
     sql.catch_up(store)  # what a search does first
-    assert retriever._lexical_terms("cello kite") == (["kite"], False)  # 4 + 1 > 2: kite only
+    assert retriever.lexical.terms("cello kite") == (["kite"], False)  # 4 + 1 > 2: kite only
     hits = retriever.search("cello kite", k=10, mode="lexical").hits
     assert [h.anchor_id for h in hits] == [ids[3]]  # only "kite" was asked
-    assert retriever._lexical_terms("cello") == (["cello"], True)  # even the rarest is over
+    assert retriever.lexical.terms("cello") == (["cello"], True)  # even the rarest is over
     hits = retriever.search("cello", k=10, mode="lexical").hits
     assert sorted(h.anchor_id for h in hits) == ids[2:]  # its 2 most recent matches are ranked
     wide = Retriever(store, WordsEmbedder(), SearchOptions(context_before=0, context_after=0))
-    assert wide._lexical_terms("cello kite") == (["cello", "kite"], False)
+    assert wide.lexical.terms("cello kite") == (["cello", "kite"], False)
     assert len(wide.search("cello", k=10, mode="lexical").hits) == 4
 
 
@@ -394,16 +404,6 @@ def test_bm25_budget_keeps_the_scope(store: SQLiteStore) -> None:
     assert [h.anchor_id for h in hits] == [mine[1]]  # of the 3 most recent, one is u1's
     with pytest.raises(UsageError):
         SearchOptions(lexical_budget=0)
-
-
-def test_prune_drops_vectors_of_other_settings_only(store: SQLiteStore) -> None:
-    add(store, "s1", "u1", CHAT)
-    one = Retriever(store, WordsEmbedder(), SearchOptions(vector_context=1))
-    two = Retriever(store, WordsEmbedder(), SearchOptions(vector_context=2))
-    assert one.index() == len(CHAT) and two.index() == len(CHAT)
-    assert two.prune() == len(CHAT)  # the vector_context=1 ones
-    assert two.pending() == 0 and one.pending() == len(CHAT)
-    assert two.search("cello", k=1, mode="vector").hits
 
 
 def test_vectors_of_the_older_runtimes_are_embedded_again(
@@ -421,7 +421,6 @@ def test_vectors_of_the_older_runtimes_are_embedded_again(
     current = Retriever(store, OnnxEmbedder(tmp_path))  # the model loads only when it embeds
     assert current.model == "all-MiniLM-L6-v2:onnx/sum+1"
     assert current.pending() == len(CHAT)
-    assert current.prune() == len(CHAT)
 
 
 @pytest.mark.parametrize("mode", ["lexical", "vector"])
@@ -513,7 +512,7 @@ def test_a_query_in_parts_embeds_each_part_once(store: SQLiteStore) -> None:
 def test_word_counts_are_kept_until_the_index_grows(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcli import retrieval
+    from memcli.search import lexical
 
     add(store, "s1", "u1", CHAT)
     counted: list[list[str]] = []
@@ -528,7 +527,7 @@ def test_word_counts_are_kept_until_the_index_grows(
     retriever.search("puppy biscuit", k=2, user_id="u1", mode="lexical")
     retriever.search("biscuit beagle", k=2, user_id="u1", mode="lexical")
     assert counted == [["puppy", "biscuit"], ["beagle"]]  # biscuit: counted once
-    monkeypatch.setattr(retrieval, "TERM_COUNTS_SLACK", 1)
+    monkeypatch.setattr(lexical, "TERM_COUNTS_SLACK", 1)
     add(store, "s2", "u1", ["more about the puppy", "and Biscuit again"])
     hits = retriever.search("puppy biscuit", k=5, user_id="u1", mode="lexical").hits
     assert counted[-1] == ["puppy", "biscuit"]  # the index grew: counted again

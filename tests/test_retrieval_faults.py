@@ -13,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fakes import HashEmbedder
 
-from memcli.embeddings import MAX_PIECES, HashEmbedder, segments
 from memcli.messages import Message
-from memcli.ranking import SearchOptions
-from memcli.retrieval import Retriever
+from memcli.search.embedder import MAX_PIECES, segments
+from memcli.search.retriever import Retriever
+from memcli.search.types import SearchOptions
+from memcli.store import index as sql
 from memcli.store import open_store
-from memcli.store import retrieval as sql
 from memcli.store.base import NewMessage
 from memcli.store.migrations import MIGRATIONS
 from memcli.store.sqlite import SQLiteStore
@@ -95,7 +96,7 @@ def test_index_files_of_another_database_are_not_used(tmp_path: Path) -> None:
 def test_index_files_are_flushed_to_disk_before_they_replace_the_old(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcli import dense
+    from memcli.search import dense
 
     synced: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from fakes import HashEmbedder
 
 from memcli import Message
-from memcli.embeddings import HashEmbedder
 from memcli.errors import SessionNotFound
 from memcli.memory import Memory
-from memcli.queries import QueryLine
-from memcli.retrieval import Retriever
-from memcli.search import scope_user, search_lines
+from memcli.search.queries import QueryLine, scope_user, search_lines
+from memcli.search.retriever import Retriever
 from memcli.store import open_store
 
 
@@ -67,3 +66,18 @@ def test_the_given_user_and_session_apply_to_lines_without_their_own(retriever: 
 def test_a_named_session_must_exist(retriever: Retriever) -> None:
     with pytest.raises(SessionNotFound):
         search_lines(retriever, [QueryLine(0, "roses", session="zz")], default_user="ann")
+
+
+def test_the_stores_ownership_check_says_what_sessions_require_says(retriever: Retriever) -> None:
+    from memcli.sessions import require
+    from memcli.store.base import require_session
+
+    store = retriever.store
+    assert require_session(store, "a1").user_id == "ann"
+    assert require_session(store, "a1", "ann") == require(store, "a1", "ann")
+    for session, user in (("zz", None), ("a1", "bob")):
+        with pytest.raises(SessionNotFound) as ours:
+            require_session(store, session, user)
+        with pytest.raises(SessionNotFound) as theirs:
+            require(store, session, user)
+        assert str(ours.value) == str(theirs.value) and ours.value.hint == theirs.value.hint

@@ -24,12 +24,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Defaults:
-    """What blocks take from the rest of the settings: the LLM and the embedder."""
+    """What blocks take from the rest of the settings: the LLM, the embedder, and the folder of
+    the index files of a PostgreSQL database without pgvector (a vector block's `index_dir`)."""
 
     model: str | None = None
     api_base: str | None = None
     llm_timeout: float = 60.0
     embedder: Any = None
+    index_dir: Any = None
 
 
 #: Per kind: the keys a table may have besides `kind`, with the type each must be.
@@ -162,7 +164,7 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
     from memcli.blocks.static import StaticBlock
     from memcli.blocks.summary import SummaryBlock
     from memcli.blocks.vector import VectorBlock
-    from memcli.ranking import SearchOptions
+    from memcli.search.types import SearchOptions
 
     where = _where(index, table)
     kind = table.get("kind")
@@ -182,7 +184,9 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
             raise ConfigError(f"{where}: bad search options: {exc}", "See [search]") from None
     makers: dict[str, Callable[..., MemoryBlock]] = {
         "static": StaticBlock,
-        "vector": lambda **kw: VectorBlock(embedder=defaults.embedder, **kw),
+        "vector": lambda **kw: VectorBlock(
+            embedder=defaults.embedder, index_dir=defaults.index_dir, **kw
+        ),
         "facts": lambda **kw: FactBlock(
             **{
                 "model": defaults.model,
@@ -217,7 +221,7 @@ def build_blocks(
 
     if tables is None:
         return [
-            VectorBlock(embedder=defaults.embedder),
+            VectorBlock(embedder=defaults.embedder, index_dir=defaults.index_dir),
             FactBlock(
                 model=defaults.model, api_base=defaults.api_base, timeout=defaults.llm_timeout
             ),

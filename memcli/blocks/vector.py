@@ -1,5 +1,5 @@
 """VectorBlock: long-term memory retrieved by hybrid search (BM25 and vectors over every archived
-message, memcli.retrieval), shown with each message's time."""
+message, memcli.search), shown with each message's time."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from memcli.errors import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from pathlib import Path
 
-    from memcli.embeddings import Embedder
     from memcli.messages import Message
-    from memcli.ranking import Hit, SearchOptions
-    from memcli.retrieval import Retriever
+    from memcli.search.embedder import Embedder
+    from memcli.search.retriever import Retriever
+    from memcli.search.types import Hit, SearchOptions
 
 
 class VectorBlock(MemoryBlock):
@@ -26,11 +27,12 @@ class VectorBlock(MemoryBlock):
     message with its short neighbouring turns) as `<message role='ROLE' time='2023-05-08T13:56'>
     TEXT</message>` lines, hits separated by a blank line.
 
-    After each `get`, `last_hits` holds what was found (memcli.retrieval.Hit: score, text,
+    After each `get`, `last_hits` holds what was found (memcli.search.Hit: score, text,
     session_id, message_ids, ranks). The embedder, for the stored messages and the queries alike,
     defaults to the bundled all-MiniLM-L6-v2 run with ONNX Runtime (memcli.OnnxEmbedder, exported
     into `$MEMCLI_HOME/models` once), loaded on first use; `search_options` are the `[search]`
-    settings.
+    settings. `index_dir` keeps the FAISS index files of a PostgreSQL database without pgvector
+    (default `$MEMCLI_HOME/indexes`; a SQLite database keeps them beside it).
     """
 
     name = "vector_memory"
@@ -48,6 +50,7 @@ class VectorBlock(MemoryBlock):
         scope: str | None = None,
         embedder: Embedder | None = None,
         search_options: SearchOptions | None = None,
+        index_dir: str | Path | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(name=name, priority=priority, scope=scope, **kwargs)
@@ -64,6 +67,7 @@ class VectorBlock(MemoryBlock):
         self.retrieval_context_window = retrieval_context_window
         self._embedder = embedder
         self.search_options = search_options
+        self._index_dir = index_dir
         self._retrievers: dict[int, Retriever] = {}
         self.last_hits: list[Hit] = []
 
@@ -88,18 +92,19 @@ class VectorBlock(MemoryBlock):
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            from memcli.onnx_embedder import OnnxEmbedder
+            from memcli.search.onnx import OnnxEmbedder
 
-            self._embedder = OnnxEmbedder()
+            self._embedder = OnnxEmbedder(_home() / "models")
         return self._embedder
 
     def retriever(self, store: Any) -> Retriever:
         """The block's retriever over this store (its index stays loaded between calls)."""
-        from memcli.retrieval import Retriever
+        from memcli.search.retriever import Retriever
 
         retriever = self._retrievers.get(id(store))
         if retriever is None or retriever.store is not store:
-            retriever = Retriever(store, self.embedder, self.search_options)
+            index_dir = self._index_dir if self._index_dir is not None else _home() / "indexes"
+            retriever = Retriever(store, self.embedder, self.search_options, index_dir)
             self._retrievers[id(store)] = retriever
         return retriever
 
@@ -165,3 +170,14 @@ def render_hit(hit: Hit) -> str:
         when = f" time='{m.timestamp.strftime('%Y-%m-%dT%H:%M')}'" if m.timestamp else ""
         lines.append(f"<message role='{m.role}'{when}>{m.content}</message>")
     return "\n".join(lines)
+
+
+def _home() -> Path:
+    """memcli's home folder (`$MEMCLI_HOME`, else the platform's data folder), where a block
+    made without an embedder or `index_dir` keeps the exported model and the index files, as the
+    CLI does."""
+    import os
+
+    from memcli.config import default_home
+
+    return default_home(os.environ)

@@ -6,11 +6,11 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from memcli.ranking import query_terms
+from memcli.search.ranking import query_terms
 
 if TYPE_CHECKING:
-    from memcli.ranking import Hit
-    from memcli.store.retrieval import MessageRow
+    from memcli.search.types import Hit
+    from memcli.store.index import MessageRow
 
 #: The model chat uses when none is configured but a provider's key variable is set.
 DEFAULT_MODELS = {

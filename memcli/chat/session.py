@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
     from memcli.flush import Budget
     from memcli.llm import LLMConfig, ToolCall
-    from memcli.ranking import SearchOptions, SearchResult
-    from memcli.retrieval import Retriever
+    from memcli.search.retriever import Retriever
+    from memcli.search.types import SearchOptions, SearchResult
     from memcli.store.base import SessionInfo, Store
-    from memcli.store.retrieval import MessageRow
+    from memcli.store.index import MessageRow
     from memcli.tokens import Tokenizer
     from memcli.toolset import ToolResult, ToolSet
 
@@ -265,7 +265,7 @@ class Chat:
 
     def search(self, query: str, k: int = 5) -> SearchResult:
         """The user's stored messages (every session) that best match `query`, found as
-        `memcli search` finds them (memcli.retrieval): hybrid, through the retriever of the chat's
+        `memcli search` finds them (memcli.search): hybrid, through the retriever of the chat's
         vector block (its model embeds the query), or without a vector block lexical (BM25
         alone), so that no embedding model is loaded for it."""
         from memcli.blocks.vector import VectorBlock

@@ -132,7 +132,7 @@ def build_chat(
     Budget options that differ from a stored session's budget are an error (exit 2) unless
     `rebudget`, which stores them in the session first and says what that flushed."""
     from memcli.chat.session import Chat
-    from memcli.ranking import SearchOptions
+    from memcli.search.types import SearchOptions
     from memcli.sessions import budget_rule, owned
 
     store = common.open_store(s)

@@ -11,8 +11,8 @@ import typer
 if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.flush import Budget
-    from memcli.onnx_embedder import OnnxEmbedder
-    from memcli.retrieval import Retriever
+    from memcli.search.onnx import OnnxEmbedder
+    from memcli.search.retriever import Retriever
     from memcli.store.base import SessionInfo
     from memcli.store.postgres import PostgresStore
     from memcli.store.sqlite import SQLiteStore
@@ -164,7 +164,7 @@ def blocks_with_problems(
     """`make_blocks`, and each recorded definition left out: (origin, table, reason)."""
     from memcli.blocks.registry import Defaults, build_blocks, rebuild
     from memcli.blocks.vector import VectorBlock
-    from memcli.ranking import SearchOptions
+    from memcli.search.types import SearchOptions
     from memcli.store import longterm
 
     defaults = Defaults(
@@ -172,6 +172,7 @@ def blocks_with_problems(
         api_base=s.api_base,
         llm_timeout=s.llm_timeout,
         embedder=embedder(s),  # as `memcli search`
+        index_dir=s.home / "indexes",
     )
     problems: list[tuple[str, dict[str, Any], str]] = []
     recorded = None
@@ -201,16 +202,16 @@ PREPARING = "Preparing the embedding model (once, about 15 s)…"
 def retriever(s: Settings, store: Any) -> Retriever:
     """The search of `memcli search`: hybrid retrieval over the store with the settings' options;
     the embedder says when it prepares the model (`embedder`), lexical searches never load it."""
-    from memcli.ranking import SearchOptions
-    from memcli.retrieval import Retriever
+    from memcli.search.retriever import Retriever
+    from memcli.search.types import SearchOptions
 
-    return Retriever(store, embedder(s), SearchOptions.from_settings(s))
+    return Retriever(store, embedder(s), SearchOptions.from_settings(s), s.home / "indexes")
 
 
 def embedder(s: Settings) -> OnnxEmbedder:
     """The embedding model of every command: ONNX Runtime, exported once into the home's
     `models` folder; the command that exports it says so (`PREPARING`), whatever it is."""
     from memcli.cli import output
-    from memcli.onnx_embedder import OnnxEmbedder
+    from memcli.search.onnx import OnnxEmbedder
 
     return OnnxEmbedder(s.home / "models", on_prepare=lambda: output.info(PREPARING))

@@ -68,14 +68,16 @@ def search_command(
     memcli search --queries questions.jsonl --json
     """
     from memcli.errors import UsageError
-    from memcli.queries import QueryLine, read_queries
-    from memcli.search import search_lines
+    from memcli.search.queries import QueryLine, parse_queries, search_lines
+    from memcli.transcripts import read_source
 
     if (query is None) == (queries is None):
         raise UsageError("give a QUERY or --queries FILE, not both or neither", "See --help")
     s = common.settings(ctx, user=user)
     window = (_time("--since", since), _time("--until", until))
-    lines = read_queries(queries) if queries is not None else [QueryLine(0, query or "")]
+    lines = [QueryLine(0, query or "")]
+    if queries is not None:  # the whole file is read and checked before anything is searched
+        lines = parse_queries(*read_source(queries))
     store = common.open_store(s, must_exist=True)
     found = search_lines(
         common.retriever(s, store),

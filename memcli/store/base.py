@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from memcli.errors import SessionNotFound
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
     from contextlib import AbstractContextManager
@@ -106,7 +108,7 @@ class Cursor(Protocol):
 
 
 class SQLStore(Protocol):
-    """What the SQL of `memcli.store.longterm` and `memcli.store.retrieval` runs on."""
+    """What the SQL of `memcli.store.longterm` and `memcli.store.index` runs on."""
 
     #: The columns `message_from_row` reads, in its order.
     MESSAGE_COLUMNS: str
@@ -215,3 +217,12 @@ class Store(SQLStore, Protocol):
     def delete_messages(self, session_id: str) -> int: ...
 
     def list_flushes(self, session_id: str) -> list[FlushRecord]: ...
+
+
+def require_session(store: Store, session_id: str, user: str | None = None) -> SessionInfo:
+    """The stored session; SessionNotFound when there is none (with `user`, none of that user's:
+    another user's session is not found for them)."""
+    info = store.get_session(session_id)
+    if info is None or (user is not None and info.user_id != user):
+        raise SessionNotFound(session_id, user)
+    return info

@@ -96,7 +96,7 @@ class PostgresStore(TableStore):
     """
 
     SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-    #: Which SQL the retrieval helpers speak to it (`memcli.store.retrieval`).
+    #: Which SQL the retrieval helpers speak to it (`memcli.store.index`).
     dialect = "postgresql"
 
     def __init__(self, url: str) -> None:

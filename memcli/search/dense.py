@@ -5,7 +5,8 @@ The database holds the vectors (the source of truth). The index lives in files b
 database: `<db>.retrieval.faiss` (the vectors), `<db>.retrieval.npz` (per row: message id, session
 and user codes, unix time in ms) and `<db>.retrieval.json` (what the files cover, written last);
 for a PostgreSQL database without pgvector, as `retrieval.faiss` (and so on) in
-`$MEMCLI_HOME/indexes/<hash of the server's host, port and database name>/`. They are
+`<index_dir>/<hash of the server's host, port and database name>/`, where `index_dir` is the
+folder the caller names (the CLI's: `$MEMCLI_HOME/indexes`; none: in memory only). They are
 loaded by a query, extended when vectors were only added since, and rebuilt from SQLite when they
 are missing, stale, unreadable or damaged: the description holds a CRC-32 of the other two files
 (checked at load; an IVF index, memory-mapped, is not read whole for it), and a sample of the
@@ -29,12 +30,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.store import retrieval as sql
+from memcli.store import index as sql
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from memcli.store.retrieval import Scope
+    from memcli.store.index import Scope
 
 #: Bumped when the files' layout changes, so that older files are rebuilt.
 FORMAT = 4
@@ -47,12 +48,15 @@ NPROBE = 48
 _KEYS = ("message_ids", "sessions", "users", "times")
 
 
-def vectors_for(store: Any, model: str) -> MessageVectors | PgVectors:
+def vectors_for(
+    store: Any, model: str, index_dir: str | Path | None = None
+) -> MessageVectors | PgVectors:
     """The dense search over a store's vectors of `model`: pgvector's on a PostgreSQL database
-    that has it, else a FAISS index kept in step with the database."""
+    that has it, else a FAISS index kept in step with the database (for a PostgreSQL one, its
+    files under `index_dir`)."""
     if sql.has_pgvector(store):
         return PgVectors(store, model)
-    return MessageVectors(store, model)
+    return MessageVectors(store, model, index_dir)
 
 
 class PgVectors:
@@ -67,9 +71,9 @@ class PgVectors:
 
     def refresh(self) -> None:
         """Copy the vectors stored since into pgvector's column."""
-        from memcli.store import pg_retrieval
+        from memcli.store import pg_index
 
-        pg_retrieval.fill_embeddings(self.store)
+        pg_index.fill_embeddings(self.store)
 
     def search(self, vector: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
         """(message id, cosine) of the best `n` messages in scope, each once, best first."""
@@ -82,9 +86,12 @@ class PgVectors:
 class MessageVectors:
     """The FAISS index over one model's message vectors, kept in step with the database."""
 
-    def __init__(self, store: Any, model: str) -> None:
+    def __init__(self, store: Any, model: str, index_dir: str | Path | None = None) -> None:
+        """`index_dir`: where the files of a database that has no file of its own (PostgreSQL)
+        are kept, each database in a folder of its own; None keeps its index in memory only."""
         self.store = store
         self.model = model
+        self.index_dir = None if index_dir is None else Path(index_dir)
         self.index: Any = None
         self.added = self.deleted = self.max_id = self.dim = 0
         self.rebuilt = False
@@ -95,14 +102,15 @@ class MessageVectors:
         self._bitmap: tuple[Any, Any] | None = None  # the last mask packed for FAISS
 
     def file(self, suffix: str) -> Path | None:
-        """Where the index keeps a file: beside a SQLite database; under $MEMCLI_HOME for a
-        PostgreSQL one; nowhere for an in-memory database."""
-        if sql.is_postgres(self.store):
-            from memcli.config import default_home
-            from memcli.store.pg_retrieval import database_key
+        """Where the index keeps a file: beside a SQLite database; under `index_dir` for a
+        PostgreSQL one; nowhere for an in-memory database (or a PostgreSQL one without
+        `index_dir`)."""
+        if self.store.dialect == "postgresql":
+            from memcli.store.pg_index import database_key
 
-            folder = default_home(os.environ) / "indexes" / database_key(self.store)
-            return folder / f"retrieval.{suffix}"
+            if self.index_dir is None:
+                return None
+            return self.index_dir / database_key(self.store) / f"retrieval.{suffix}"
         db = getattr(self.store, "path", None)
         return None if db is None else Path(f"{db}.retrieval.{suffix}")
 

@@ -1,4 +1,5 @@
-"""SQL of the message-level retrieval index: the FTS5 table, the message vectors, their queries.
+"""SQL of the search index over every message: the FTS5 table, the message vectors, their claims,
+and the scoped queries the search (`memcli.search`) runs.
 
 A put pays nothing here: new messages reach the full-text index in one statement before the next
 search (`catch_up`), and their vectors later, in batches. `retrieval_state` records how far each
@@ -6,7 +7,7 @@ has got (the highest message id up to which every message is indexed, or embedde
 take deleted or changed messages out of both. (The tables: migration 10, `memcli.store.migrations`.)
 
 On PostgreSQL (a store whose `dialect` is "postgresql"), the full-text search and, with pgvector,
-the vector search are PostgreSQL's own (`memcli.store.pg_retrieval`, called from here); the
+the vector search are PostgreSQL's own (`memcli.store.pg_index`, called from here); the
 other statements are the same on both backends.
 """
 
@@ -29,17 +30,13 @@ if TYPE_CHECKING:
     from memcli.store.base import SQLStore
 
 
-def is_postgres(store: SQLStore) -> bool:
-    return getattr(store, "dialect", "sqlite") == "postgresql"
-
-
 def has_pgvector(store: SQLStore) -> bool:
     """Whether the database searches its vectors itself (PostgreSQL with pgvector)."""
-    if not is_postgres(store):
+    if store.dialect != "postgresql":
         return False
-    from memcli.store import pg_retrieval
+    from memcli.store import pg_index
 
-    return pg_retrieval.has_pgvector(store)
+    return pg_index.has_pgvector(store)
 
 
 def catch_up(store: SQLStore) -> int:
@@ -49,7 +46,7 @@ def catch_up(store: SQLStore) -> int:
     holds the write lock (or the file cannot be written, or is damaged), nothing is added here, and
     `lexical_search` scans the messages not yet indexed itself (`_tail`). (PostgreSQL indexes
     each message as it is stored: nothing to do.)"""
-    if is_postgres(store):
+    if store.dialect == "postgresql":
         return 0
     row = store.execute(
         "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
@@ -104,8 +101,8 @@ _TIME_MS = (
 
 
 def _time_ms(store: SQLStore) -> str:
-    if is_postgres(store):
-        from memcli.store.pg_retrieval import TIME_MS
+    if store.dialect == "postgresql":
+        from memcli.store.pg_index import TIME_MS
 
         return TIME_MS
     return _TIME_MS
@@ -138,7 +135,7 @@ def _filters(store: SQLStore, scope: Scope) -> tuple[str, list[Any]]:
 
 def fts_through(store: SQLStore) -> int:
     """The highest message id up to which every message is in the full-text index."""
-    if is_postgres(store):
+    if store.dialect == "postgresql":
         return int(store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
     row = store.execute(
         "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM retrieval_state"
@@ -149,10 +146,10 @@ def fts_through(store: SQLStore) -> int:
 
 def term_counts(store: SQLStore, terms: Sequence[str], cap: int) -> dict[str, int]:
     """In how many messages each term occurs, counted up to cap + 1 (so it stays cheap)."""
-    if is_postgres(store):
-        from memcli.store import pg_retrieval
+    if store.dialect == "postgresql":
+        from memcli.store import pg_index
 
-        return pg_retrieval.term_counts(store, terms, cap)
+        return pg_index.term_counts(store, terms, cap)
     counts = {}
     for term in terms:
         row = store.execute(
@@ -185,13 +182,13 @@ def lexical_search(
 
     SQLite: messages not yet in the full-text index (`catch_up` could not write) are searched
     too, in a temporary index of them alone (`_tail`); their scores come from that index's
-    statistics. PostgreSQL: `memcli.store.pg_retrieval`."""
-    if is_postgres(store):
-        from memcli.store import pg_retrieval
+    statistics. PostgreSQL: `memcli.store.pg_index`."""
+    if store.dialect == "postgresql":
+        from memcli.store import pg_index
 
         join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
         where = _filters(store, scope)
-        return pg_retrieval.lexical_search(store, terms, where, join, limit, recent, counts)
+        return pg_index.lexical_search(store, terms, where, join, limit, recent, counts)
     match = fts_match(terms)
     if match is None:
         return []
@@ -347,10 +344,10 @@ def claim_embedding(store: SQLStore, model: str, token: str) -> bool:
     key = f"embedding:{model}"
     now = time.time()
     with store.transaction():
-        if is_postgres(store):  # (SQLite's write transaction excludes other writers itself)
-            from memcli.store import pg_retrieval
+        if store.dialect == "postgresql":  # (SQLite: its write transaction excludes other writers)
+            from memcli.store import pg_index
 
-            pg_retrieval.lock_claim(store, key)
+            pg_index.lock_claim(store, key)
         row = store.execute("SELECT value FROM retrieval_state WHERE key = ?", (key,)).fetchone()
         if row is not None:
             holder, _, until = str(row[0]).rpartition(" ")
@@ -410,17 +407,6 @@ def add_vectors(
     return added
 
 
-def drop_other_models(store: SQLStore, model: str) -> int:
-    """Delete vectors made by another model (they cannot be searched with this one)."""
-    with store.transaction():
-        count = store.execute("DELETE FROM retrieval_vectors WHERE model != ?", (model,)).rowcount
-        store.execute(
-            "DELETE FROM retrieval_state WHERE key LIKE 'embedded:%' AND key != ?",
-            (f"embedded:{model}",),
-        )
-    return int(count)
-
-
 def vector_stats(store: SQLStore, model: str) -> tuple[int, int]:
     """(vectors ever added for `model`, vectors ever deleted): an index file built when both
     were the same is up to date; one built when only fewer were added can be extended."""
@@ -451,13 +437,13 @@ def vector_search(
 ) -> list[tuple[int, float]]:
     """(message id, cosine) of the best `n` messages in scope through pgvector (a database where
     `has_pgvector`), each once, best first."""
-    from memcli.store import pg_retrieval
+    from memcli.store import pg_index
 
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     where = _filters(store, scope)
     session = scope.session_id is not None
-    size = lambda: count_messages(store, scope, pg_retrieval.EXACT_MAX + 1)  # noqa: E731
-    return pg_retrieval.vector_search(store, model, vector, where, join, n, session, size)
+    size = lambda: count_messages(store, scope, pg_index.EXACT_MAX + 1)  # noqa: E731
+    return pg_index.vector_search(store, model, vector, where, join, n, session, size)
 
 
 # -- hits ------------------------------------------------------------------------------------------
@@ -512,7 +498,7 @@ def active_ids(store: SQLStore, scope: Scope) -> set[int]:
     else:
         # CROSS JOIN keeps sessions outside: one index search each, not a scan of every message
         # (SQLite's planner; PostgreSQL's finds that itself, and knows no CROSS JOIN ... ON).
-        join = "JOIN" if is_postgres(store) else "CROSS JOIN"
+        join = "JOIN" if store.dialect == "postgresql" else "CROSS JOIN"
         rows = store.execute(
             f"SELECT m.id FROM sessions s {join} messages m ON m.session_id = s.id"
             " AND m.status = 'active'"

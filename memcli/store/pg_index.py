@@ -1,5 +1,5 @@
-"""The retrieval SQL that differs on PostgreSQL: full-text ranking with its text search, and the
-vector search through pgvector. `memcli.store.retrieval` calls these for a PostgreSQL store; the
+"""The search index SQL that differs on PostgreSQL: full-text ranking with its text search, and the
+vector search through pgvector. `memcli.store.index` calls these for a PostgreSQL store; the
 rest of its SQL (vectors as bytes, claims, hits) runs on both backends as it is.
 
 Full text. `messages.search` is a tsvector generated from the speaker's name and the text (the
@@ -149,7 +149,7 @@ def lexical_search(
     counts: Mapping[str, int] | None,
 ) -> list[tuple[int, float]]:
     """(message id, BM25 score) of the best `limit` messages holding any of the terms, under the
-    scope's filters (`where`, `join`: SQL from `memcli.store.retrieval`); with `recent`, only
+    scope's filters (`where`, `join`: SQL from `memcli.store.index`); with `recent`, only
     the `recent` most recent matches in the whole store are ranked, then kept if in scope."""
     if not terms:
         return []

@@ -1,5 +1,6 @@
-"""Embedders: the protocol, the one text splitter every embedder uses (`cut`), and a small
-deterministic hash embedder for fast tests. The real model is memcli.onnx_embedder.OnnxEmbedder.
+"""Embedders: the protocol, and the one text splitter every embedder uses (`cut`, and
+`embedded_pieces` for which pieces of a text are embedded). The model is
+memcli.search.onnx.OnnxEmbedder.
 
 An embedder also splits a text into pieces that each fit its window, so that nothing is cut off
 silently when a long text is embedded.
@@ -7,8 +8,6 @@ silently when a long text is embedded.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -130,49 +129,3 @@ def _regions(text: str) -> list[str]:
             start = min(near) + 1 if near else start
         out.append(text[start : start + REGION_CHARS])
     return out
-
-
-def _normalise(rows: np.ndarray) -> np.ndarray:
-    import numpy as np
-
-    rows = np.asarray(rows, dtype=np.float32)
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return rows / norms
-
-
-class HashEmbedder:
-    """A deterministic bag-of-words embedder: words hashed into `dim` buckets, a word a token.
-    For tests only; texts sharing words are close, which is enough to check retrieval logic."""
-
-    name = "hash"
-
-    def __init__(self, dim: int = 64, max_tokens: int = 64) -> None:
-        self._dim = dim
-        self._max_tokens = max_tokens
-        self.calls: list[int] = []  # how many texts each embed() call was given
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def max_tokens(self) -> int:
-        return self._max_tokens
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        import numpy as np
-
-        self.calls.append(len(texts))
-        rows = np.zeros((len(texts), self._dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in re.findall(r"\w+", text.lower()):
-                digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
-                rows[i, int.from_bytes(digest, "little") % self._dim] += 1.0
-        return _normalise(rows)
-
-    def split(self, texts: Sequence[str]) -> list[list[str]]:
-        return [
-            cut(text, [m.span() for m in re.finditer(r"\S+", text)], self._max_tokens)
-            for text in texts
-        ]

@@ -1,12 +1,12 @@
 """Hybrid retrieval over every stored message: BM25 (SQLite's FTS5, or PostgreSQL's text search)
 and dense vectors (FAISS, or pgvector), fused. (What differs between the backends is SQL in
-`memcli.store.retrieval` and `memcli.store.pg_retrieval`, and `memcli.dense.vectors_for`.)
+`memcli.store.index` and `memcli.store.pg_index`, and `memcli.search.dense.vectors_for`.)
 
 - Units: one vector per message, for the message and the one before it in its session
   (`vector_context`), so that a short reply carries what it answers. Each message's `Name: text`
   is embedded once (in pieces when longer than the model's window: nothing is cut off silently,
   and the message scores as its best piece; past `MAX_PIECES` pieces, that many spread evenly
-  through it: `memcli.embeddings.embedded_pieces`); its vector is the sum of its own and the earlier
+  through it: `memcli.search.embedder.embedded_pieces`); its vector is the sum of its own and the earlier
   message's vectors, each weighted by its words, normalised. That is about what mean pooling over
   the two messages together gives, for half the model's work: each message is read once, not in
   two units.
@@ -28,29 +28,28 @@ import dataclasses
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from memcli.dense import vectors_for
-from memcli.embeddings import embedded_pieces
 from memcli.errors import UsageError
-from memcli.ranking import (
+from memcli.search.dense import vectors_for
+from memcli.search.embedder import embedded_pieces
+from memcli.search.lexical import Lexical
+from memcli.search.ranking import (
     EXCERPT_CHARS,
     LONG_CHARS,
-    MODES,
-    Hit,
-    SearchOptions,
-    SearchResult,
     excerpt_at,
     fuse,
     lexical_excerpt,
     query_terms,
 )
-from memcli.store import retrieval as sql
-from memcli.store.retrieval import MessageRow, Scope
+from memcli.search.types import MODES, Hit, SearchOptions, SearchResult
+from memcli.store import index as sql
+from memcli.store.index import MessageRow, Scope
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime
+    from pathlib import Path
 
-    from memcli.embeddings import Embedder
+    from memcli.search.embedder import Embedder
 
 
 def unit_text(name: str | None, role: str, content: str) -> str:
@@ -67,17 +66,22 @@ BATCH_CHARS = 2_000_000
 #: often it looks whether that one is done.
 CLAIM_WAIT = 60.0
 CLAIM_POLL = 0.2
-#: Messages indexed after a word was counted before the count is taken again (see _term_counts).
-TERM_COUNTS_SLACK = 200
 
 
 class Retriever:
     """Hybrid search over a store's messages with an embedder (see the module docstring)."""
 
     def __init__(
-        self, store: Any, embedder: Embedder, options: SearchOptions | None = None
+        self,
+        store: Any,
+        embedder: Embedder,
+        options: SearchOptions | None = None,
+        index_dir: str | Path | None = None,
     ) -> None:
-        """`embedder` (the Embedder protocol) embeds the stored messages and the queries alike."""
+        """`embedder` (the Embedder protocol) embeds the stored messages and the queries alike.
+        `index_dir` keeps the FAISS index files of a database that has no file of its own (a
+        PostgreSQL one without pgvector), each in a folder named after it; without it, such an
+        index is kept in memory only (a SQLite database's files are beside it)."""
         self.store = store
         self.embedder = embedder
         self.options = options or SearchOptions()
@@ -89,20 +93,14 @@ class Retriever:
         # splitters; now "all-MiniLM-L6-v2:onnx").
         context = self.options.vector_context
         self.model = f"{embedder.name}/{'sum' if context else 'named'}+{context}"
-        self.vectors = vectors_for(store, self.model)
+        self.vectors = vectors_for(store, self.model, index_dir)
         self._part_vectors: OrderedDict[str, Any] = OrderedDict()  # see `search(parts=...)`
-        self._counts: dict[tuple[str, int], int] = {}  # see `_term_counts`
-        self._counts_through = -1
+        self.lexical = Lexical(store, self.options.lexical_budget)
         self._query: Any = None  # the last search's query vector
 
     def pending(self) -> int:
         """How many stored messages have no vectors yet."""
         return sql.pending_count(self.store, self.model)
-
-    def prune(self) -> int:
-        """Delete vectors made by another model or with other unit settings (`vector_context`);
-        return how many. They are kept until asked, since two configurations may share a store."""
-        return sql.drop_other_models(self.store, self.model)
 
     def index(
         self,
@@ -239,15 +237,7 @@ class Retriever:
             # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
             dense_job = _Background(self._dense, query, scope, o.candidates, parts)
         if mode != "vector" and o.lexical_weight > 0:
-            terms, recent = self._lexical_terms(query)
-            lexical = sql.lexical_search(
-                self.store,
-                terms,
-                scope,
-                o.candidates,
-                recent=o.lexical_budget if recent else None,
-                counts=self._term_counts(terms, o.lexical_budget),
-            )
+            lexical = self.lexical.search(query, scope, o.candidates)
         if dense_job is not None:
             dense = dense_job.result()
         weights = {
@@ -260,42 +250,6 @@ class Retriever:
         )
         result.hits = self._hits(fused, lexical, dense, k, scope, query_terms(query))
         return result
-
-    def _lexical_terms(self, query: str) -> tuple[list[str], bool]:
-        """The query's terms that BM25 ranks within `lexical_budget` messages: rarest first while
-        the messages they occur in add up to at most the budget (the rarest always), and whether
-        that one alone is in more (then only its most recent matches are ranked)."""
-        terms = query_terms(query)
-        budget = self.options.lexical_budget
-        counts = self._term_counts(terms, budget)
-        if terms and min(counts.values()) > budget:  # every word common: which is rarest?
-            counts = self._term_counts(terms, budget * 8)
-        chosen: list[str] = []
-        total = 0
-        for term in sorted(terms, key=lambda t: counts[t]):
-            if chosen and total + counts[term] > budget:
-                break
-            chosen.append(term)
-            total += counts[term]
-        # In the query's order (the FTS5 query is the same either way; easier to read).
-        return [t for t in terms if t in chosen], total > budget
-
-    def _term_counts(self, terms: Sequence[str], cap: int) -> dict[str, int]:
-        """`sql.term_counts`, kept between searches until TERM_COUNTS_SLACK more messages are
-        indexed: counting a common word walks up to `cap` rows, and a chat's window repeats its
-        words turn after turn. A count that is a little behind only shifts which words BM25 ranks."""
-        through = sql.fts_through(self.store)
-        cache = self._counts
-        if not through - TERM_COUNTS_SLACK <= self._counts_through <= through:
-            cache.clear()
-            self._counts_through = through
-        missing = [t for t in terms if (t, cap) not in cache]
-        if missing:
-            if len(cache) > 50_000:
-                cache.clear()
-            for term, n in sql.term_counts(self.store, missing, cap).items():
-                cache[term, cap] = n
-        return {t: cache[t, cap] for t in terms}
 
     def _dense(
         self, query: str, scope: Scope, n: int, parts: Sequence[str] | None = None

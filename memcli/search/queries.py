@@ -1,0 +1,120 @@
+"""Searches as `memcli search` runs them: one query or a file of them (`--queries`: one
+`{"query": ...}` per line, optional `user`, `session` and `k`; every error names the line), each
+scoped to a user or a session, through one Retriever. The caller reads the file; this parses it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import InputError
+from memcli.store.base import require_session
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from memcli.search.retriever import Retriever
+    from memcli.search.types import Hit
+
+_FORMAT = 'Write one {"query": "...", "user": ..., "session": ..., "k": N} per line'
+
+
+@dataclass(frozen=True)
+class QueryLine:
+    """One query of a file: `index` is its 0-based line number (what hits carry back)."""
+
+    index: int
+    query: str
+    user: str | None = None
+    session: str | None = None
+    k: int | None = None
+
+
+def parse_queries(data: bytes, name: str = "<input>") -> list[QueryLine]:
+    """Check a whole query file's bytes (`name` is what errors call it) before anything is searched."""
+    out = []
+    for index, raw in enumerate(data.split(b"\n")):
+        where = f"{name}:{index + 1}"
+        try:
+            text = raw.decode("utf-8").strip().lstrip("\ufeff")
+        except UnicodeDecodeError:
+            raise InputError(f"{where}: invalid UTF-8", "Save the file as UTF-8") from None
+        if not text:
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: invalid JSON ({exc.msg})", _FORMAT) from None
+        out.append(_line(obj, index, where))
+    return out
+
+
+def _line(obj: Any, index: int, where: str) -> QueryLine:
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: expected a JSON object", _FORMAT)
+    unknown = sorted(set(obj) - {"query", "user", "session", "k"})
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r}", _FORMAT)
+    query = obj.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise InputError(f"{where}: query must be a non-empty string", _FORMAT)
+    for key in ("user", "session"):
+        value = obj.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InputError(f"{where}: {key} must be a non-empty string", _FORMAT)
+    k = obj.get("k")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise InputError(f"{where}: k must be a whole number >= 1, not {k!r}", _FORMAT)
+    return QueryLine(index, query, obj.get("user"), obj.get("session"), k)
+
+
+def scope_user(session_id: str | None, user: str | None, default_user: str) -> str | None:
+    """The user a search is limited to: `user` when given; else, with no session, the default
+    user; else none (a session is searched whoever it belongs to)."""
+    if user is not None:
+        return user
+    return default_user if session_id is None else None
+
+
+@dataclass
+class Found:
+    """The hits of a search, each with the index of its query line, and how many stored
+    messages were found by their words only (not embedded yet), the most over the queries."""
+
+    hits: list[tuple[int, Hit]] = field(default_factory=list)
+    pending: int = 0
+
+
+def search_lines(
+    retriever: Retriever,
+    lines: Sequence[QueryLine],
+    *,
+    default_user: str,
+    user: str | None = None,
+    session_id: str | None = None,
+    k: int = 5,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    mode: str = "hybrid",
+) -> Found:
+    """Each query line searched in turn: its own user, session and k win over the ones given
+    here; a named session must exist (SessionNotFound)."""
+    found = Found()
+    for line in lines:
+        target = line.session or session_id
+        if target is not None:
+            require_session(retriever.store, target)
+        result = retriever.search(
+            line.query,
+            k=line.k or k,
+            user_id=scope_user(target, line.user or user, default_user),
+            session_id=target,
+            since=since,
+            until=until,
+            mode=mode,
+        )
+        found.pending = max(found.pending, result.pending)
+        found.hits += [(line.index, hit) for hit in result.hits]
+    return found

@@ -1,0 +1,95 @@
+"""The pure parts of ranking: a query's terms, weighted reciprocal rank fusion, and the excerpt of
+a long message that a hit shows. `memcli.search.retriever.Retriever` runs the search itself."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+# Words that say nothing about what a question is after; left out of the BM25 query.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further
+    had has have having he her here hers herself him himself his how i if in into is it its itself
+    just me might more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them themselves
+    then there these they this those through to too under until up very was we were what when
+    where which while who whom why will with would you your yours yourself yourselves s t d ll m
+    re ve kind sort type likely""".split()
+)
+
+
+def query_terms(text: str) -> list[str]:
+    """A natural-language query's informative words (all its words when none is), once each."""
+    words = [w for w in re.findall(r"\w+", text.lower()) if w]
+    kept = [w for w in words if w not in STOPWORDS and len(w) > 1] or words
+    return list(dict.fromkeys(kept))
+
+
+#: A message longer than this many characters is shown in a hit as the stretch that matched: about
+#: EXCERPT_CHARS characters (a few hundred tokens) where the query's words occur most, else the
+#: piece whose vector matched best; "…" marks what is left out.
+LONG_CHARS = 3_000
+EXCERPT_CHARS = 1_500
+ELLIPSIS = "…"
+#: Occurrences of the query's words looked at in one message (bounds the time on a huge one).
+EXCERPT_MATCHES = 100_000
+
+
+def excerpt_at(text: str, start: int, end: int) -> str:
+    """text[start:end] widened or narrowed to word boundaries nearby, "…" where text is left out."""
+    if start > 0:
+        space = text.find(" ", start, min(start + 100, end))
+        start = space + 1 if space >= 0 else start
+    if end < len(text):
+        space = text.rfind(" ", max(end - 100, start), end)
+        end = space if space > start else end
+    return f"{ELLIPSIS if start > 0 else ''}{text[start:end].strip()}{ELLIPSIS if end < len(text) else ''}"
+
+
+def lexical_excerpt(text: str, terms: Sequence[str], width: int = EXCERPT_CHARS) -> str | None:
+    """The stretch of about `width` characters of a long text where the most of the query's terms
+    occur (then the most occurrences), or None when none occurs."""
+    if not terms:
+        return None
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in terms) + r")\b", re.IGNORECASE)
+    found: list[tuple[int, str]] = []
+    for match in pattern.finditer(text):
+        found.append((match.start(), match.group(0).lower()))
+        if len(found) >= EXCERPT_MATCHES:
+            break
+    if not found:
+        return None
+    best = (0, 0, 0)  # (distinct terms, occurrences, first index)
+    low = 0
+    inside: dict[str, int] = {}
+    for high, (at, term) in enumerate(found):  # windows starting at an occurrence
+        inside[term] = inside.get(term, 0) + 1
+        while at - found[low][0] > width * 3 // 4:
+            old = found[low][1]
+            inside[old] -= 1
+            if not inside[old]:
+                del inside[old]
+            low += 1
+        score = (len(inside), high - low + 1, low)
+        if score[:2] > best[:2]:
+            best = score
+    first = found[best[2]][0]
+    start = max(0, first - width // 4)
+    return excerpt_at(text, start, min(len(text), start + width))
+
+
+def fuse(ranked: Sequence[tuple[float, Sequence[int]]], rrf_k: int = 60) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion: each list is (weight, ids best first); an id scores
+    sum(weight / (rrf_k + rank)) with ranks from 1. Best first; ties keep first-seen order."""
+    scores: dict[int, float] = {}
+    for weight, ids in ranked:
+        if weight == 0:
+            continue
+        for rank, item in enumerate(ids, start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (rrf_k + rank)
+    return sorted(scores.items(), key=lambda pair: -pair[1])
