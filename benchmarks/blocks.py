@@ -164,8 +164,6 @@ def bench_query(m: int, embedder: OnnxEmbedder, queries: int = 50) -> None:
 
 
 def main() -> None:
-    from memcli.config import default_home
-
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -176,11 +174,13 @@ def main() -> None:
     parser.add_argument("--options", help="SearchOptions overrides as JSON")
     parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE") or str(default_home(os.environ) / "models"),
+        default=os.environ.get("MEMCLI_MODEL_CACHE"),
         help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     args = parser.parse_args()
-    embedder = OnnxEmbedder(args.model_cache)
+    from memcli.config import default_home
+
+    embedder = OnnxEmbedder(args.model_cache or default_home(os.environ) / "models")
     start = time.perf_counter()
     embedder.embed(["load the model"])
     print(f"model loaded in {time.perf_counter() - start:.1f} s (not counted below)")

@@ -57,7 +57,9 @@ def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str | N
     for path in sorted(DEFAULT_DATA.glob("*.json")):
         records, _ = transcript(json.loads(path.read_text()), "x")
         pool.extend(records)
-    embedder = OnnxEmbedder(cache)
+    from memcli.config import default_home
+
+    embedder = OnnxEmbedder(cache or default_home(os.environ) / "models")
     started = time.perf_counter()
     # As Retriever._embed makes them: each turn's vector summed with the previous turn's, each
     # weighted by its words.
@@ -135,12 +137,13 @@ def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str | N
 
 
 SEARCH = """
-import sys, time
+import os, sys, time
+from memcli.config import default_home
 from memcli.search.onnx import OnnxEmbedder
 from memcli.search.retriever import Retriever
 from memcli.store.sqlite import SQLiteStore
 store = SQLiteStore(sys.argv[1])
-result = Retriever(store, OnnxEmbedder(sys.argv[2])).search(sys.argv[3], k=5, user_id="user3")
+result = Retriever(store, OnnxEmbedder(sys.argv[2] or default_home(os.environ) / "models")).search(sys.argv[3], k=5, user_id="user3")
 print(len(result.hits), result.pending)
 """
 
@@ -188,7 +191,9 @@ def warm(
         turns += [t["text"] for n in range(1, 40) for t in conv.get(f"session_{n}", [])]
     random.Random(3).shuffle(questions)
     store = SQLiteStore(db)
-    embedder = OnnxEmbedder(cache, threads=threads)
+    from memcli.config import default_home
+
+    embedder = OnnxEmbedder(cache or default_home(os.environ) / "models", threads=threads)
     from memcli.search.types import SearchOptions
 
     search_options = SearchOptions(**json.loads(options)) if options else None
@@ -232,7 +237,9 @@ def rekey(db: Path, cache: str | None) -> None:
     from memcli.store.sqlite import SQLiteStore
 
     store = SQLiteStore(db)
-    model = Retriever(store, OnnxEmbedder(cache)).model
+    from memcli.config import default_home
+
+    model = Retriever(store, OnnxEmbedder(cache or default_home(os.environ) / "models")).model
     with store.transaction():
         old = [r[0] for r in store.execute("SELECT DISTINCT model FROM retrieval_vectors")]
         store.execute("UPDATE retrieval_vectors SET model = ?", (model,))
@@ -247,8 +254,6 @@ def rekey(db: Path, cache: str | None) -> None:
 
 
 def main() -> int:
-    from memcli.config import default_home
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True, type=Path)
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -264,7 +269,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE") or str(default_home(os.environ) / "models"),
+        default=os.environ.get("MEMCLI_MODEL_CACHE"),
         help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     parser.add_argument("--options", help="SearchOptions overrides (JSON) for the warm queries")

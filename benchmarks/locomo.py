@@ -138,7 +138,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     option_sets = [SearchOptions(**o) for o in overrides]
     options = option_sets[0]
     store = open_store(args.db or Path(tempfile.mkdtemp(prefix="memcli-locomo-")) / "locomo.db")
-    embedder = OnnxEmbedder(args.model_cache)
+    from memcli.config import default_home
+
+    embedder = OnnxEmbedder(args.model_cache or default_home(os.environ) / "models")
     tokenizer = TiktokenTokenizer()
     retrievers = [Retriever(store, embedder, o) for o in option_sets]
     keys = [(i, v) for i in range(len(option_sets)) for v in VARIANTS]
@@ -252,8 +254,6 @@ def print_report(report: dict[str, Any], args_brief: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memcli.config import default_home
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of LoCoMo *.json")
     parser.add_argument("--conversations", help="comma-separated file stems (default: all)")
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brief", action="store_true", help="overall rows only")
     parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE") or str(default_home(os.environ) / "models"),
+        default=os.environ.get("MEMCLI_MODEL_CACHE"),
         help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     args = parser.parse_args(argv)

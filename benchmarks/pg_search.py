@@ -223,11 +223,12 @@ def exact_top(truth: tuple[Any, Any, Any, Any], vector: Any, scope: dict[str, st
 def warm(sqlite_path: Path, url: str, cache: str | None, runs: int, exact: bool) -> None:
     """Each query on SQLite, then on PostgreSQL: the medians, how many of the top 5 both find
     (1 when both find none), and with `exact`, the vector searches' recall of the exact top 5."""
+    from memcli.config import default_home
     from memcli.search.onnx import OnnxEmbedder
     from memcli.search.retriever import Retriever
     from memcli.store import open_store
 
-    embedder = OnnxEmbedder(cache)
+    embedder = OnnxEmbedder(cache or default_home(os.environ) / "models")
     retrievers = {
         "SQLite": Retriever(open_store(sqlite_path), embedder),
         "PostgreSQL": Retriever(open_store(url), embedder),
@@ -288,8 +289,6 @@ def cold(sqlite_path: Path, url: str, runs: int) -> None:
 
 
 def main() -> int:
-    from memcli.config import default_home
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sqlite", required=True, type=Path, help="a store cold_search.py built")
     parser.add_argument("--pgdata", required=True, type=Path, help="pgserver's data folder")
@@ -303,7 +302,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--model-cache",
-        default=os.environ.get("MEMCLI_MODEL_CACHE") or str(default_home(os.environ) / "models"),
+        default=os.environ.get("MEMCLI_MODEL_CACHE"),
     )
     args = parser.parse_args()
     import psycopg
