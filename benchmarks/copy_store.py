@@ -2,8 +2,8 @@
 time and peak memory (RSS) of each copy, which includes its verification (row counts and every
 session's export read on both sides).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/copy.py                  # 100,000 messages
-    PYTHONPATH=. .venv/bin/python benchmarks/copy.py --messages 20000 --url postgresql://...
+    PYTHONPATH=. .venv/bin/python benchmarks/copy_store.py                  # 100,000 messages
+    PYTHONPATH=. .venv/bin/python benchmarks/copy_store.py --messages 20000 --url postgresql://...
 
 The source is a SQLite file of `--sessions` sessions (imported with `memcli import --no-blocks`,
 so with their flushes), and one 384-dimension float32 vector per message stored as the vector
