@@ -6,13 +6,14 @@ import asyncio
 import json
 import threading
 import uuid
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from os import PathLike
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
-from memcli.blocks.static import StaticBlock
-from memcli.errors import StoreBusy, UsageError
+from memcli.errors import UsageError
 from memcli.flush import Budget, plan_flush, truncation_order
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
@@ -20,7 +21,6 @@ from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages, message_
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from contextlib import AbstractContextManager
     from typing import Any, TypeVar
 
     T = TypeVar("T")
@@ -68,10 +68,6 @@ class Context:
     blocks: list[BlockContent] = field(default_factory=list)
     history_tokens: int = 0
     memory_text: str = ""
-
-
-class _WouldWait(Exception):  # noqa: N818 (a signal, not an error)
-    """Doing this now would wait for another thread (or process) using the store."""
 
 
 class Memory:
@@ -266,7 +262,7 @@ class Memory:
         Returns each call's flushes; `progress(n)` is told how many messages each call put.
         """
         normal = [[_as_message(m) for m in call] for call in calls]
-        out = self._store_calls(normal, progress, wait=True)
+        out = self._store_calls(normal, progress)
         flushes = [f for call_flushes in out for f in call_flushes]
         if feed_blocks and self.memory_blocks and flushes:
             self.feed_blocks_many(flushes)
@@ -276,37 +272,28 @@ class Memory:
         self,
         calls: list[list[Message]],
         progress: Callable[[int], None] | None,
-        wait: bool,
     ) -> list[list[Flush]]:
-        """The store part of `put_calls`. With `wait=False`, raise _WouldWait (having done
-        nothing) where it would have to wait for another thread or process."""
+        """The store part of `put_calls`."""
         messages = [m for call in calls for m in call]
         if not messages:
             return [[] for _ in calls]
-        if not self._lock.acquire(blocking=wait):
-            raise _WouldWait
-        try:
-            return self._put(calls, messages, progress, wait)
-        except _WouldWait:
-            self._forget()  # (it may have come after the window was read: it is read again)
-            raise
-        except BaseException:
-            self._forget()  # the store rolled back what this object already holds
-            raise
-        finally:
-            self._lock.release()
+        with self._lock:
+            try:
+                return self._put(calls, messages, progress)
+            except BaseException:
+                self._forget()  # the store rolled back what this object already holds
+                raise
 
     def _put(
         self,
         calls: Sequence[Sequence[Message]],
         messages: list[Message],
         progress: Callable[[int], None] | None,
-        wait: bool = True,
     ) -> list[list[Flush]]:
         """Store the calls' messages in one transaction, flushing after each call (having checked
         first, once per transaction, whether another process wrote since the window was read)."""
         out: list[list[Flush]] = []
-        with _transaction(self.store, wait):
+        with self.store.transaction():
             nested = self.store.transaction_depth > 1
             if self._txn_serial != self.store.txn_serial:
                 self._sync()
@@ -449,23 +436,19 @@ class Memory:
 
     def context(self, input: str | Message | None = None) -> Context:
         """Assemble what `get()` returns, with each block's content and what truncation cut."""
-        got = self._history(wait=True)
+        got = self._history()
         return got if isinstance(got, Context) else self._assemble(*got, input)
 
-    def _history(self, wait: bool) -> Context | tuple[list[Message], int]:
+    def _history(self) -> Context | tuple[list[Message], int]:
         """The active messages and their tokens, as of now (reread if the session changed); with
         no blocks, the context itself (it is those messages)."""
-        if not self._lock.acquire(blocking=wait):
-            raise _WouldWait
-        try:
+        with self._lock:
             self._sync(messages=True)
             assert self._messages is not None
             # A copy, made under the lock: puts extend the list held. (Message is frozen.)
             if not self.memory_blocks:
                 return Context(list(self._messages), [], self._window_tokens, "")
             return list(self._messages), self._window_tokens
-        finally:
-            self._lock.release()
 
     def _assemble(
         self, history: list[Message], tokens: int, input: str | Message | None
@@ -484,9 +467,7 @@ class Memory:
 
     def set(self, messages: Sequence[Message]) -> None:
         """Replace the active window with these messages; archived history is kept. No flush."""
-        self._set([_as_message(m) for m in messages], wait=True)
-
-    def _set(self, messages: list[Message], wait: bool) -> None:
+        messages = [_as_message(m) for m in messages]
         tokens = count_messages(messages, self.tokenizer)
         rows = [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
 
@@ -494,31 +475,31 @@ class Memory:
             self.store.delete_active(self.session_id)
             self.store.append_messages(self.session_id, rows)
 
-        self._write(replace_window, wait)
+        self._write(replace_window)
 
     def reset(self) -> int:
         """Delete the session's messages (active and archived); return how many. Blocks keep theirs."""
-        return self._write(self._delete_messages, wait=True)
+        return self._write(self._delete_messages)
 
     def _delete_messages(self) -> int:
         return self.store.delete_messages(self.session_id)
 
-    def _write(self, change: Callable[[], T], wait: bool) -> T:
+    def _write(self, change: Callable[[], T]) -> T:
         """Run `change` in one transaction under the lock; the window is read again after."""
-        if not self._lock.acquire(blocking=wait):
-            raise _WouldWait
-        try:
-            with _transaction(self.store, wait):
-                return change()
-        finally:
-            self._forget()
-            self._lock.release()
+        with self._lock:
+            try:
+                with self.store.transaction():
+                    return change()
+            finally:
+                self._forget()
 
     # -- async ------------------------------------------------------------------------------------
-    # What touches only the store runs on the event loop: it takes microseconds, and it never
-    # waits there; when it would (another thread holds the store, another process the write lock)
-    # it runs in a worker thread instead. Blocks' work (an LLM, an embedding model) always runs in
-    # a worker thread, so that the loop goes on.
+    # Each call runs its sync twin in a worker thread of the store's (`store_worker`): the event
+    # loop only hands the call over and awaits it, so it goes on with other tasks while SQLite
+    # writes, PostgreSQL answers, or another process holds the write lock. Several threads per
+    # store, so that a read goes on while a write waits for another process; the store's lock
+    # orders their statements. Blocks' work after a put (an LLM, an embedding model) runs in
+    # asyncio's default executor, so that it does not hold a thread of the store's.
 
     async def aput(self, message: Message) -> list[Flush]:
         """`put`, for asyncio."""
@@ -535,100 +516,59 @@ class Memory:
     ) -> list[list[Flush]]:
         """`put_calls`, for asyncio."""
         normal = [[_as_message(m) for m in call] for call in calls]
-        try:  # (not through _now_or_in_thread: a coroutine less per call)
-            out = self._store_calls(normal, None, wait=False)
-        except _WouldWait:
-            out = await asyncio.to_thread(self._store_calls, normal, None, True)
+        out = await _in_worker(self.store, self._store_calls, normal, None)
         flushes = [f for call_flushes in out for f in call_flushes]
         if feed_blocks and self.memory_blocks and flushes:
             await asyncio.to_thread(self.feed_blocks_many, flushes)
         return out
 
     async def aflush_now(self) -> list[Flush]:
-        """`flush_now`, for asyncio (in a worker thread: it is rare, and may feed the blocks)."""
-        return await asyncio.to_thread(self.flush_now)
+        """`flush_now`, for asyncio."""
+        return await _in_worker(self.store, self.flush_now)
 
     async def aget(self, input: str | Message | None = None) -> list[Message]:
         """`get`, for asyncio."""
-        try:  # (the fast path of acontext, a coroutine less per call)
-            got = self._history(wait=False)
-        except _WouldWait:
-            got = await asyncio.to_thread(self._history, True)
-        if isinstance(got, Context):
-            return got.messages
-        return (await self._ablocks(got, input)).messages
+        return (await self.acontext(input)).messages
 
     async def acontext(self, input: str | Message | None = None) -> Context:
-        """`context`, for asyncio: blocks that do more than return fixed text (facts, vectors,
-        your own) are asked in a worker thread."""
-        got = await _now_or_in_thread(self._history)
-        if isinstance(got, Context):
-            return got
-        return await self._ablocks(got, input)
-
-    async def _ablocks(
-        self, history: tuple[list[Message], int], input: str | Message | None
-    ) -> Context:
-        if any(not isinstance(b, StaticBlock) for b in self.memory_blocks):
-            return await asyncio.to_thread(self._assemble, *history, input)
-        return self._assemble(*history, input)
+        """`context`, for asyncio."""
+        return await _in_worker(self.store, self.context, input)
 
     async def aget_all(self, status: str | None = None) -> list[Message]:
         """`get_all`, for asyncio."""
-        return await _now_or_in_thread(self._get_all, status)
-
-    def _get_all(self, status: str | None, wait: bool) -> list[Message]:
-        if not self._lock.acquire(blocking=wait):
-            raise _WouldWait
-        try:
-            return self.get_all(status)
-        finally:
-            self._lock.release()
+        return await _in_worker(self.store, self.get_all, status)
 
     async def aset(self, messages: Sequence[Message]) -> None:
         """`set`, for asyncio."""
-        await _now_or_in_thread(self._set, [_as_message(m) for m in messages])
+        await _in_worker(self.store, self.set, messages)
 
     async def areset(self) -> int:
         """`reset`, for asyncio."""
-        return await _now_or_in_thread(self._write, self._delete_messages)
+        return await _in_worker(self.store, self.reset)
 
 
-async def _now_or_in_thread(fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args, wait=False)` here, or `fn(*args, wait=True)` in a worker thread when that
-    raised _WouldWait (it would have waited for another thread or process)."""
-    try:
-        return fn(*args, wait=False)
-    except _WouldWait:
-        pass
-    return await asyncio.to_thread(fn, *args, True)
+#: Threads per store that run the async API's calls (one would queue a read behind a write that
+#: waits for another process; more would only wait for the store's lock).
+STORE_WORKERS = 4
+_workers: weakref.WeakKeyDictionary[Store, ThreadPoolExecutor] = weakref.WeakKeyDictionary()
+_workers_lock = threading.Lock()
 
 
-class _Begin:
-    """`store.transaction(wait=False)` that raises _WouldWait where it would wait (StoreBusy):
-    as it begins, or (a store whose writers take turns per session) at the first statement on a
-    session another process is writing; the transaction is rolled back then."""
-
-    __slots__ = ("transaction",)
-
-    def __init__(self, store: Store) -> None:
-        self.transaction = store.transaction(wait=False)
-
-    def __enter__(self) -> None:
-        try:
-            self.transaction.__enter__()
-        except StoreBusy:
-            raise _WouldWait from None
-
-    def __exit__(self, *exc: Any) -> bool | None:
-        self.transaction.__exit__(*exc)
-        if isinstance(exc[1], StoreBusy):
-            raise _WouldWait from None
-        return None
+def store_worker(store: Store) -> ThreadPoolExecutor:
+    """The threads that run the async API's calls on `store` (made at its first async call, gone
+    with the store)."""
+    with _workers_lock:
+        worker = _workers.get(store)
+        if worker is None:
+            worker = ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="memcli-store")
+            _workers[store] = worker
+        return worker
 
 
-def _transaction(store: Store, wait: bool) -> AbstractContextManager[None]:
-    return store.transaction() if wait else _Begin(store)
+async def _in_worker(store: Store, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a worker thread of the store's, the event loop free meanwhile."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(store_worker(store), fn, *args)
 
 
 def stored_budget(info: SessionInfo) -> Budget:
