@@ -16,7 +16,7 @@ from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.errors import UsageError
 from memcli.flush import Budget, plan_flush, truncation_order
 from memcli.messages import Message, format_time, metadata_json, parse_time
-from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
+from memcli.store.base import FlushPlan, NewMessage, SessionInfo, Store, WindowEntry
 from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages, message_tokens
 
 if TYPE_CHECKING:
@@ -279,10 +279,85 @@ class Memory:
             return [[] for _ in calls]
         with self._lock:
             try:
+                if self._version >= 0 and not self.store.transaction_depth:
+                    out = self._put_at_once(calls, messages, progress)
+                    if out is not None:
+                        return out
+                    self._forget()  # another writer came first: read the window again
                 return self._put(calls, messages, progress)
             except BaseException:
                 self._forget()  # the store rolled back what this object already holds
                 raise
+
+    def _put_at_once(
+        self,
+        calls: Sequence[Sequence[Message]],
+        messages: list[Message],
+        progress: Callable[[int], None] | None,
+    ) -> list[list[Flush]] | None:
+        """The calls' messages stored and flushed by one store call (`Store.put_window`: one
+        statement on PostgreSQL), the flushes planned here on the window held, new messages
+        standing in them as -1, -2, ...; None (nothing written) when the session changed since
+        the window was read."""
+        tokens = count_messages(messages, self.tokenizer)
+        # Planned on the window held, which stays as it was until the store has the messages:
+        # a write that waits for another process lets other threads read meanwhile.
+        held = (self._window, self._window_tokens, self._window_users, self._messages)
+        self._window = list(self._window)
+        self._messages = None if self._messages is None else list(self._messages)
+        planned: list[list[FlushPlan]] = []
+        start = 0
+        for call in calls:
+            end = start + len(call)
+            self._extend(call, [-1 - i for i in range(start, end)], tokens[start:end])
+            planned.append(self._plan())
+            start = end
+        after = (self._window, self._window_tokens, self._window_users, self._messages)
+        self._window, self._window_tokens, self._window_users, self._messages = held
+        done = self.store.put_window(
+            self.session_id,
+            self._version,
+            [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)],
+            [p for call_plans in planned for p in call_plans],
+        )
+        if done is None:
+            return None
+        ids, flush_ids, self._version = done
+        self._window, self._window_tokens, self._window_users, self._messages = after
+
+        def real(i: int) -> int:
+            return ids[-1 - i] if i < 0 else i
+
+        self._window = [e._replace(id=real(e.id)) for e in self._window]
+        if self._messages is not None:
+            self._messages = [
+                replace(m, id=real(m.id)) if m.id is not None and m.id < 0 else m
+                for m in self._messages
+            ]
+        out: list[list[Flush]] = []
+        given = iter(flush_ids)
+        for call, call_plans in zip(calls, planned, strict=True):
+            flushes = [
+                Flush(next(given), [real(i) for i in p.message_ids], p.tokens, p.reason)
+                for p in call_plans
+            ]
+            out.append(self._with_messages(flushes) if flushes else flushes)
+            if progress is not None:
+                progress(len(call))
+        return out
+
+    def _extend(self, call: Sequence[Message], ids: Sequence[int], tokens: Sequence[int]) -> None:
+        """Add a call's stored messages to the window held."""
+        self._window.extend(
+            WindowEntry(i, m.role, t) for m, i, t in zip(call, ids, tokens, strict=True)
+        )
+        if self._messages is not None:
+            self._messages.extend(
+                _as_stored(m, i, t, self.session_id)
+                for m, i, t in zip(call, ids, tokens, strict=True)
+            )
+        self._window_tokens += sum(tokens)
+        self._window_users += sum(1 for m in call if m.role == "user")
 
     def _put(
         self,
@@ -305,16 +380,7 @@ class Memory:
             start = 0
             for call in calls:
                 end = start + len(call)
-                self._window.extend(
-                    WindowEntry(ids[i], messages[i].role, tokens[i]) for i in range(start, end)
-                )
-                if self._messages is not None:
-                    self._messages.extend(
-                        _as_stored(messages[i], ids[i], tokens[i], self.session_id)
-                        for i in range(start, end)
-                    )
-                self._window_tokens += sum(tokens[start:end])
-                self._window_users += sum(1 for m in call if m.role == "user")
+                self._extend(call, ids[start:end], tokens[start:end])
                 out.append(self._flush())
                 if progress is not None:
                     progress(len(call))
@@ -366,6 +432,19 @@ class Memory:
 
     def _flush(self, threshold: float | None = None, max_batches: int | None = None) -> list[Flush]:
         """Archive the batches the flush policy picks (each one a transaction)."""
+        planned = self._plan(threshold, max_batches)
+        flushes = []
+        for ids, tokens, reason in planned:
+            with self.store.transaction():
+                flush_id = self.store.archive(self.session_id, ids, tokens, reason)
+            flushes.append(Flush(flush_id, ids, tokens, reason))
+        return self._with_messages(flushes)
+
+    def _plan(
+        self, threshold: float | None = None, max_batches: int | None = None
+    ) -> list[FlushPlan]:
+        """The batches the flush policy picks from the window held; the window held then starts
+        after them (the caller archives them)."""
         threshold = self.budget.threshold if threshold is None else threshold
         if self._window_tokens <= threshold:
             return []
@@ -382,22 +461,21 @@ class Memory:
         )[:max_batches]
         if not batches:
             return []
-        flushes = []
-        for batch in batches:
-            entries = window[batch.start : batch.end]
-            ids = [e.id for e in entries]
-            with self.store.transaction():
-                flush_id = self.store.archive(self.session_id, ids, batch.tokens, batch.describe())
-            flushes.append(Flush(flush_id, ids, batch.tokens, batch.describe()))
         moved = batches[-1].end
         self._window = window[moved:]
         if self._messages is not None:
             self._messages = self._messages[moved:]
         self._window_tokens -= sum(b.tokens for b in batches)
         self._window_users -= sum(1 for e in window[:moved] if e.role == "user")
+        return [
+            FlushPlan([e.id for e in window[b.start : b.end]], b.tokens, b.describe())
+            for b in batches
+        ]
+
+    def _with_messages(self, flushes: list[Flush]) -> list[Flush]:
+        """The flushes with their messages, read back as stored, when blocks are to be fed."""
         if not self.memory_blocks:
             return flushes
-        # Only blocks need the batches' messages: read them back as stored.
         return [
             replace(f, messages=self.store.get_messages(self.session_id, ids=f.message_ids))
             for f in flushes
