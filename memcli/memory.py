@@ -102,6 +102,9 @@ class Memory:
                 "Give each block its own name",
             )
         self.session_id = session_id or new_session_id()
+        #: A message given with `tokens` set keeps that count (an integration that counts as
+        #: its framework does sets this: `MemcliMemory`); otherwise memcli counts every message.
+        self.given_tokens = False
         self._lock: threading.RLock = getattr(store, "lock", None) or threading.RLock()
         # One feed at a time: tasks putting at once hand their flushes to the blocks in turn.
         self._feeding = threading.Lock()
@@ -238,6 +241,13 @@ class Memory:
     def count_tokens(self, message: Message) -> int:
         return message_tokens(message, self.tokenizer)
 
+    def _count(self, messages: Sequence[Message]) -> list[int]:
+        """Each message's tokens: memcli's count, or the one given with it (`given_tokens`)."""
+        if not self.given_tokens:
+            return count_messages(messages, self.tokenizer)
+        counted = iter(count_messages([m for m in messages if m.tokens is None], self.tokenizer))
+        return [m.tokens if m.tokens is not None else next(counted) for m in messages]
+
     def put(self, message: Message) -> list[Flush]:
         """Store a message, then flush if the window is over budget; return the flushes."""
         return self.put_messages([message])
@@ -299,7 +309,7 @@ class Memory:
         statement on PostgreSQL), the flushes planned here on the window held, new messages
         standing in them as -1, -2, ...; None (nothing written) when the session changed since
         the window was read."""
-        tokens = count_messages(messages, self.tokenizer)
+        tokens = self._count(messages)
         # Planned on the window held, which stays as it was until the store has the messages:
         # a write that waits for another process lets other threads read meanwhile.
         held = (self._window, self._window_tokens, self._window_users, self._messages)
@@ -373,7 +383,7 @@ class Memory:
             if self._txn_serial != self.store.txn_serial:
                 self._sync()
                 self._txn_serial = self.store.txn_serial
-            tokens = count_messages(messages, self.tokenizer)
+            tokens = self._count(messages)
             ids = self.store.append_messages(
                 self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
             )
@@ -546,7 +556,7 @@ class Memory:
     def set(self, messages: Sequence[Message]) -> None:
         """Replace the active window with these messages; archived history is kept. No flush."""
         messages = [_as_message(m) for m in messages]
-        tokens = count_messages(messages, self.tokenizer)
+        tokens = self._count(messages)
         rows = [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
 
         def replace_window() -> None:
