@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from memcli.blocks.feed import FeedResult
 
 INSERT_METHODS = ("system", "user")
+#: After a put found the session changed by another writer, this many puts take the general
+#: path (window read under the session's lock) before one tries again in one round trip.
+CONTENDED_PUTS = 16
 
 
 def new_session_id() -> str:
@@ -142,6 +145,7 @@ class Memory:
         self._messages: list[Message] | None = None
         self._version = -2
         self._txn_serial = -1
+        self._contended = 0  # puts left to go by the general path (`_store_calls`)
 
     @classmethod
     def from_defaults(
@@ -289,11 +293,16 @@ class Memory:
             return [[] for _ in calls]
         with self._lock:
             try:
-                if self._version >= 0 and not self.store.transaction_depth:
+                if self._contended:
+                    self._contended -= 1
+                elif self._version >= 0 and not self.store.transaction_depth:
                     out = self._put_at_once(calls, messages, progress)
                     if out is not None:
                         return out
                     self._forget()  # another writer came first: read the window again
+                    # Writers taking turns on the session: the next puts read it under its lock
+                    # (the general path) rather than fail the version check and wait twice.
+                    self._contended = CONTENDED_PUTS
                 return self._put(calls, messages, progress)
             except BaseException:
                 self._forget()  # the store rolled back what this object already holds
