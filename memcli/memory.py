@@ -295,8 +295,9 @@ class Memory:
             try:
                 if self._contended:
                     self._contended -= 1
-                elif self._version >= 0 and not self.store.transaction_depth:
-                    out = self._put_at_once(calls, messages, progress)
+                elif progress is None and self._version >= 0 and not self.store.transaction_depth:
+                    # (with `progress`, which may raise to undo the put, the general path)
+                    out = self._put_at_once(calls, messages)
                     if out is not None:
                         return out
                     self._forget()  # another writer came first: read the window again
@@ -312,7 +313,6 @@ class Memory:
         self,
         calls: Sequence[Sequence[Message]],
         messages: list[Message],
-        progress: Callable[[int], None] | None,
     ) -> list[list[Flush]] | None:
         """The calls' messages stored and flushed by one store call (`Store.put_window`: one
         statement on PostgreSQL), the flushes planned here on the window held, new messages
@@ -355,14 +355,12 @@ class Memory:
             ]
         out: list[list[Flush]] = []
         given = iter(flush_ids)
-        for call, call_plans in zip(calls, planned, strict=True):
+        for call_plans in planned:
             flushes = [
                 Flush(next(given), [real(i) for i in p.message_ids], p.tokens, p.reason)
                 for p in call_plans
             ]
             out.append(self._with_messages(flushes) if flushes else flushes)
-            if progress is not None:
-                progress(len(call))
         return out
 
     def _extend(self, call: Sequence[Message], ids: Sequence[int], tokens: Sequence[int]) -> None:
