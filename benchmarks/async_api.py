@@ -1,151 +1,125 @@
-"""What the async API adds to a call: put, get, and a put then a get (an agent's turn), sync
-against async, with no blocks, on an in-memory and an on-disk database.
+"""The async API under concurrency: how late a 10 ms ticker on the event loop runs while 20 tasks
+each put 200 messages (one `aput` each) into their own sessions, and how much faster the 20 tasks
+finish at once than one after another; on SQLite (one file, one store shared by the tasks) and
+on PostgreSQL (each task's Memory opened from the URL, so its own connection, as
+`Memory.from_defaults(db=url)` does).
 
-Run: .venv/bin/python benchmarks/async_api.py [--calls 1000] [--repeats 9] [--window 1000]
-Each figure is the median over `repeats` rounds (sync and async rounds alternate, on two sessions
-of one store with the same messages) of the per-call time of `calls` calls, after `window`
-messages were put first. Nothing here is part of the test run.
+Run: .venv/bin/python benchmarks/async_api.py [--tasks 20] [--puts 200] [--url postgresql://...]
+
+Without --url it starts Debian's PostgreSQL (tests/pg.py) with fsync on, in a temporary
+directory. The lag of a tick is how much later than 10 ms after the previous one it ran; max and
+p99 are over the ticks of the concurrent run. Nothing here is part of the test run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import statistics
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from memcli import Memory, Message, SQLiteStore
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-WORDS = (
-    "the a memory token budget flush user assistant tell me about your day I went hiking with my "
-    "dog yesterday and we saw a lake near the mountains it was cold but sunny"
-).split()
+from memcli import Memory, Message, WordTokenizer  # noqa: E402
+from memcli.flush import Budget  # noqa: E402
+from memcli.store import Store, open_store  # noqa: E402
 
-
-def messages(n: int, seed: int) -> list[Message]:
-    rng = random.Random(seed)
-    return [
-        Message(
-            "user" if i % 2 == 0 else "assistant",
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))),
-        )
-        for i in range(n)
-    ]
+TICK_S = 0.010
+BUDGET = Budget(2000, 0.7, 200)
+WORDS = "tell me about your day I went hiking with my dog and we saw a lake".split()
 
 
-def sync_puts(memory: Memory, batch: list[Message]) -> float:
+def text(i: int) -> str:
+    return " ".join(WORDS[(i + k) % len(WORDS)] for k in range(3 + i % 12))
+
+
+async def task(memory: Memory, puts: int) -> None:
+    for i in range(puts):
+        await memory.aput(Message("user" if i % 2 == 0 else "assistant", text(i)))
+
+
+async def ticker(stop: asyncio.Event, lags: list[float]) -> None:
+    last = time.perf_counter()
+    while not stop.is_set():
+        await asyncio.sleep(TICK_S)
+        now = time.perf_counter()
+        lags.append(max(0.0, now - last - TICK_S))
+        last = now
+
+
+async def run(memories: list[Memory], puts: int, concurrent: bool) -> tuple[float, list[float]]:
+    """Seconds the tasks took, and the ticker's lags meanwhile."""
+    stop = asyncio.Event()
+    lags: list[float] = []
+    ticking = asyncio.create_task(ticker(stop, lags))
     start = time.perf_counter()
-    for m in batch:
-        memory.put(m)
-    return time.perf_counter() - start
+    if concurrent:
+        await asyncio.gather(*(task(m, puts) for m in memories))
+    else:
+        for m in memories:
+            await task(m, puts)
+    elapsed = time.perf_counter() - start
+    stop.set()
+    await ticking
+    return elapsed, lags
 
 
-def async_puts(memory: Memory, batch: list[Message]) -> float:
-    async def run() -> float:
-        start = time.perf_counter()
-        for m in batch:
-            await memory.aput(m)
-        return time.perf_counter() - start
-
-    return asyncio.run(run())
-
-
-def sync_gets(memory: Memory, n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        memory.get()
-    return time.perf_counter() - start
-
-
-def async_gets(memory: Memory, n: int) -> float:
-    async def run() -> float:
-        start = time.perf_counter()
-        for _ in range(n):
-            await memory.aget()
-        return time.perf_counter() - start
-
-    return asyncio.run(run())
-
-
-def sync_turns(memory: Memory, batch: list[Message]) -> float:
-    start = time.perf_counter()
-    for m in batch:
-        memory.put(m)
-        memory.get()
-    return time.perf_counter() - start
-
-
-def async_turns(memory: Memory, batch: list[Message]) -> float:
-    async def run() -> float:
-        start = time.perf_counter()
-        for m in batch:
-            await memory.aput(m)
-            await memory.aget()
-        return time.perf_counter() - start
-
-    return asyncio.run(run())
-
-
-def compare(
-    name: str, repeats: int, calls: int, sync: Callable[[int], float], asyn: Callable[[int], float]
-) -> None:
-    times: dict[str, list[float]] = {"sync": [], "async": []}
-    for r in range(repeats):  # alternating which goes first, against drift on a busy machine
-        if r % 2:
-            times["async"].append(asyn(r) / calls)
-            times["sync"].append(sync(r) / calls)
-        else:
-            times["sync"].append(sync(r) / calls)
-            times["async"].append(asyn(r) / calls)
-    s, a = statistics.median(times["sync"]), statistics.median(times["async"])
-    print(f"{name:<20} sync {s * 1e6:8.1f} µs/call   async {a * 1e6:8.1f} µs/call   {a / s:6.3f}x")
-
-
-def bench(db: str | Path | None, label: str, calls: int, repeats: int, window: int) -> None:
-    store = SQLiteStore(db)
-    memories = {kind: Memory.from_defaults(session_id=kind, db=store) for kind in ("s", "a")}
-    # Both sessions get the same messages in the same order: the same windows and flushes.
-    rounds = [messages(calls, seed) for seed in range(repeats)]
-    for memory in memories.values():
-        memory.put_messages(messages(window, 99))
-    compare(
-        f"put ({label})",
-        repeats,
-        calls,
-        lambda r: sync_puts(memories["s"], rounds[r]),
-        lambda r: async_puts(memories["a"], rounds[r]),
+def bench(name: str, open_memory: Callable[[str], Memory], tasks: int, puts: int) -> None:
+    results = {}
+    for concurrent in (False, True):
+        tag = uuid.uuid4().hex[:6]
+        memories = [open_memory(f"{tag}-{i}") for i in range(tasks)]
+        results[concurrent] = asyncio.run(run(memories, puts, concurrent))
+        for memory in memories:
+            assert len(memory.get_all()) == puts
+    serial, _ = results[False]
+    together, lags = results[True]
+    ms = 1000
+    p99 = statistics.quantiles(lags, n=100)[98] if len(lags) >= 2 else max(lags, default=0.0)
+    print(
+        f"{name:<11} serial {serial:6.2f} s  concurrent {together:6.2f} s"
+        f" ({together / serial:4.2f}x)  loop lag max {max(lags, default=0) * ms:6.1f} ms"
+        f"  p99 {p99 * ms:6.1f} ms  ({tasks * puts / together:,.0f} puts/s)"
     )
-    compare(
-        f"get ({label})",
-        repeats,
-        calls,
-        lambda r: sync_gets(memories["s"], calls),
-        lambda r: async_gets(memories["a"], calls),
-    )
-    compare(
-        f"put+get ({label})",
-        repeats,
-        calls,
-        lambda r: sync_turns(memories["s"], rounds[r]),
-        lambda r: async_turns(memories["a"], rounds[r]),
-    )
-    print(f"{'':<20} window: {len(memories['a'].get())} messages")
-    store.close()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--calls", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--window", type=int, default=1000)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20)
+    parser.add_argument("--puts", type=int, default=200)
+    parser.add_argument("--url", help="an existing PostgreSQL database (default: start a server)")
     args = parser.parse_args()
-    bench(None, "memory", args.calls, args.repeats, args.window)
+    print(f"{args.tasks} tasks x {args.puts} aput calls, each task its own session:")
     with tempfile.TemporaryDirectory() as tmp:
-        bench(Path(tmp) / "m.db", "disk", args.calls, args.repeats, args.window)
+        store: Store = open_store(Path(tmp) / "m.db")
+        bench(
+            "SQLite",
+            lambda s: Memory(store, s, budget=BUDGET, tokenizer=WordTokenizer()),
+            args.tasks,
+            args.puts,
+        )
+    server = None
+    url = args.url
+    if url is None:
+        from pg import DebianServer, new_database
+
+        server = DebianServer(durable=True).start()
+        url = new_database(server)
+    try:
+        bench(
+            "PostgreSQL",
+            lambda s: Memory(open_store(url), s, budget=BUDGET, tokenizer=WordTokenizer()),
+            args.tasks,
+            args.puts,
+        )
+    finally:
+        if server is not None:
+            server.stop()
 
 
 if __name__ == "__main__":

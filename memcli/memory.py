@@ -6,21 +6,21 @@ import asyncio
 import json
 import threading
 import uuid
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from os import PathLike
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
-from memcli.blocks.static import StaticBlock
-from memcli.errors import StoreBusy, UsageError
+from memcli.errors import UsageError
 from memcli.flush import Budget, plan_flush, truncation_order
 from memcli.messages import Message, format_time, metadata_json, parse_time
-from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
+from memcli.store.base import FlushPlan, NewMessage, SessionInfo, Store, WindowEntry
 from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages, message_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from contextlib import AbstractContextManager
     from typing import Any, TypeVar
 
     T = TypeVar("T")
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from memcli.blocks.feed import FeedResult
 
 INSERT_METHODS = ("system", "user")
+#: After a put found the session changed by another writer, this many puts take the general
+#: path (window read under the session's lock) before one tries again in one round trip.
+CONTENDED_PUTS = 16
 
 
 def new_session_id() -> str:
@@ -70,10 +73,6 @@ class Context:
     memory_text: str = ""
 
 
-class _WouldWait(Exception):  # noqa: N818 (a signal, not an error)
-    """Doing this now would wait for another thread (or process) using the store."""
-
-
 class Memory:
     """Short-term memory for one session, with long-term blocks, persisted in a store.
 
@@ -106,6 +105,9 @@ class Memory:
                 "Give each block its own name",
             )
         self.session_id = session_id or new_session_id()
+        #: A message given with `tokens` set keeps that count (an integration that counts as
+        #: its framework does sets this: `MemcliMemory`); otherwise memcli counts every message.
+        self.given_tokens = False
         self._lock: threading.RLock = getattr(store, "lock", None) or threading.RLock()
         # One feed at a time: tasks putting at once hand their flushes to the blocks in turn.
         self._feeding = threading.Lock()
@@ -143,6 +145,7 @@ class Memory:
         self._messages: list[Message] | None = None
         self._version = -2
         self._txn_serial = -1
+        self._contended = 0  # puts left to go by the general path (`_store_calls`)
 
     @classmethod
     def from_defaults(
@@ -242,6 +245,13 @@ class Memory:
     def count_tokens(self, message: Message) -> int:
         return message_tokens(message, self.tokenizer)
 
+    def _count(self, messages: Sequence[Message]) -> list[int]:
+        """Each message's tokens: memcli's count, or the one given with it (`given_tokens`)."""
+        if not self.given_tokens:
+            return count_messages(messages, self.tokenizer)
+        counted = iter(count_messages([m for m in messages if m.tokens is None], self.tokenizer))
+        return [m.tokens if m.tokens is not None else next(counted) for m in messages]
+
     def put(self, message: Message) -> list[Flush]:
         """Store a message, then flush if the window is over budget; return the flushes."""
         return self.put_messages([message])
@@ -266,7 +276,7 @@ class Memory:
         Returns each call's flushes; `progress(n)` is told how many messages each call put.
         """
         normal = [[_as_message(m) for m in call] for call in calls]
-        out = self._store_calls(normal, progress, wait=True)
+        out = self._store_calls(normal, progress)
         flushes = [f for call_flushes in out for f in call_flushes]
         if feed_blocks and self.memory_blocks and flushes:
             self.feed_blocks_many(flushes)
@@ -276,58 +286,118 @@ class Memory:
         self,
         calls: list[list[Message]],
         progress: Callable[[int], None] | None,
-        wait: bool,
     ) -> list[list[Flush]]:
-        """The store part of `put_calls`. With `wait=False`, raise _WouldWait (having done
-        nothing) where it would have to wait for another thread or process."""
+        """The store part of `put_calls`."""
         messages = [m for call in calls for m in call]
         if not messages:
             return [[] for _ in calls]
-        if not self._lock.acquire(blocking=wait):
-            raise _WouldWait
-        try:
-            return self._put(calls, messages, progress, wait)
-        except _WouldWait:
-            self._forget()  # (it may have come after the window was read: it is read again)
-            raise
-        except BaseException:
-            self._forget()  # the store rolled back what this object already holds
-            raise
-        finally:
-            self._lock.release()
+        with self._lock:
+            try:
+                if self._contended:
+                    self._contended -= 1
+                elif progress is None and self._version >= 0 and not self.store.transaction_depth:
+                    # (with `progress`, which may raise to undo the put, the general path)
+                    out = self._put_at_once(calls, messages)
+                    if out is not None:
+                        return out
+                    self._forget()  # another writer came first: read the window again
+                    # Writers taking turns on the session: the next puts read it under its lock
+                    # (the general path) rather than fail the version check and wait twice.
+                    self._contended = CONTENDED_PUTS
+                return self._put(calls, messages, progress)
+            except BaseException:
+                self._forget()  # the store rolled back what this object already holds
+                raise
+
+    def _put_at_once(
+        self,
+        calls: Sequence[Sequence[Message]],
+        messages: list[Message],
+    ) -> list[list[Flush]] | None:
+        """The calls' messages stored and flushed by one store call (`Store.put_window`: one
+        statement on PostgreSQL), the flushes planned here on the window held, new messages
+        standing in them as -1, -2, ...; None (nothing written) when the session changed since
+        the window was read."""
+        tokens = self._count(messages)
+        # Planned on the window held, which stays as it was until the store has the messages:
+        # a write that waits for another process lets other threads read meanwhile.
+        held = (self._window, self._window_tokens, self._window_users, self._messages)
+        self._window = list(self._window)
+        self._messages = None if self._messages is None else list(self._messages)
+        planned: list[list[FlushPlan]] = []
+        start = 0
+        for call in calls:
+            end = start + len(call)
+            self._extend(call, [-1 - i for i in range(start, end)], tokens[start:end])
+            planned.append(self._plan())
+            start = end
+        after = (self._window, self._window_tokens, self._window_users, self._messages)
+        self._window, self._window_tokens, self._window_users, self._messages = held
+        done = self.store.put_window(
+            self.session_id,
+            self._version,
+            [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)],
+            [p for call_plans in planned for p in call_plans],
+        )
+        if done is None:
+            return None
+        ids, flush_ids, self._version = done
+        self._window, self._window_tokens, self._window_users, self._messages = after
+
+        def real(i: int) -> int:
+            return ids[-1 - i] if i < 0 else i
+
+        self._window = [e._replace(id=real(e.id)) for e in self._window]
+        if self._messages is not None:
+            self._messages = [
+                replace(m, id=real(m.id)) if m.id is not None and m.id < 0 else m
+                for m in self._messages
+            ]
+        out: list[list[Flush]] = []
+        given = iter(flush_ids)
+        for call_plans in planned:
+            flushes = [
+                Flush(next(given), [real(i) for i in p.message_ids], p.tokens, p.reason)
+                for p in call_plans
+            ]
+            out.append(self._with_messages(flushes) if flushes else flushes)
+        return out
+
+    def _extend(self, call: Sequence[Message], ids: Sequence[int], tokens: Sequence[int]) -> None:
+        """Add a call's stored messages to the window held."""
+        self._window.extend(
+            WindowEntry(i, m.role, t) for m, i, t in zip(call, ids, tokens, strict=True)
+        )
+        if self._messages is not None:
+            self._messages.extend(
+                _as_stored(m, i, t, self.session_id)
+                for m, i, t in zip(call, ids, tokens, strict=True)
+            )
+        self._window_tokens += sum(tokens)
+        self._window_users += sum(1 for m in call if m.role == "user")
 
     def _put(
         self,
         calls: Sequence[Sequence[Message]],
         messages: list[Message],
         progress: Callable[[int], None] | None,
-        wait: bool = True,
     ) -> list[list[Flush]]:
         """Store the calls' messages in one transaction, flushing after each call (having checked
         first, once per transaction, whether another process wrote since the window was read)."""
         out: list[list[Flush]] = []
-        with _transaction(self.store, wait):
+        with self.store.transaction():
             nested = self.store.transaction_depth > 1
             if self._txn_serial != self.store.txn_serial:
                 self._sync()
                 self._txn_serial = self.store.txn_serial
-            tokens = count_messages(messages, self.tokenizer)
+            tokens = self._count(messages)
             ids = self.store.append_messages(
                 self.session_id, [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
             )
             start = 0
             for call in calls:
                 end = start + len(call)
-                self._window.extend(
-                    WindowEntry(ids[i], messages[i].role, tokens[i]) for i in range(start, end)
-                )
-                if self._messages is not None:
-                    self._messages.extend(
-                        _as_stored(messages[i], ids[i], tokens[i], self.session_id)
-                        for i in range(start, end)
-                    )
-                self._window_tokens += sum(tokens[start:end])
-                self._window_users += sum(1 for m in call if m.role == "user")
+                self._extend(call, ids[start:end], tokens[start:end])
                 out.append(self._flush())
                 if progress is not None:
                     progress(len(call))
@@ -379,6 +449,19 @@ class Memory:
 
     def _flush(self, threshold: float | None = None, max_batches: int | None = None) -> list[Flush]:
         """Archive the batches the flush policy picks (each one a transaction)."""
+        planned = self._plan(threshold, max_batches)
+        flushes = []
+        for ids, tokens, reason in planned:
+            with self.store.transaction():
+                flush_id = self.store.archive(self.session_id, ids, tokens, reason)
+            flushes.append(Flush(flush_id, ids, tokens, reason))
+        return self._with_messages(flushes)
+
+    def _plan(
+        self, threshold: float | None = None, max_batches: int | None = None
+    ) -> list[FlushPlan]:
+        """The batches the flush policy picks from the window held; the window held then starts
+        after them (the caller archives them)."""
         threshold = self.budget.threshold if threshold is None else threshold
         if self._window_tokens <= threshold:
             return []
@@ -395,22 +478,21 @@ class Memory:
         )[:max_batches]
         if not batches:
             return []
-        flushes = []
-        for batch in batches:
-            entries = window[batch.start : batch.end]
-            ids = [e.id for e in entries]
-            with self.store.transaction():
-                flush_id = self.store.archive(self.session_id, ids, batch.tokens, batch.describe())
-            flushes.append(Flush(flush_id, ids, batch.tokens, batch.describe()))
         moved = batches[-1].end
         self._window = window[moved:]
         if self._messages is not None:
             self._messages = self._messages[moved:]
         self._window_tokens -= sum(b.tokens for b in batches)
         self._window_users -= sum(1 for e in window[:moved] if e.role == "user")
+        return [
+            FlushPlan([e.id for e in window[b.start : b.end]], b.tokens, b.describe())
+            for b in batches
+        ]
+
+    def _with_messages(self, flushes: list[Flush]) -> list[Flush]:
+        """The flushes with their messages, read back as stored, when blocks are to be fed."""
         if not self.memory_blocks:
             return flushes
-        # Only blocks need the batches' messages: read them back as stored.
         return [
             replace(f, messages=self.store.get_messages(self.session_id, ids=f.message_ids))
             for f in flushes
@@ -449,23 +531,19 @@ class Memory:
 
     def context(self, input: str | Message | None = None) -> Context:
         """Assemble what `get()` returns, with each block's content and what truncation cut."""
-        got = self._history(wait=True)
+        got = self._history()
         return got if isinstance(got, Context) else self._assemble(*got, input)
 
-    def _history(self, wait: bool) -> Context | tuple[list[Message], int]:
+    def _history(self) -> Context | tuple[list[Message], int]:
         """The active messages and their tokens, as of now (reread if the session changed); with
         no blocks, the context itself (it is those messages)."""
-        if not self._lock.acquire(blocking=wait):
-            raise _WouldWait
-        try:
+        with self._lock:
             self._sync(messages=True)
             assert self._messages is not None
             # A copy, made under the lock: puts extend the list held. (Message is frozen.)
             if not self.memory_blocks:
                 return Context(list(self._messages), [], self._window_tokens, "")
             return list(self._messages), self._window_tokens
-        finally:
-            self._lock.release()
 
     def _assemble(
         self, history: list[Message], tokens: int, input: str | Message | None
@@ -484,41 +562,39 @@ class Memory:
 
     def set(self, messages: Sequence[Message]) -> None:
         """Replace the active window with these messages; archived history is kept. No flush."""
-        self._set([_as_message(m) for m in messages], wait=True)
-
-    def _set(self, messages: list[Message], wait: bool) -> None:
-        tokens = count_messages(messages, self.tokenizer)
+        messages = [_as_message(m) for m in messages]
+        tokens = self._count(messages)
         rows = [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
 
         def replace_window() -> None:
             self.store.delete_active(self.session_id)
             self.store.append_messages(self.session_id, rows)
 
-        self._write(replace_window, wait)
+        self._write(replace_window)
 
     def reset(self) -> int:
         """Delete the session's messages (active and archived); return how many. Blocks keep theirs."""
-        return self._write(self._delete_messages, wait=True)
+        return self._write(self._delete_messages)
 
     def _delete_messages(self) -> int:
         return self.store.delete_messages(self.session_id)
 
-    def _write(self, change: Callable[[], T], wait: bool) -> T:
+    def _write(self, change: Callable[[], T]) -> T:
         """Run `change` in one transaction under the lock; the window is read again after."""
-        if not self._lock.acquire(blocking=wait):
-            raise _WouldWait
-        try:
-            with _transaction(self.store, wait):
-                return change()
-        finally:
-            self._forget()
-            self._lock.release()
+        with self._lock:
+            try:
+                with self.store.transaction():
+                    return change()
+            finally:
+                self._forget()
 
     # -- async ------------------------------------------------------------------------------------
-    # What touches only the store runs on the event loop: it takes microseconds, and it never
-    # waits there; when it would (another thread holds the store, another process the write lock)
-    # it runs in a worker thread instead. Blocks' work (an LLM, an embedding model) always runs in
-    # a worker thread, so that the loop goes on.
+    # Each call runs its sync twin in a worker thread of the store's (`store_worker`): the event
+    # loop only hands the call over and awaits it, so it goes on with other tasks while SQLite
+    # writes, PostgreSQL answers, or another process holds the write lock. Several threads per
+    # store, so that a read goes on while a write waits for another process; the store's lock
+    # orders their statements. Blocks' work after a put (an LLM, an embedding model) runs in
+    # asyncio's default executor, so that it does not hold a thread of the store's.
 
     async def aput(self, message: Message) -> list[Flush]:
         """`put`, for asyncio."""
@@ -535,100 +611,59 @@ class Memory:
     ) -> list[list[Flush]]:
         """`put_calls`, for asyncio."""
         normal = [[_as_message(m) for m in call] for call in calls]
-        try:  # (not through _now_or_in_thread: a coroutine less per call)
-            out = self._store_calls(normal, None, wait=False)
-        except _WouldWait:
-            out = await asyncio.to_thread(self._store_calls, normal, None, True)
+        out = await _in_worker(self.store, self._store_calls, normal, None)
         flushes = [f for call_flushes in out for f in call_flushes]
         if feed_blocks and self.memory_blocks and flushes:
             await asyncio.to_thread(self.feed_blocks_many, flushes)
         return out
 
     async def aflush_now(self) -> list[Flush]:
-        """`flush_now`, for asyncio (in a worker thread: it is rare, and may feed the blocks)."""
-        return await asyncio.to_thread(self.flush_now)
+        """`flush_now`, for asyncio."""
+        return await _in_worker(self.store, self.flush_now)
 
     async def aget(self, input: str | Message | None = None) -> list[Message]:
         """`get`, for asyncio."""
-        try:  # (the fast path of acontext, a coroutine less per call)
-            got = self._history(wait=False)
-        except _WouldWait:
-            got = await asyncio.to_thread(self._history, True)
-        if isinstance(got, Context):
-            return got.messages
-        return (await self._ablocks(got, input)).messages
+        return (await self.acontext(input)).messages
 
     async def acontext(self, input: str | Message | None = None) -> Context:
-        """`context`, for asyncio: blocks that do more than return fixed text (facts, vectors,
-        your own) are asked in a worker thread."""
-        got = await _now_or_in_thread(self._history)
-        if isinstance(got, Context):
-            return got
-        return await self._ablocks(got, input)
-
-    async def _ablocks(
-        self, history: tuple[list[Message], int], input: str | Message | None
-    ) -> Context:
-        if any(not isinstance(b, StaticBlock) for b in self.memory_blocks):
-            return await asyncio.to_thread(self._assemble, *history, input)
-        return self._assemble(*history, input)
+        """`context`, for asyncio."""
+        return await _in_worker(self.store, self.context, input)
 
     async def aget_all(self, status: str | None = None) -> list[Message]:
         """`get_all`, for asyncio."""
-        return await _now_or_in_thread(self._get_all, status)
-
-    def _get_all(self, status: str | None, wait: bool) -> list[Message]:
-        if not self._lock.acquire(blocking=wait):
-            raise _WouldWait
-        try:
-            return self.get_all(status)
-        finally:
-            self._lock.release()
+        return await _in_worker(self.store, self.get_all, status)
 
     async def aset(self, messages: Sequence[Message]) -> None:
         """`set`, for asyncio."""
-        await _now_or_in_thread(self._set, [_as_message(m) for m in messages])
+        await _in_worker(self.store, self.set, messages)
 
     async def areset(self) -> int:
         """`reset`, for asyncio."""
-        return await _now_or_in_thread(self._write, self._delete_messages)
+        return await _in_worker(self.store, self.reset)
 
 
-async def _now_or_in_thread(fn: Callable[..., T], *args: Any) -> T:
-    """`fn(*args, wait=False)` here, or `fn(*args, wait=True)` in a worker thread when that
-    raised _WouldWait (it would have waited for another thread or process)."""
-    try:
-        return fn(*args, wait=False)
-    except _WouldWait:
-        pass
-    return await asyncio.to_thread(fn, *args, True)
+#: Threads per store that run the async API's calls (one would queue a read behind a write that
+#: waits for another process; more would only wait for the store's lock).
+STORE_WORKERS = 4
+_workers: weakref.WeakKeyDictionary[Store, ThreadPoolExecutor] = weakref.WeakKeyDictionary()
+_workers_lock = threading.Lock()
 
 
-class _Begin:
-    """`store.transaction(wait=False)` that raises _WouldWait where it would wait (StoreBusy):
-    as it begins, or (a store whose writers take turns per session) at the first statement on a
-    session another process is writing; the transaction is rolled back then."""
-
-    __slots__ = ("transaction",)
-
-    def __init__(self, store: Store) -> None:
-        self.transaction = store.transaction(wait=False)
-
-    def __enter__(self) -> None:
-        try:
-            self.transaction.__enter__()
-        except StoreBusy:
-            raise _WouldWait from None
-
-    def __exit__(self, *exc: Any) -> bool | None:
-        self.transaction.__exit__(*exc)
-        if isinstance(exc[1], StoreBusy):
-            raise _WouldWait from None
-        return None
+def store_worker(store: Store) -> ThreadPoolExecutor:
+    """The threads that run the async API's calls on `store` (made at its first async call, gone
+    with the store)."""
+    with _workers_lock:
+        worker = _workers.get(store)
+        if worker is None:
+            worker = ThreadPoolExecutor(STORE_WORKERS, thread_name_prefix="memcli-store")
+            _workers[store] = worker
+        return worker
 
 
-def _transaction(store: Store, wait: bool) -> AbstractContextManager[None]:
-    return store.transaction() if wait else _Begin(store)
+async def _in_worker(store: Store, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a worker thread of the store's, the event loop free meanwhile."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(store_worker(store), fn, *args)
 
 
 def stored_budget(info: SessionInfo) -> Budget:

@@ -31,6 +31,7 @@ from llm_server import LLMServer
 
 from memcli import Memory, Message
 from memcli.integrations.llama_index import MemcliMemory, from_chat_message, to_chat_message
+from memcli.tokens import TiktokenTokenizer, message_tokens
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
 
@@ -239,3 +240,58 @@ def test_agent_keeps_its_memory_in_memcli(llm: LLMServer, tmp_path: Path) -> Non
     stored = Memory.from_defaults(session_id="s", db=db).get_all()
     assert [m.content for m in stored][::2] == ["My name is Ana", "What is my name?"]
     assert "Your name is Ana." in stored[-1].content
+
+
+def agent_turn(i: int) -> list[ChatMessage]:
+    """One turn of a tool-using agent as LlamaIndex's FunctionAgent stores it: the question, a
+    reply that calls a tool (tool-call block and OpenAI's `tool_calls`), the tool's result, the
+    answer."""
+    from llama_index.core.base.llms.types import ToolCallBlock
+
+    call = {
+        "id": f"call_{i}",
+        "type": "function",
+        "function": {"name": "weather", "arguments": json.dumps({"city": f"City {i}"})},
+    }
+    return [
+        ChatMessage(role="user", content=f"What is the weather in City {i} today, please?"),
+        ChatMessage(
+            role="assistant",
+            blocks=[
+                ToolCallBlock(
+                    tool_call_id=f"call_{i}", tool_name="weather", tool_kwargs={"city": f"City {i}"}
+                )
+            ],
+            additional_kwargs={"tool_calls": [call]},
+        ),
+        ChatMessage(
+            role="tool",
+            content=f"Sunny, {10 + i} degrees, light wind from the west",
+            additional_kwargs={"tool_call_id": f"call_{i}", "name": "weather"},
+        ),
+        ChatMessage(role="assistant", content=f"It is sunny in City {i}, {10 + i} degrees."),
+    ]
+
+
+def test_flushes_where_llama_index_memory_does_with_tool_calls() -> None:
+    """A 20-turn tool-using agent's messages, put into LlamaIndex's own Memory and into
+    MemcliMemory with the same budget: after every put both keep the same messages, and each
+    message counts the same tokens under both."""
+    from llama_index.core.memory import Memory as LlamaMemory
+
+    budget = {"token_limit": 600, "chat_history_token_ratio": 0.5, "token_flush_size": 100}
+    reference = LlamaMemory.from_defaults(session_id="ref", **budget)
+    ours = MemcliMemory.from_defaults(session_id="ours", **budget)
+    messages = [m for i in range(20) for m in agent_turn(i)]
+    for i, message in enumerate(messages):
+        reference.put(message)
+        ours.put(message)
+        assert ours.memory.get_all()[-1].tokens == reference._estimate_token_count(message)
+        assert ours.get() == reference.get(), f"after message {i}"
+    archived = [m for m in ours.memory.get_all() if m.status == "archived"]
+    assert len(archived) > 40  # it flushed, many times
+    # memcli's own count of a tool-calling reply (content plus stored metadata) is far higher
+    tool_call = from_chat_message(messages[1])
+    assert message_tokens(tool_call, TiktokenTokenizer()) > reference._estimate_token_count(
+        messages[1]
+    )

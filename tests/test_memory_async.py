@@ -325,3 +325,45 @@ def test_tasks_putting_into_one_memory_feed_its_blocks_in_turn() -> None:
     asyncio.run(run())
     assert block.batches >= 2 and not block.overlapped.is_set()
     assert len(memory.get_all()) == 48
+
+
+class HeldStore(SQLiteStore):
+    """A store whose appends wait (in the thread that runs them) until `go` is set, and record
+    which thread ran them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.threads: list[int] = []
+
+    def append_messages(self, session_id: str, messages: Any) -> list[int]:
+        self.threads.append(threading.get_ident())
+        assert self.go.wait(PATIENCE_S)
+        return super().append_messages(session_id, messages)
+
+
+def test_the_loop_runs_while_a_put_is_in_the_store() -> None:
+    """A put's store work runs in another thread than the loop's: a ticker task on the loop ticks
+    while the put is inside the store, and only then lets it go on (were the put's store work on
+    the loop, the ticker could never tick and the put would fail its wait)."""
+    store = HeldStore()
+    memory = small(store)
+    ticks: list[int] = []
+
+    async def ticker() -> None:
+        while not store.threads:
+            await asyncio.sleep(0.001)
+        for i in range(5):  # the put is held inside the store meanwhile
+            ticks.append(i)
+            await asyncio.sleep(0.001)
+        store.go.set()
+
+    async def run() -> tuple[int, list[object]]:
+        loop_thread = threading.get_ident()
+        flushes, _ = await asyncio.gather(memory.aput_messages(turns(8)), ticker())
+        return loop_thread, flushes
+
+    loop_thread, flushes = asyncio.run(run())
+    assert ticks == [0, 1, 2, 3, 4] and flushes
+    assert store.threads and loop_thread not in store.threads
+    check_invariants(store, memory)

@@ -20,6 +20,10 @@ A `ChatMessage` becomes a memcli `Message` thus:
 - `additional_kwargs` (`tool_calls`, `tool_call_id`, ...): as JSON in `metadata["extra"]`, where
   memcli keeps the keys of an OpenAI message it has no field for (`memcli export` writes them back
   on the record); a `name` there is the message's `name`.
+Each message is counted as LlamaIndex's own `Memory` counts it (`llama_index_tokens`: its text
+blocks, 256 for an image, audio, video or document, nothing for tool calls, thinking and cache
+points, plus `str(additional_kwargs)` when there are any), not by memcli's rule for a message
+(content plus its stored metadata): the same agent flushes at the same points under both.
 Read back, each becomes the `ChatMessage` it was. Other metadata of a memcli message (given
 through memcli, not LlamaIndex) is not shown to LlamaIndex: LLM integrations send
 `additional_kwargs` to the provider.
@@ -28,17 +32,27 @@ through memcli, not LlamaIndex) is not shown to LlamaIndex: LLM integrations sen
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
+from llama_index.core.base.llms.types import (
+    AudioBlock,
+    ChatMessage,
+    DocumentBlock,
+    ImageBlock,
+    MessageRole,
+    TextBlock,
+    VideoBlock,
+)
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 
 from memcli.errors import InputError
 from memcli.memory import Memory
 from memcli.messages import EXTRA, ROLES, Message
+from memcli.tokens import Tokenizer
 
-__all__ = ["MemcliMemory", "from_chat_message", "to_chat_message"]
+__all__ = ["MemcliMemory", "from_chat_message", "llama_index_tokens", "to_chat_message"]
 
 #: The metadata key holding what a memcli message has no field for of a LlamaIndex message.
 KEY = "llama_index"
@@ -82,6 +96,29 @@ def from_chat_message(message: ChatMessage) -> Message:
         name=name,
         metadata=metadata or None,
     )
+
+
+#: What LlamaIndex's `Memory` counts for a block that is not text (its default estimates).
+MEDIA_TOKENS = 256
+_MEDIA = (ImageBlock, AudioBlock, VideoBlock, DocumentBlock)
+
+
+def llama_index_tokens(message: ChatMessage, tokenizer: Tokenizer) -> int:
+    """A message's tokens as LlamaIndex's `Memory._estimate_token_count` counts them: each text
+    block's, MEDIA_TOKENS for an image, audio, video or document block, none for the other blocks
+    (tool calls, thinking, citations, cache points), plus those of `str(additional_kwargs)` when
+    it is not empty."""
+    tokens = sum(
+        tokenizer.count(block.text)
+        if isinstance(block, TextBlock)
+        else MEDIA_TOKENS
+        if isinstance(block, _MEDIA)
+        else 0
+        for block in message.blocks
+    )
+    if message.additional_kwargs:
+        tokens += tokenizer.count(str(message.additional_kwargs))
+    return tokens
 
 
 def to_chat_message(message: Message) -> ChatMessage:
@@ -130,6 +167,7 @@ class MemcliMemory(BaseMemory):
 
     def __init__(self, memory: Memory, **data: Any) -> None:
         super().__init__(session_id=memory.session_id, **data)  # type: ignore[call-arg]
+        memory.given_tokens = True  # the messages come counted as LlamaIndex counts them
         self._memory = memory
 
     @classmethod
@@ -149,6 +187,13 @@ class MemcliMemory(BaseMemory):
         """The memcli `Memory` this adapter writes to."""
         return self._memory
 
+    def _stored(self, messages: Sequence[ChatMessage]) -> list[Message]:
+        """The memcli messages, each with its tokens as LlamaIndex counts them."""
+        tokenizer = self._memory.tokenizer
+        return [
+            replace(from_chat_message(m), tokens=llama_index_tokens(m, tokenizer)) for m in messages
+        ]
+
     def get(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
         """The active messages with long-term memory inserted (`Memory.get(input)`)."""
         return [to_chat_message(m) for m in self._memory.get(input)]
@@ -158,16 +203,36 @@ class MemcliMemory(BaseMemory):
         return [to_chat_message(m) for m in self._memory.get_all()]
 
     def put(self, message: ChatMessage) -> None:
-        self._memory.put(from_chat_message(message))
+        self._memory.put_messages(self._stored([message]))
 
     def put_messages(self, messages: Sequence[ChatMessage]) -> None:
         """Store the messages in one call: one flush for all of them, as `Memory.put_messages`."""
-        self._memory.put_messages([from_chat_message(m) for m in messages])
+        self._memory.put_messages(self._stored(messages))
 
     def set(self, messages: Sequence[ChatMessage]) -> None:
         """Replace the active window (archived history is kept), as `Memory.set`."""
-        self._memory.set([from_chat_message(m) for m in messages])
+        self._memory.set(self._stored(messages))
 
     def reset(self) -> None:
         """Delete the session's messages, active and archived, as `Memory.reset`."""
         self._memory.reset()
+
+    # The async twins run memcli's (the store's work in a worker thread, the event loop free).
+
+    async def aget(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
+        return [to_chat_message(m) for m in await self._memory.aget(input)]
+
+    async def aget_all(self) -> list[ChatMessage]:
+        return [to_chat_message(m) for m in await self._memory.aget_all()]
+
+    async def aput(self, message: ChatMessage) -> None:
+        await self._memory.aput_messages(self._stored([message]))
+
+    async def aput_messages(self, messages: list[ChatMessage]) -> None:
+        await self._memory.aput_messages(self._stored(messages))
+
+    async def aset(self, messages: list[ChatMessage]) -> None:
+        await self._memory.aset(self._stored(messages))
+
+    async def areset(self) -> None:
+        await self._memory.areset()

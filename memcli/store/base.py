@@ -66,6 +66,15 @@ class NewMessage(NamedTuple):
     tokens: int
 
 
+class FlushPlan(NamedTuple):
+    """A flush about to be stored: its messages' ids (a message stored by the same call stands as
+    -1 for its first, -2, ...), their tokens, and why the batch has its shape."""
+
+    message_ids: list[int]
+    tokens: int
+    reason: str
+
+
 #: What a PostgreSQL database's URL starts with (anything else given as `db` is a SQLite file).
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -198,6 +207,18 @@ class Store(SQLStore, Protocol):
     # messages
     def append_messages(self, session_id: str, messages: Sequence[NewMessage]) -> list[int]:
         """Store messages as active, after every earlier one; return their ids."""
+        ...
+
+    def put_window(
+        self,
+        session_id: str,
+        version: int,
+        messages: Sequence[NewMessage],
+        flushes: Sequence[FlushPlan],
+    ) -> tuple[list[int], list[int], int] | None:
+        """Outside a transaction: if the session is still at `version`, append the messages and
+        archive the flushes, at once; return the messages' ids, the flushes' ids and the
+        session's new version. None, having written nothing, when another writer came first."""
         ...
 
     def active_window(self, session_id: str) -> list[WindowEntry]: ...

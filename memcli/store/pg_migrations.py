@@ -272,6 +272,78 @@ _PGVECTOR = (
 )
 
 
+# A put in one statement (PostgresStore.put_window): the session's write lock, the version check,
+# the append, the flushes and the session's counters, in the statement's own transaction. New
+# messages stand in p_archive as -1, -2, ...; the OUT values are NULL when the session is not at
+# p_version (nothing written).
+_PUT_19 = (
+    """CREATE FUNCTION memcli_put(
+   p_session TEXT, p_key BIGINT, p_version BIGINT, p_stamp TEXT,
+   p_roles TEXT[], p_contents TEXT[], p_names TEXT[], p_metadata TEXT[], p_tokens BIGINT[],
+   p_times TEXT[], p_archive BIGINT[], p_counts INT[], p_flush_tokens BIGINT[],
+   p_reasons TEXT[], OUT ids BIGINT[], OUT flush_ids BIGINT[], OUT version BIGINT
+) LANGUAGE plpgsql AS $$
+DECLARE
+   n INT := cardinality(p_roles);
+   first_seq BIGINT;
+   v_status TEXT[] := array_fill('active'::TEXT, ARRAY[n]);
+   v_flush BIGINT[] := array_fill(NULL::BIGINT, ARRAY[n]);
+   batch BIGINT[];
+   old BIGINT[];
+   v_flush_id BIGINT;
+   at INT := 1;
+   changed INT;
+BEGIN
+   PERFORM pg_advisory_xact_lock(p_key);
+   IF (SELECT s.version FROM sessions s WHERE s.id = p_session) IS DISTINCT FROM p_version THEN
+      RETURN;
+   END IF;
+   SELECT COALESCE(MAX(seq) + 1, 0) INTO first_seq FROM messages WHERE session_id = p_session;
+   ids := ARRAY(SELECT nextval('messages_id_seq') FROM generate_series(1, n));
+   flush_ids := '{}';
+   FOR b IN 1 .. COALESCE(cardinality(p_counts), 0) LOOP
+      batch := ARRAY(SELECT CASE WHEN x < 0 THEN ids[-x] ELSE x END
+                     FROM unnest(p_archive[at : at + p_counts[b] - 1]) WITH ORDINALITY AS u(x, o)
+                     ORDER BY o);
+      INSERT INTO flushes (session_id, created_at, messages, tokens, first_message_id,
+                           last_message_id, reason)
+      VALUES (p_session, p_stamp, p_counts[b], p_flush_tokens[b], batch[1],
+              batch[cardinality(batch)], p_reasons[b])
+      RETURNING id INTO v_flush_id;
+      flush_ids := flush_ids || v_flush_id;
+      FOR i IN at .. at + p_counts[b] - 1 LOOP
+         IF p_archive[i] < 0 THEN
+            v_status[-p_archive[i]] := 'archived';
+            v_flush[-p_archive[i]] := v_flush_id;
+         END IF;
+      END LOOP;
+      old := ARRAY(SELECT x FROM unnest(p_archive[at : at + p_counts[b] - 1]) AS x WHERE x > 0);
+      UPDATE messages SET status = 'archived', flush_id = v_flush_id
+      WHERE session_id = p_session AND messages.status = 'active' AND id = ANY (old);
+      GET DIAGNOSTICS changed = ROW_COUNT;
+      IF changed <> cardinality(old) THEN
+         RAISE EXCEPTION 'session % changed while it was being flushed', p_session;
+      END IF;
+      at := at + p_counts[b];
+   END LOOP;
+   INSERT INTO messages (id, session_id, seq, role, content, name, metadata, tokens, status,
+                         flush_id, timestamp, created_at)
+   SELECT ids[o], p_session, first_seq + o - 1, r, c, nm, md, t, v_status[o], v_flush[o], ts, p_stamp
+   FROM unnest(p_roles, p_contents, p_names, p_metadata, p_tokens, p_times)
+        WITH ORDINALITY AS u(r, c, nm, md, t, ts, o);
+   UPDATE sessions s SET version = s.version + 1, updated_at = p_stamp,
+      active_messages = s.active_messages + n - (at - 1),
+      archived_messages = s.archived_messages + (at - 1),
+      active_tokens = s.active_tokens + (SELECT COALESCE(SUM(x), 0) FROM unnest(p_tokens) x)
+                      - (SELECT COALESCE(SUM(x), 0) FROM unnest(p_flush_tokens) x),
+      flushes = s.flushes + COALESCE(cardinality(p_counts), 0)
+   WHERE s.id = p_session
+   RETURNING s.version INTO version;
+END
+$$""",
+)
+
+
 def _schema_16(conn: Any) -> None:
     _run(_SCHEMA_16 + _TEXT_SEARCH)(conn)
     conn.execute("SAVEPOINT pgvector")
@@ -292,12 +364,14 @@ def _run(statements: tuple[str, ...]) -> Migration:
     return migrate
 
 
-#: Numbered migrations; a database records the highest one applied. Append, never edit. The
-#: numbers are SQLite's: a PostgreSQL database at version N holds what a SQLite one at N does.
+#: Numbered migrations; a database records the highest one applied. Append, never edit. Up to 18
+#: the numbers are SQLite's: a PostgreSQL database at version N holds what a SQLite one at N does;
+#: 19 (the put function) is PostgreSQL's own, SQLite's schema has nothing to match it.
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
     (18, _run(_PROVENANCE_18)),
+    (19, _run(_PUT_19)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from memcli.errors import StoreBusy, StoreError
-from memcli.messages import format_time
-from memcli.store.base import redact_url
+from memcli.messages import format_time, metadata_json
+from memcli.store.base import FlushPlan, NewMessage, redact_url
 from memcli.store.check import PG_CHECKS, Problem, run_checks
 from memcli.store.pg_migrations import LATEST, schema_version, upgrade
 from memcli.store.tables import MESSAGE_ROW, TableStore, now_utc
@@ -57,6 +57,14 @@ ID_TABLES = {
     "fact_history": None,
     "retrieval_vectors": None,
 }
+
+
+#: The call `put_window` makes (arrays typed: an empty list has no type of its own).
+_PUT = (
+    "SELECT ids, flush_ids, version FROM memcli_put(%s, %s, %s, %s, %s::text[], %s::text[],"
+    " %s::text[], %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::int[], %s::bigint[],"
+    " %s::text[])"
+)
 
 
 @lru_cache(maxsize=2048)
@@ -344,6 +352,49 @@ class PostgresStore(TableStore):
                         copy.write_row(row)
             except self._psycopg.Error as exc:
                 raise self._error(exc, f"cannot store messages in {self.where}") from None
+
+    def put_window(
+        self,
+        session_id: str,
+        version: int,
+        messages: Sequence[NewMessage],
+        flushes: Sequence[FlushPlan],
+    ) -> tuple[list[int], list[int], int] | None:
+        """A put in one round trip: one call of the server-side function `memcli_put` (migration
+        19), in its own transaction (see `Store.put_window`). Inside a caller's transaction, the
+        portable path."""
+        if self._depth:
+            return super().put_window(session_id, version, messages, flushes)
+        if self.read_only:
+            raise StoreError(
+                f"cannot write to {self.where}: the server serves it read-only",
+                "Reading commands work on it; point memcli at the primary server to write",
+            )
+        rows = [item.message for item in messages]
+        params = (
+            session_id,
+            session_key(session_id),
+            version,
+            format_time(now_utc()),
+            [m.role for m in rows],
+            [m.content for m in rows],
+            [m.name for m in rows],
+            [metadata_json(m.metadata) for m in rows],
+            [item.tokens for item in messages],
+            [format_time(m.timestamp) if m.timestamp else None for m in rows],
+            [i for f in flushes for i in f.message_ids],
+            [len(f.message_ids) for f in flushes],
+            [f.tokens for f in flushes],
+            [f.reason for f in flushes],
+        )
+        with self.lock:
+            try:
+                row = self.conn.execute(_PUT, params).fetchone()
+            except self._psycopg.Error as exc:
+                raise self._error(exc, f"cannot store messages in {self.where}") from None
+        if row is None or row[0] is None:
+            return None
+        return list(row[0]), list(row[1]), row[2]
 
     def close(self) -> None:
         self.conn.close()

@@ -23,7 +23,7 @@ from typing import Any
 
 from memcli.errors import StoreBusy, StoreDamaged, StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
-from memcli.store.base import FlushRecord, NewMessage, SessionInfo, WindowEntry
+from memcli.store.base import FlushPlan, FlushRecord, NewMessage, SessionInfo, WindowEntry
 
 #: Ids per statement when rows are read or changed by many ids (SQLite allowed 999 parameters
 #: before 3.32).
@@ -370,6 +370,30 @@ class TableStore:
                 active_tokens=sum(item.tokens for item in messages),
             )
         return ids
+
+    def put_window(
+        self,
+        session_id: str,
+        version: int,
+        messages: Sequence[NewMessage],
+        flushes: Sequence[FlushPlan],
+    ) -> tuple[list[int], list[int], int] | None:
+        """Append messages and archive flushes if the session is still at `version` (see the
+        Store protocol), in one transaction; a backend may do it in one statement."""
+        with self.transaction():
+            if self.session_version(session_id) != version:
+                return None
+            ids = self.append_messages(session_id, messages)
+            flush_ids = [
+                self.archive(
+                    session_id,
+                    [ids[-1 - i] if i < 0 else i for i in f.message_ids],
+                    f.tokens,
+                    f.reason,
+                )
+                for f in flushes
+            ]
+            return ids, flush_ids, self.session_version(session_id)
 
     def active_window(self, session_id: str) -> list[WindowEntry]:
         rows = self._query(
