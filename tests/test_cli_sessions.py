@@ -112,6 +112,81 @@ def test_no_database_yet() -> None:
     assert run.code == 1 and "no database" in run.stderr
 
 
+#: Every command that only reads the database (and `rm`, `facts edit|rm`: nothing to change).
+READING = [
+    ("sessions",),
+    ("inspect", "s"),
+    ("export", "s"),
+    ("rm", "s"),
+    ("search", "roses"),
+    ("check",),
+    ("summary", "s"),
+    ("dump", "blocks", "s"),
+    ("dump", "context", "s"),
+    ("facts",),
+    ("facts", "search", "tea"),
+    ("facts", "history"),
+    ("facts", "edit", "1", "tea"),
+    ("facts", "rm", "1"),
+    ("facts", "extract"),
+    ("blocks", "list", "s"),
+    ("blocks", "backfill"),
+    ("backup", "BACKUP"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "how"),
+    [(c, "flag") for c in READING]
+    + [
+        (("sessions",), "env"),
+        (("check",), "env"),
+        (("facts",), "config"),
+        (("search", "x"), "config"),
+    ],
+    ids=lambda x: " ".join(x) if isinstance(x, tuple) else x,
+)
+def test_a_reading_command_on_a_missing_database_creates_nothing(
+    tmp_path: Path, command: tuple[str, ...], how: str
+) -> None:
+    """A mistyped database path, however given: exit 1 naming it, and neither the file nor
+    its directory made."""
+    db = tmp_path / "typo" / "memcli.db"
+    args = [a.replace("BACKUP", str(tmp_path / "b.db")) for a in command]
+    if how == "flag":
+        run = memcli("--db", str(db), *args)
+    elif how == "env":
+        run = memcli(*args, env={"MEMCLI_DB": str(db)})
+    else:
+        config = tmp_path / "memcli.toml"
+        config.write_text(f"db = {json.dumps(str(db))}\nblocks = []\n")
+        run = memcli("--config", str(config), *args)
+    assert run.code == 1, run.stderr
+    assert f"no database at {db}" in run.stderr and "memcli import" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "b.db").exists()
+
+
+def test_sessions_on_a_fresh_home_lists_none_and_creates_nothing(isolated: Path) -> None:
+    """The default database not made yet is no error for `sessions`: there are none."""
+    run = memcli("sessions")
+    assert run.code == 0 and run.stdout == ""
+    assert not list(isolated.glob("*.db"))
+
+
+def test_writing_commands_create_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "new" / "dir" / "memcli.db"
+    added = memcli("--db", str(db), "facts", "add", "Ana likes tea", "--user", "ana")
+    assert added.code == 0, added.stderr
+    assert db.exists()
+    listed = memcli("--db", str(db), "facts", "--user", "ana", "--json").records()
+    assert [f["text"] for f in listed] == ["Ana likes tea"]
+    other = tmp_path / "other.db"
+    seed(tmp_path, "t")  # (into the default database)
+    imported = memcli("--db", str(other), "import", str(tmp_path / "t.jsonl"), "--session", "t")
+    assert imported.code == 0 and other.exists()
+
+
 @pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_export_round_trip(tmp_path: Path) -> None:
     seed(tmp_path)
