@@ -114,3 +114,15 @@ def test_info_sizes_the_database(tmp_path: Path) -> None:
     assert records[0]["db_bytes"] > 0 and records[0]["config_source"] == "env"
     assert records[0]["blocks_source"] == "file"
     assert [r for r in records if r["type"] == "block"] == []
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_info_never_shows_an_endpoints_credentials() -> None:
+    """An LLM endpoint with a password and a key in it: `info` shows it masked, in JSON and in
+    the table (a database URL's password is masked the same way)."""
+    url = "http://ana:SECRET-KEY@llm.example:8080/v1?api_key=SECRET-TOO&x=1"
+    for args in (["info", "--json"], ["info"]):
+        run = memcli(*args, env={"MEMCLI_API_BASE": url, "COLUMNS": "200"})
+        assert run.code == 0, run.stderr
+        assert "SECRET" not in run.stdout + run.stderr
+        assert "http://ana:***@llm.example:8080/v1?api_key=***&x=1" in run.stdout
