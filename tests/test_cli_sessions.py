@@ -304,3 +304,39 @@ def test_counts_of_one_are_singular(tmp_path: Path) -> None:
     assert "0 flushes" in proc.stdout
     run = memcli("rm", "single")
     assert run.code == 0 and "(1 message)" in run.stderr and "1 messages" not in run.stderr
+
+
+def test_inspect_limit_shows_the_last_messages(tmp_path: Path) -> None:
+    seed(tmp_path, n=10, limit="100000")
+    everything = [
+        r for r in memcli("inspect", "demo", "--json").records() if r["type"] == "message"
+    ]
+    run = memcli("inspect", "demo", "--limit", "3", "--json")
+    assert run.code == 0, run.stderr
+    last = [r for r in run.records() if r["type"] == "message"]
+    assert last == everything[-3:] and len(everything) == 20
+    assert memcli("inspect", "demo", "--limit", "0").code == 2
+    proc = terminal_run("inspect", "demo", "--limit", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "Active window (last 2 of 20)" in proc.stdout
+    assert "assistant line 9" in proc.stdout and "line 8" not in proc.stdout
+
+
+def test_inspect_pages_on_a_terminal_only(tmp_path: Path) -> None:
+    """On a terminal the tables go through $PAGER (here one that keeps what it is given); in a
+    pipe, $PAGER is never run."""
+    seed(tmp_path)
+    kept = tmp_path / "paged.txt"
+    pager = f"cat > {kept}"
+    code = (
+        "import sys; sys.stdout.isatty = lambda: True; sys.argv = ['memcli', 'inspect', 'demo'];"
+        "from memcli.cli.app import main; main()"
+    )
+    env = {**os.environ, "COLUMNS": "200", "PAGER": pager}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""  # all of it went to the pager
+    assert "Session demo" in kept.read_text() and "Active window" in kept.read_text()
+    kept.unlink()
+    run = memcli("inspect", "demo", env={"PAGER": pager})
+    assert run.code == 0 and run.records() and not kept.exists()
