@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memcli.credentials import redact_text
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
@@ -74,7 +76,9 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
     shown = [
         Setting(
             f.name,
-            settings.db_label if f.name == "db" and path is None else getattr(settings, f.name),
+            settings.db_label
+            if f.name == "db" and path is None
+            else _shown(getattr(settings, f.name)),
             settings.sources.get(f.name, "default"),
         )
         for f in fields(settings)
@@ -104,3 +108,9 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
         embedding_model_dir=embedder.cache_dir,
         embedding_model_exported=embedder.is_exported,
     )
+
+
+def _shown(value: Any) -> Any:
+    """A setting's value as `info` shows it: any URL in it without its password or key (the
+    database's and the LLM endpoint's alike)."""
+    return redact_text(value) if isinstance(value, str) else value

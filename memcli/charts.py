@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
     from memcli.simulate import Simulation
 
-#: Most sets drawn in one chart; the others are left out of it (the summary table has them all).
+#: Most sets drawn in the terminal chart (one marker each); the others are left out of it, and its
+#: title says so (the summary table has them all; the image file of `write_chart` draws every set).
 MAX_SETS = 6
 
 
@@ -166,11 +167,15 @@ def write_chart(
     fig = Figure(figsize=(width, height), dpi=120)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    shown = [series(s, max_points=20000) for s in sims[:MAX_SETS]]
+    shown = [series(s, max_points=20000) for s in sims]  # every set: colours do not run out
     one = len(shown) == 1
     styles = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
+    palette = "tab10" if len(shown) <= 10 else "tab20"
+    from matplotlib import colormaps
+
+    colors = colormaps[palette].colors  # type: ignore[attr-defined]
     for i, s in enumerate(shown):
-        color = f"C{i}"
+        color = colors[i % len(colors)]
         label = "active tokens" if one else s.label
         ax.step(
             s.x,
@@ -204,7 +209,7 @@ def write_chart(
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(_title(sims))
+    ax.set_title(_title(sims, len(sims)))
     ax.set_xlabel("messages put")
     ax.set_ylabel("active tokens")
     ax.set_ylim(bottom=0)
@@ -217,8 +222,10 @@ def write_chart(
         raise MemcliError(f"cannot write {path}: {exc}", "Check the path and permissions") from None
 
 
-def _title(sims: Sequence[Simulation]) -> str:
+def _title(sims: Sequence[Simulation], drawn: int = MAX_SETS) -> str:
+    """The chart's title; it says when only the first `drawn` sets are drawn (the terminal
+    chart has a marker for each of MAX_SETS; the image file draws them all)."""
     text = "Active tokens (short-term memory) as the transcript is put"
-    if len(sims) > MAX_SETS:
-        text += f": first {MAX_SETS} of {len(sims)} parameter sets"
+    if len(sims) > drawn:
+        text += f": first {drawn} of {len(sims)} parameter sets"
     return text

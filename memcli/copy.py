@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
@@ -74,17 +74,19 @@ def copy_store(
     `dst` must be new or hold no data (UsageError otherwise); it is migrated to the latest schema
     first. `src` is opened as every command opens a database (a writable one at an older schema
     is migrated); a read-only one is read. StoreError, and nothing written to `dst`, for a table
-    of `src` this memcli does not know, or a copy that does not verify."""
+    of `src` this memcli does not know, or a copy that does not verify; a SQLite file `dst` that
+    the failed copy made is removed (with the directories made for it)."""
     if isinstance(src, str | PathLike) and isinstance(dst, str | PathLike) and _same(src, dst):
         raise UsageError("SRC and DST are the same database", "Copy into another one")
     source = _open(src, must_exist=True)
     try:
-        destination = _open(dst, must_exist=False)
-        try:
-            return _copy(source, destination, progress)
-        finally:
-            if destination is not dst:
-                destination.close()
+        with _removed_on_failure(dst):
+            destination = _open(dst, must_exist=False)
+            try:
+                return _copy(source, destination, progress)
+            finally:
+                if destination is not dst:
+                    destination.close()
     finally:
         if source is not src:
             source.close()
@@ -94,6 +96,15 @@ def _same(src: str | Path, dst: str | Path) -> bool:
     if is_postgres_url(src) or is_postgres_url(dst):
         return str(src) == str(dst)
     return Path(src).expanduser().resolve() == Path(dst).expanduser().resolve()
+
+
+def _removed_on_failure(db: str | Path | Store) -> AbstractContextManager[None]:
+    """A SQLite file the copy makes (and the directories made for it) goes if the copy fails."""
+    if not isinstance(db, str | PathLike) or is_postgres_url(db):
+        return nullcontext()
+    from memcli.store.sqlite import removed_on_failure
+
+    return removed_on_failure(db)
 
 
 def _open(db: str | Path | Store, must_exist: bool) -> Any:

@@ -199,11 +199,17 @@ def refuses_tools(error: ProviderError) -> bool:
 
 
 def provider_error(exc: Exception, config: LLMConfig) -> ProviderError:
-    """Turn a litellm (or httpx, or openai) exception into a ProviderError with advice."""
+    """Turn a litellm (or httpx, or openai) exception into a ProviderError with advice. No
+    credential shows in it: URLs are redacted (`memcli.credentials`), the key is masked."""
+    from memcli.credentials import MASK, redact_text, redact_url
+
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
-    text = str(exc).split("\n")[0][:300]
-    where = config.api_base or "the provider"
+    text = str(exc).split("\n")[0]
+    if config.api_key:
+        text = text.replace(config.api_key, MASK)
+    text = redact_text(text)[:300]
+    where = redact_url(config.api_base) if config.api_base else "the provider"
     if (
         name in ("Timeout", "APITimeoutError", "ReadTimeout", "ConnectTimeout")
         or "timed out" in text.lower()

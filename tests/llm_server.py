@@ -35,6 +35,8 @@ class LLMServer:
         self.replies: deque[Reply] = deque()
         self.default: Reply = default or {"content": "OK"}
         self.requests: list[dict[str, Any]] = []
+        #: Each request's Authorization header (None: none), in the order of `requests`.
+        self.authorizations: list[str | None] = []
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
@@ -64,6 +66,7 @@ class LLMServer:
         with self.lock:
             self.replies.clear()
             self.requests.clear()
+            self.authorizations.clear()
 
     def tools_offered(self, i: int = -1) -> list[str]:
         """The names of the tools request `i` offered."""
@@ -100,6 +103,8 @@ class LLMServer:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                with server.lock:
+                    server.authorizations.append(self.headers.get("Authorization"))
                 reply = server._next(body)
                 if reply.get("delay"):
                     time.sleep(float(reply["delay"]))

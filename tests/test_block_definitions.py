@@ -279,3 +279,40 @@ def test_chat_sends_the_apps_blocks(tmp_path: Path, llm) -> None:
     sent = llm.requests[-1]["messages"]
     assert "<persona>\nYou are a helpful pirate.\n</persona>" in sent[0]["content"]
     assert [m["content"] for m in sent[1:]] == ["hello", "who are you?"]
+
+
+def test_no_secret_is_stored_and_the_settings_give_it_back(tmp_path: Path, llm) -> None:
+    """A block's endpoint with credentials (`http://user:KEY@host/v1?api_key=...`) is recorded
+    without them; a fresh process that has the same endpoint in its settings (MEMCLI_API_BASE)
+    calls it with them, and one that has not, without them."""
+    import base64
+
+    port = llm.port
+    secret_url = f"http://ana:SECRET-KEY@127.0.0.1:{port}/v1?api_key=SECRET-TOO"
+    db = tmp_path / "app.db"
+    memory = Memory.from_defaults(
+        session_id="s1",
+        db=db,
+        token_limit=40,
+        memory_blocks=[FactBlock(name="facts", model="openai/test", api_base=secret_url)],
+    )
+    memory.store.close()
+    ((_, text, _),) = recorded(db)
+    assert "SECRET" not in text
+    (table,) = json.loads(text)
+    assert table["api_base"] == f"http://ana@127.0.0.1:{port}/v1"
+    lines = "".join(
+        json.dumps({"role": "user" if i % 2 == 0 else "assistant", "content": f"line {i} " * 8})
+        + "\n"
+        for i in range(8)
+    )
+    (tmp_path / "t.jsonl").write_text(lines)
+    run = memcli(
+        "--db", str(db), "import", str(tmp_path / "t.jsonl"), "--session", "s1",
+        env={"MEMCLI_API_BASE": secret_url},
+    )  # fmt: skip
+    assert "SECRET" not in run.stderr + run.stdout
+    assert llm.requests, run.stderr  # the stored block extracted, through the endpoint
+    basic = "Basic " + base64.b64encode(b"ana:SECRET-KEY").decode()
+    assert set(llm.authorizations) == {basic}
+    assert "SECRET" not in recorded(db)[0][1]

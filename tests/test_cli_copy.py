@@ -128,6 +128,37 @@ def test_a_missing_source_is_exit_1(tmp_path: Path) -> None:
     assert "no database at" in run.stderr
 
 
+def test_a_failed_copy_removes_the_file_and_directories_it_made(tmp_path: Path) -> None:
+    """A copy that fails (a table of SRC this memcli does not know) into a new SQLite file
+    leaves neither the file nor the directories made for it; into an existing one, the file."""
+    src = _source(tmp_path, 4)
+    store: Any = open_store(src)
+    with store.transaction():
+        store.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    store.close()
+    dst = tmp_path / "new" / "dir" / "dst.db"
+    run = memcli("copy", src, str(dst))
+    assert run.code == 1 and "does not know: notes" in run.stderr
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "keep").mkdir()
+    kept = tmp_path / "keep" / "dst.db"
+    open_store(kept).close()  # an empty database that was there before
+    assert memcli("copy", src, str(kept)).code == 1
+    assert kept.exists()
+
+
+def test_a_failed_backup_removes_the_directories_it_made(tmp_path: Path) -> None:
+    """A backup of a damaged database: exit 1, no backup file and no directory made for it."""
+    src = Path(_source(tmp_path, 2000))
+    size = src.stat().st_size
+    with src.open("r+b") as f:  # 8 KB of garbage in the middle
+        f.seek(size // 2 // 4096 * 4096 + 100)
+        f.write(random.Random(7).randbytes(8192))
+    run = memcli("--db", str(src), "backup", str(tmp_path / "backups" / "b.db"))
+    assert run.code == 1 and "damaged" in run.stderr
+    assert not (tmp_path / "backups").exists()
+
+
 def _source(tmp_path: Path, count: int) -> str:
     """A database with one session of `count` messages (imported without blocks)."""
     db = tmp_path / "src.db"

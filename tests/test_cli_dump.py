@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,7 +80,17 @@ def test_dump_context_is_what_get_returns(tmp_path: Path) -> None:
     }
     active = memcli("--config", c, "inspect", "s1", "--json").records()
     contents = [r["content"] for r in active if r["type"] == "message"]
-    assert [m["content"] for m in messages[1:]] == contents
+    assert [m["content"] for m in messages[1:-1]] == contents
+    # Then the input, as the model is sent it (not stored: inspect does not list it).
+    assert messages[-1] == {"type": "input", "role": "user", "content": "and now?"}
+    assert "and now?" not in contents
+    code = (
+        "import sys; sys.stdout.isatty = lambda: True; sys.argv = ['memcli', '--config', sys.argv[1],"
+        " 'dump', 'context', 's1', '--input', 'and now?']; from memcli.cli.app import main; main()"
+    )
+    shown = subprocess.run([sys.executable, "-c", code, c], capture_output=True, text=True)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout)
+    assert text.rstrip().endswith("user (the input, not stored)\nand now?"), shown.stderr
     # In a terminal-less run without --json it is JSON Lines too; unknown sessions are errors.
     assert memcli("--config", c, "dump", "context", "s1").records()[0]["role"] == "system"
     run = memcli("--config", c, "dump", "context", "nope")

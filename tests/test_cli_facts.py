@@ -85,6 +85,7 @@ def test_import_extracts_then_list_add_edit_rm_history(llm, tmp_path: Path) -> N
 @pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_unknown_fact_id(tmp_path: Path, llm) -> None:
     config = write_config(tmp_path, llm)
+    assert memcli("--config", config, "facts", "add", "Ana likes tea").code == 0  # a database
     for args in (["edit", "99", "x"], ["rm", "99"], ["history", "99"]):
         run = memcli("--config", config, "facts", *args)
         assert run.code == 1 and "no fact 99" in run.stderr
@@ -99,6 +100,7 @@ def test_fact_id_beyond_sqlite_integers_is_not_found() -> None:
         (["history", huge], huge),
         (["rm", "--", f"-{huge}"], f"-{huge}"),
     ]
+    assert memcli("facts", "add", "Ana likes tea").code == 0  # a database
     for args, fact_id in cases:
         run = memcli("facts", *args)
         assert run.code == 1, run.stderr

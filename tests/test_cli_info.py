@@ -56,10 +56,34 @@ def test_help_names_values_and_choices() -> None:
     assert "<str>" not in top + search + simulate
 
 
-def test_show_completion_writes_a_bash_script() -> None:
-    run = memcli("--show-completion", "bash")
+@pytest.mark.parametrize(
+    ("shell", "marker"),
+    [
+        ("bash", "COMP_WORDS"),
+        ("zsh", "#compdef memcli"),
+        ("fish", "complete --command memcli"),
+        ("powershell", "Register-ArgumentCompleter"),
+        ("pwsh", "Register-ArgumentCompleter"),
+    ],
+)
+def test_show_completion_writes_that_shells_script(shell: str, marker: str) -> None:
+    run = memcli("--show-completion", shell)
     assert run.code == 0, run.stderr
-    assert "_MEMCLI_COMPLETE" in run.stdout and "complete " in run.stdout
+    assert "_MEMCLI_COMPLETE" in run.stdout and marker in run.stdout
+    others = {"bash": "COMP_WORDS", "zsh": "#compdef", "fish": "complete --command"}
+    assert not [m for s, m in others.items() if s != shell and m in run.stdout]
+
+
+def test_show_completion_of_an_unknown_shell_is_a_usage_error() -> None:
+    run = memcli("--show-completion", "tcsh")
+    assert run.code == 2 and "tcsh is not one of bash, zsh, fish" in run.stderr
+    assert run.stdout == ""
+
+
+def test_zsh_completion_completes_commands() -> None:
+    run = memcli(env={"_MEMCLI_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "memcli fa"})
+    assert run.code == 0, run.stderr
+    assert '"facts"' in run.stdout
 
 
 def test_completion_completes_commands() -> None:
@@ -114,3 +138,15 @@ def test_info_sizes_the_database(tmp_path: Path) -> None:
     assert records[0]["db_bytes"] > 0 and records[0]["config_source"] == "env"
     assert records[0]["blocks_source"] == "file"
     assert [r for r in records if r["type"] == "block"] == []
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_info_never_shows_an_endpoints_credentials() -> None:
+    """An LLM endpoint with a password and a key in it: `info` shows it masked, in JSON and in
+    the table (a database URL's password is masked the same way)."""
+    url = "http://ana:SECRET-KEY@llm.example:8080/v1?api_key=SECRET-TOO&x=1"
+    for args in (["info", "--json"], ["info"]):
+        run = memcli(*args, env={"MEMCLI_API_BASE": url, "COLUMNS": "200"})
+        assert run.code == 0, run.stderr
+        assert "SECRET" not in run.stdout + run.stderr
+        assert "http://ana:***@llm.example:8080/v1?api_key=***&x=1" in run.stdout

@@ -112,6 +112,81 @@ def test_no_database_yet() -> None:
     assert run.code == 1 and "no database" in run.stderr
 
 
+#: Every command that only reads the database (and `rm`, `facts edit|rm`: nothing to change).
+READING = [
+    ("sessions",),
+    ("inspect", "s"),
+    ("export", "s"),
+    ("rm", "s"),
+    ("search", "roses"),
+    ("check",),
+    ("summary", "s"),
+    ("dump", "blocks", "s"),
+    ("dump", "context", "s"),
+    ("facts",),
+    ("facts", "search", "tea"),
+    ("facts", "history"),
+    ("facts", "edit", "1", "tea"),
+    ("facts", "rm", "1"),
+    ("facts", "extract"),
+    ("blocks", "list", "s"),
+    ("blocks", "backfill"),
+    ("backup", "BACKUP"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "how"),
+    [(c, "flag") for c in READING]
+    + [
+        (("sessions",), "env"),
+        (("check",), "env"),
+        (("facts",), "config"),
+        (("search", "x"), "config"),
+    ],
+    ids=lambda x: " ".join(x) if isinstance(x, tuple) else x,
+)
+def test_a_reading_command_on_a_missing_database_creates_nothing(
+    tmp_path: Path, command: tuple[str, ...], how: str
+) -> None:
+    """A mistyped database path, however given: exit 1 naming it, and neither the file nor
+    its directory made."""
+    db = tmp_path / "typo" / "memcli.db"
+    args = [a.replace("BACKUP", str(tmp_path / "b.db")) for a in command]
+    if how == "flag":
+        run = memcli("--db", str(db), *args)
+    elif how == "env":
+        run = memcli(*args, env={"MEMCLI_DB": str(db)})
+    else:
+        config = tmp_path / "memcli.toml"
+        config.write_text(f"db = {json.dumps(str(db))}\nblocks = []\n")
+        run = memcli("--config", str(config), *args)
+    assert run.code == 1, run.stderr
+    assert f"no database at {db}" in run.stderr and "memcli import" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "typo").exists() and not (tmp_path / "b.db").exists()
+
+
+def test_sessions_on_a_fresh_home_lists_none_and_creates_nothing(isolated: Path) -> None:
+    """The default database not made yet is no error for `sessions`: there are none."""
+    run = memcli("sessions")
+    assert run.code == 0 and run.stdout == ""
+    assert not list(isolated.glob("*.db"))
+
+
+def test_writing_commands_create_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "new" / "dir" / "memcli.db"
+    added = memcli("--db", str(db), "facts", "add", "Ana likes tea", "--user", "ana")
+    assert added.code == 0, added.stderr
+    assert db.exists()
+    listed = memcli("--db", str(db), "facts", "--user", "ana", "--json").records()
+    assert [f["text"] for f in listed] == ["Ana likes tea"]
+    other = tmp_path / "other.db"
+    seed(tmp_path, "t")  # (into the default database)
+    imported = memcli("--db", str(other), "import", str(tmp_path / "t.jsonl"), "--session", "t")
+    assert imported.code == 0 and other.exists()
+
+
 @pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_export_round_trip(tmp_path: Path) -> None:
     seed(tmp_path)
@@ -229,3 +304,39 @@ def test_counts_of_one_are_singular(tmp_path: Path) -> None:
     assert "0 flushes" in proc.stdout
     run = memcli("rm", "single")
     assert run.code == 0 and "(1 message)" in run.stderr and "1 messages" not in run.stderr
+
+
+def test_inspect_limit_shows_the_last_messages(tmp_path: Path) -> None:
+    seed(tmp_path, n=10, limit="100000")
+    everything = [
+        r for r in memcli("inspect", "demo", "--json").records() if r["type"] == "message"
+    ]
+    run = memcli("inspect", "demo", "--limit", "3", "--json")
+    assert run.code == 0, run.stderr
+    last = [r for r in run.records() if r["type"] == "message"]
+    assert last == everything[-3:] and len(everything) == 20
+    assert memcli("inspect", "demo", "--limit", "0").code == 2
+    proc = terminal_run("inspect", "demo", "--limit", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "Active window (last 2 of 20)" in proc.stdout
+    assert "assistant line 9" in proc.stdout and "line 8" not in proc.stdout
+
+
+def test_inspect_pages_on_a_terminal_only(tmp_path: Path) -> None:
+    """On a terminal the tables go through $PAGER (here one that keeps what it is given); in a
+    pipe, $PAGER is never run."""
+    seed(tmp_path)
+    kept = tmp_path / "paged.txt"
+    pager = f"cat > {kept}"
+    code = (
+        "import sys; sys.stdout.isatty = lambda: True; sys.argv = ['memcli', 'inspect', 'demo'];"
+        "from memcli.cli.app import main; main()"
+    )
+    env = {**os.environ, "COLUMNS": "200", "PAGER": pager}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""  # all of it went to the pager
+    assert "Session demo" in kept.read_text() and "Active window" in kept.read_text()
+    kept.unlink()
+    run = memcli("inspect", "demo", env={"PAGER": pager})
+    assert run.code == 0 and run.records() and not kept.exists()

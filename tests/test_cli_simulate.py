@@ -449,3 +449,19 @@ def test_terminal_chart_whole_ticks_legend_below_and_a_marker_per_set(
     assert legend[first - 4 : first - 1] == "⠤⠔⠊" and legend[second - 4 : second - 1] == "•••"
     plot = "\n".join(lines[1:bottom])
     assert "•" in plot and "limit 200" not in plot
+
+
+def test_the_image_draws_every_parameter_set(tmp_path: Path, transcript: Path) -> None:
+    """8 parameter sets (more than the terminal chart's 6 markers): the image's legend names
+    every one, and its title claims no cut."""
+    svg = tmp_path / "many.svg"
+    run = memcli(
+        "simulate", "flush", str(transcript), "--token-limit", "300,400,500,600",
+        "--ratio", "0.5,0.7", "--png", str(svg), "--json",
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    text = svg.read_text()
+    for limit in (300, 400, 500, 600):
+        for ratio in (0.5, 0.7):
+            assert f"limit {limit} · ratio {ratio:g}" in text  # each set's legend entry
+    assert "first 6 of 8" not in text

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memcli import Memory, Message, WordTokenizer
 from memcli.store import open_store
 from memcli.store.migrations import MIGRATIONS
@@ -170,3 +172,20 @@ def test_open_store_picks_the_backend(db: str) -> None:
     assert isinstance(store, PostgresStore) == db.startswith("postgresql://")
     assert isinstance(store, SQLiteStore) == (not db.startswith("postgresql://"))
     assert store.read_only is False
+
+
+def test_opening_without_create_makes_nothing(tmp_path: Path) -> None:
+    """`create=False` (what reading commands use): a missing file is a StoreError naming it,
+    and neither the file nor its directory is made; an existing one opens as usual."""
+    from memcli.errors import StoreError
+    from memcli.store import open_store
+
+    db = tmp_path / "typo" / "m.db"
+    with pytest.raises(StoreError, match="no database at") as caught:
+        open_store(db, create=False)
+    assert str(db) in str(caught.value) and caught.value.exit_code == 1
+    assert not (tmp_path / "typo").exists()
+    open_store(db).close()
+    store = open_store(db, create=False)
+    assert store.list_sessions() == []
+    store.close()

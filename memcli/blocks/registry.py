@@ -243,10 +243,16 @@ def rebuild(
 ) -> tuple[list[MemoryBlock], list[tuple[Mapping[str, Any], str]]]:
     """The blocks of recorded definitions, as `build_block` builds them, and each definition that
     cannot be rebuilt here (a class that does not import, arguments that were not recorded) with
-    the reason: the others still serve."""
+    the reason: the others still serve. A recorded `api_base` that is the settings' one without
+    its credentials (as `record` stores it) is given the settings' one, credentials and all."""
+    from memcli.credentials import same_endpoint
+
     blocks: list[MemoryBlock] = []
     problems: list[tuple[Mapping[str, Any], str]] = []
     for i, table in enumerate(tables):
+        base = table.get("api_base")
+        if isinstance(base, str) and same_endpoint(base, defaults.api_base):
+            table = {**table, "api_base": defaults.api_base}  # its credentials, from the settings
         try:
             blocks.append(build_block(i, table, defaults))
         except ConfigError as exc:
@@ -258,9 +264,13 @@ def rebuild(
 
 def record(store: SQLStore, session_id: str, blocks: Sequence[MemoryBlock]) -> bool:
     """Record the blocks' definitions for the session (a write only when they changed); blocks
-    the CLI built from a definition (`origin` set) are not recorded again. True when written."""
+    the CLI built from a definition (`origin` set) are not recorded again. True when written.
+    No secret is recorded: URLs lose their passwords and keys (`without_credentials`); `rebuild`
+    gives an endpoint back its credentials when it is the configured one."""
+    from memcli.credentials import without_credentials
     from memcli.store import longterm
 
     if not blocks or any(b.origin is not None for b in blocks):
         return False
-    return longterm.save_block_definitions(store, session_id, [b.definition() for b in blocks])
+    definitions = [without_credentials(b.definition()) for b in blocks]
+    return longterm.save_block_definitions(store, session_id, definitions)

@@ -214,7 +214,9 @@ class Commands:
                 from memcli.chat.offline import MODEL_HINT
 
                 return Result(f"No model is configured (offline). {MODEL_HINT}.")
-            where = f" at {chat.llm.api_base}" if chat.llm.api_base else ""
+            from memcli.credentials import redact_url
+
+            where = f" at {redact_url(chat.llm.api_base)}" if chat.llm.api_base else ""
             return Result(f"Model: {chat.llm.model}{where}")
         chat.set_model(arg)
         return Result(f"Model set to {arg} for this chat.")

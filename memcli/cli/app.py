@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Any
 
@@ -41,6 +42,59 @@ def _show_version(value: bool) -> None:
         raise typer.Exit()
 
 
+#: The shells Typer writes completion scripts for.
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _completion_shell(value: str) -> str:
+    """The shell a completion option names (empty: the one running memcli); exit 2 if unknown."""
+    from typer._completion_shared import _get_shell_name
+
+    shell = value or _get_shell_name() or ""
+    if shell not in SHELLS:
+        raise typer.BadParameter(
+            f"{shell or 'the current shell'} is not one of {', '.join(SHELLS)}"
+            + ("" if value else " (name it: --show-completion zsh)")
+        )
+    return shell
+
+
+def _show_completion(ctx: typer.Context, value: str | None) -> None:
+    if value is None or ctx.resilient_parsing:
+        return
+    from typer._completion_shared import get_completion_script
+
+    script = get_completion_script(
+        prog_name="memcli", complete_var="_MEMCLI_COMPLETE", shell=_completion_shell(value)
+    )
+    sys.stdout.write(script + "\n")
+    raise typer.Exit()
+
+
+def _install_completion(ctx: typer.Context, value: str | None) -> None:
+    if value is None or ctx.resilient_parsing:
+        return
+    from typer._completion_shared import install
+
+    shell, path = install(
+        shell=_completion_shell(value), prog_name="memcli", complete_var="_MEMCLI_COMPLETE"
+    )
+    sys.stderr.write(
+        f"{shell} completion installed in {path}; it works once the terminal restarts.\n"
+    )
+    raise typer.Exit()
+
+
+def _bare_completion_options(argv: list[str]) -> list[str]:
+    """`--show-completion` / `--install-completion` without a shell (last, or before another
+    option) as `--show-completion=`: the current shell. (Typer's click takes no optional values.)"""
+    names = ("--show-completion", "--install-completion")
+    return [
+        f"{arg}=" if arg in names and (i + 1 == len(argv) or argv[i + 1].startswith("-")) else arg
+        for i, arg in enumerate(argv)
+    ]
+
+
 def _global(
     ctx: typer.Context,
     db: Annotated[
@@ -70,6 +124,30 @@ def _global(
             help="Print memcli's version and exit.",
         ),
     ] = False,
+    install_completion: Annotated[
+        str | None,
+        typer.Option(
+            "--install-completion",
+            metavar="[SHELL]",
+            is_eager=True,
+            callback=_install_completion,
+            expose_value=False,
+            help="Install completion for SHELL (bash, zsh, fish, powershell; default: the"
+            " current shell).",
+        ),
+    ] = None,
+    show_completion: Annotated[
+        str | None,
+        typer.Option(
+            "--show-completion",
+            metavar="[SHELL]",
+            is_eager=True,
+            callback=_show_completion,
+            expose_value=False,
+            help="Print the completion script for SHELL (bash, zsh, fish, powershell; default:"
+            " the current shell), to copy it or customize the installation.",
+        ),
+    ] = None,
 ) -> None:
     ctx.obj = common.Globals(db=db, config=config)
 
@@ -100,12 +178,16 @@ def build_app(only: str | None = None) -> typer.Typer:
         name="memcli",
         help="Local memory for LLM conversations: short-term window, long-term blocks, one SQLite file.",
         no_args_is_help=True,
-        add_completion=True,
+        add_completion=False,  # the global options --show-completion/--install-completion [SHELL]
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     app.callback()(_global)
+    if "_MEMCLI_COMPLETE" in os.environ:  # a shell asks for completions: Typer's protocol
+        from typer.completion import completion_init
+
+        completion_init()
     for name, module, attribute, is_group in COMMANDS:
         if only is not None and name != only:
             continue
@@ -149,7 +231,8 @@ def main() -> None:
         app = build_app(requested_command(sys.argv[1:]))
         # click returns a typer.Exit's code instead of exiting; usage lines and completion scripts
         # name the program `memcli`, also when it runs as `python -m memcli`.
-        code = app(standalone_mode=False, prog_name="memcli")
+        args = _bare_completion_options(sys.argv[1:])
+        code = app(args=args, standalone_mode=False, prog_name="memcli")
         sys.stdout.flush()  # a reader that left shows here, not in Python's shutdown
         if isinstance(code, int) and code:
             sys.exit(code)

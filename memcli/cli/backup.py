@@ -32,20 +32,24 @@ def backup_command(
     if target.is_dir():
         raise UsageError(f"{target} is a directory", "Give the backup's file name")
     s = common.settings(ctx)
+    from memcli.store.sqlite import removed_on_failure
+
     if s.db_url is not None:
-        _backup_postgresql(s.db_url, s.db_label, target)
+        with removed_on_failure(target):  # the directories made for it, if it fails
+            _backup_postgresql(s.db_url, s.db_label, target)
         return
     if target.resolve() == s.db_path.resolve():
         raise UsageError("the backup would overwrite the database itself", "Pick another file")
     store = common.open_store(s, must_exist=True)
-    problems = store.backup(target)
-    if problems:
-        for p in problems:
-            output.info(f"{p.check}: {p.message}")
-        raise StoreError(
-            f"the database {s.db_path} is damaged: no backup written",
-            "Run `memcli check`; `memcli export SESSION --all` copies out each session that can still be read whole",
-        )
+    with removed_on_failure(target):  # the directories made for it, if it fails
+        problems = store.backup(target)
+        if problems:
+            for p in problems:
+                output.info(f"{p.check}: {p.message}")
+            raise StoreError(
+                f"the database {s.db_path} is damaged: no backup written",
+                "Run `memcli check`; `memcli export SESSION --all` copies out each session that can still be read whole",
+            )
     output.info(
         f"Backed up {s.db_path} to {target}. To restore it: stop every memcli process, run "
         f"`memcli --db {target} check`, copy {target} over {s.db_path}, and delete "

@@ -85,20 +85,13 @@ def database_exists(s: Settings) -> bool:
 def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
     """The settings' database: a PostgreSQL one for a `postgresql://` URL, else a SQLite file
     (with `must_exist`, a file that is not there is an error, not a new database)."""
-    from memcli.errors import StoreError
     from memcli.store.sqlite import SQLiteStore
 
     if s.db_url is not None:
         from memcli.store.postgres import PostgresStore
 
         return PostgresStore(s.db_url)
-    path = s.db_path
-    if must_exist and not path.exists():
-        raise StoreError(
-            f"no database at {path}",
-            "Import a conversation first (`memcli import FILE`) or pick one with --db",
-        )
-    return SQLiteStore(path)
+    return SQLiteStore(s.db_path, create=not must_exist)
 
 
 def require_session(store: AnyStore, session_id: str, user: str | None = None) -> SessionInfo:

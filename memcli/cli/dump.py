@@ -120,7 +120,9 @@ def context_command(
     token_limit: WhatIfLimit = None,
     json_: common.Json = False,
 ) -> None:
-    """Exactly the messages get() would return: the active window with long-term memory inserted.
+    """Exactly the messages get() would return: the active window with long-term memory inserted;
+    with --input, then that message, as the model would be sent it (a record of type "input":
+    get() shows it to the blocks but does not return it; nothing is stored).
 
     Example: memcli dump context demo --input "what's my dog called?" --json
     """
@@ -139,11 +141,15 @@ def context_command(
         insert_method=s.insert_method,
         input=input_,
     ).messages
+    records = [{"type": "message", **m.to_dict()} for m in messages]
+    if input_ is not None:
+        records.append({"type": "input", "role": "user", "content": input_})
     if output.wants_json(json_):
-        output.emit_all({"type": "message", **m.to_dict()} for m in messages)
+        output.emit_all(records)
         return
     console = output.out()
-    for m in messages:
-        console.print(f"[bold]{m.role}[/]")
-        console.print(m.content, markup=False, highlight=False)
+    for r in records:
+        said = " (the input, not stored)" if r["type"] == "input" else ""
+        console.print(f"[bold]{r['role']}[/]{said}")
+        console.print(r["content"], markup=False, highlight=False)
         console.print()

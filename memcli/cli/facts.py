@@ -37,9 +37,12 @@ Topics = Annotated[
 ]
 
 
-def _scope(ctx: typer.Context, user: str | None, session: str | None) -> tuple[Any, Any, str]:
+def _scope(
+    ctx: typer.Context, user: str | None, session: str | None, *, create: bool = False
+) -> tuple[Any, Any, str]:
+    """Settings, store and scope key; a database that is not there is made only with `create`."""
     s = common.settings(ctx, user=user)
-    store = common.open_store(s)
+    store = common.open_store(s, must_exist=not create)
     if session is not None:
         common.require_session(store, session)
         return s, store, f"session:{session}"
@@ -145,7 +148,7 @@ def add_command(
     from memcli.store import longterm
 
     _check_text(text)
-    s, store, key = _scope(ctx, user, session)
+    s, store, key = _scope(ctx, user, session, create=True)
     if not text.strip():
         raise UsageError("the fact is empty", "Give the fact's text")
     added = longterm.add_facts(
@@ -266,7 +269,7 @@ def edit_command(
 
     _check_text(text)
     s = common.settings(ctx, user=user)
-    store = common.open_store(s)
+    store = common.open_store(s, must_exist=True)
     _live(s, store, fact_id)
     if not text.strip():
         raise UsageError("the fact is empty", "Give the new text, or use `memcli facts rm`")
@@ -292,7 +295,7 @@ def rm_command(
     from memcli.store import longterm
 
     s = common.settings(ctx, user=user)
-    store = common.open_store(s)
+    store = common.open_store(s, must_exist=True)
     removed = []
     with store.transaction():
         for fact_id in dict.fromkeys(fact_ids):

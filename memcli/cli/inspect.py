@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -18,12 +19,17 @@ def inspect_command(
     token_limit: common.TokenLimit = None,
     ratio: common.Ratio = None,
     flush_size: common.FlushSize = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", metavar="N", min=1, help="Only the last N messages."),
+    ] = None,
     json_: common.Json = False,
 ) -> None:
     """Show a session: its active messages, the token budget gauge, archived count and flushes.
 
     Budget options are a what-if: the gauge and what the session would flush under that budget
-    now; nothing is stored (`memcli import`/`chat --rebudget` store a budget).
+    now; nothing is stored (`memcli import`/`chat --rebudget` store a budget). On a terminal,
+    long output goes through $PAGER (default `less`), as git's does.
 
     Example: memcli inspect demo --all
     """
@@ -36,10 +42,19 @@ def inspect_command(
         info = common.require_session(store, session)
         budget = common.budget_for(s, info, token_limit, ratio, flush_size)
     r = report(store, session, archived=all_, budget=budget)
-    info, messages, flushes = r.info, r.messages, r.flushes
+    total = len(r.messages)
+    if limit is not None:
+        r = replace(r, messages=r.messages[-limit:])
     if output.wants_json(json_):
         output.emit_all(r.records())
         return
+    with output.paged():
+        _show(r, all_, total)
+
+
+def _show(r: Any, all_: bool, total: int) -> None:
+    """The report as tables (`total`: how many messages there were before --limit)."""
+    info, messages, flushes = r.info, r.messages, r.flushes
     console = output.out()
     console.print(
         f"[bold]Session {info.id}[/]  user {info.user_id}  "
@@ -60,6 +75,8 @@ def inspect_command(
         f" {output.plural(len(flushes), 'flush')}"
     )
     title = "Messages" if all_ else "Active window"
+    if len(messages) < total:
+        title += f" (last {len(messages):,} of {total:,})"
     # Names and times only when some message has them (an imported transcript often does).
     named = any(m.name for m in messages)
     timed = any(m.timestamp for m in messages)

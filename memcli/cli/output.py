@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     from rich.console import Console
 
@@ -34,6 +35,33 @@ def err() -> Console:
     from rich.console import Console
 
     return Console(stderr=True, no_color=_color_off(), highlight=False)
+
+
+@contextmanager
+def paged() -> Iterator[None]:
+    """What the block prints on `out()`, through a pager when stdout is a terminal, as git does:
+    $PAGER (run by the shell; empty or `cat`: none), else `less` with LESS=FRX unless LESS is
+    set (output that fits the screen is just shown; colours pass). In a pipe, nothing changes."""
+    import shlex
+    import shutil
+    import subprocess
+
+    command = os.environ.get("PAGER", "less")
+    if not stdout_is_tty() or command.strip() in ("", "cat"):
+        yield
+        return
+    console = out()
+    with console.capture() as captured:
+        yield
+    text = captured.get()
+    if shutil.which(shlex.split(command)[0]) is None:  # no pager here: write it out
+        sys.stdout.write(text)
+        return
+    env = {**os.environ, "LESS": os.environ.get("LESS", "FRX")}
+    try:
+        subprocess.run(command, shell=True, input=text.encode(), env=env, check=False)
+    except OSError:
+        sys.stdout.write(text)
 
 
 def stdout_is_tty() -> bool:

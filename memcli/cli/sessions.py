@@ -17,7 +17,10 @@ def sessions_command(
     Example: memcli sessions --json | jq .session
     """
     s = common.settings(ctx)
-    infos = common.open_store(s).list_sessions(user) if common.database_exists(s) else []
+    # The default database not made yet: no sessions. One named (--db, MEMCLI_DB, config) that
+    # is not there is an error, as on every reading command.
+    fresh = s.sources.get("db") == "default" and not common.database_exists(s)
+    infos = [] if fresh else common.open_store(s, must_exist=True).list_sessions(user)
     records: list[dict[str, Any]] = [
         {
             "type": "session",

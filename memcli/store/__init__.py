@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from memcli.store.sqlite import SQLiteStore
 
 
-def open_store(db: str | Path | None = None) -> Store:
+def open_store(db: str | Path | None = None, *, create: bool = True) -> Store:
     """The store for `db`: a PostgresStore for a `postgresql://` or `postgres://` URL (psycopg
-    is imported then), else a SQLiteStore for the file at that path (None: in memory)."""
+    is imported then), else a SQLiteStore for the file at that path (None: in memory). Without
+    `create`, a SQLite file that is not there is a StoreError and nothing is made (a PostgreSQL
+    database the server does not have is an error either way)."""
     if is_postgres_url(db):
         from memcli.store.postgres import PostgresStore
 
@@ -31,7 +33,7 @@ def open_store(db: str | Path | None = None) -> Store:
         return PostgresStore(db)
     from memcli.store.sqlite import SQLiteStore
 
-    return SQLiteStore(db)
+    return SQLiteStore(db, create=create)
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from memcli.credentials import redact_url  # noqa: F401 (the stores show their URLs with it)
 
 from memcli.errors import SessionNotFound
 
@@ -82,26 +83,6 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 def is_postgres_url(db: object) -> bool:
     """Whether `db` names a PostgreSQL database (a `postgresql://` or `postgres://` URL)."""
     return isinstance(db, str) and db.lower().startswith(POSTGRES_SCHEMES)
-
-
-def redact_url(url: str) -> str:
-    """A database URL as messages show it: any password (in the user part or the query) as ***."""
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, host = netloc.rsplit("@", 1)
-            if ":" in user:
-                netloc = user.split(":", 1)[0] + ":***@" + host
-        query = parts.query
-        if "password" in query.lower():
-            pairs = parse_qsl(query, keep_blank_values=True)
-            query = urlencode(
-                [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="/*"
-            )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return url.split("://", 1)[0] + "://..."
 
 
 class Cursor(Protocol):

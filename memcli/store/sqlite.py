@@ -7,7 +7,8 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -32,6 +33,31 @@ def _writable(path: Path) -> bool:
     if not path.exists():
         return True
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+@contextmanager
+def removed_on_failure(path: str | Path) -> Iterator[None]:
+    """What the block makes of a new database file at `path` is removed if the block fails: the
+    file, its journals, and the directories made for it (left if not empty). A file that was
+    there before is left as it is."""
+    path = Path(path).expanduser()
+    if path.exists():
+        yield
+        return
+    made = []  # the directories the file needs that are not there, deepest first
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        made.append(parent)
+        parent = parent.parent
+    try:
+        yield
+    except BaseException:
+        for end in ("", "-wal", "-shm", "-journal"):
+            path.with_name(path.name + end).unlink(missing_ok=True)
+        for directory in made:
+            with suppress(OSError):
+                directory.rmdir()
+        raise
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -62,8 +88,16 @@ class SQLiteStore(TableStore):
     #: Which SQL the shared helpers speak to it (see `SQLStore.dialect`).
     dialect = "sqlite"
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, create: bool = True) -> None:
+        """Open (or with `create`, make if missing: the file and its directories) the database
+        at `path` (None or ":memory:": in memory). Without `create`, a file that is not there
+        is a StoreError ("no database at PATH") and nothing is made."""
         self.path = None if path is None or str(path) == ":memory:" else Path(path)
+        if not create and self.path is not None and not self.path.exists():
+            raise StoreError(
+                f"no database at {self.path}",
+                "Import a conversation first (`memcli import FILE`) or pick one with --db",
+            )
         #: Opened read-only: the file or its directory is not writable. Writing raises StoreError.
         self.read_only = self.path is not None and not _writable(self.path)
         #: SQLite reported the file damaged: nothing more is written to it (see `_error`).
