@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from memcli.credentials import redact_url  # noqa: F401 (the stores show their URLs with it)
-
 from memcli.errors import SessionNotFound
 
 if TYPE_CHECKING:
