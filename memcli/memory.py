@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import uuid
 from dataclasses import dataclass, field, replace
 from os import PathLike
 from typing import TYPE_CHECKING
@@ -13,8 +12,8 @@ from typing import TYPE_CHECKING
 from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.blocks.static import StaticBlock
 from memcli.errors import StoreBusy, UsageError
-from memcli.flush import Budget, plan_flush, truncation_order
-from memcli.messages import Message, format_time, metadata_json, parse_time
+from memcli.flush import Budget, BudgetOverride, plan_flush, truncation_order
+from memcli.messages import Message, format_time, metadata_json, new_session_id, parse_time
 from memcli.store.base import NewMessage, SessionInfo, Store, WindowEntry
 from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages, message_tokens
 
@@ -29,11 +28,6 @@ if TYPE_CHECKING:
     from memcli.blocks.feed import FeedResult
 
 INSERT_METHODS = ("system", "user")
-
-
-def new_session_id() -> str:
-    """A short random session id."""
-    return uuid.uuid4().hex[:12]
 
 
 @dataclass(frozen=True)
@@ -168,14 +162,10 @@ class Memory:
 
         store: Store = open_store(db) if db is None or isinstance(db, str | PathLike) else db
         budget = None
-        if any(v is not None for v in (token_limit, chat_history_token_ratio, token_flush_size)):
+        wanted = BudgetOverride(token_limit, chat_history_token_ratio, token_flush_size)
+        if not wanted.is_empty:
             info = store.get_session(session_id) if session_id else None
-            budget = adjust_budget(
-                stored_budget(info) if info is not None else Budget(),
-                token_limit,
-                chat_history_token_ratio,
-                token_flush_size,
-            )
+            budget = wanted.apply(stored_budget(info) if info is not None else Budget())
         return cls(
             store,
             session_id=session_id,
@@ -634,23 +624,6 @@ def _transaction(store: Store, wait: bool) -> AbstractContextManager[None]:
 def stored_budget(info: SessionInfo) -> Budget:
     """The budget a stored session runs under."""
     return Budget(info.token_limit, info.chat_history_token_ratio, info.token_flush_size)
-
-
-def adjust_budget(
-    base: Budget,
-    token_limit: int | None = None,
-    ratio: float | None = None,
-    flush_size: int | None = None,
-) -> Budget:
-    """`base` with the values given in place of its own; a new token limit without a flush size
-    gets the default flush size, 10% of it."""
-    if flush_size is None and token_limit in (None, base.token_limit):
-        flush_size = base.token_flush_size
-    return Budget(
-        token_limit if token_limit is not None else base.token_limit,
-        ratio if ratio is not None else base.chat_history_token_ratio,
-        flush_size,
-    )
 
 
 def budget_text(budget: Budget) -> str:
