@@ -33,11 +33,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from memcli import Budget, Memory, Message, OnnxEmbedder, SQLiteStore, VectorBlock  # noqa: E402
+from memcli import (  # noqa: E402
+    BudgetOverride,
+    Message,
+    OnnxEmbedder,
+    SQLiteStore,
+    TiktokenTokenizer,
+    VectorBlock,
+)
+from memcli.importing import Opening, import_transcript  # noqa: E402
 from memcli.search.retriever import Retriever  # noqa: E402
 from memcli.store import index as sql  # noqa: E402
 from memcli.store.base import NewMessage  # noqa: E402
-from memcli.transcripts import Record, import_records  # noqa: E402
+from memcli.transcripts import Record  # noqa: E402
 
 TOPICS = [
     "my sister's wedding in Lisbon",
@@ -72,11 +80,11 @@ def bench_import(n: int, embedder: OnnxEmbedder, limit: int, flush: int, options
         store = SQLiteStore(folder / f"import-{with_blocks}.db")
         blocks = [VectorBlock(embedder=embedder, search_options=options)] if with_blocks else []
 
-        def open_memory(session_id: str) -> Memory:
-            return Memory(store, session_id, budget=Budget(limit, 0.7, flush), memory_blocks=blocks)
-
+        opening = Opening(
+            TiktokenTokenizer(), default_budget=BudgetOverride(limit, 0.7, flush), blocks=blocks
+        )
         start = time.perf_counter()
-        result = import_records(records, store=store, open_memory=open_memory, put="call")
+        result = import_transcript(store, records, opening, put="call")
         elapsed = time.perf_counter() - start
         print(
             f"  import {n:,} messages, blocks={'vector' if with_blocks else 'none'}: "

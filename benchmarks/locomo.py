@@ -1,6 +1,6 @@
 """LoCoMo evidence recall of memcli search: hybrid, and dense-only and BM25-only as baselines.
 
-Each conversation goes through the real import path (memcli.transcripts.import_records, as
+Each conversation goes through the real import path (memcli.importing.import_transcript, as
 `memcli import` does): speaker_a as `user`, speaker_b as `assistant`, the speaker's name in
 `name`, each turn's session date as its `timestamp`, an image's caption after the text as
 `[image: CAPTION]`. The LoCoMo dia_id of each message is kept in a side mapping (message id ->
@@ -122,13 +122,13 @@ def evidence_of(qa: dict[str, Any]) -> set[str]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from memcli.memory import Memory
+    from memcli.importing import Opening, import_transcript
     from memcli.search.onnx import OnnxEmbedder
     from memcli.search.retriever import Retriever
     from memcli.search.types import SearchOptions
     from memcli.store import open_store
     from memcli.tokens import TiktokenTokenizer
-    from memcli.transcripts import import_records, parse_transcript
+    from memcli.transcripts import parse_transcript
 
     files = sorted(Path(args.data).glob("*.json"))
     if args.conversations:
@@ -159,13 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         data = "\n".join(json.dumps(r) for r in records).encode()
         started = time.perf_counter()
         parsed = parse_transcript(data, path.name)
-        import_records(
-            parsed,
-            store=store,
-            open_memory=lambda sid, user=user: Memory(  # type: ignore[misc]
-                store, session_id=sid, user_id=user, tokenizer=tokenizer
-            ),
-        )
+        import_transcript(store, parsed, Opening(tokenizer, default_user=user))
         build["import_s"] += time.perf_counter() - started
         ids = [m.id for m in store.iter_messages(user)]
         dia = dict(zip(ids, dia_ids, strict=True))

@@ -13,9 +13,11 @@ __version__ = "0.1.0"
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
+    "AgentTools": "memcli.tools",
     "Batch": "memcli.flush",
     "BlockContext": "memcli.blocks.base",
     "Budget": "memcli.flush",
+    "BudgetOverride": "memcli.flush",
     "Chat": "memcli.chat.session",
     "ConfigError": "memcli.errors",
     "Context": "memcli.memory",
@@ -49,9 +51,11 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AgentTools",
     "Batch",
     "BlockContext",
     "Budget",
+    "BudgetOverride",
     "Chat",
     "ConfigError",
     "Context",
@@ -115,7 +119,7 @@ if TYPE_CHECKING:
         StoreError,
         UsageError,
     )
-    from memcli.flush import Batch, Budget, plan_flush
+    from memcli.flush import Batch, Budget, BudgetOverride, plan_flush
     from memcli.memory import Context, Flush, Memory
     from memcli.messages import Message
     from memcli.search import OnnxEmbedder, Retriever, SearchOptions
@@ -124,3 +128,4 @@ if TYPE_CHECKING:
     from memcli.store.postgres import PostgresStore
     from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import TiktokenTokenizer, Tokenizer, WordTokenizer
+    from memcli.tools import AgentTools

@@ -182,8 +182,7 @@ def _verify(src: Any, dst: Any, steps: list[tables.Step], counts: dict[str, int]
 def export_digests(store: Any) -> dict[str, str]:
     """Per session, the SHA-256 of what `memcli export SESSION --all` writes for it."""
     from memcli.messages import to_json_line
-    from memcli.sessions import SessionRecord
-    from memcli.transcripts import export_lines
+    from memcli.transcripts import SessionRecord, export_lines
 
     digests = {}
     for info in store.list_sessions():

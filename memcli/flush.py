@@ -73,6 +73,46 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class BudgetOverride:
+    """The budget values asked for (budget flags, the settings for new sessions), each optional:
+    None keeps the value of the budget it is applied to."""
+
+    token_limit: int | None = None
+    ratio: float | None = None
+    flush_size: int | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing is asked for."""
+        return self.token_limit is None and self.ratio is None and self.flush_size is None
+
+    def over(self, base: BudgetOverride) -> BudgetOverride:
+        """The values asked for here, else `base`'s (flags over the settings)."""
+        return BudgetOverride(
+            self.token_limit if self.token_limit is not None else base.token_limit,
+            self.ratio if self.ratio is not None else base.ratio,
+            self.flush_size if self.flush_size is not None else base.flush_size,
+        )
+
+    def budget(self) -> Budget:
+        """A new budget of these values (for those not given, Budget's defaults: 30,000 tokens,
+        ratio 0.7, a flush size of 10% of the token limit)."""
+        return self.apply(Budget())
+
+    def apply(self, base: Budget) -> Budget:
+        """`base` with the values asked for in place of its own; a new token limit without a flush
+        size gets the default flush size, 10% of it."""
+        flush_size = self.flush_size
+        if flush_size is None and self.token_limit in (None, base.token_limit):
+            flush_size = base.token_flush_size
+        return Budget(
+            self.token_limit if self.token_limit is not None else base.token_limit,
+            self.ratio if self.ratio is not None else base.chat_history_token_ratio,
+            flush_size,
+        )
+
+
+@dataclass(frozen=True)
 class Batch:
     """One flush: the `count` oldest active messages leave short-term memory.
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -14,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.errors import UsageError
-from memcli.flush import Budget, plan_flush, truncation_order
-from memcli.messages import Message, format_time, metadata_json, parse_time
+from memcli.flush import Budget, BudgetOverride, plan_flush, truncation_order
+from memcli.messages import Message, format_time, metadata_json, new_session_id, parse_time
 from memcli.store.base import FlushPlan, NewMessage, SessionInfo, Store, WindowEntry
 from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages, message_tokens
 
@@ -32,11 +31,6 @@ INSERT_METHODS = ("system", "user")
 #: After a put found the session changed by another writer, this many puts take the general
 #: path (window read under the session's lock) before one tries again in one round trip.
 CONTENDED_PUTS = 16
-
-
-def new_session_id() -> str:
-    """A short random session id."""
-    return uuid.uuid4().hex[:12]
 
 
 @dataclass(frozen=True)
@@ -171,14 +165,10 @@ class Memory:
 
         store: Store = open_store(db) if db is None or isinstance(db, str | PathLike) else db
         budget = None
-        if any(v is not None for v in (token_limit, chat_history_token_ratio, token_flush_size)):
+        wanted = BudgetOverride(token_limit, chat_history_token_ratio, token_flush_size)
+        if not wanted.is_empty:
             info = store.get_session(session_id) if session_id else None
-            budget = adjust_budget(
-                stored_budget(info) if info is not None else Budget(),
-                token_limit,
-                chat_history_token_ratio,
-                token_flush_size,
-            )
+            budget = wanted.apply(stored_budget(info) if info is not None else Budget())
         return cls(
             store,
             session_id=session_id,
@@ -669,23 +659,6 @@ async def _in_worker(store: Store, fn: Callable[..., T], *args: Any) -> T:
 def stored_budget(info: SessionInfo) -> Budget:
     """The budget a stored session runs under."""
     return Budget(info.token_limit, info.chat_history_token_ratio, info.token_flush_size)
-
-
-def adjust_budget(
-    base: Budget,
-    token_limit: int | None = None,
-    ratio: float | None = None,
-    flush_size: int | None = None,
-) -> Budget:
-    """`base` with the values given in place of its own; a new token limit without a flush size
-    gets the default flush size, 10% of it."""
-    if flush_size is None and token_limit in (None, base.token_limit):
-        flush_size = base.token_flush_size
-    return Budget(
-        token_limit if token_limit is not None else base.token_limit,
-        ratio if ratio is not None else base.chat_history_token_ratio,
-        flush_size,
-    )
 
 
 def budget_text(budget: Budget) -> str:

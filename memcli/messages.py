@@ -365,6 +365,13 @@ def check_json(value: Any, what: str) -> None:
             )
 
 
+def new_session_id() -> str:
+    """A short random session id."""
+    import uuid
+
+    return uuid.uuid4().hex[:12]
+
+
 def validate_session_id(value: Any, what: str = "session") -> str:
     """A session id as given (a flag, a record's "session"): text that is not blank and is valid
     Unicode; raises InputError otherwise."""

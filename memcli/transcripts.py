@@ -1,11 +1,14 @@
-"""Reading and writing transcripts. Every error names the place (file and line) it comes from.
+"""Transcript formats: reading, detecting, parsing and writing them, nothing more (storing them is
+`memcli.importing`; this module imports nothing of the engine). Every error names the place (file
+and line) it comes from.
 
 Formats read:
 - JSON Lines, one message per line: `{"role", "content"}` with optional `session`, `name`,
   `timestamp`, `metadata`;
 - JSON Lines, one conversation per line: `{"messages": [...]}` (OpenAI fine-tuning files), with an
   optional `session`;
-- a JSON array of messages.
+- a JSON array of messages;
+- a first `{"type": "session", ...}` record (`SessionRecord`, as `memcli export` writes it).
 
 Messages in OpenAI's chat format are read too (see `Message.from_dict`): content-part arrays
 (text parts joined with a newline; other parts refused), assistant `tool_calls` with
@@ -23,12 +26,15 @@ import sys
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
-from memcli.errors import InputError
+from memcli.errors import InputError, UsageError
+from memcli.flush import Budget
 from memcli.messages import ROLES, Message, check_json, validate_session_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
     from pathlib import Path
+
+    from memcli.store.base import SessionInfo
 
 PUT_MODES = ("message", "batch", "call")
 _ROLES = frozenset(ROLES)
@@ -226,7 +232,7 @@ def parse_columns(data: bytes, name: str = "<input>", first_line: int = 1) -> Co
 
 def is_session_record(obj: Any) -> bool:
     """The `{"type": "session", ...}` record `memcli export` writes first (see
-    `memcli.sessions.SessionRecord`): no message, whatever other keys it has."""
+    `SessionRecord`): no message, whatever other keys it has."""
     return type(obj) is dict and obj.get("type") == "session" and "role" not in obj
 
 
@@ -368,81 +374,83 @@ def export_lines(
         yield record
 
 
-@dataclass
-class ImportResult:
-    """What an import stored."""
+@dataclass(frozen=True)
+class SessionRecord:
+    """The `{"type": "session", ...}` record `memcli export` writes first: the session's id,
+    user and budget, so that an import recreates them."""
 
-    sessions: dict[str, int]
-    new_sessions: list[str]
-    messages: int = 0
-    calls: int = 0
-    flushes: int = 0
-    archived: int = 0
-    tokens: int = 0
-    blocks_done: int = 0
-    blocks_pending: int = 0
+    id: str | None = None
+    user: str | None = None
+    budget: Budget | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"type": "session", "id": self.id, "user": self.user}
+        if self.budget is not None:
+            record["token_limit"] = self.budget.token_limit
+            record["chat_history_token_ratio"] = self.budget.chat_history_token_ratio
+            record["token_flush_size"] = self.budget.flush_size
+        return record
+
+    @classmethod
+    def of(cls, info: SessionInfo) -> SessionRecord:
+        """The session's record; a stored budget that is not valid (edited by hand) is left out,
+        so that the session can still be exported."""
+        try:
+            budget: Budget | None = Budget(
+                info.token_limit, info.chat_history_token_ratio, info.token_flush_size
+            )
+        except UsageError:
+            budget = None
+        return cls(info.id, info.user_id, budget)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> SessionRecord:
+        """Read a session record; InputError naming `where` for a bad value."""
+        id, user = data.get("id"), data.get("user")
+        for key, value in (("id", id), ("user", user)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise InputError(f"{where}: session {key} must be a non-empty string", _EXPORT)
+        budget = None
+        values = [data.get(k) for k in _BUDGET_KEYS]
+        if any(v is not None for v in values):
+            if values[0] is None or values[1] is None:
+                raise InputError(
+                    f"{where}: a session record gives token_limit and chat_history_token_ratio",
+                    _EXPORT,
+                )
+            try:
+                budget = Budget(values[0], values[1], values[2])
+            except UsageError as exc:
+                raise InputError(f"{where}: {exc.message}", _EXPORT) from None
+        return cls(id, user, budget)
 
 
-def import_records(
-    records: list[Record],
-    *,
-    store: Any,
-    open_memory: Any,
-    session_id: str | None = None,
-    put: str = "call",
-    feed_blocks: bool = True,
-    progress: Any = None,
-    block_total: Any = None,
-    block_progress: Any = None,
-) -> ImportResult:
-    """Put a transcript's messages through the engine, session by session, all or nothing.
+_BUDGET_KEYS = ("token_limit", "chat_history_token_ratio", "token_flush_size")
+_EXPORT = "Write it as `memcli export` does, or leave the session record out"
 
-    `open_memory(session_id) -> Memory` opens (or creates) a session's memory; every session of
-    the import shares one store, and the whole import is one transaction: if any part fails,
-    nothing of it is stored. `progress(n)` is told how many messages were just put.
 
-    With `feed_blocks`, the flushed batches are handed to the blocks after the messages are stored,
-    in bulk (one embedding call for many batches): `block_total(n)` is told how many (block, batch)
-    pairs there are and `block_progress(n)` how many were just handed over. A block that fails there
-    leaves its batches unprocessed; `memcli blocks backfill` catches up.
-    """
-    from memcli.memory import new_session_id
-
-    if session_id is not None:
-        validate_session_id(session_id, "--session")
-    default_session = session_id
-    groups: dict[str, list[Record]] = {}
-    for record in records:
-        target = session_id or record.session or default_session
-        if target is None:
-            target = default_session = new_session_id()
-        groups.setdefault(target, []).append(record)
-    result = ImportResult(sessions={}, new_sessions=[])
-    to_feed: list[tuple[Any, list[Any]]] = []
-    with store.transaction():
-        for target, group in groups.items():
-            if store.get_session(target) is None:
-                result.new_sessions.append(target)
-            memory = open_memory(target)
-            calls = plan_calls(group, put)
-            count = 0
-            for flushes in memory.put_calls(calls, feed_blocks=False, progress=progress):
-                if feed_blocks and flushes and memory.memory_blocks:
-                    if not to_feed or to_feed[-1][0] is not memory:
-                        to_feed.append((memory, []))
-                    to_feed[-1][1].extend(flushes)
-                result.flushes += len(flushes)
-                result.archived += sum(len(f.message_ids) for f in flushes)
-            result.calls += len(calls)
-            count = sum(len(call) for call in calls)
-            result.sessions[target] = count
-            result.messages += count
-    if block_total is not None:
-        block_total(
-            sum(len(fs) for m, fs in to_feed for b in m.memory_blocks if b.receives_flushes)
-        )
-    for memory, flushes in to_feed:
-        fed = memory.feed_blocks_many(flushes, progress=block_progress)
-        result.blocks_done += sum(fed.done.values())
-        result.blocks_pending += sum(fed.pending.values())
-    return result
+def split_session_record(data: bytes, name: str = "<input>") -> tuple[SessionRecord | None, bytes]:
+    """The session record on the first line of JSON Lines `data`, if there is one, and the
+    data without it (its line left blank, so that errors still name the right lines)."""
+    offset = 0
+    line = 1
+    while offset < len(data):
+        end = data.find(b"\n", offset)
+        end = len(data) if end < 0 else end
+        raw = data[offset:end]
+        if line == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        if raw.strip():
+            break
+        offset, line = end + 1, line + 1
+    else:
+        return None, data
+    if b'"session"' not in raw or not raw.lstrip().startswith(b"{"):
+        return None, data
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None, data  # the transcript reader names the error
+    if not isinstance(obj, dict) or obj.get("type") != "session":
+        return None, data
+    return SessionRecord.from_dict(obj, f"{name}:{line}"), data[:offset] + data[end:]

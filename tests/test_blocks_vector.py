@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fakes import HashEmbedder
 
-from memcli import Memory, Message, SQLiteStore, VectorBlock
+from memcli import BudgetOverride, Memory, Message, SQLiteStore, TiktokenTokenizer, VectorBlock
 
 pytestmark = pytest.mark.slow
 
@@ -162,7 +162,8 @@ def test_reset_forgets_and_reused_flush_ids_are_processed(tmp_path: Path) -> Non
 
 def test_import_embeds_in_bulk(tmp_path: Path) -> None:
     from memcli.blocks.feed import CHUNK
-    from memcli.transcripts import Record, import_records
+    from memcli.importing import Opening, import_transcript
+    from memcli.transcripts import Record
 
     embedder = HashEmbedder(dim=32)
     block = VectorBlock(embedder=embedder)
@@ -173,12 +174,13 @@ def test_import_embeds_in_bulk(tmp_path: Path) -> None:
     ]
     totals: list[int] = []
     progress: list[int] = []
-    result = import_records(
+    opening = Opening(
+        TiktokenTokenizer(), default_budget=BudgetOverride(100, 0.7, 20), blocks=[block]
+    )
+    result = import_transcript(
+        store,
         records,
-        store=store,
-        open_memory=lambda sid: Memory.from_defaults(
-            session_id=sid, token_limit=100, token_flush_size=20, db=store, memory_blocks=[block]
-        ),
+        opening,
         block_total=totals.append,
         block_progress=progress.append,
     )

@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 
 from memcli import Memory, Message, SQLiteStore
-from memcli.agent_tools import AgentTools
 from memcli.chat import Chat, ReplyDone, ReplyPiece, ToolCalled, ToolsUnavailable
 from memcli.chat.session import MAX_TOOL_ROUNDS
 from memcli.config import load_settings
 from memcli.flush import Budget
 from memcli.llm import LLMConfig
 from memcli.store import longterm
-from memcli.toolset import CHAT_TOOLS, chat_tools
+from memcli.tools import CHAT_TOOLS, AgentTools, chat_tools
 
 ADD = {
     "tool_calls": [{"name": "add_fact", "arguments": {"text": "Ana is vegan"}}],
@@ -284,7 +283,7 @@ def test_a_model_litellm_knows_without_tools_is_never_offered_them(tmp_path, llm
 
 def test_the_chat_and_the_mcp_server_share_one_definition_of_the_tools(tmp_path):
     from memcli.cli.mcp import build_server
-    from memcli.toolset import ToolSet, description, tool_functions
+    from memcli.tools import ToolSet, description, tool_functions
 
     settings = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": "ana"})
     tools = AgentTools(SQLiteStore(tmp_path / "t.db"), settings, "ana")

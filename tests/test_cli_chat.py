@@ -580,12 +580,11 @@ def test_full_screen_app_shows_each_memory_tool_call(tmp_path, llm):
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
 
-    from memcli.agent_tools import AgentTools
     from memcli.chat import Chat, Commands
     from memcli.cli.chat_ui import ChatApp
     from memcli.config import load_settings
     from memcli.llm import LLMConfig
-    from memcli.toolset import chat_tools
+    from memcli.tools import AgentTools, chat_tools
 
     store = SQLiteStore(tmp_path / "ui.db")
     settings = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": "ana"})

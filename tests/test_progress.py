@@ -10,13 +10,14 @@ import pytest
 from fakes import HashEmbedder
 from helpers import memcli
 
-from memcli import Memory, Message, SQLiteStore, VectorBlock
+from memcli import BudgetOverride, Message, SQLiteStore, TiktokenTokenizer, VectorBlock
 from memcli.cli.common import PREPARING
 
 
 def test_import_progress_moves_as_messages_are_embedded(tmp_path: Path) -> None:
     from memcli.blocks.feed import CHUNK
-    from memcli.transcripts import Record, import_records
+    from memcli.importing import Opening, import_transcript
+    from memcli.transcripts import Record
 
     embedder = HashEmbedder(dim=16)
     block = VectorBlock(embedder=embedder)
@@ -32,12 +33,13 @@ def test_import_progress_moves_as_messages_are_embedded(tmp_path: Path) -> None:
         ticks.append(n)
         calls_at_tick.append(len(embedder.calls))
 
-    result = import_records(
+    opening = Opening(
+        TiktokenTokenizer(), default_budget=BudgetOverride(100, 0.7, 20), blocks=[block]
+    )
+    result = import_transcript(
+        store,
         records,
-        store=store,
-        open_memory=lambda sid: Memory.from_defaults(
-            session_id=sid, token_limit=100, token_flush_size=20, db=store, memory_blocks=[block]
-        ),
+        opening,
         block_progress=tick,
     )
     assert result.flushes < CHUNK  # one chunk: before, a single tick once everything was embedded

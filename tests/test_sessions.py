@@ -1,40 +1,31 @@
-"""memcli.sessions: who may open a session, its budget, imports into sessions, a session's
-report, and the blocks' view of a session or of none."""
+"""memcli.sessions: who may open a session, its budget, a session's report, and the blocks' view
+of a session or of none."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from memcli import MemoryBlock, Message, SQLiteStore, UsageError
 from memcli.blocks.base import BlockContext
-from memcli.errors import InputError, SessionNotFound
-from memcli.flush import Budget
+from memcli.errors import SessionNotFound
+from memcli.flush import Budget, BudgetOverride
 from memcli.memory import Memory
 from memcli.sessions import (
-    Opening,
-    SessionRecord,
     blocks_view,
     budget_for,
     budget_rule,
-    import_transcript,
     open_stored,
     owned,
-    read_import,
     report,
     require,
-    stored_overlap,
 )
 from memcli.tokens import TiktokenTokenizer
-from memcli.transcripts import parse_transcript
 
-DEFAULT = (30000, 0.7, None)
+DEFAULT = BudgetOverride(30000, 0.7)
+Asked = BudgetOverride
 
 
 def store_with(tmp_path: Path, session: str = "s1", user: str = "ann") -> SQLiteStore:
@@ -69,15 +60,16 @@ def test_a_session_of_another_user_is_refused_with_what_to_do(tmp_path: Path) ->
 def test_flags_override_a_stored_budget_and_new_sessions_take_the_defaults(tmp_path: Path) -> None:
     info = require(store_with(tmp_path), "s1")
     assert budget_for(info, DEFAULT) == Budget(500, 0.5, 40)
-    assert budget_for(info, DEFAULT, ratio=0.6) == Budget(500, 0.6, 40)
-    assert budget_for(info, DEFAULT, token_limit=900) == Budget(900, 0.5, None)  # 10% of 900
-    assert budget_for(info, DEFAULT, token_limit=900, flush_size=30) == Budget(900, 0.5, 30)
+    assert budget_for(info, DEFAULT, Asked(ratio=0.6)) == Budget(500, 0.6, 40)
+    assert budget_for(info, DEFAULT, Asked(token_limit=900)) == Budget(900, 0.5, None)  # 10% of 900
+    assert budget_for(info, DEFAULT, Asked(token_limit=900, flush_size=30)) == Budget(900, 0.5, 30)
     assert budget_for(None, DEFAULT) == Budget(30000, 0.7, None)
-    assert budget_for(None, DEFAULT, flush_size=100) == Budget(30000, 0.7, 100)
+    assert budget_for(None, DEFAULT, Asked(flush_size=100)) == Budget(30000, 0.7, 100)
+    assert budget_for(None, Asked(2000, 0.5, 100), Asked(token_limit=900)) == Budget(900, 0.5, 100)
     assert budget_rule(DEFAULT)(info) is None  # a stored session keeps its budget
     assert budget_rule(DEFAULT)(None) == Budget(30000, 0.7, None)
     assert budget_rule(DEFAULT, given=Budget(900, 0.6, 90))(None) == Budget(900, 0.6, 90)
-    assert budget_rule(DEFAULT, token_limit=100, given=Budget(900, 0.6, 90))(None) == Budget(
+    assert budget_rule(DEFAULT, Asked(token_limit=100), given=Budget(900, 0.6, 90))(None) == Budget(
         100, 0.6, None
     )
 
@@ -86,10 +78,10 @@ def test_a_budget_that_differs_from_a_stored_one_is_an_error_unless_rebudget(
     tmp_path: Path,
 ) -> None:
     info = require(store_with(tmp_path), "s1")
-    assert budget_rule(DEFAULT, token_limit=500, ratio=0.5)(info) is None  # what it has
+    assert budget_rule(DEFAULT, Asked(token_limit=500, ratio=0.5))(info) is None  # what it has
     assert budget_rule(DEFAULT, given=Budget(500, 0.5, 40))(info) is None
     with pytest.raises(UsageError) as caught:
-        budget_rule(DEFAULT, ratio=0.6)(info)
+        budget_rule(DEFAULT, Asked(ratio=0.6))(info)
     assert caught.value.message == (
         "session 's1' has the budget 500 × 0.5 (flush 40);"
         " the budget options ask for 500 × 0.6 (flush 40)"
@@ -97,58 +89,7 @@ def test_a_budget_that_differs_from_a_stored_one_is_an_error_unless_rebudget(
     assert caught.value.hint is not None and "--rebudget" in caught.value.hint
     with pytest.raises(UsageError, match="the file's session record asks for"):
         budget_rule(DEFAULT, given=Budget(900, 0.5, 90))(info)
-    assert budget_rule(DEFAULT, ratio=0.6, rebudget=True)(info) == Budget(500, 0.6, 40)
-
-
-def opening(**flags: object) -> Opening:
-    return Opening(
-        default_user="default", default_budget=DEFAULT, tokenizer=TiktokenTokenizer(), **flags
-    )
-
-
-def test_import_into_another_users_session_stores_nothing(tmp_path: Path) -> None:
-    store = store_with(tmp_path)
-    records = parse_transcript(b'{"role": "user", "content": "a"}\n')
-    with pytest.raises(UsageError, match="belongs to user 'ann', not 'bob'"):
-        import_transcript(store, records, opening(user="bob"), session_id="s1")
-    assert require(store, "s1").active_messages == 2
-    with pytest.raises(UsageError, match="has the budget 500"):
-        import_transcript(store, records, opening(token_limit=800), session_id="s1")
-    assert require(store, "s1").active_messages == 2 and require(store, "s1").token_limit == 500
-    result = import_transcript(
-        store, records, opening(token_limit=800, rebudget=True), session_id="s1"
-    )
-    assert result.sessions == {"s1": 1} and result.new_sessions == []
-    assert result.rebudgets["s1"].old == Budget(500, 0.5, 40)
-    assert result.rebudgets["s1"].new == Budget(800, 0.5, 80)
-    info = require(store, "s1")
-    assert info.active_messages == 3 and info.token_limit == 800 and info.user_id == "ann"
-
-
-def test_a_smaller_budget_flushes_at_once_and_says_so(tmp_path: Path) -> None:
-    store = store_with(tmp_path)
-    Memory(store, "s1").put_messages([Message("user", "and the sea"), Message("assistant", "Yes")])
-    records = parse_transcript(b'{"role": "user", "content": "and I like the sea"}\n')
-    result = import_transcript(
-        store, records, opening(token_limit=8, flush_size=2, rebudget=True), session_id="s1"
-    )
-    change = result.rebudgets["s1"]
-    assert change.flushes == 1 and change.archived == 2  # the old turn left at once
-    assert result.archived >= 2 and require(store, "s1").archived_messages == result.archived
-
-
-def test_import_opens_new_sessions_as_the_default_user_with_the_flags(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
-    data = b'{"role": "user", "content": "a", "session": "x"}\n{"role": "user", "content": "b"}\n'
-    result = import_transcript(store, parse_transcript(data), opening(ratio=0.5))
-    assert result.new_sessions[0] == "x" and len(result.new_sessions) == 2  # one made up
-    for session in result.new_sessions:
-        info = require(store, session)
-        assert (info.user_id, info.token_limit, info.chat_history_token_ratio) == (
-            "default",
-            30000,
-            0.5,
-        )
+    assert budget_rule(DEFAULT, Asked(ratio=0.6), rebudget=True)(info) == Budget(500, 0.6, 40)
 
 
 def test_report_lists_messages_flushes_and_a_summary(tmp_path: Path) -> None:
@@ -189,174 +130,3 @@ def test_blocks_view_of_a_session_or_of_none_stores_nothing(tmp_path: Path) -> N
     assert open_stored(store, "s1", [Whose()], tokenizer).get()[0].role == "system"
     with pytest.raises(SessionNotFound):
         blocks_view(store, "nope", user="bob", blocks=[], tokenizer=tokenizer, token_limit=1000)
-
-
-# -- idempotent imports -------------------------------------------------------------------------
-
-
-def lines(*pairs: tuple[str, str], session: str | None = None) -> bytes:
-    out = []
-    for role, content in pairs:
-        record = {"role": role, "content": content}
-        if session:
-            record["session"] = session
-        out.append(json.dumps(record))
-    return ("\n".join(out) + "\n").encode()
-
-
-CHAT = (("user", "hi"), ("assistant", "ok"), ("user", "thanks"), ("assistant", "ok"))
-
-
-def contents(store: SQLiteStore, session: str) -> list[str]:
-    return [m.content for m in store.get_messages(session)]
-
-
-def test_importing_the_same_records_again_stores_nothing(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
-    records = parse_transcript(lines(*CHAT))
-    first = import_transcript(store, records, opening(), session_id="s")
-    assert (first.messages, first.already_stored) == (4, 0)  # "ok" twice: both stored
-    again = import_transcript(store, records, opening(), session_id="s")
-    assert (again.messages, again.already_stored, again.sessions) == (0, 4, {"s": 0})
-    assert contents(store, "s") == ["hi", "ok", "thanks", "ok"]
-    copy = import_transcript(store, records, opening(), session_id="s", again=True)
-    assert (copy.messages, copy.already_stored) == (4, 0)
-    assert len(contents(store, "s")) == 8
-
-
-def test_a_grown_transcript_appends_only_what_is_new(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
-    import_transcript(store, parse_transcript(lines(*CHAT, session="s")), opening())
-    grown = parse_transcript(lines(*CHAT, ("user", "bye"), ("assistant", "ok"), session="s"))
-    result = import_transcript(store, grown, opening())
-    assert (result.messages, result.already_stored, result.skipped) == (2, 4, {"s": 4})
-    assert contents(store, "s") == ["hi", "ok", "thanks", "ok", "bye", "ok"]
-
-
-def test_equal_messages_elsewhere_in_the_session_are_not_duplicates(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
-    import_transcript(store, parse_transcript(lines(*CHAT)), opening(), session_id="s")
-    other = parse_transcript(lines(("user", "hi"), ("assistant", "ok")))
-    # Stored, but not at the end (which is "thanks", "ok"): both are new.
-    result = import_transcript(store, other, opening(), session_id="s")
-    assert (result.messages, result.already_stored) == (2, 0)
-    assert contents(store, "s") == ["hi", "ok", "thanks", "ok", "hi", "ok"]
-
-
-def test_a_sessions_export_imports_back_as_nothing_new(tmp_path: Path) -> None:
-    from memcli.transcripts import export_lines
-
-    store = SQLiteStore(tmp_path / "m.db")
-    memory = Memory(store, "s", budget=Budget(60, 0.5, 10))
-    for i in range(6):
-        memory.put_messages(
-            [
-                Message("user", f"question {i} about the garden", name="ann"),
-                Message("assistant", "ok", metadata={"turn": i}, timestamp=datetime(2024, 1, 1, i)),
-            ]
-        )
-    assert store.list_flushes("s")
-    for status in (None, "active"):  # --all, and the active tail only
-        data = "".join(
-            json.dumps(r) + "\n"
-            for r in export_lines(store.iter_messages("s", status), with_status=True)
-        )
-        result = import_transcript(store, parse_transcript(data.encode()), opening())
-        assert result.messages == 0 and result.already_stored == data.count("\n")
-    assert len(store.get_messages("s")) == 12
-
-
-def test_a_transcript_without_timestamps_matches_stored_ones_with_them(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.db")
-    Memory(store, "s").put(Message("user", "hi", timestamp=datetime(2024, 1, 1)))
-    result = import_transcript(
-        store, parse_transcript(lines(("user", "hi"))), opening(), session_id="s"
-    )
-    assert result.already_stored == 1
-    timed = b'{"role": "user", "content": "hi", "timestamp": "2025-01-01T00:00:00Z"}\n'
-    result = import_transcript(store, parse_transcript(timed), opening(), session_id="s")
-    assert result.messages == 1  # another time: another message
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.sampled_from("abc"), max_size=12),
-    st.lists(st.sampled_from("abc"), max_size=8),
-)
-def test_stored_overlap_is_the_longest_prefix_stored_at_the_end(
-    stored: list[str], incoming: list[str]
-) -> None:
-    expected = max(
-        k
-        for k in range(min(len(stored), len(incoming)) + 1)
-        if stored[len(stored) - k :] == incoming[:k]
-    )
-    as_messages = [Message("user", c) for c in stored]
-    assert stored_overlap([Message("user", c) for c in incoming], iter(as_messages)) == expected
-
-
-# -- the session record of an export ------------------------------------------------------------
-
-
-SESSION = {
-    "type": "session",
-    "id": "a",
-    "user": "ann",
-    "token_limit": 400,
-    "chat_history_token_ratio": 0.5,
-    "token_flush_size": 20,
-}
-
-
-def test_a_session_record_gives_a_new_session_its_budget_and_user(tmp_path: Path) -> None:
-    path = tmp_path / "a.jsonl"
-    path.write_bytes((json.dumps(SESSION) + "\n").encode() + lines(*CHAT))
-    header, records = read_import(path)
-    assert header == SessionRecord("a", "ann", Budget(400, 0.5, 20))
-    store = SQLiteStore(tmp_path / "m.db")
-    result = import_transcript(store, records, opening(), session_record=header)
-    assert result.new_sessions == ["a"]  # records naming no session go to the record's
-    info = require(store, "a")
-    assert (info.user_id, info.token_limit, info.token_flush_size) == ("ann", 400, 20)
-    import_transcript(
-        store, records, opening(token_limit=300), session_record=header, session_id="b"
-    )
-    assert require(store, "b").token_limit == 300  # the flags win
-    with pytest.raises(UsageError, match="session record"):
-        import_transcript(store, records, opening(), session_record=header, session_id="b")
-    assert header.to_dict() == SESSION
-
-
-def test_a_bad_session_record_names_its_line_and_later_lines_keep_theirs(tmp_path: Path) -> None:
-    path = tmp_path / "a.jsonl"
-    path.write_bytes(b"\n" + json.dumps({**SESSION, "token_limit": -1}).encode() + b"\n")
-    with pytest.raises(InputError, match=r"a.jsonl:2: token_limit must be positive"):
-        read_import(path)
-    path.write_bytes(json.dumps(SESSION).encode() + b'\n{"role": "user"}\n')
-    with pytest.raises(InputError, match=r"a.jsonl:2: missing content"):
-        read_import(path)
-    path.write_bytes(lines(*CHAT))
-    assert read_import(path)[0] is None
-
-
-def test_an_import_racing_another_into_one_session_aligns_again(tmp_path: Path) -> None:
-    """Another process stores the same records between this import's read of the session and
-    its transaction: the session's version tells, and the import aligns again (nothing twice)."""
-    db = tmp_path / "m.db"
-    store, other = SQLiteStore(db), SQLiteStore(db)
-    records = parse_transcript(lines(*CHAT))
-    import_transcript(store, records[:2], opening(), session_id="s")
-    reads = 0
-    read = store.iter_messages
-
-    def racing(session_id: str, status: str | None = None) -> Iterator[Message]:
-        nonlocal reads
-        reads += 1
-        yield from read(session_id, status)
-        if reads == 1:  # the other import commits right after this one read the session
-            import_transcript(other, records, opening(), session_id="s")
-
-    store.iter_messages = racing  # type: ignore[method-assign]
-    result = import_transcript(store, records, opening(), session_id="s")
-    assert reads == 2 and (result.messages, result.already_stored) == (0, 4)
-    assert contents(store, "s") == ["hi", "ok", "thanks", "ok"]

@@ -239,14 +239,6 @@ def test_escapes_that_are_not_lone_surrogates_are_fine() -> None:
     assert messages[2].metadata == {"k": "é"} and messages[2].name == "\U0001f600"
 
 
-def test_import_refuses_an_empty_session_flag() -> None:
-    from memcli.transcripts import import_records
-
-    records = parse_transcript(lines({"role": "user", "content": "x"}))
-    with pytest.raises(InputError, match="--session must not be empty"):
-        import_records(records, store=None, open_memory=None, session_id="")
-
-
 #: OpenAI's chat format: content parts, a tool call with null content, the tool's answer, and
 #: keys memcli has no field for.
 OPENAI = [

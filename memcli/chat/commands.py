@@ -163,18 +163,17 @@ class Commands:
 
     def facts(self, arg: str) -> Result:
         """Every fact the session's fact blocks hold (with ids, for `memcli facts edit|rm`)."""
-        from memcli.blocks.facts import FactBlock
         from memcli.chat.view import facts_in
         from memcli.store import longterm
+        from memcli.tools import fact_blocks
 
         chat = self.chat
         lines = []
-        for block in chat.blocks:
-            if isinstance(block, FactBlock):
-                key = block.key_for(chat.mem.session_id, chat.user_id)
-                for fact in longterm.list_facts(chat.store, block.name, key):
-                    topics = f" ({', '.join(fact.topics)})" if fact.topics else ""
-                    lines.append(f"[{block.name}] #{fact.id} {fact.text}{topics}")
+        for block in fact_blocks(chat.blocks):
+            key = block.key_for(chat.mem.session_id, chat.user_id)
+            for fact in longterm.list_facts(chat.store, block.name, key):
+                topics = f" ({', '.join(fact.topics)})" if fact.topics else ""
+                lines.append(f"[{block.name}] #{fact.id} {fact.text}{topics}")
         if not lines:
             # Custom blocks may render <fact> lines too.
             ready = chat.context()

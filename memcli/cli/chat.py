@@ -132,10 +132,12 @@ def build_chat(
     Budget options that differ from a stored session's budget are an error (exit 2) unless
     `rebudget`, which stores them in the session first and says what that flushed."""
     from memcli.chat.session import Chat
+    from memcli.flush import BudgetOverride
     from memcli.search.types import SearchOptions
-    from memcli.sessions import budget_rule, owned
+    from memcli.sessions import budget_rule, default_budget, owned
 
     store = common.open_store(s)
+    asked = BudgetOverride(token_limit, ratio, flush_size)
     user_id = s.user
     info = None
     if session:
@@ -146,9 +148,7 @@ def build_chat(
             user_id = info.user_id
     blocks = common.make_blocks(s, store, session=session, user=user_id)
     if session and info is not None:
-        rule = budget_rule(
-            common.default_budget(s), token_limit, ratio, flush_size, rebudget=rebudget
-        )
+        rule = budget_rule(default_budget(s), asked, rebudget=rebudget)
         wanted = rule(info)  # UsageError when it differs and --rebudget is not given
         if wanted is not None:
             _rebudget(s, store, session, blocks, wanted)
@@ -158,7 +158,7 @@ def build_chat(
         user_id=user_id,
         blocks=blocks,
         tokenizer=common.tokenizer(s),
-        budget_for=budget_rule(common.default_budget(s), token_limit, ratio, flush_size),
+        budget_for=budget_rule(default_budget(s), asked),
         insert_method=s.insert_method,
         llm=llm_config(s),
         search_options=SearchOptions.from_settings(s),
@@ -169,12 +169,11 @@ def build_chat(
 
 
 def memory_tools(s: Settings, store: Any, user_id: str, blocks: list[Any]) -> Any:
-    """The chat's memory tools (memcli.agent_tools, as `memcli mcp` serves them): the user's
+    """The chat's memory tools (memcli.tools, as `memcli mcp` serves them): the user's
     facts in the chat's fact block, search through the chat's vector block (its model loaded
     once) or, without one, as `memcli search` searches. Changes are recorded as chat-tool."""
-    from memcli.agent_tools import AgentTools
     from memcli.blocks.vector import VectorBlock
-    from memcli.toolset import chat_tools
+    from memcli.tools import AgentTools, chat_tools
 
     vector = next((b for b in blocks if isinstance(b, VectorBlock)), None)
     tools = AgentTools(

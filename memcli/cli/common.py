@@ -108,14 +108,10 @@ def budget_for(
     flush_size: int | None,
 ) -> Budget:
     """A session's budget: flags override what the session was created with; new ones use settings."""
-    from memcli.sessions import budget_for
+    from memcli.flush import BudgetOverride
+    from memcli.sessions import budget_for, default_budget
 
-    return budget_for(info, default_budget(s), token_limit, ratio, flush_size)
-
-
-def default_budget(s: Settings) -> tuple[int, float, int | None]:
-    """The settings' budget for new sessions: token limit, ratio, flush size."""
-    return (s.token_limit, s.ratio, s.flush_size)
+    return budget_for(info, default_budget(s), BudgetOverride(token_limit, ratio, flush_size))
 
 
 def tokenizer(s: Settings) -> Any:

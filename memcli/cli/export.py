@@ -28,8 +28,7 @@ def export_command(
 
     Example: memcli export demo --all > demo.jsonl && memcli import demo.jsonl --session copy
     """
-    from memcli.sessions import SessionRecord
-    from memcli.transcripts import export_lines
+    from memcli.transcripts import SessionRecord, export_lines
 
     del json_  # always JSON Lines
     s = common.settings(ctx)

@@ -51,28 +51,17 @@ def _scope(
 
 def _block_name(s: Any, store: Any, block: str | None, session: str | None) -> str:
     """The named block, else the first fact block of those the session (or user) uses."""
-    from memcli.blocks.facts import FactBlock
+    from memcli.tools import fact_block_name
 
     if block is not None:
         return block
-    blocks = common.make_blocks(s, store, session=session, warn=False)
-    return next((b.name for b in blocks if isinstance(b, FactBlock)), FactBlock.name)
+    return fact_block_name(common.make_blocks(s, store, session=session, warn=False))
 
 
 def _fact_record(f: Any) -> dict[str, Any]:
-    return {
-        "type": "fact",
-        "id": f.id,
-        "block": f.block,
-        "text": f.text,
-        "topics": f.topics,
-        "origin": f.origin,
-        "session": f.session_id,
-        "flush_id": f.flush_id,
-        "message_ids": f.message_ids,
-        "created_at": f.created_at,
-        "updated_at": f.updated_at,
-    }
+    from memcli.tools import fact_record
+
+    return {"type": "fact", **fact_record(f)}
 
 
 def _show(facts: list[Any], json_: bool) -> None:
@@ -144,13 +133,11 @@ def add_command(
 
     Example: memcli facts add "Ana is vegetarian" --user ana --topic food --topic health
     """
-    from memcli.errors import UsageError
     from memcli.store import longterm
+    from memcli.tools import check_fact_text
 
-    _check_text(text)
+    check_fact_text(text, "Give the fact's text", topic)
     s, store, key = _scope(ctx, user, session, create=True)
-    if not text.strip():
-        raise UsageError("the fact is empty", "Give the fact's text")
     added = longterm.add_facts(
         store,
         _block_name(s, store, block, session),
@@ -195,50 +182,21 @@ def search_command(
     _show(facts, json_)
 
 
-def _check_text(text: str) -> None:
-    """A fact's text is valid Unicode. An argument that is not UTF-8 reaches Python with its bad
-    bytes as lone surrogates (U+DC80-U+DCFF), which SQLite cannot store: exit 2, not a traceback."""
-    from memcli.errors import InputError
-    from memcli.messages import check_text
-
-    try:
-        check_text(text, "the fact's text")
-    except InputError as error:
-        try:
-            raw = text.encode("utf-8", "surrogateescape")
-            raw.decode("utf-8")
-        except UnicodeEncodeError:  # a surrogate no byte stands for: check_text's message
-            raise error from None
-        except UnicodeDecodeError as exc:
-            raise InputError(
-                f"the fact's text is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte"
-                f" {exc.start})",
-                "Give the text in UTF-8",
-            ) from None
-        raise
-
-
-def _not_found(fact_id: int, user: str | None = None) -> Exception:
+def _not_found(fact_id: int) -> Exception:
     from memcli.errors import MemcliError
 
-    owner = f" of user {user!r}" if user is not None else ""
-    return MemcliError(  # exit 1, as for an unknown session
-        f"no fact {fact_id}{owner}", "Run `memcli facts` to see the facts and their ids"
-    )
+    return MemcliError(f"no fact {fact_id}", _LIST_HINT)  # exit 1, as for an unknown session
+
+
+_LIST_HINT = "Run `memcli facts` to see the facts and their ids"
 
 
 def _live(s: Any, store: Any, fact_id: int) -> Any:
     """The fact, not deleted; with --user (or MEMCLI_USER), only one of that user's."""
-    from memcli.agent_tools import fact_owner
-    from memcli.store import longterm
+    from memcli.tools import live_fact
 
-    fact = longterm.get_fact(store, fact_id)
     user = s.user if s.sources.get("user", "default") != "default" else None
-    if fact is None or fact.deleted_at is not None:
-        raise _not_found(fact_id)
-    if user is not None and fact_owner(store, fact) != user:
-        raise _not_found(fact_id, user)
-    return fact
+    return live_fact(store, fact_id, user, _LIST_HINT)
 
 
 @app.command("edit")
@@ -264,15 +222,13 @@ def edit_command(
 
     Example: memcli facts edit 12 "Ana lives in Lisbon" --topic home
     """
-    from memcli.errors import UsageError
     from memcli.store import longterm
+    from memcli.tools import check_fact_text
 
-    _check_text(text)
+    check_fact_text(text, "Give the new text, or use `memcli facts rm`", topic)
     s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=True)
     _live(s, store, fact_id)
-    if not text.strip():
-        raise UsageError("the fact is empty", "Give the new text, or use `memcli facts rm`")
     changed = longterm.edit_fact(store, fact_id, text, topics=topic, origin="manual")
     assert changed is not None
     output.info(f"Edited fact {fact_id}.")

@@ -9,7 +9,7 @@ import typer
 from memcli.cli import common, output
 
 if TYPE_CHECKING:
-    from memcli.sessions import Imported
+    from memcli.importing import Imported
 
 
 def import_command(
@@ -70,7 +70,8 @@ def import_command(
     Example: memcli import chat.jsonl --session demo --token-limit 4000
     """
     from memcli.errors import UsageError
-    from memcli.sessions import Opening, import_transcript, read_import
+    from memcli.flush import BudgetOverride
+    from memcli.importing import Opening, import_transcript, read_import
     from memcli.transcripts import PUT_MODES
 
     if put not in PUT_MODES:
@@ -89,9 +90,7 @@ def import_command(
         s,
         blocks,
         user=user,
-        token_limit=token_limit,
-        ratio=ratio,
-        flush_size=flush_size,
+        budget=BudgetOverride(token_limit, ratio, flush_size),
         rebudget=rebudget,
     )
     bar = output.progress("Long-term memory")
@@ -152,9 +151,9 @@ def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bo
 def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:
     """The summary record (`result` None: nothing was imported)."""
     if result is None:
-        from memcli.sessions import Imported
+        from memcli.importing import Imported
 
-        result = Imported(sessions={}, new_sessions=[])
+        result = Imported()
     return {
         "type": "summary",
         "sessions": result.sessions,

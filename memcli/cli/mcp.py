@@ -1,6 +1,6 @@
 """`memcli mcp`: memcli's memory served over MCP's stdio transport (the official `mcp` SDK).
 
-The tools and resources are `memcli.agent_tools.AgentTools`; this module only registers them.
+The tools and resources are `memcli.tools.AgentTools`; this module only registers them.
 stdout carries the protocol alone: memcli's notes and the SDK's log go to stderr.
 """
 
@@ -16,7 +16,7 @@ import typer
 from memcli.cli import common
 
 if TYPE_CHECKING:
-    from memcli.agent_tools import AgentTools
+    from memcli.tools import AgentTools
 
 INSTRUCTIONS = (
     "memcli keeps the memory of LLM conversations: sessions of messages (a short-term window that "
@@ -32,7 +32,7 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
 
     Client configuration: {"mcpServers": {"memcli": {"command": "memcli", "args": ["mcp"]}}}
     """
-    from memcli.agent_tools import AgentTools
+    from memcli.tools import AgentTools
 
     s = common.settings(ctx, user=user)
     store = common.open_store(s)
@@ -74,9 +74,9 @@ def _refusals_as(tool_error: type[Exception], function: Any) -> Any:
 
 def build_server(tools: AgentTools) -> Any:
     """The MCP server (MCPServer in mcp 2, FastMCP in mcp 1) with memcli's tools and resources
-    (the tools: `memcli.agent_tools.tool_functions`)."""
+    (the tools: `memcli.tools.tool_functions`)."""
     from memcli.errors import MemcliError
-    from memcli.toolset import description, tool_functions
+    from memcli.tools import description, tool_functions
 
     try:
         from mcp.server.mcpserver import MCPServer as Server

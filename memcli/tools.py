@@ -1,16 +1,22 @@
 """memcli's memory as tools an agent calls (`memcli mcp` serves them over MCP, `memcli chat
 --memory-tools` offers them to the chat's model): search memory, list, add, update and delete a
 user's facts, read a session's context, put messages into a session, and list and read sessions.
-Each method takes JSON-ready arguments and returns JSON-ready data; a refusal is a MemcliError
-(message and hint), and nothing is stored when one is raised.
 
-`memcli.toolset` gives them as functions with their schemas, as MCP serves them and as a chat's
-model calls them.
+`AgentTools` holds them as methods: each takes JSON-ready arguments and returns JSON-ready data;
+a refusal is a MemcliError (message and hint), and nothing is stored when one is raised.
+`tool_functions` gives them as plain functions whose names, signatures and docstrings are the one
+definition of the tools, from which the MCP SDK derives the schemas `memcli mcp` serves and
+`ToolSet` the same schemas in OpenAI's format; `ToolSet.call` runs a model's tool call, its JSON
+arguments checked first.
 
 Everything runs as the commands run it: search through the same Retriever as `memcli search`,
 facts through `memcli.store.longterm` in the user's scope (as `memcli facts`), the context as
 `memcli dump context` shows it, puts through `Memory.put_messages` (flushes, then the blocks).
 Only the user's own sessions and facts are visible: another user's session is not found.
+
+The facts' helpers every front end (`memcli facts`, these tools, the chat's `/facts`) shares live
+here too: `fact_record` (a fact as a dict), `fact_block_name` / `fact_blocks` (which fact block),
+`check_fact_text` (a fact's text and topics are valid), `live_fact` (a fact that is a user's).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from memcli.sessions import require, session_record
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
+    from memcli.blocks.facts import FactBlock
     from memcli.config import Settings
     from memcli.search.retriever import Retriever
     from memcli.store.base import Store
@@ -136,7 +143,7 @@ class AgentTools:
         `fact` the known one."""
         from memcli.store import longterm
 
-        _check_fact(text, "Give the fact's text", topics)
+        check_fact_text(text, "Give the fact's text", topics)
         with self._lock:
             name = fact_block_name(self.blocks(None), block)
             added = longterm.add_facts(
@@ -159,7 +166,7 @@ class AgentTools:
         stay); the old text and topics stay in its history."""
         from memcli.store import longterm
 
-        _check_fact(text, "Give the new text, or delete the fact", topics)
+        check_fact_text(text, "Give the new text, or delete the fact", topics)
         with self._lock:
             self._fact(fact_id)
             changed = longterm.edit_fact(
@@ -180,14 +187,7 @@ class AgentTools:
 
     def _fact(self, fact_id: int) -> Fact:
         """The live fact of that id, if it is the user's (theirs, or of one of their sessions)."""
-        from memcli.store import longterm
-
-        fact = longterm.get_fact(self.store, fact_id)
-        if fact is None or fact.deleted_at is not None or fact_owner(self.store, fact) != self.user:
-            raise MemcliError(
-                f"no fact {fact_id} of user {self.user!r}", "List the facts to see their ids"
-            )
-        return fact
+        return live_fact(self.store, fact_id, self.user, "List the facts to see their ids")
 
     # -- sessions -----------------------------------------------------------------------------
 
@@ -232,7 +232,7 @@ class AgentTools:
         the user's, with the settings' budget. Every message is checked before anything is
         stored: a bad one is an InputError naming it."""
         from memcli.memory import Memory
-        from memcli.sessions import budget_for, owned
+        from memcli.sessions import budget_for, default_budget, owned
 
         parsed = parse_messages(messages)
         if session is not None:
@@ -249,7 +249,7 @@ class AgentTools:
                 self.store,
                 session,
                 user_id=self.user,
-                budget=None if info is not None else budget_for(None, _default_budget(s)),
+                budget=None if info is not None else budget_for(None, default_budget(s)),
                 tokenizer=self.tokenizer(),
                 memory_blocks=self.blocks(session),
                 insert_method=s.insert_method,
@@ -289,14 +289,21 @@ def parse_messages(messages: Any) -> list[Message]:
     return out
 
 
+def fact_blocks(blocks: Sequence[MemoryBlock]) -> list[FactBlock]:
+    """The fact blocks among `blocks`, in order."""
+    from memcli.blocks.facts import FactBlock
+
+    return [b for b in blocks if isinstance(b, FactBlock)]
+
+
 def fact_block_name(blocks: Sequence[MemoryBlock], block: str | None = None) -> str:
-    """The named block, else the first fact block of `blocks`, else the default fact block's
-    name (as `memcli facts add` picks it)."""
+    """Which fact block a new fact goes to: the named block, else the first fact block of
+    `blocks`, else the default fact block's name."""
     from memcli.blocks.facts import FactBlock
 
     if block is not None:
         return block
-    return next((b.name for b in blocks if isinstance(b, FactBlock)), FactBlock.name)
+    return next((b.name for b in fact_blocks(blocks)), FactBlock.name)
 
 
 def fact_owner(store: Store, fact: Fact) -> str | None:
@@ -308,7 +315,25 @@ def fact_owner(store: Store, fact: Fact) -> str | None:
     return None if info is None else info.user_id
 
 
+def live_fact(store: Store, fact_id: int, user: str | None, hint: str) -> Fact:
+    """The fact of that id, not deleted; with `user`, only one of theirs (of their scope or of one
+    of their sessions). MemcliError (exit 1, as an unknown session) naming it otherwise, with
+    `hint`."""
+    from memcli.store import longterm
+
+    fact = longterm.get_fact(store, fact_id)
+    if (
+        fact is None
+        or fact.deleted_at is not None
+        or (user is not None and fact_owner(store, fact) != user)
+    ):
+        owner = f" of user {user!r}" if user is not None else ""
+        raise MemcliError(f"no fact {fact_id}{owner}", hint)
+    return fact
+
+
 def fact_record(f: Fact) -> dict[str, Any]:
+    """A fact as a JSON-ready dict: what `memcli facts --json`, MCP and the chat's tools show."""
     return {
         "id": f.id,
         "block": f.block,
@@ -316,19 +341,204 @@ def fact_record(f: Fact) -> dict[str, Any]:
         "topics": f.topics,
         "origin": f.origin,
         "session": f.session_id,
+        "flush_id": f.flush_id,
+        "message_ids": f.message_ids,
         "created_at": format_time(f.created_at),
         "updated_at": format_time(f.updated_at),
     }
 
 
-def _check_fact(text: str, hint: str, topics: list[str] | None) -> None:
-    """A fact's text is not empty and, with its topics, valid Unicode (as `memcli facts` checks)."""
+def check_fact_text(text: str, hint: str, topics: Sequence[str] | None = None) -> None:
+    """A fact's text is not empty and, with its topics, valid Unicode; UsageError (empty) or
+    InputError (naming the bad byte) otherwise. Text that was not UTF-8 reaches Python with its
+    bad bytes as lone surrogates (U+DC80-U+DCFF, as `surrogateescape` decodes a command-line
+    argument), which no store keeps."""
+    _check_unicode(text)
     if not text.strip():
         raise UsageError("the fact is empty", hint)
-    check_text(text, "the fact's text")
     for i, topic in enumerate(topics or []):
         check_text(topic, f"topic {i}")
 
 
-def _default_budget(s: Settings) -> tuple[int, float, int | None]:
-    return (s.token_limit, s.ratio, s.flush_size)
+def _check_unicode(text: str) -> None:
+    try:
+        check_text(text, "the fact's text")
+    except InputError as error:
+        try:
+            raw = text.encode("utf-8", "surrogateescape")
+            raw.decode("utf-8")
+        except UnicodeEncodeError:  # a surrogate no byte stands for: check_text's message
+            raise error from None
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"the fact's text is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte"
+                f" {exc.start})",
+                "Give the text in UTF-8",
+            ) from None
+        raise
+
+
+# -- the tools as a model calls them ---------------------------------------------------------
+
+#: The tools a chat's model is offered (`memcli chat --memory-tools`): its own session is the
+#: chat, so reading a context and putting messages are left to the MCP server.
+CHAT_TOOLS = ("search_memory", "list_facts", "add_fact", "update_fact", "delete_fact")
+
+
+def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
+    """The tools, as functions over `tools`: each one's name, signature and docstring define the
+    tool (its JSON schema is derived from them). They raise MemcliError on a refusal."""
+
+    def search_memory(
+        query: str, k: int = 5, session: str | None = None, mode: str = "hybrid"
+    ) -> list[dict[str, Any]]:
+        """Search the user's stored messages (or one session's) by words and meaning, best
+        first. mode: hybrid (words and meaning), lexical (words only) or vector (meaning only)."""
+        return tools.search(query, k=k, session=session, mode=mode)
+
+    def list_facts(block: str | None = None, topic: str | None = None) -> list[dict[str, Any]]:
+        """The facts long-term memory holds about the user, oldest first (with their ids and
+        topics); with `topic`, only the facts of that topic."""
+        return tools.list_facts(block, topic)
+
+    def add_fact(
+        text: str, block: str | None = None, topics: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Remember a fact about the user, with its topics (a duplicate is not added twice)."""
+        return tools.add_fact(text, block, topics)
+
+    def update_fact(fact_id: int, text: str, topics: list[str] | None = None) -> dict[str, Any]:
+        """Change the text of one of the user's facts, and its topics when given (the old text
+        and topics stay in its history)."""
+        return tools.update_fact(fact_id, text, topics)
+
+    def delete_fact(fact_id: int) -> dict[str, Any]:
+        """Forget one of the user's facts (kept in the fact history as deleted)."""
+        return tools.delete_fact(fact_id)
+
+    def get_context(session: str, input: str | None = None) -> list[dict[str, Any]]:
+        """The messages to send the model for a session: its short-term window with long-term
+        memory inserted (for `input`, the next user message, if given). Nothing is stored."""
+        return tools.context(session, input)
+
+    def put_messages(messages: list[dict[str, Any]], session: str | None = None) -> dict[str, Any]:
+        """Store messages ({"role": "user"|"assistant"|"system"|"tool", "content": "..."},
+        optional name, metadata, timestamp) in a session (none given: a new one); the window
+        flushes to long-term memory when over budget. A bad message stores nothing."""
+        return tools.put_messages(messages, session)
+
+    return [
+        search_memory,
+        list_facts,
+        add_fact,
+        update_fact,
+        delete_fact,
+        get_context,
+        put_messages,
+    ]
+
+
+def chat_tools(tools: AgentTools) -> ToolSet:
+    """The tools a chat's model is offered (CHAT_TOOLS), over `tools` (give it origin chat-tool)."""
+    return ToolSet([f for f in tool_functions(tools) if f.__name__ in CHAT_TOOLS])
+
+
+def description(function: Callable[..., Any]) -> str:
+    """A tool's description: its function's docstring, cleaned of indentation."""
+    from inspect import cleandoc
+
+    return cleandoc(function.__doc__ or "")
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """One tool call a model made, and what came of it: `value` is the tool's JSON-ready result,
+    or (when not `ok`) the reason it was refused, for the model to read and act on."""
+
+    call_id: str
+    name: str
+    arguments: Any
+    ok: bool
+    value: Any
+
+    def content(self) -> str:
+        """The text given back to the model as the tool message."""
+        import json
+
+        data = self.value if self.ok else {"error": self.value}
+        return json.dumps(data, ensure_ascii=False)
+
+
+class ToolSet:
+    """Tool functions as a model calls them: their schemas in OpenAI's format, derived by the MCP
+    SDK's `func_metadata` (so the same as `memcli mcp` serves), and each call's arguments parsed
+    from JSON and validated by the same model before the function runs."""
+
+    def __init__(self, functions: Sequence[Callable[..., Any]]) -> None:
+        self.functions = list(functions)
+        self._loaded: dict[str, tuple[Callable[..., Any], Any]] | None = None
+        self._schemas: list[dict[str, Any]] | None = None
+
+    @property
+    def _tools(self) -> dict[str, tuple[Callable[..., Any], Any]]:
+        """Each tool's function and argument model, made on first use (importing the SDK's
+        `func_metadata` takes a second)."""
+        if self._loaded is None:
+            try:
+                from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+            except ImportError:  # mcp 1.x
+                from mcp.server.fastmcp.utilities.func_metadata import (  # type: ignore[no-redef]
+                    func_metadata,
+                )
+
+            self._loaded = {f.__name__: (f, func_metadata(f)) for f in self.functions}
+        return self._loaded
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The `tools` of a chat completion request (derived once)."""
+        if self._schemas is None:
+            self._schemas = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": description(function),
+                        "parameters": meta.arg_model.model_json_schema(by_alias=True),
+                    },
+                }
+                for name, (function, meta) in self._tools.items()
+            ]
+        return self._schemas
+
+    def call(self, call_id: str, name: str, arguments: str) -> ToolResult:
+        """Run one call (`arguments`: the JSON text the model wrote). An unknown tool, arguments
+        that are not a JSON object or do not fit the tool, and a refusal (MemcliError) are a
+        result that is not `ok`, with the reason: the model reads it, the chat goes on."""
+        import json
+
+        from pydantic import ValidationError
+
+        def refused(reason: str, parsed: Any = None) -> ToolResult:
+            return ToolResult(call_id, name, parsed, False, reason)
+
+        if name not in self._tools:
+            return refused(f"unknown tool {name!r}; the tools are: {', '.join(self._tools)}")
+        function, meta = self._tools[name]
+        try:
+            parsed = json.loads(arguments or "{}")
+        except ValueError as error:
+            return refused(f"the arguments are not JSON ({error}); give a JSON object")
+        if not isinstance(parsed, dict):
+            return refused("the arguments must be a JSON object", parsed)
+        try:
+            bound = meta.arg_model.model_validate(meta.pre_parse_json(parsed))
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors()
+            )
+            return refused(f"invalid arguments: {problems}", parsed)
+        try:
+            value = function(**bound.model_dump_one_level())
+        except MemcliError as error:
+            return refused(str(error), parsed)
+        return ToolResult(call_id, name, parsed, True, value)

@@ -1,4 +1,4 @@
-"""memcli.agent_tools: the tools `memcli mcp` serves, called as a library (no MCP)."""
+"""memcli.tools: the tools `memcli mcp` serves, called as a library (no MCP)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from memcli import Memory, Message
-from memcli.agent_tools import AgentTools
 from memcli.blocks.facts import FactBlock
 from memcli.config import load_settings
 from memcli.errors import InputError, MemcliError, SessionNotFound, UsageError
 from memcli.store import longterm
 from memcli.store.sqlite import SQLiteStore
 from memcli.tokens import TiktokenTokenizer
+from memcli.tools import AgentTools
 
 
 def tools_for(tmp_path: Path, user: str = "ana", **flags: object) -> AgentTools:

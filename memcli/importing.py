@@ -1,0 +1,416 @@
+"""The import pipeline, in one room: read a transcript (through `memcli.transcripts`, the format
+layer), group its records into conversations, align them with what is stored, put what is new
+through the engine (one transaction: all or nothing), then feed the flushed batches to the
+long-term blocks. Each step calls lower layers only.
+
+The unit is a `Conversation`: messages in order (as the source's records: one record, one put
+call), the session it names (or none: a new one), and what a source says of it (its own id, a
+title, record-level keys), so that a format holding many conversations gives one each.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import IO, TYPE_CHECKING, Any
+
+from memcli.errors import StoreError
+from memcli.flush import Budget, BudgetOverride
+from memcli.messages import format_time, new_session_id, validate_session_id
+from memcli.sessions import budget_rule, check_owner, default_budget
+from memcli.transcripts import SessionRecord, parse_transcript, plan_calls, read_source
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
+
+    from memcli.blocks.base import MemoryBlock
+    from memcli.config import Settings
+    from memcli.memory import Flush, Memory
+    from memcli.messages import Message
+    from memcli.store.base import SessionInfo, Store
+    from memcli.tokens import Tokenizer
+    from memcli.transcripts import Record
+
+# -- what is imported -------------------------------------------------------------------------
+
+
+@dataclass
+class Conversation:
+    """One conversation to import: its records in order (each one put call, see `plan_calls`),
+    the session it goes to (None: a new one), and what its source says of it: its own id, a
+    title, and record-level keys to keep."""
+
+    records: list[Record]
+    session: str | None = None
+    source_id: str | None = None
+    title: str | None = None
+    keys: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def messages(self) -> list[Message]:
+        return [m for r in self.records for m in r.messages]
+
+
+def read_import(
+    source: str | Path, stdin: IO[bytes] | None = None
+) -> tuple[SessionRecord | None, list[Record]]:
+    """A transcript to import (`-` is stdin), validated whole, and the session record it starts
+    with, if any (`memcli export` writes one; other transcripts need none)."""
+    from memcli.transcripts import split_session_record
+
+    data, name = read_source(source, stdin)
+    header, rest = split_session_record(data, name)
+    return header, parse_transcript(rest, name)
+
+
+def conversations(
+    records: Iterable[Record],
+    session_id: str | None = None,
+    header: SessionRecord | None = None,
+) -> list[Conversation]:
+    """The conversations of a transcript's records: all of them in `session_id` when given, else
+    one per session the records name (records naming none: in the header's session, else one new
+    session), in the order they first appear."""
+    if session_id is not None:
+        validate_session_id(session_id, "--session")
+    default = header.id if header is not None else None
+    out: dict[str | None, Conversation] = {}
+    for record in records:
+        target = session_id or record.session or default
+        conversation = out.get(target)
+        if conversation is None:
+            conversation = out[target] = Conversation([], target)
+        conversation.records.append(record)
+    return list(out.values())
+
+
+# -- how sessions are opened ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Opening:
+    """How an import opens each session: as whom, with which budget, blocks and tokenizer.
+
+    `budget` holds what the flags ask for; `default_budget` is what new sessions get otherwise.
+    `rebudget`: a stored session whose budget differs from the flags' gets theirs (else that
+    is an error)."""
+
+    tokenizer: Tokenizer
+    default_user: str = "default"
+    default_budget: BudgetOverride = field(default_factory=BudgetOverride)
+    blocks: Sequence[MemoryBlock] = ()
+    insert_method: str = "system"
+    user: str | None = None  # given explicitly: a session of another user is refused
+    budget: BudgetOverride = field(default_factory=BudgetOverride)
+    rebudget: bool = False
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        blocks: Sequence[MemoryBlock] = (),
+        *,
+        user: str | None = None,
+        budget: BudgetOverride | None = None,
+        rebudget: bool = False,
+    ) -> Opening:
+        """As the settings say (user, budget, encoding, insert method); the flags as given."""
+        from memcli.tokens import TiktokenTokenizer
+
+        return cls(
+            tokenizer=TiktokenTokenizer(settings.encoding),
+            default_user=settings.user,
+            default_budget=default_budget(settings),
+            blocks=blocks,
+            insert_method=settings.insert_method,
+            user=user,
+            budget=budget or BudgetOverride(),
+            rebudget=rebudget,
+        )
+
+
+# -- what an import did -----------------------------------------------------------------------
+
+
+@dataclass
+class Imported:
+    """What an import did: the messages stored by session (`sessions`, new ones also in
+    `new_sessions`), the put calls, flushes and archived messages (a budget change's included),
+    the blocks' batches done and pending, how many of its messages were already stored
+    (`already_stored`, by session in `skipped`), and the budgets it changed."""
+
+    sessions: dict[str, int] = field(default_factory=dict)
+    new_sessions: list[str] = field(default_factory=list)
+    messages: int = 0
+    calls: int = 0
+    flushes: int = 0
+    archived: int = 0
+    blocks_done: int = 0
+    blocks_pending: int = 0
+    already_stored: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    rebudgets: dict[str, Rebudget] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rebudget:
+    """A session's budget changed on purpose (--rebudget): from what, to what, and what the
+    change flushed at once."""
+
+    old: Budget
+    new: Budget
+    flushes: int
+    archived: int
+
+    def to_dict(self) -> dict[str, Any]:
+        def budget(b: Budget) -> dict[str, Any]:
+            return {
+                "token_limit": b.token_limit,
+                "ratio": b.chat_history_token_ratio,
+                "flush_size": b.flush_size,
+            }
+
+        return {
+            "from": budget(self.old),
+            "to": budget(self.new),
+            "flushes": self.flushes,
+            "archived_messages": self.archived,
+        }
+
+
+# -- the pipeline -----------------------------------------------------------------------------
+
+
+def import_transcript(
+    store: Store,
+    records: list[Record],
+    opening: Opening,
+    *,
+    session_id: str | None = None,
+    session_record: SessionRecord | None = None,
+    **options: Any,
+) -> Imported:
+    """Import a transcript's records into their sessions (or all into `session_id`): its
+    `conversations`, then `import_conversations` (which takes the same `options`).
+
+    `session_record` (an export's first record) names the session of records that name none
+    and gives new sessions their budget and user (flags and --user win)."""
+    found = conversations(records, session_id, session_record)
+    return import_conversations(store, found, opening, session_record=session_record, **options)
+
+
+def import_conversations(
+    store: Store,
+    found: Sequence[Conversation],
+    opening: Opening,
+    *,
+    session_record: SessionRecord | None = None,
+    again: bool = False,
+    put: str = "call",
+    feed_blocks: bool = True,
+    progress: Callable[[int], None] | None = None,
+    block_total: Callable[[int], None] | None = None,
+    block_progress: Callable[[int], None] | None = None,
+) -> Imported:
+    """Import conversations, each into its session, all or nothing: every session opened as
+    `opening` says (a session of another user than `opening.user` is refused before anything is
+    stored), the messages put through the engine in one transaction (`put`: the calls, see
+    `plan_calls`), then, with `feed_blocks`, the flushed batches handed to the blocks in bulk.
+
+    Importing is idempotent: the messages of a conversation already stored in its session, in
+    order, at its end, are skipped (see `stored_overlap`), unless `again` imports a second copy
+    on purpose. A stored session whose budget differs from the one asked for follows
+    `budget_rule`; new sessions take `session_record`'s budget and user when the flags give none.
+
+    `progress(n)` is told how many messages were just put; `block_total(n)` how many (block,
+    batch) pairs the blocks are handed and `block_progress(n)` how many were just handed over. A
+    block that fails leaves its batches unprocessed; `memcli blocks backfill` catches up.
+    """
+    o = opening
+    header = session_record or SessionRecord()
+    rule = budget_rule(o.default_budget, o.budget, given=header.budget, rebudget=o.rebudget)
+    new_user = o.user or header.user or o.default_user
+    for _attempt in range(_ATTEMPTS):
+        plan = align(store, found, o.user, again)
+        try:
+            result, to_feed = _put(store, plan, o, rule, new_user, put, progress)
+        except _SessionChanged:
+            continue  # another process wrote to a session since it was read: align again
+        _feed(result, to_feed if feed_blocks else [], block_total, block_progress)
+        return result
+    raise StoreError(
+        "the sessions kept changing while importing", "Try again when other writers are done"
+    )
+
+
+_ATTEMPTS = 5
+_OTHER_USER = "Import into another --session, or leave out --user"
+
+
+class _SessionChanged(Exception):
+    """A session changed between reading it for the alignment and the import's transaction."""
+
+
+@dataclass
+class Plan:
+    """The conversations left to import once what is already stored is skipped; the version of
+    each stored session when it was read (-1: it does not exist yet); how many messages each
+    session already held."""
+
+    conversations: list[Conversation]
+    versions: dict[str, int]
+    skipped: dict[str, int]
+
+
+def align(
+    store: Store, found: Sequence[Conversation], user: str | None, again: bool = False
+) -> Plan:
+    """Skip, per stored session, the messages its conversation holds that are already stored
+    there (all of them with `again`: nothing is skipped). Reads only."""
+    plan = Plan([], {}, {})
+    for conversation in found:
+        target = conversation.session
+        plan.conversations.append(conversation)
+        if target is None:
+            continue  # a new session
+        version = plan.versions[target] = store.session_version(target)
+        if version < 0 or again:
+            continue  # a new session, or a second copy on purpose
+        check_owner(store.get_session(target), user, _OTHER_USER)
+        k = stored_overlap(conversation.messages, store.iter_messages(target))
+        if not k:
+            continue
+        plan.skipped[target] = k
+        records = list(conversation.records)
+        for i, record in enumerate(records):
+            cut = min(k, len(record.messages))
+            records[i] = record._replace(messages=record.messages[cut:])
+            k -= cut
+            if not k:
+                break
+        plan.conversations[-1] = replace(conversation, records=records)
+    return plan
+
+
+def _put(
+    store: Store,
+    plan: Plan,
+    o: Opening,
+    rule: Callable[[SessionInfo | None], Budget | None],
+    new_user: str,
+    put: str,
+    progress: Callable[[int], None] | None,
+) -> tuple[Imported, list[tuple[Memory, list[Flush]]]]:
+    """Put the plan's conversations, in one transaction; what was stored, and the flushes each
+    session's blocks are to be fed (a budget change's last). _SessionChanged when a stored
+    session is not as the plan read it."""
+    from memcli.memory import Memory
+
+    result = Imported(already_stored=sum(plan.skipped.values()), skipped=plan.skipped)
+    to_feed: list[tuple[Memory, list[Flush]]] = []
+    rebudgeted: list[tuple[Memory, list[Flush]]] = []
+    with store.transaction():
+        for conversation in plan.conversations:
+            target = conversation.session or new_session_id()
+            if store.session_version(target) != plan.versions.get(target, -1):
+                raise _SessionChanged(target)
+            info = store.get_session(target)
+            check_owner(info, o.user, _OTHER_USER)
+            if info is None:
+                result.new_sessions.append(target)
+            wanted = rule(info)
+            memory = Memory(
+                store,
+                target,
+                user_id=new_user,
+                budget=wanted if info is None else None,
+                tokenizer=o.tokenizer,
+                memory_blocks=o.blocks,
+                insert_method=o.insert_method,
+            )
+            if info is not None and wanted is not None:
+                old = memory.budget
+                flushes = memory.rebudget(wanted, feed_blocks=False)
+                archived = sum(len(f.message_ids) for f in flushes)
+                result.rebudgets[target] = Rebudget(old, wanted, len(flushes), archived)
+                rebudgeted.append((memory, flushes))
+            calls = plan_calls(conversation.records, put)
+            fed: list[Flush] = []
+            for flushes in memory.put_calls(calls, feed_blocks=False, progress=progress):
+                fed.extend(flushes)
+                result.flushes += len(flushes)
+                result.archived += sum(len(f.message_ids) for f in flushes)
+            if fed:
+                to_feed.append((memory, fed))
+            count = sum(len(call) for call in calls)
+            result.calls += len(calls)
+            result.sessions[target] = count
+            result.messages += count
+    for change in result.rebudgets.values():
+        result.flushes += change.flushes
+        result.archived += change.archived
+    return result, to_feed + [(m, fs) for m, fs in rebudgeted if fs]
+
+
+def _feed(
+    result: Imported,
+    to_feed: list[tuple[Memory, list[Flush]]],
+    block_total: Callable[[int], None] | None,
+    block_progress: Callable[[int], None] | None,
+) -> None:
+    """Hand each session's flushed batches to its blocks, in bulk (one embedding call for many
+    batches), counting what they did into `result`."""
+    to_feed = [(m, fs) for m, fs in to_feed if m.memory_blocks]
+    if block_total is not None:
+        block_total(
+            sum(len(fs) for m, fs in to_feed for b in m.memory_blocks if b.receives_flushes)
+        )
+    for memory, flushes in to_feed:
+        fed = memory.feed_blocks_many(flushes, progress=block_progress)
+        result.blocks_done += sum(fed.done.values())
+        result.blocks_pending += sum(fed.pending.values())
+
+
+def stored_overlap(messages: Sequence[Message], stored: Iterable[Message]) -> int:
+    """How many of `messages`, from the first, are already stored in order at the end of a
+    session whose messages `stored` yields in order: the longest run of `messages` from its
+    start that equals the session's last messages.
+
+    Why the end: an import appends, so a re-run of the same import (after it committed, even
+    if the process was then killed), a grown transcript (the old part is stored, the new part
+    follows) and a session's own export (`--all`, or its active tail) each find their stored
+    part there; what is not stored comes after it. A global set of hashes would instead drop
+    an "ok" that the conversation says twice. Messages compare by role, content, name,
+    metadata and timestamp (what an export round-trips; status is the engine's, and a
+    transcript without timestamps compares without them). `stored` is read once, in order
+    (Knuth-Morris-Pratt over the messages), holding nothing of it.
+    """
+    if not messages:
+        return 0
+    timed = any(m.timestamp is not None for m in messages)
+    pattern = [_key(m, timed) for m in messages]
+    # fail[i]: the longest proper prefix of pattern[: i + 1] that is also its suffix.
+    fail = [0] * len(pattern)
+    q = 0
+    for i in range(1, len(pattern)):
+        while q and pattern[i] != pattern[q]:
+            q = fail[q - 1]
+        if pattern[i] == pattern[q]:
+            q += 1
+        fail[i] = q
+    q = 0
+    for m in stored:
+        key = _key(m, timed)
+        while q and (q == len(pattern) or pattern[q] != key):
+            q = fail[q - 1]
+        if pattern[q] == key:
+            q += 1
+    return q
+
+
+def _key(m: Message, timed: bool) -> tuple[Any, ...]:
+    """What an export round-trips of a message, as stored (metadata as its JSON)."""
+    meta = json.dumps(m.metadata, ensure_ascii=False, sort_keys=True) if m.metadata else None
+    when = format_time(m.timestamp) if timed and m.timestamp is not None else None
+    return (m.role, m.content, m.name, meta, when)
