@@ -239,9 +239,6 @@ class Memory:
             self._sync()
             return self._window_tokens
 
-    def count_tokens(self, message: Message) -> int:
-        return message_tokens(message, self.tokenizer)
-
     def put(self, message: Message) -> list[Flush]:
         """Store a message, then flush if the window is over budget; return the flushes."""
         return self.put_messages([message])
