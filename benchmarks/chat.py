@@ -51,7 +51,7 @@ def in_app(server: LLMServer, turns: int, home: Path) -> list[float]:
 
     from memcli import MemoryBlock, SQLiteStore
     from memcli.chat import Chat, Commands
-    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.chat.ui import ChatApp
     from memcli.llm import LLMConfig
 
     class Notes(MemoryBlock):

@@ -135,13 +135,13 @@ def percentile(times: list[float], fraction: float) -> float:
 def full_window(tmp: Path, calls: int) -> None:
     """`get()` and `put()` on a full default window (30,000 tokens, ratio 0.7), no blocks, on disk."""
     from memcli import Memory, Message
+    from memcli.tokens import count_messages
 
     db = tmp / "window.db"
     memory = Memory.from_defaults(session_id="w", db=db)
     messages = [Message(m["role"], m["content"]) for m in short_messages(20_000, 2, (2, 7))]
     window, tokens = [], 0
-    for m in messages:
-        t = memory.count_tokens(m)
+    for m, t in zip(messages, count_messages(messages, memory.tokenizer), strict=True):
         if tokens + t > memory.threshold:
             break
         window.append(m)

@@ -232,9 +232,6 @@ class Memory:
             self._sync()
             return self._window_tokens
 
-    def count_tokens(self, message: Message) -> int:
-        return message_tokens(message, self.tokenizer)
-
     def _count(self, messages: Sequence[Message]) -> list[int]:
         """Each message's tokens: memcli's count, or the one given with it (`given_tokens`)."""
         if not self.given_tokens:

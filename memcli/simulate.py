@@ -153,10 +153,6 @@ class Simulation:
     def flushes(self) -> list[FlushEvent]:
         return [e for e in self.events if isinstance(e, FlushEvent)]
 
-    def active_positions(self) -> range:
-        """Source positions of the messages still active at the end."""
-        return range(self.summary.messages - self.summary.active_messages, self.summary.messages)
-
 
 @dataclass(frozen=True)
 class Replay:

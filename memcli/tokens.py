@@ -189,12 +189,6 @@ class TiktokenTokenizer:
             return len(encode(text))
         return total + sum(len(encode(piece)) for piece in new)
 
-    @property
-    def words_held(self) -> int:
-        """How many words the tokenizer holds now, counted or seen: at most 2 x WORDS, and the
-        words of one text."""
-        return len(self._alone) + len(self._spaced) + len(self._seen_alone) + len(self._seen_spaced)
-
 
 #: The encodings whose regexes `TiktokenTokenizer.cut` relies on (the tests check each).
 WORD_ENCODINGS = frozenset({"cl100k_base", "o200k_base", "p50k_base"})

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memcli import FactBlock, Memory, Message, WordTokenizer
-from memcli.blocks.facts import parse_facts
+from memcli.blocks.facts import parse_fact_topics
 from memcli.store import longterm, open_store
 
 
@@ -56,7 +56,9 @@ def facts(memory: Memory) -> list[str]:
     ],
 )
 def test_parse_facts(reply: str, expected) -> None:
-    assert parse_facts(reply) == expected
+    """The parser the block reads replies with (`parse_fact_topics`): the facts' texts."""
+    parsed = parse_fact_topics(reply)
+    assert (None if parsed is None else [text for text, _ in parsed]) == expected
 
 
 def test_extracts_facts_with_provenance(llm, db: str) -> None:

@@ -235,7 +235,7 @@ def test_full_screen_app_streams_cancels_and_updates_the_panels(tmp_path, llm):
     from prompt_toolkit.output import DummyOutput
 
     from memcli.chat import Chat, Commands
-    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.chat.ui import ChatApp
     from memcli.flush import Budget
     from memcli.llm import LLMConfig
 
@@ -317,7 +317,7 @@ def test_full_screen_app_keeps_undecodable_input_and_says_when_the_model_is_prep
     from prompt_toolkit.output import DummyOutput
 
     from memcli.chat import Chat, Commands
-    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.chat.ui import ChatApp
     from memcli.cli.common import PREPARING
 
     chat = Chat(SQLiteStore(tmp_path / "ui.db"), blocks=[Embedding()])
@@ -427,7 +427,7 @@ def test_full_screen_quit_while_a_reply_streams_keeps_it_and_drops_queued_messag
     from prompt_toolkit.output import DummyOutput
 
     from memcli.chat import Chat, Commands
-    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.chat.ui import ChatApp
     from memcli.llm import LLMConfig
 
     chat = Chat(
@@ -463,7 +463,7 @@ def test_full_screen_resume_and_switch_show_the_sessions_messages(tmp_path):
     from prompt_toolkit.output import DummyOutput
 
     from memcli.chat import Chat, Commands
-    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.chat.ui import ChatApp
 
     store = SQLiteStore(tmp_path / "r.db")
     earlier = Chat(store)
@@ -581,7 +581,7 @@ def test_full_screen_app_shows_each_memory_tool_call(tmp_path, llm):
     from prompt_toolkit.output import DummyOutput
 
     from memcli.chat import Chat, Commands
-    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.chat.ui import ChatApp
     from memcli.config import load_settings
     from memcli.llm import LLMConfig
     from memcli.tools import AgentTools, chat_tools

@@ -139,7 +139,7 @@ def test_a_bad_summary_option_in_the_config_exits_2(llm, tmp_path: Path) -> None
 
 def test_the_chat_long_term_panel_shows_the_summary_wrapped() -> None:
     from memcli.chat.view import BlockView, LongTerm
-    from memcli.cli.chat_panels import render_long
+    from memcli.cli.chat.panels import render_long
 
     text = " ".join(f"Ana said thing {i}." for i in range(40))
     block = BlockView("session_summary", 1, "SummaryBlock", tokens=200, content=text, computed=True)
@@ -156,7 +156,7 @@ def test_the_chat_panel_shows_the_summary_after_the_turn_that_flushed(llm, tmp_p
     from memcli import SQLiteStore, SummaryBlock
     from memcli.chat import Chat
     from memcli.chat.view import panels
-    from memcli.cli.chat_panels import render_long
+    from memcli.cli.chat.panels import render_long
     from memcli.flush import Budget
     from memcli.llm import LLMConfig
 

@@ -9,7 +9,7 @@ import pytest
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 from test_blocks_facts import facts_memory, turn
 
-from memcli.blocks.facts import EXTRACT_PROMPT, parse_fact_topics, parse_facts
+from memcli.blocks.facts import EXTRACT_PROMPT, parse_fact_topics
 from memcli.store import longterm, open_store
 
 
@@ -36,7 +36,6 @@ from memcli.store import longterm, open_store
 )
 def test_parse_fact_topics(reply: str, expected) -> None:
     assert parse_fact_topics(reply) == expected
-    assert parse_facts(reply) == (None if expected is None else [t for t, _ in expected])
 
 
 def test_extraction_asks_for_topics_and_stores_them(llm, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from fakes import HashEmbedder
 from helpers import memcli
 
-from memcli import BudgetOverride, Message, SQLiteStore, TiktokenTokenizer, VectorBlock
+from memcli import BudgetOverride, Memory, Message, SQLiteStore, TiktokenTokenizer, VectorBlock
 from memcli.cli.common import PREPARING
 
 
@@ -112,3 +112,40 @@ def test_ctrl_c_while_blocks_are_fed_says_what_is_stored_and_how_to_catch_up(tmp
     assert "memcli blocks backfill" in stderr
     shown = memcli("inspect", "cut", "--all", "--json", env=env)
     assert sum(1 for r in shown.records() if r.get("type") == "message") == 30
+
+
+def test_a_block_that_only_puts_shows_progress_after_each_batch(tmp_path: Path) -> None:
+    """The default `put_many` (a block that only overrides `put`) reports each batch as it is
+    processed: a backfill's progress moves with the block's work, not once at the end."""
+    from memcli import MemoryBlock, WordTokenizer
+    from memcli.blocks.feed import backfill
+
+    class Counting(MemoryBlock):
+        name = "counting"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.puts = 0
+
+        def put(self, batch, ctx) -> None:
+            self.puts += 1
+
+    store = SQLiteStore(tmp_path / "m.db")
+    memory = Memory.from_defaults(
+        session_id="s", token_limit=40, token_flush_size=8, db=store, tokenizer=WordTokenizer()
+    )
+    for i in range(12):
+        memory.put(Message("user" if i % 2 == 0 else "assistant", f"message {i} " * 3))
+    flushes = len(store.list_flushes("s"))
+    assert flushes >= 3
+    block = Counting()
+    puts_at_tick: list[int] = []
+    result = backfill(
+        store,
+        [block],
+        store.list_sessions(),
+        WordTokenizer(),
+        progress=lambda n: puts_at_tick.extend([block.puts] * n),
+    )
+    assert result.done == {"counting": flushes}
+    assert puts_at_tick == list(range(1, flushes + 1))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+import tracemalloc
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -157,30 +158,59 @@ def test_long_texts_of_known_words_are_exact() -> None:
         assert tokenizer.count(paragraph * n) == expected(paragraph * n)
 
 
-def test_the_words_held_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def held_bytes() -> int:
+    """The bytes memcli/tokens.py allocated that are still alive (tracemalloc must be on): the
+    words a tokenizer keeps, since nothing else of its allocations outlives a `count`."""
+    snapshot = tracemalloc.take_snapshot()
+    traces = snapshot.filter_traces([tracemalloc.Filter(True, tokens.__file__)])
+    return sum(stat.size for stat in traces.statistics("filename"))
+
+
+@pytest.fixture
+def traced() -> Iterator[None]:
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_words_held_stay_bounded(monkeypatch: pytest.MonkeyPatch, traced: None) -> None:
+    """3,000 texts of 5 new ids each: with room for 200 words, what the tokenizer holds (about
+    100 bytes a word) fills up, is emptied, and stays within 2 x 200 words and one text's."""
     monkeypatch.setattr(tokens, "WORDS", 200)
     tokenizer = TiktokenTokenizer()
     expected = reference("cl100k_base")
+    tokenizer.count("warm up")
+    start = held_bytes()
     rng = random.Random(3)
-    most = 0
+    held = []
     for i in range(3000):  # prose with ids, then ids only, then prose again
         words = [f"{rng.getrandbits(40):x}" for _ in range(5)]
         if i < 1000 or i >= 2000:
             words += rng.sample(["the", "cat", "sat", "on", "a", "mat", "and", "then", "slept"], 6)
         text = " ".join(words)
         assert tokenizer.count(text) == expected(text)
-        most = max(most, tokenizer.words_held)
-    assert 200 < most <= 2 * 200 + 20  # filled up, then emptied: two tables, and one text
-    assert tokenizer.words_held <= 2 * 200 + 20
+        if i % 100 == 99:
+            held.append(held_bytes() - start)
+    room = (2 * 200 + 20) * 150  # bytes: a short word and its entry in a dict or set
+    assert max(held) <= room and held[-1] <= room
+    assert min(held) < max(held) // 4  # filled, then emptied
 
 
-def test_long_words_are_never_held() -> None:
+def test_long_words_are_never_held(traced: None) -> None:
+    """500 long words, each met twice among known words (kept, they would take about 50 kB)."""
     tokenizer = TiktokenTokenizer()
-    word = "x" * (tokens.LONGEST + 1)
-    for _ in range(3):
-        assert tokenizer.count(f"a {word} b") == reference("cl100k_base")(f"a {word} b")
-    held = tokenizer.words_held
-    assert tokenizer.count(f"a {word}y b") and tokenizer.words_held == held
+    count = reference("cl100k_base")
+    known = "the cat sat on a mat and then slept"
+    tokenizer.count(known)
+    tokenizer.count(known)
+    start = held_bytes()
+    for i in range(500):
+        text = f"{known} {i:04}{'x' * tokens.LONGEST}"
+        for _ in range(2):
+            assert tokenizer.count(text) == count(text)
+    assert held_bytes() - start < 2_000
 
 
 def test_texts_of_new_words_are_counted_whole(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,9 +237,13 @@ def test_texts_of_new_words_are_counted_whole(monkeypatch: pytest.MonkeyPatch) -
     assert tokenizer.count(prose + " the cat") == n + 2 and given == []
     ids = [" ".join(f"{i}-{j}-{i * j:x}" for j in range(8)) for i in range(tokens.SKIP + 2)]
     held = []
-    for text in ids:
-        assert tokenizer.count(text) == len(encoding.encode_ordinary(text))
-        held.append(tokenizer.words_held)
+    tracemalloc.start()
+    try:
+        for text in ids:
+            assert tokenizer.count(text) == len(encoding.encode_ordinary(text))
+            held.append(held_bytes())
+    finally:
+        tracemalloc.stop()
     assert given == ids  # each whole, in one call
     assert held[0] == held[tokens.SKIP] < held[tokens.SKIP + 1]  # skipped texts are not cut
 

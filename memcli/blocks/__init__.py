@@ -1,6 +1,6 @@
 """Long-term memory blocks. Light imports only: models and litellm load when first used."""
 
-from memcli.blocks.base import BlockContext, Deferred, MemoryBlock
+from memcli.blocks.base import BlockContext, Deferred, LLMBlock, MemoryBlock
 from memcli.blocks.facts import FactBlock
 from memcli.blocks.static import StaticBlock
 from memcli.blocks.summary import SummaryBlock
@@ -10,6 +10,7 @@ __all__ = [
     "BlockContext",
     "Deferred",
     "FactBlock",
+    "LLMBlock",
     "MemoryBlock",
     "StaticBlock",
     "SummaryBlock",

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
+    from memcli.llm import LLMConfig
     from memcli.messages import Message
     from memcli.store.base import Store
     from memcli.tokens import Tokenizer
@@ -176,9 +177,15 @@ class MemoryBlock:
         """Receive a flushed batch of messages (oldest first). Raise Deferred to retry it later."""
         return None
 
-    def put_many(self, items: Sequence[tuple[Sequence[Message], BlockContext]]) -> list[str | None]:
-        """Receive several flushed batches at once (an import, a backfill); for each, None when
-        processed or the reason it stays pending. Override to batch work (one embedding call)."""
+    def put_many(
+        self,
+        items: Sequence[tuple[Sequence[Message], BlockContext]],
+        progress: Callable[[int], None] | None = None,
+    ) -> list[str | None]:
+        """Receive several flushed batches at once (an import, a backfill), each with its context;
+        for each, None when processed or the reason it stays pending. `progress(n)`, when given,
+        is told how many messages were just processed, as the work goes (here: after each
+        batch). Override to batch work (one embedding call)."""
         results: list[str | None] = []
         for batch, ctx in items:
             try:
@@ -187,6 +194,8 @@ class MemoryBlock:
                 results.append(deferred.reason or "deferred")
             else:
                 results.append(None)
+            if progress is not None:
+                progress(len(batch))
         return results
 
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
@@ -201,38 +210,90 @@ class MemoryBlock:
         return f"{type(self).__name__}(name={self.name!r}, priority={self.priority})"
 
 
-def setup_llm(
-    block: MemoryBlock,
-    llm: Any,
-    model: str | None,
-    api_base: str | None,
-    api_key: str | None,
-    timeout: float,
-    litellm_kwargs: dict[str, Any],
-    retry_pending: int,
-    auto_retries: int,
-) -> None:
-    """An LLM block's model and retry settings, checked (ConfigError naming the block): sets
-    `block.llm`, `retry_pending`, `auto_retries`. Without a model the block takes no flushes
-    (none is marked done or pending: `memcli blocks backfill` hands it every batch later)."""
-    from memcli.errors import ConfigError
-    from memcli.llm import LLMConfig
+class LLMBlock(MemoryBlock):
+    """Base class for blocks an LLM writes from each flushed batch (FactBlock, SummaryBlock).
 
-    if llm is None and model is not None:
-        if not model or not isinstance(model, str):
+    It holds what they share: the model (`llm`, an LLMConfig, or one made from `model`,
+    `api_base`, `api_key`, `timeout` and extra litellm keyword arguments), the retry settings
+    (`retry_pending` failed batches retried per flush, each at most `auto_retries` times), the
+    tokenizer of the last context (for `truncate`), `ask` (the batch sent to the LLM under a
+    system prompt) and the model's part of `definition()`. Without a model the block shows what
+    it holds and takes no flushes (none is marked done or pending: `memcli blocks backfill`
+    hands it every batch once a model is set).
+    """
+
+    #: The litellm options a `[[blocks]]` table records (`definition`).
+    TABLE_OPTIONS: tuple[str, ...] = ()
+    #: What the block does with a batch, for the error when it has no model.
+    task = "process flushed batches"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        model: str | None = None,
+        priority: int | None = None,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        scope: str | None = None,
+        retry_pending: int = 3,
+        auto_retries: int = 3,
+        llm: LLMConfig | None = None,
+        **litellm_kwargs: Any,
+    ) -> None:
+        from memcli.errors import ConfigError
+        from memcli.llm import LLMConfig
+
+        super().__init__(name=name, priority=priority, scope=scope)
+        if llm is None and model is not None:
+            if not model or not isinstance(model, str):
+                raise ConfigError(
+                    f"block {self.name!r}: model must be a model name, not {model!r}",
+                    'Set model = "..." on the block, or [llm] model (--model)',
+                )
+            llm = LLMConfig(model, api_base, api_key, float(timeout), dict(litellm_kwargs))
+        if llm is None:
+            self.receives_flushes = False
+        for key, value in (("retry_pending", retry_pending), ("auto_retries", auto_retries)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(
+                    f"block {self.name!r}: {key} must be a whole number >= 0, not {value!r}",
+                    "0 turns automatic retries off",
+                )
+        self.llm: LLMConfig | None = llm
+        self.retry_pending = retry_pending
+        self.auto_retries = auto_retries
+        self._tokenizer: Tokenizer | None = None
+
+    def model_table(self) -> dict[str, Any]:
+        """The model's part of a `[[blocks]]` table: model, API base, timeout and the options of
+        `TABLE_OPTIONS` it was given; never the API key. Empty without a model."""
+        if self.llm is None:
+            return {}
+        table: dict[str, Any] = {"model": self.llm.model}
+        if self.llm.api_base is not None:
+            table["api_base"] = self.llm.api_base
+        table["timeout"] = self.llm.timeout
+        for key in self.TABLE_OPTIONS:
+            if key in self.llm.extra:
+                table[key] = self.llm.extra[key]
+        return table
+
+    def ask(self, prompt: str, batch: Sequence[Message]) -> str:
+        """The LLM's reply to `prompt` (the system message) and the batch (`conversation_text`,
+        the user message). ConfigError without a model; ProviderError when the call fails."""
+        from memcli.errors import ConfigError
+        from memcli.llm import complete
+
+        if self.llm is None:
             raise ConfigError(
-                f"block {block.name!r}: model must be a model name, not {model!r}",
-                'Set model = "..." on the block, or [llm] model (--model)',
+                f"block {self.name!r} has no model: it cannot {self.task}",
+                'Set [llm] model (--model, MEMCLI_MODEL) or model = "..." on the block',
             )
-        llm = LLMConfig(model, api_base, api_key, float(timeout), dict(litellm_kwargs))
-    if llm is None:
-        block.receives_flushes = False
-    for key, value in (("retry_pending", retry_pending), ("auto_retries", auto_retries)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ConfigError(
-                f"block {block.name!r}: {key} must be a whole number >= 0, not {value!r}",
-                "0 turns automatic retries off",
-            )
-    block.llm = llm  # type: ignore[attr-defined]
-    block.retry_pending = retry_pending  # type: ignore[attr-defined]
-    block.auto_retries = auto_retries  # type: ignore[attr-defined]
+        return complete(
+            self.llm,
+            [
+                {"role": "system", "content": prompt},
+                {"role": "user", "content": conversation_text(batch)},
+            ],
+        )

@@ -15,7 +15,7 @@ import html
 import re
 from typing import TYPE_CHECKING, Any
 
-from memcli.blocks.base import BlockContext, Deferred, MemoryBlock, conversation_text, setup_llm
+from memcli.blocks.base import BlockContext, Deferred, LLMBlock
 from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
@@ -91,13 +91,6 @@ def _topics(attributes: str | None) -> list[str]:
     return longterm.normalize_topics(html.unescape(match.group(1) or match.group(2) or ""))
 
 
-def parse_facts(reply: str) -> list[str] | None:
-    """The facts of a `<facts><fact>...</fact></facts>` reply, or None when it is not one
-    (`parse_fact_topics` without the topics)."""
-    parsed = parse_fact_topics(reply)
-    return None if parsed is None else [text for text, _ in parsed]
-
-
 def parse_fact_topics(reply: str) -> list[tuple[str, list[str]]] | None:
     """The facts of a `<facts><fact topics="...">...</fact></facts>` reply with their topics, or
     None when it is not one.
@@ -132,7 +125,7 @@ def parse_fact_topics(reply: str) -> list[tuple[str, list[str]]] | None:
     return facts
 
 
-class FactBlock(MemoryBlock):
+class FactBlock(LLMBlock):
     """Facts extracted by an LLM (through litellm), kept in the store, rendered as `<fact>` lines.
 
     A batch whose extraction failed is retried after later flushes whose extraction worked (the
@@ -143,6 +136,8 @@ class FactBlock(MemoryBlock):
 
     name = "extracted_info"
     priority = 1
+    TABLE_OPTIONS = ("temperature", "max_tokens")
+    task = "extract facts"
 
     def __init__(
         self,
@@ -159,22 +154,20 @@ class FactBlock(MemoryBlock):
         llm: LLMConfig | None = None,
         **litellm_kwargs: Any,
     ) -> None:
-        super().__init__(name=name, priority=priority, scope=scope)
-        self.llm: LLMConfig | None
-        self.retry_pending: int
-        self.auto_retries: int
         # Without a model the block shows the facts it holds (added by hand) and takes no
         # flushes; once a model is set, `blocks backfill` (or `facts extract`) hands it them all.
-        setup_llm(
-            self,
-            llm,
-            model,
-            api_base,
-            api_key,
-            timeout,
-            litellm_kwargs,
-            retry_pending,
-            auto_retries,
+        super().__init__(
+            name=name,
+            model=model,
+            priority=priority,
+            api_base=api_base,
+            api_key=api_key,
+            timeout=timeout,
+            scope=scope,
+            retry_pending=retry_pending,
+            auto_retries=auto_retries,
+            llm=llm,
+            **litellm_kwargs,
         )
         if not isinstance(max_facts, int) or isinstance(max_facts, bool) or max_facts < 1:
             raise ConfigError(
@@ -182,7 +175,6 @@ class FactBlock(MemoryBlock):
                 "The default is 50",
             )
         self.max_facts = max_facts
-        self._tokenizer: Tokenizer | None = None
 
     def definition(self) -> dict[str, Any]:
         """kind "facts" with its model, API base, limits and the litellm options a table takes
@@ -197,15 +189,8 @@ class FactBlock(MemoryBlock):
             "max_facts": self.max_facts,
             "retry_pending": self.retry_pending,
             "auto_retries": self.auto_retries,
+            **self.model_table(),
         }
-        if self.llm is not None:
-            table["model"] = self.llm.model
-            if self.llm.api_base is not None:
-                table["api_base"] = self.llm.api_base
-            table["timeout"] = self.llm.timeout
-            for key in ("temperature", "max_tokens"):
-                if key in self.llm.extra:
-                    table[key] = self.llm.extra[key]
         return table
 
     # -- receiving flushes ------------------------------------------------------------------------
@@ -248,24 +233,11 @@ class FactBlock(MemoryBlock):
 
     def extract(self, batch: Sequence[Message], ctx: BlockContext) -> str | None:
         """Ask the LLM for the batch's new facts and store them; the reason it failed, or None."""
-        from memcli.llm import complete
-
-        if self.llm is None:
-            raise ConfigError(
-                f"block {self.name!r} has no model: it cannot extract facts",
-                'Set [llm] model (--model, MEMCLI_MODEL) or model = "..." on the block',
-            )
         key = self.scope_key(ctx)
         existing = longterm.list_facts(ctx.store, self.name, key)
         prompt = EXTRACT_PROMPT.format(existing=self._render(existing))
         try:
-            reply = complete(
-                self.llm,
-                [
-                    {"role": "system", "content": prompt},
-                    {"role": "user", "content": conversation_text(batch)},
-                ],
-            )
+            reply = self.ask(prompt, batch)
         except ProviderError as error:
             return f"{error.kind}: {error.message}"
         facts = parse_fact_topics(reply)

@@ -7,7 +7,6 @@ processed, so a block added later, an `import --no-blocks` or a failed extractio
 
 from __future__ import annotations
 
-import inspect
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,7 +57,7 @@ def feed(
     """Hand every batch to every block that takes flushes, CHUNK at a time, and record the outcome.
 
     `progress(n)` is told how many (block, batch) pairs were handed over: after each chunk, and
-    as it goes for a block that reports its progress (see `_put_many`).
+    as it goes, as the block reports the messages it processed (`MemoryBlock.put_many`).
     """
     result = FeedResult()
     for block in blocks:
@@ -76,7 +75,7 @@ def feed(
                 for b in chunk
             ]
             share = _Share(chunk, progress)
-            outcomes = _put_many(block, items, share.messages)
+            outcomes = block.put_many(items, progress=share.messages)
             with store.transaction():
                 for (_, ctx), outcome in zip(items, outcomes, strict=True):
                     assert ctx.flush_id is not None
@@ -88,19 +87,6 @@ def feed(
                     getattr(result, key)[block.name] += 1
             share.finish()
     return result
-
-
-def _put_many(
-    block: MemoryBlock,
-    items: list[tuple[list[Message], BlockContext]],
-    tick: Callable[[int], None],
-) -> list[str | None]:
-    """`block.put_many(items)`. A block whose `put_many` takes `progress` (the vector block)
-    calls it with how many messages it just processed, so that long work shows as it goes."""
-    if "progress" in inspect.signature(block.put_many).parameters:
-        put_many: Callable[..., list[str | None]] = block.put_many
-        return put_many(items, progress=tick)
-    return block.put_many(items)
 
 
 class _Share:

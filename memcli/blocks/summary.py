@@ -23,13 +23,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memcli.blocks.base import BlockContext, Deferred, MemoryBlock, conversation_text, setup_llm
+from memcli.blocks.base import BlockContext, Deferred, LLMBlock, MemoryBlock
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
 from memcli.store import longterm, summaries
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from memcli.messages import Message
     from memcli.store.base import SessionInfo
@@ -107,7 +107,7 @@ def _longest_fitting(text: str, ends: list[int], max_tokens: int, tokenizer: Tok
     return ""
 
 
-class SummaryBlock(MemoryBlock):
+class SummaryBlock(LLMBlock):
     """A running summary of the session, kept in the store with every version, rendered as is.
 
     `max_tokens` caps the summary (counted with memcli's tokenizer). `retry_pending` and
@@ -118,6 +118,8 @@ class SummaryBlock(MemoryBlock):
     name = "session_summary"
     priority = 1
     scope = "session"
+    TABLE_OPTIONS = ("temperature",)
+    task = "summarise"
 
     def __init__(
         self,
@@ -134,34 +136,31 @@ class SummaryBlock(MemoryBlock):
         llm: LLMConfig | None = None,
         **litellm_kwargs: Any,
     ) -> None:
-        super().__init__(name=name, priority=priority, scope=scope)
+        # Without a model the block shows the summary it holds and takes no flushes.
+        super().__init__(
+            name=name,
+            model=model,
+            priority=priority,
+            api_base=api_base,
+            api_key=api_key,
+            timeout=timeout,
+            scope=scope,
+            retry_pending=retry_pending,
+            auto_retries=auto_retries,
+            llm=llm,
+            **litellm_kwargs,
+        )
         if self.scope != "session":
             raise ConfigError(
                 f"block {self.name!r}: scope must be 'session', not {self.scope!r}",
                 "A summary is of one session; leave scope out",
             )
-        self.llm: LLMConfig | None
-        self.retry_pending: int
-        self.auto_retries: int
-        # Without a model the block shows the summary it holds and takes no flushes.
-        setup_llm(
-            self,
-            llm,
-            model,
-            api_base,
-            api_key,
-            timeout,
-            litellm_kwargs,
-            retry_pending,
-            auto_retries,
-        )
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 10:
             raise ConfigError(
                 f"block {self.name!r}: max_tokens must be a whole number >= 10, not {max_tokens!r}",
                 "It caps the summary, in tokens; the default is 400",
             )
         self.max_tokens = max_tokens
-        self._tokenizer: Tokenizer | None = None
 
     def definition(self) -> dict[str, Any]:
         """kind "summary" with its model, API base, cap and retry limits, and the litellm option
@@ -175,14 +174,8 @@ class SummaryBlock(MemoryBlock):
             "max_tokens": self.max_tokens,
             "retry_pending": self.retry_pending,
             "auto_retries": self.auto_retries,
+            **self.model_table(),
         }
-        if self.llm is not None:
-            table["model"] = self.llm.model
-            if self.llm.api_base is not None:
-                table["api_base"] = self.llm.api_base
-            table["timeout"] = self.llm.timeout
-            if "temperature" in self.llm.extra:
-                table["temperature"] = self.llm.extra["temperature"]
         return table
 
     # -- receiving flushes ------------------------------------------------------------------------
@@ -194,20 +187,26 @@ class SummaryBlock(MemoryBlock):
         if blocked is not None:
             raise Deferred(blocked[1])
 
-    def put_many(self, items: Sequence[tuple[Sequence[Message], BlockContext]]) -> list[str | None]:
+    def put_many(
+        self,
+        items: Sequence[tuple[Sequence[Message], BlockContext]],
+        progress: Callable[[int], None] | None = None,
+    ) -> list[str | None]:
         """Take the batches in, in order; once one of a session stays pending, the session's
-        later ones wait for it (not sent to the LLM)."""
+        later ones wait for it (not sent to the LLM). `progress` is told after each batch."""
         results: list[str | None] = []
         blocked: dict[str, int] = {}
         for batch, ctx in items:
             key = self.scope_key(ctx)
             if key in blocked:
                 results.append(_waiting(blocked[key]))
-                continue
-            outcome = self._take_in(batch, ctx)
-            if outcome is not None:
-                blocked[key] = outcome[0]
-            results.append(None if outcome is None else outcome[1])
+            else:
+                outcome = self._take_in(batch, ctx)
+                if outcome is not None:
+                    blocked[key] = outcome[0]
+                results.append(None if outcome is None else outcome[1])
+            if progress is not None:
+                progress(len(batch))
         return results
 
     def _take_in(self, batch: Sequence[Message], ctx: BlockContext) -> tuple[int, str] | None:
@@ -256,13 +255,6 @@ class SummaryBlock(MemoryBlock):
     def summarise(self, batch: Sequence[Message], ctx: BlockContext) -> str | None:
         """Ask the LLM for the summary updated with this batch and store it as the next version
         (the batch marked done with it); the reason it failed, or None."""
-        from memcli.llm import complete
-
-        if self.llm is None:
-            raise ConfigError(
-                f"block {self.name!r} has no model: it cannot summarise",
-                'Set [llm] model (--model, MEMCLI_MODEL) or model = "..." on the block',
-            )
         store = ctx.store
         previous = summaries.latest_summary(store, ctx.session_id, self.name)
         prompt = SUMMARY_PROMPT.format(
@@ -270,13 +262,7 @@ class SummaryBlock(MemoryBlock):
             previous=previous.text if previous else "",
         )
         try:
-            reply = complete(
-                self.llm,
-                [
-                    {"role": "system", "content": prompt},
-                    {"role": "user", "content": conversation_text(batch)},
-                ],
-            )
+            reply = self.ask(prompt, batch)
         except ProviderError as error:
             return f"{error.kind}: {error.message}"
         text = parse_summary(reply)

@@ -16,7 +16,7 @@ memory whatever the size of the database.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,12 +89,6 @@ SKIPPED: dict[str, str] = {
 KNOWN_COUNTERS = ("message_id",)
 
 
-def _is_postgres(store: Store) -> bool:
-    from memcli.store.sqlite import SQLiteStore
-
-    return not isinstance(store, SQLiteStore)
-
-
 def _quoted(names: Sequence[str]) -> str:
     return ", ".join(f'"{name}"' for name in names)
 
@@ -128,27 +122,7 @@ DERIVED = {("retrieval_vectors", "embedding")}
 
 def catalogue(store: Any) -> dict[str, list[str]]:
     """The store's tables and their columns (generated and hidden ones left out), in order."""
-    tables: dict[str, list[str]] = {}
-    if _is_postgres(store):
-        rows = store._query(
-            "SELECT c.table_name, c.column_name FROM information_schema.columns c"
-            " JOIN information_schema.tables t ON t.table_schema = c.table_schema"
-            " AND t.table_name = c.table_name"
-            " WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'"
-            " AND c.is_generated = 'NEVER' ORDER BY c.table_name, c.ordinal_position"
-        )
-        for table, column in rows:
-            if (table, column) not in DERIVED:
-                tables.setdefault(table, []).append(column)
-        return tables
-    names = store._query(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%'"
-        " ESCAPE '\\' ORDER BY name"
-    )
-    for (name,) in names:
-        columns = store._query(f"SELECT name, hidden FROM pragma_table_xinfo('{name}')")
-        tables[name] = [column for column, hidden in columns if hidden == 0]
-    return tables
+    return dialect(store).catalogue(store)
 
 
 @dataclass(frozen=True)
@@ -203,11 +177,7 @@ def stream_rows(store: Any, step: Step) -> Generator[Rows, None, None]:
         f'SELECT {_quoted(step.columns)} FROM "{step.table.name}"{step.table.condition()}'
         f" ORDER BY {step.table.key}"
     )
-    if _is_postgres(store):
-        cursor = store.conn.cursor(name="memcli_copy")  # server-side: rows come BATCH at a time
-        cursor.itersize = BATCH
-    else:
-        cursor = store.conn.cursor()
+    cursor = dialect(store).read_cursor(store)
     try:
         try:
             cursor.execute(sql)
@@ -225,29 +195,10 @@ def stream_rows(store: Any, step: Step) -> Generator[Rows, None, None]:
         cursor.close()
 
 
-@contextmanager
-def writer(store: Any, step: Step) -> Iterator[Callable[[Rows], None]]:
+def writer(store: Any, step: Step) -> AbstractContextManager[Callable[[Rows], None]]:
     """A function that writes batches of rows into the table; inside a write transaction of the
     store. PostgreSQL: one COPY for the whole table; SQLite: an `executemany` per batch."""
-    name, columns = step.table.name, step.columns
-    if not _is_postgres(store):
-        sql = f'INSERT INTO "{name}" ({_quoted(columns)}) VALUES ({", ".join("?" * len(columns))})'
-        yield lambda rows: store.executemany(sql, rows)
-        return
-    store.execute("SELECT 1")  # (writes what the store buffered, before the COPY)
-    cursor = store.conn.cursor()
-    try:
-        with cursor.copy(f'COPY "{name}" ({_quoted(columns)}) FROM STDIN') as copy:
-
-            def write(rows: Rows) -> None:
-                for row in rows:
-                    copy.write_row(row)
-
-            yield write
-    except store.DATABASE_ERRORS as exc:
-        raise _fail(store, exc, f"cannot write {name} to {store.where}") from None
-    finally:
-        cursor.close()
+    return dialect(store).writer(store, step)
 
 
 # -- ids ---------------------------------------------------------------------------------------------
@@ -268,12 +219,7 @@ def highest_message_id(store: Any) -> int:
         "COALESCE((SELECT MAX(id) FROM messages), 0)",
         "COALESCE((SELECT value FROM counters WHERE name = 'message_id'), 0)",
     ]
-    if _is_postgres(store):
-        marks.append("(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM messages_id_seq)")
-        sql = f"SELECT GREATEST({', '.join(marks)})"
-    else:
-        sql = f"SELECT MAX({', '.join(marks)})"
-    return int(store._query_one(sql)[0])
+    return int(store._query_one(dialect(store).highest_of(marks))[0])
 
 
 def settle(dst: Any, message_id: int) -> None:
@@ -282,20 +228,14 @@ def settle(dst: Any, message_id: int) -> None:
     PostgreSQL gathers the new rows' statistics."""
     if message_id:
         dst.execute("INSERT INTO counters (name, value) VALUES ('message_id', ?)", (message_id,))
-    if _is_postgres(dst):
-        dst.reset_sequences()
-        # Statistics of the new rows, for the planner: without them, reading a session back
-        # (the verification, then every command) may scan whole tables.
-        dst.execute(f"ANALYZE {_quoted([table.name for table in TABLES])}")
+    dialect(dst).settle(dst)
 
 
 def claim(store: Any) -> None:
     """Inside the copy's write transaction: keep other writers out of the tables it writes until
     it ends (PostgreSQL: a lock on them, readers not blocked; SQLite's write transaction holds
     the database's write lock already)."""
-    if _is_postgres(store):
-        names = _quoted([table.name for table in TABLES] + ["counters"])
-        store.execute(f"LOCK TABLE {names} IN EXCLUSIVE MODE")
+    dialect(store).claim(store)
 
 
 def rows_present(store: Any) -> dict[str, int]:
@@ -306,3 +246,159 @@ def rows_present(store: Any) -> dict[str, int]:
         if count:
             found[name] = count
     return found
+
+
+# -- where the backends differ ------------------------------------------------------------------
+
+
+class CopyDialect:
+    """How a copy reads and writes one backend (`DIALECTS`, by the store's `dialect`)."""
+
+    @staticmethod
+    def catalogue(store: Any) -> dict[str, list[str]]:
+        """The store's tables and their columns (generated, hidden and derived ones left out)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def read_cursor(store: Any) -> Any:
+        """A cursor that reads the rows of a table a batch at a time."""
+        raise NotImplementedError
+
+    @staticmethod
+    def writer(store: Any, step: Step) -> AbstractContextManager[Callable[[Rows], None]]:
+        """A function that writes batches of rows into the table (see `writer`)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def highest_of(marks: list[str]) -> str:
+        """A SELECT of the highest message id of `marks` (SQL expressions) and any the backend
+        keeps elsewhere."""
+        raise NotImplementedError
+
+    @staticmethod
+    def settle(store: Any) -> None:
+        """After the rows: what the backend needs to give out ids above those copied."""
+        raise NotImplementedError
+
+    @staticmethod
+    def claim(store: Any) -> None:
+        """Keep other writers out of the tables the copy writes until its transaction ends."""
+        raise NotImplementedError
+
+
+class SQLiteCopy(CopyDialect):
+    """How a copy reads and writes a SQLite file."""
+
+    @staticmethod
+    def catalogue(store: Any) -> dict[str, list[str]]:
+        tables: dict[str, list[str]] = {}
+        names = store._query(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%'"
+            " ESCAPE '\\' ORDER BY name"
+        )
+        for (name,) in names:
+            columns = store._query(f"SELECT name, hidden FROM pragma_table_xinfo('{name}')")
+            tables[name] = [column for column, hidden in columns if hidden == 0]
+        return tables
+
+    @staticmethod
+    def read_cursor(store: Any) -> Any:
+        return store.conn.cursor()
+
+    @staticmethod
+    @contextmanager
+    def writer(store: Any, step: Step) -> Iterator[Callable[[Rows], None]]:
+        name, columns = step.table.name, step.columns
+        sql = f'INSERT INTO "{name}" ({_quoted(columns)}) VALUES ({", ".join("?" * len(columns))})'
+        yield lambda rows: store.executemany(sql, rows)
+
+    @staticmethod
+    def highest_of(marks: list[str]) -> str:
+        return f"SELECT MAX({', '.join(marks)})"
+
+    @staticmethod
+    def settle(store: Any) -> None:
+        """Nothing: SQLite gives out ids above the highest it holds by itself."""
+
+    @staticmethod
+    def claim(store: Any) -> None:
+        """Nothing: SQLite's write transaction holds the database's write lock already."""
+
+
+class PostgresCopy(CopyDialect):
+    """How a copy reads and writes a PostgreSQL database."""
+
+    @staticmethod
+    def catalogue(store: Any) -> dict[str, list[str]]:
+        tables: dict[str, list[str]] = {}
+        rows = store._query(
+            "SELECT c.table_name, c.column_name FROM information_schema.columns c"
+            " JOIN information_schema.tables t ON t.table_schema = c.table_schema"
+            " AND t.table_name = c.table_name"
+            " WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'"
+            " AND c.is_generated = 'NEVER' ORDER BY c.table_name, c.ordinal_position"
+        )
+        for table, column in rows:
+            if (table, column) not in DERIVED:
+                tables.setdefault(table, []).append(column)
+        return tables
+
+    @staticmethod
+    def read_cursor(store: Any) -> Any:
+        cursor = store.conn.cursor(name="memcli_copy")  # server-side: rows come BATCH at a time
+        cursor.itersize = BATCH
+        return cursor
+
+    @staticmethod
+    @contextmanager
+    def writer(store: Any, step: Step) -> Iterator[Callable[[Rows], None]]:
+        name, columns = step.table.name, step.columns
+        store.execute("SELECT 1")  # (writes what the store buffered, before the COPY)
+        cursor = store.conn.cursor()
+        try:
+            with cursor.copy(f'COPY "{name}" ({_quoted(columns)}) FROM STDIN') as copy:
+
+                def write(rows: Rows) -> None:
+                    for row in rows:
+                        copy.write_row(row)
+
+                yield write
+        except store.DATABASE_ERRORS as exc:
+            raise _fail(store, exc, f"cannot write {name} to {store.where}") from None
+        finally:
+            cursor.close()
+
+    @staticmethod
+    def highest_of(marks: list[str]) -> str:
+        marks = [
+            *marks,
+            "(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM messages_id_seq)",
+        ]
+        return f"SELECT GREATEST({', '.join(marks)})"
+
+    @staticmethod
+    def settle(store: Any) -> None:
+        """The sequences move past the copied ids; the new rows' statistics, for the planner:
+        without them, reading a session back (the verification, then every command) may scan
+        whole tables."""
+        store.reset_sequences()
+        store.execute(f"ANALYZE {_quoted([table.name for table in TABLES])}")
+
+    @staticmethod
+    def claim(store: Any) -> None:
+        """A lock on the tables the copy writes (readers not blocked)."""
+        names = _quoted([table.name for table in TABLES] + ["counters"])
+        store.execute(f"LOCK TABLE {names} IN EXCLUSIVE MODE")
+
+
+#: How a copy speaks to each backend, by the store's `dialect`: the one place the backends'
+#: differences in a copy are chosen.
+DIALECTS: dict[str, type[CopyDialect]] = {
+    "sqlite": SQLiteCopy,
+    "postgresql": PostgresCopy,
+}
+
+
+def dialect(store: Store) -> type[CopyDialect]:
+    """How a copy speaks to the store's backend."""
+    return DIALECTS[store.dialect]

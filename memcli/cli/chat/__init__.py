@@ -92,7 +92,7 @@ def chat_command(
     commands = Commands(chat)
     if plain or json_ or not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise typer.Exit(run_plain(chat, commands, is_new, json_))
-    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.chat.ui import ChatApp
 
     with stderr_to(s.home / "chat.log"):
         ChatApp(

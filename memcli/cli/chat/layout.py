@@ -1,5 +1,5 @@
 """The chat's prompt-toolkit layout, keys and completion (imported only when the REPL starts)."""
-# ruff: noqa: TID253  (imported only when the REPL starts, from chat_ui)
+# ruff: noqa: TID253  (imported only when the REPL starts, from ui.py)
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from prompt_toolkit.styles import Style
 from memcli.chat.commands import complete
 
 if TYPE_CHECKING:
-    from memcli.cli.chat_ui import ChatApp
+    from memcli.cli.chat.ui import ChatApp
 
 STYLE = Style.from_dict(
     {

@@ -1,5 +1,5 @@
 """The full-screen chat: prompt-toolkit layout and keys, a worker thread for everything that touches
-the store, and the conversation as formatted text. The panels are drawn by chat_panels (rich).
+the store, and the conversation as formatted text. The panels are drawn by panels.py (rich).
 
 The UI thread never touches the store: jobs (turns, commands, the warm-up that loads litellm and
 the blocks' models) run in order on one worker thread, and post their results back to the event
@@ -26,8 +26,13 @@ from memcli.chat.session import (
     UserStored,
     readable,
 )
-from memcli.cli import chat_panels
-from memcli.cli.chat_panels import Entry, history_entries
+from memcli.cli.chat.panels import (
+    Entry,
+    history_entries,
+    render_long,
+    render_short,
+)
+from memcli.cli.chat.panels import conversation as render_conversation
 from memcli.errors import MemcliError
 
 if TYPE_CHECKING:
@@ -114,7 +119,7 @@ class ChatApp:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.worker = Worker(lambda e: self.post(lambda: self._failed_job(e)))
         self._welcome(is_new)
-        from memcli.cli.chat_layout import build_application
+        from memcli.cli.chat.layout import build_application
 
         self.app = build_application(self, history_path, input, output)
 
@@ -435,9 +440,9 @@ class ChatApp:
         if cached is not None and (cached[0] is key or cached[0] == key):
             return cached[1]
         if name == "short":
-            text = chat_panels.render_short(self.panels.short, width, height)
+            text = render_short(self.panels.short, width, height)
         else:
-            text = chat_panels.render_long(self.panels.long, width, loading)
+            text = render_long(self.panels.long, width, loading)
         value = ANSI(text)
         self._drawn[name] = (key, value)
         return value
@@ -446,4 +451,4 @@ class ChatApp:
         window = self.conversation_window
         info = window.render_info if window is not None else None
         width = info.window_width if info else 80
-        return chat_panels.conversation(self.entries, width, self._wrapped)
+        return render_conversation(self.entries, width, self._wrapped)
