@@ -71,7 +71,8 @@ def test_import_feeds_the_vector_block_and_a_second_session_recalls(tmp_path: Pa
     assert run.code == 0, run.stderr
     messages = run.records()
     assert messages[0]["role"] == "system" and "Rex" in messages[0]["content"]
-    assert messages[-1] == {"type": "message", "role": "user", "content": "hello again"}
+    assert messages[-2] == {"type": "message", "role": "user", "content": "hello again"}
+    assert messages[-1] == {"type": "input", "role": "user", "content": "what is my dog called?"}
 
 
 def test_queries_table_shows_each_querys_text(tmp_path: Path) -> None:
