@@ -15,7 +15,7 @@ import itertools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from memcli.flush import REASON_FLUSH_SIZE, Budget, plan_flush
+from memcli.flush import REASON_FLUSH_SIZE, Budget, BudgetOverride, plan_flush
 from memcli.tokens import Tokenizer, count_contents, count_messages
 from memcli.transcripts import call_sizes, read_columns
 
@@ -316,13 +316,14 @@ def budgets(
     token_limits: Sequence[int | None],
     ratios: Sequence[float | None],
     flush_sizes: Sequence[int | None],
-    budget: Callable[[Any, Any, Any], Budget] = Budget,
+    budget: Callable[[BudgetOverride], Budget] = BudgetOverride.budget,
 ) -> list[Budget]:
-    """`budget(limit, ratio, flush_size)` for every combination of the values, in order (limits
-    vary slowest). The default, `Budget`, takes a flush size of None as 10% of the limit; a caller
-    that fills values left out (None) from settings or a session passes its own."""
+    """`budget(BudgetOverride(limit, ratio, flush_size))` for every combination of the values, in
+    order (limits vary slowest). The default, `BudgetOverride.budget`, takes a flush size of None
+    as 10% of the limit; a caller that fills values left out (None) from settings or a session
+    passes its own rule."""
     return [
-        budget(limit, ratio, size)
+        budget(BudgetOverride(limit, ratio, size))
         for limit, ratio, size in itertools.product(token_limits, ratios, flush_sizes)
     ]
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memcli import Memory, Message, WordTokenizer
-from memcli.flush import Budget
+from memcli.flush import Budget, BudgetOverride
 from memcli.simulate import FlushEvent, PutEvent, Replay, Simulation, budgets, simulate
 from memcli.tokens import TiktokenTokenizer, message_tokens
 
@@ -140,8 +140,8 @@ def test_budgets_are_every_combination_in_order() -> None:
 
 
 def test_budgets_fill_values_left_out_by_the_callers_rule() -> None:
-    def from_session(limit: int | None, ratio: float | None, size: int | None) -> Budget:
-        return Budget(limit or 1000, ratio or 0.5, size or 50)
+    def from_session(asked: BudgetOverride) -> Budget:
+        return Budget(asked.token_limit or 1000, asked.ratio or 0.5, asked.flush_size or 50)
 
     got = budgets([None, 2000], [None], [None, 300], from_session)
     assert [(b.token_limit, b.flush_size) for b in got] == [

@@ -10,7 +10,7 @@ import typer
 
 if TYPE_CHECKING:
     from memcli.config import Settings
-    from memcli.flush import Budget
+    from memcli.flush import Budget, BudgetOverride
     from memcli.search.onnx import OnnxEmbedder
     from memcli.search.retriever import Retriever
     from memcli.store.base import SessionInfo
@@ -100,18 +100,11 @@ def require_session(store: AnyStore, session_id: str, user: str | None = None) -
     return require(store, session_id, user)
 
 
-def budget_for(
-    s: Settings,
-    info: SessionInfo | None,
-    token_limit: int | None,
-    ratio: float | None,
-    flush_size: int | None,
-) -> Budget:
+def budget_for(s: Settings, info: SessionInfo | None, asked: BudgetOverride) -> Budget:
     """A session's budget: flags override what the session was created with; new ones use settings."""
-    from memcli.flush import BudgetOverride
     from memcli.sessions import budget_for, default_budget
 
-    return budget_for(info, default_budget(s), BudgetOverride(token_limit, ratio, flush_size))
+    return budget_for(info, default_budget(s), asked)
 
 
 def tokenizer(s: Settings) -> Any:

@@ -33,14 +33,16 @@ def inspect_command(
 
     Example: memcli inspect demo --all
     """
+    from memcli.flush import BudgetOverride
     from memcli.sessions import report
 
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
     budget = None
-    if any(v is not None for v in (token_limit, ratio, flush_size)):
+    asked = BudgetOverride(token_limit, ratio, flush_size)
+    if not asked.is_empty:
         info = common.require_session(store, session)
-        budget = common.budget_for(s, info, token_limit, ratio, flush_size)
+        budget = common.budget_for(s, info, asked)
     r = report(store, session, archived=all_, budget=budget)
     total = len(r.messages)
     if limit is not None:
