@@ -557,7 +557,7 @@ class TableStore:
     def delete_message(self, session_id: str, message_id: int) -> Message | None:
         """Delete one message of the session for good (see `memcli.store.forget`); return it as
         it was, or None when the session holds no message of that id."""
-        from memcli.store import forget
+        import memcli.store.forget as forget
 
         self._secure_delete()
         with self.transaction():
@@ -577,14 +577,14 @@ class TableStore:
 
     def survey_user(self, user_id: str) -> Forgotten:
         """What `forget_user` would delete, deleting nothing."""
-        from memcli.store import forget
+        import memcli.store.forget as forget
 
         with self.lock:
             return forget.survey_user(self._sql, user_id)
 
     def forget_user(self, user_id: str) -> Forgotten:
         """Delete everything of a user for good (see `memcli.store.forget`), then `purge()`."""
-        from memcli.store import forget
+        import memcli.store.forget as forget
 
         self._secure_delete()
         with self.transaction():
