@@ -129,6 +129,7 @@ def test_tools_and_resources_over_stdio(tmp_path: Path) -> None:
         [
             "add_fact",
             "delete_fact",
+            "forget_user",
             "get_context",
             "list_facts",
             "put_messages",
