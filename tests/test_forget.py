@@ -88,6 +88,7 @@ def test_rm_user_leaves_no_trace_of_her_in_any_file(tmp_path: Path, isolated: Pa
         assert run.code == 0 and run.records() == []
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_rm_user_and_message_ask_first(tmp_path: Path) -> None:
     seed_users(tmp_path)
     for args in (["rm", "--user", "alice"], ["rm", "a1", "--message", "1"]):
@@ -116,6 +117,16 @@ def test_rm_user_and_message_ask_first(tmp_path: Path) -> None:
     assert run.code == 1 and "no message 99 in session 'a1'" in run.stderr
     run = memcli("rm", "b1", "--user", "alice", "--yes")
     assert run.code == 1 and "no session 'b1' of user 'alice'" in run.stderr
+    run = memcli("rm", "a1", "--message", "3", "--yes")
+    assert run.code == 0 and run.records()[0]["message"] == 3
+    assert (
+        memcli("search", "quetzalcrumpet", "--mode", "lexical", "--user", "alice").records() == []
+    )
+    run = memcli("rm", "--user", "alice", "--yes")
+    assert run.code == 0 and run.records()[0]["messages"] == 3
+    assert [s["session"] for s in memcli("sessions").records()] == ["b1"]
+    assert memcli("facts", "--user", "alice").records() == []
+    assert memcli("check").code == 0
 
 
 def terminal_rm(*args: str, answer: str) -> subprocess.CompletedProcess[str]:
@@ -310,3 +321,15 @@ def test_agent_tool_forgets_its_user_when_confirmed(tmp_path: Path, isolated: Pa
     store.close()
     for word in ALICE_WORDS:
         assert files_holding(isolated, word) == [], word
+
+
+def test_rm_session_deletes_its_text_for_good(tmp_path: Path, isolated: Path) -> None:
+    seed_users(tmp_path)
+    assert files_holding(isolated, "quetzalcrumpet")
+    run = memcli("rm", "a1")  # sessions: no question in a script, as before
+    assert run.code == 0 and run.records() == [{"type": "deleted", "session": "a1", "messages": 4}]
+    assert files_holding(isolated, "quetzalcrumpet") == []
+    # What the blocks learned stays (the fact), until the user is forgotten.
+    assert files_holding(isolated, "zanzibarflamingo")
+    assert memcli("rm", "--user", "alice", "--yes").code == 0
+    assert files_holding(isolated, "zanzibarflamingo") == []
