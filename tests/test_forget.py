@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -307,6 +308,10 @@ def test_delete_message(db: str) -> None:
     assert info.active_messages + info.archived_messages == len(everything) - 2
     with pytest.raises(MessageNotFound):
         memory.delete_message(archived.id)
+    last = memory.get_all()[-1]
+    assert last.id is not None
+    assert asyncio.run(memory.adelete_message(last.id)).content == last.content
+    assert last.id not in [m.id for m in memory.get_all()]
     other = fill(store, "t", "ana", ["hello", "hi"])
     with pytest.raises(MessageNotFound):  # another session's message
         other.delete_message(everything[-1].id or 0)
