@@ -26,6 +26,7 @@ _EXPORTS = {
     "Flush": "memcli.memory",
     "InputError": "memcli.errors",
     "MemcliError": "memcli.errors",
+    "MessageNotFound": "memcli.errors",
     "Memory": "memcli.memory",
     "MemoryBlock": "memcli.blocks.base",
     "Message": "memcli.messages",
@@ -46,6 +47,7 @@ _EXPORTS = {
     "UsageError": "memcli.errors",
     "VectorBlock": "memcli.blocks.vector",
     "WordTokenizer": "memcli.tokens",
+    "forget_user": "memcli.forgetting",
     "open_store": "memcli.store",
     "plan_flush": "memcli.flush",
 }
@@ -67,6 +69,7 @@ __all__ = [
     "Memory",
     "MemoryBlock",
     "Message",
+    "MessageNotFound",
     "ModelError",
     "OnnxEmbedder",
     "PostgresStore",
@@ -84,6 +87,7 @@ __all__ = [
     "UsageError",
     "VectorBlock",
     "WordTokenizer",
+    "forget_user",
     "open_store",
     "plan_flush",
 ]
@@ -113,6 +117,7 @@ if TYPE_CHECKING:
         ConfigError,
         InputError,
         MemcliError,
+        MessageNotFound,
         ModelError,
         ProviderError,
         SessionNotFound,
@@ -120,6 +125,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from memcli.flush import Batch, Budget, BudgetOverride, plan_flush
+    from memcli.forgetting import forget_user
     from memcli.memory import Context, Flush, Memory
     from memcli.messages import Message
     from memcli.search import OnnxEmbedder, Retriever, SearchOptions

@@ -54,6 +54,20 @@ class SessionNotFound(MemcliError):
         self.session_id = session_id
 
 
+class MessageNotFound(MemcliError):
+    """The session holds no message of that id."""
+
+    exit_code = 1
+
+    def __init__(self, session_id: str, message_id: int) -> None:
+        super().__init__(
+            f"no message {message_id} in session {session_id!r}",
+            f"Run `memcli inspect {session_id} --all` to see its messages' ids",
+        )
+        self.session_id = session_id
+        self.message_id = message_id
+
+
 class StoreError(MemcliError):
     """The database failed: locked, corrupt, unwritable."""
 

@@ -12,7 +12,7 @@ from os import PathLike
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
-from memcli.errors import UsageError
+from memcli.errors import MessageNotFound, UsageError
 from memcli.flush import Budget, BudgetOverride, plan_flush, truncation_order
 from memcli.messages import Message, format_time, metadata_json, new_session_id, parse_time
 from memcli.store.base import FlushPlan, NewMessage, SessionInfo, Store, WindowEntry
@@ -566,6 +566,20 @@ class Memory:
     def _delete_messages(self) -> int:
         return self.store.delete_messages(self.session_id)
 
+    def delete_message(self, message_id: int) -> Message:
+        """Delete one of the session's messages (active or archived) for good; return it as it
+        was. The window, the session's counts, the flush that archived it and the facts naming
+        it stay consistent (see `memcli.store.forget`); MessageNotFound when the session holds
+        no message of that id."""
+        with self._lock:
+            try:
+                deleted = self.store.delete_message(self.session_id, message_id)
+            finally:
+                self._forget()
+        if deleted is None:
+            raise MessageNotFound(self.session_id, message_id)
+        return deleted
+
     def _write(self, change: Callable[[], T]) -> T:
         """Run `change` in one transaction under the lock; the window is read again after."""
         with self._lock:
@@ -627,6 +641,10 @@ class Memory:
     async def areset(self) -> int:
         """`reset`, for asyncio."""
         return await _in_worker(self.store, self.reset)
+
+    async def adelete_message(self, message_id: int) -> Message:
+        """`delete_message`, for asyncio."""
+        return await _in_worker(self.store, self.delete_message, message_id)
 
 
 #: Threads per store that run the async API's calls (one would queue a read behind a write that

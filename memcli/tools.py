@@ -266,6 +266,24 @@ class AgentTools:
                 "threshold": info.threshold,
             }
 
+    # -- forgetting ---------------------------------------------------------------------------
+
+    def forget_user(self, confirm: bool = False) -> dict[str, Any]:
+        """Delete everything of the user for good (`memcli.forgetting.forget_user`): sessions,
+        messages, facts and their history, summaries, block state, full-text rows, vectors and
+        index files. Refused (UsageError) unless `confirm` is True."""
+        from memcli.forgetting import forget_user
+
+        if confirm is not True:
+            raise UsageError(
+                f"forgetting deletes every session, message and fact of user {self.user!r} for"
+                " good, and was not confirmed",
+                "Ask the user first; call again with confirm set to true",
+            )
+        with self._lock:
+            forgotten = forget_user(self.store, self.user, self.settings.home / "indexes")
+        return forgotten.to_dict()
+
     def _session(self, session: str) -> Any:
         return require(self.store, session, self.user)
 
@@ -427,6 +445,12 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
         flushes to long-term memory when over budget. A bad message stores nothing."""
         return tools.put_messages(messages, session)
 
+    def forget_user(confirm: bool) -> dict[str, Any]:
+        """Forget everything stored about the user, for good: every session and message,
+        every fact and its history, summaries and search index entries. Cannot be undone: ask
+        the user first, then call with confirm=true."""
+        return tools.forget_user(confirm)
+
     return [
         search_memory,
         list_facts,
@@ -435,6 +459,7 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
         delete_fact,
         get_context,
         put_messages,
+        forget_user,
     ]
 
 

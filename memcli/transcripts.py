@@ -24,6 +24,7 @@ import json.scanner
 import re
 import sys
 from dataclasses import dataclass
+from datetime import UTC
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from memcli.errors import InputError, UsageError
@@ -454,3 +455,103 @@ def split_session_record(data: bytes, name: str = "<input>") -> tuple[SessionRec
     if not isinstance(obj, dict) or obj.get("type") != "session":
         return None, data
     return SessionRecord.from_dict(obj, f"{name}:{line}"), data[:offset] + data[end:]
+
+
+# -- writing other formats: OpenAI's chat format, a Markdown transcript --------------------------
+
+#: The formats `memcli export` writes.
+EXPORT_FORMATS = ("jsonl", "openai", "markdown")
+#: OpenAI's current name for a system message, kept so by an import (a `system` message whose
+#: kept keys hold `"role": "developer"`) and written back as it came.
+_DEVELOPER = "developer"
+
+
+def openai_message(m: Message) -> dict[str, Any]:
+    """A message in OpenAI's chat format: role, content, name, and the keys of its source
+    record that memcli kept (`tool_calls`, `tool_call_id`, `"content": null` of a tool call,
+    `weight`, ...: see `Message.from_dict`). memcli's own metadata and the timestamp are left
+    out (OpenAI's format has no place for them; `jsonl` keeps them)."""
+    record = m.export_record()
+    out = {key: value for key, value in record.items() if key not in ("metadata", "timestamp")}
+    extra = (m.metadata or {}).get("extra")
+    if isinstance(extra, dict):
+        for key, value in extra.items():  # (export_record leaves them in metadata when a key
+            if key != "role" and key not in out:  # is one memcli has a field for)
+                out[key] = value
+        if m.role == "system" and extra.get("role") == _DEVELOPER:
+            out["role"] = _DEVELOPER
+    return out
+
+
+def session_record_keys(info: Any) -> dict[str, Any] | None:
+    """The record-level keys of a conversation line (`tools`, `parallel_tool_calls`, `weight`,
+    ...) an import kept on the session: its metadata's `record_keys` when that is an object, else
+    its metadata itself (without memcli's own `title` / `source_id`); None when it has none."""
+    metadata = getattr(info, "metadata", None)
+    if not isinstance(metadata, dict):
+        return None
+    keys = metadata.get("record_keys", metadata)
+    if not isinstance(keys, dict):
+        return None
+    keys = {k: v for k, v in keys.items() if k not in ("messages", "session", "title", "source_id")}
+    return keys or None
+
+
+def openai_line(
+    messages: Iterable[Message], record_keys: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One OpenAI fine-tuning line, `{"messages": [...], ...record_keys}`, that `memcli import`
+    reads back to the same conversation (and the same keys)."""
+    line: dict[str, Any] = {"messages": [openai_message(m) for m in messages]}
+    for key, value in (record_keys or {}).items():
+        line.setdefault(key, value)
+    return line
+
+
+def markdown_transcript(
+    messages: Iterable[Message], session: str | None = None, user: str | None = None
+) -> Iterator[str]:
+    """A session as a Markdown transcript for people, in pieces to write one after another: a
+    title, then per message a `##` heading with its role (and speaker name), id, time (UTC) and
+    status when archived, and its text as it is (code blocks kept), its tool calls as JSON."""
+    title = f"# Session {session}" if session else "# Conversation"
+    yield title + (f"\n\nUser: {user}\n" if user else "\n")
+    for m in messages:
+        yield "\n" + _markdown_message(m)
+
+
+def _markdown_message(m: Message) -> str:
+    role = m.role
+    extra = (m.metadata or {}).get("extra")
+    extra = extra if isinstance(extra, dict) else {}
+    if role == "system" and extra.get("role") == _DEVELOPER:
+        role = _DEVELOPER
+    parts = [role.capitalize() + (f" ({m.name})" if m.name else "")]
+    if m.id is not None:
+        parts.append(f"#{m.id}")
+    if m.timestamp is not None:
+        parts.append(m.timestamp.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+    if m.status == "archived":
+        parts.append("archived")
+    if extra.get("tool_call_id"):
+        parts.append(f"reply to {extra['tool_call_id']}")
+    lines = ["## " + " · ".join(parts), ""]
+    if m.content:
+        lines += [m.content.rstrip("\n"), ""]
+    calls = extra.get("tool_calls") or extra.get("function_call")
+    if calls:
+        fence = _fence(json.dumps(calls, ensure_ascii=False, indent=2))
+        lines += [
+            "Tool calls:",
+            "",
+            fence + "json",
+            json.dumps(calls, ensure_ascii=False, indent=2),
+        ]
+        lines += [fence, ""]
+    return "\n".join(lines)
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in `text`."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)

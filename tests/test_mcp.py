@@ -129,6 +129,7 @@ def test_tools_and_resources_over_stdio(tmp_path: Path) -> None:
         [
             "add_fact",
             "delete_fact",
+            "forget_user",
             "get_context",
             "list_facts",
             "put_messages",
@@ -272,3 +273,23 @@ def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
     assert not replies[1]["result"].get("isError")
     assert replies[2]["result"]["isError"] is True
     assert "no session 'nope'" in replies[2]["result"]["content"][0]["text"]
+
+
+def test_forget_user_needs_confirm(tmp_path: Path) -> None:
+    db = tmp_path / "mcp.db"
+
+    async def script(s: ClientSession) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        await s.call_tool("put_messages", {"messages": CHAT, "session": "s1"})
+        out["refused"] = await s.call_tool("forget_user", {"confirm": False})
+        out["sessions"] = resource_json(await s.read_resource("memcli://sessions"))
+        out["forgotten"] = data(await s.call_tool("forget_user", {"confirm": True}))
+        out["after"] = resource_json(await s.read_resource("memcli://sessions"))
+        return out
+
+    out = drive(db, script, "--user", "ana")
+    assert is_error(out["refused"]) and "not confirmed" in text(out["refused"])
+    assert [s["session"] for s in out["sessions"]] == ["s1"]
+    assert out["forgotten"]["sessions"] == ["s1"] and out["forgotten"]["messages"] == 4
+    assert out["after"] == []
+    assert b"Biscuit" not in db.read_bytes()

@@ -1,4 +1,5 @@
-"""`memcli export SESSION`: the session as JSON Lines that `memcli import` reads back."""
+"""`memcli export SESSION`: the session as JSON Lines that `memcli import` reads back, as an
+OpenAI fine-tuning line, or as a Markdown transcript."""
 
 from __future__ import annotations
 
@@ -15,26 +16,63 @@ def export_command(
     all_: Annotated[
         bool, typer.Option("--all", help="Include archived messages, with their status.")
     ] = False,
+    format_: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="jsonl (memcli's own, read back whole), openai (one fine-tuning line) or"
+            " markdown (a transcript to read).",
+            metavar="jsonl|openai|markdown",
+        ),
+    ] = "jsonl",
     user: common.User = None,
     json_: common.Json = False,
 ) -> None:
-    """Write a session's messages as JSON Lines on stdout (active ones, or all with --all).
+    """Write a session's messages on stdout (active ones, or all with --all).
 
-    The first record is the session's: {"type": "session", "id", "user", "token_limit",
-    "chat_history_token_ratio", "token_flush_size"}, so that `memcli import` recreates its budget.
+    jsonl (the default): a first record for the session, {"type": "session", "id", "user",
+    "token_limit", "chat_history_token_ratio", "token_flush_size"}, so that `memcli import`
+    recreates its budget, then one message per line with its name, timestamp and metadata.
 
-    Export always writes JSON Lines (--json is accepted for scripts that pass it everywhere).
+    openai: one line {"messages": [...]} in OpenAI's chat (fine-tuning) format, each message's
+    role, content, name, tool_calls and tool_call_id (and other keys it came with) as OpenAI
+    has them, a developer message as developer, with the record-level keys an import kept
+    (tools, parallel_tool_calls, ...); `memcli import` reads it back to the same conversation.
+    Timestamps and metadata are not part of that format.
+
+    markdown: a heading per message with its role, id and time (UTC), its text as it is.
+
     With --user, only a session of that user is exported (another user's is not found: exit 1).
+    --json is accepted and changes nothing.
 
-    Example: memcli export demo --all > demo.jsonl && memcli import demo.jsonl --session copy
+    Examples: memcli export demo --all > demo.jsonl && memcli import demo.jsonl --session copy;
+    memcli export demo --format openai >> train.jsonl; memcli export demo --format markdown > demo.md
     """
-    from memcli.transcripts import SessionRecord, export_lines
+    from memcli.errors import UsageError
+    from memcli.transcripts import (
+        EXPORT_FORMATS,
+        SessionRecord,
+        export_lines,
+        markdown_transcript,
+        openai_line,
+        session_record_keys,
+    )
 
-    del json_  # always JSON Lines
+    del json_  # always the format asked for
+    if format_ not in EXPORT_FORMATS:
+        raise UsageError(
+            f"unknown export format {format_!r}", f"Use one of: {', '.join(EXPORT_FORMATS)}"
+        )
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
     info = common.require_session(store, session, user)
     # Read whole before the first line is written: a damaged database fails here, writing nothing.
     messages = store.read_messages(session, status=None if all_ else "active")
-    output.emit_all([SessionRecord.of(info).to_dict()])
-    output.emit_all(export_lines(messages, with_status=all_))
+    if format_ == "openai":
+        output.emit_all([openai_line(messages, session_record_keys(info))])
+    elif format_ == "markdown":
+        for piece in markdown_transcript(messages, info.id, info.user_id):
+            output.write(piece)
+    else:
+        output.emit_all([SessionRecord.of(info).to_dict()])
+        output.emit_all(export_lines(messages, with_status=all_))

@@ -27,10 +27,11 @@ INSTRUCTIONS = (
 
 def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
     """Serve memcli's memory to an MCP client over stdio: tools to search memory, list, add,
-    update and delete facts, read a session's context and put messages; the sessions as
-    resources (memcli://sessions, memcli://sessions/ID). Runs until the client closes stdin.
+        update and delete facts, read a session's context, put messages, and forget the user for good
+    (forget_user, which needs confirm=true); the sessions as
+        resources (memcli://sessions, memcli://sessions/ID). Runs until the client closes stdin.
 
-    Client configuration: {"mcpServers": {"memcli": {"command": "memcli", "args": ["mcp"]}}}
+        Client configuration: {"mcpServers": {"memcli": {"command": "memcli", "args": ["mcp"]}}}
     """
     from memcli.tools import AgentTools
 

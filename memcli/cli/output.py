@@ -94,6 +94,11 @@ def emit_all(records: Iterable[dict[str, Any]]) -> None:
     sys.stdout.flush()
 
 
+def write(text: str) -> None:
+    """Write text to stdout as it is (no markup, no styling): a format that is not JSON Lines."""
+    sys.stdout.write(text)
+
+
 def info(message: str) -> None:
     """A message for the person (stderr)."""
     err().print(message, markup=False, highlight=False, soft_wrap=True)

@@ -471,3 +471,16 @@ def _new_index(matrix: Any) -> Any:
     index.train(np.ascontiguousarray(sample))
     index.nprobe = min(NPROBE, nlist)
     return index
+
+
+def remove_index_files(store: Any, index_dir: str | Path | None = None) -> None:
+    """Remove the index files of `store`'s database (beside a SQLite file; under `index_dir`
+    for a PostgreSQL one), after a delete for good: they hold the deleted messages' vectors and
+    session and user names. The next search rebuilds them from the database."""
+    faiss_file = MessageVectors(store, "", index_dir).file("faiss")
+    if faiss_file is None:
+        return
+    prefix = faiss_file.name.removesuffix("faiss")  # `<db>.retrieval.` or `retrieval.`
+    if faiss_file.parent.is_dir():
+        for path in faiss_file.parent.glob(prefix + "*"):
+            path.unlink(missing_ok=True)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from memcli.messages import Message
+    from memcli.store.forget import Forgotten
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,27 @@ class Store(SQLStore, Protocol):
     def delete_messages(self, session_id: str) -> int: ...
 
     def list_flushes(self, session_id: str) -> list[FlushRecord]: ...
+
+    # deleting for good (see memcli.store.forget)
+    def delete_message(self, session_id: str, message_id: int) -> Message | None:
+        """Delete one message of the session for good, keeping the session's counters, its
+        flush's record and the facts naming it consistent; return the message as it was (None:
+        the session holds no message of that id)."""
+        ...
+
+    def survey_user(self, user_id: str) -> Forgotten:
+        """What `forget_user` would delete of the user, deleting nothing."""
+        ...
+
+    def forget_user(self, user_id: str) -> Forgotten:
+        """Delete everything of the user for good: sessions, messages, flushes, facts and their
+        history, summaries, block state, full-text entries and vectors; then `purge()`."""
+        ...
+
+    def purge(self) -> None:
+        """Make what was deleted physically gone from the database's files (and the retrieval
+        index files beside a SQLite database)."""
+        ...
 
 
 def require_session(store: Store, session_id: str, user: str | None = None) -> SessionInfo:

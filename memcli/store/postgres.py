@@ -93,6 +93,23 @@ def session_key(session_id: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+#: The tables a delete for good deletes from, vacuumed after it.
+_PURGED = (
+    "messages",
+    "flushes",
+    "sessions",
+    "facts",
+    "fact_history",
+    "fact_topics",
+    "summaries",
+    "block_state",
+    "block_flushes",
+    "block_definitions",
+    "retrieval_vectors",
+    "retrieval_redo",
+)
+
+
 class PostgresStore(TableStore):
     """The Store protocol over PostgreSQL (see the module's docstring for the design).
 
@@ -395,6 +412,20 @@ class PostgresStore(TableStore):
         if row is None or row[0] is None:
             return None
         return list(row[0]), list(row[1]), row[2]
+
+    def purge(self) -> None:
+        """After a delete for good: VACUUM the tables deleted from, so that PostgreSQL drops the
+        dead rows (their space reused; the server's WAL and its archives are the server's)."""
+        if self._depth:
+            raise StoreError("purge inside a write transaction", "A bug in memcli")
+        with self.lock:
+            for table in _PURGED:
+                try:
+                    self.conn.execute(f"VACUUM {table}")
+                except self._psycopg.Error as exc:
+                    if "must be owner" in self._text(exc) or "permission" in self._text(exc):
+                        continue  # deleted all the same; the server's autovacuum will come
+                    raise self._error(exc, f"cannot vacuum {self.where}") from None
 
     def close(self) -> None:
         self.conn.close()

@@ -401,6 +401,41 @@ class SQLiteStore(TableStore):
     def close(self) -> None:
         self.conn.close()
 
+    def _secure_delete(self) -> None:
+        """Deleted rows' bytes overwritten with zeros in the database and WAL pages that held
+        them (`PRAGMA secure_delete`), from here on for this connection."""
+        with self.lock:
+            self._execute_now("PRAGMA secure_delete = ON")
+
+    def purge(self) -> None:
+        """After a delete for good: no copy of the deleted rows left in any file of the database.
+        The full-text index is merged into one segment (`optimize`: deleted entries leave it),
+        the database rebuilt (VACUUM, which also drops free pages), the WAL checkpointed and
+        truncated to nothing, and the retrieval index files beside the database removed (they
+        hold the deleted messages' vectors and session names; the next search rebuilds them
+        from the database). Another process reading the database meanwhile keeps the WAL from
+        being truncated: StoreError, the rows deleted, to run the deletion again once it ends."""
+        if self._depth:
+            raise StoreError("purge inside a write transaction", "A bug in memcli")
+        with self.transaction():
+            self.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('optimize')")
+        with self.lock:
+            try:
+                self._set_busy_timeout(BUSY_TIMEOUT_MS)
+                self.conn.execute("VACUUM")
+                busy = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"cannot compact {self.where} after deleting") from None
+        if self.path is None:
+            return
+        for file in self.path.parent.glob(f"{self.path.name}.retrieval.*"):
+            file.unlink(missing_ok=True)
+        if busy and busy[0]:
+            raise StoreError(
+                f"deleted, but another process reading {self.where} keeps copies in its WAL",
+                "Close the other memcli processes and run the same command again",
+            )
+
     def check(self) -> list[Problem]:
         """What is wrong with the database: SQLite's integrity check and memcli's own (counters,
         flush ids, vectors against messages); empty when it is sound. Reads one snapshot."""

@@ -19,11 +19,15 @@ import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from memcli.errors import StoreBusy, StoreDamaged, StoreError
 from memcli.messages import Message, format_time, metadata_json, parse_time
 from memcli.store.base import FlushPlan, FlushRecord, NewMessage, SessionInfo, WindowEntry
+
+if TYPE_CHECKING:
+    from memcli.store.base import SQLStore
+    from memcli.store.forget import Forgotten
 
 #: Ids per statement when rows are read or changed by many ids (SQLite allowed 999 parameters
 #: before 3.32).
@@ -549,6 +553,61 @@ class TableStore:
             )
             self._touch(session_id)
         return count
+
+    def delete_message(self, session_id: str, message_id: int) -> Message | None:
+        """Delete one message of the session for good (see `memcli.store.forget`); return it as
+        it was, or None when the session holds no message of that id."""
+        import memcli.store.forget as forget
+
+        self._secure_delete()
+        with self.transaction():
+            self._lock_session(session_id)
+            self._write_buffer()
+            message = forget.find_message(self._sql, session_id, message_id)
+            if message is None:
+                return None
+            forget.delete_message_rows(self._sql, message)
+            tokens = message.tokens or 0
+            if message.status == "active":
+                self._touch(session_id, active_messages=-1, active_tokens=-tokens)
+            else:
+                self._touch(session_id, archived_messages=-1)
+        self.purge()
+        return message
+
+    def survey_user(self, user_id: str) -> Forgotten:
+        """What `forget_user` would delete, deleting nothing."""
+        import memcli.store.forget as forget
+
+        with self.lock:
+            return forget.survey_user(self._sql, user_id)
+
+    def forget_user(self, user_id: str) -> Forgotten:
+        """Delete everything of a user for good (see `memcli.store.forget`), then `purge()`."""
+        import memcli.store.forget as forget
+
+        self._secure_delete()
+        with self.transaction():
+            self.hold_lock(f"user {user_id}")
+            found = forget.survey_user(self._sql, user_id)
+            forget.forget_redo(self._sql, found.sessions)
+            for session_id in found.sessions:
+                self.delete_session(session_id)  # messages, flushes, their block records
+            forget.forget_rows(self._sql, user_id, found.sessions)
+        self.purge()
+        return found
+
+    @property
+    def _sql(self) -> SQLStore:
+        """This store, as the SQL helpers of memcli.store take it (a backend is one)."""
+        return cast("SQLStore", self)
+
+    def _secure_delete(self) -> None:
+        """Before a delete for good: have the backend overwrite what it deletes, if it can."""
+
+    def purge(self) -> None:
+        """Make deletions physical: no copy of a deleted row left in the database's files."""
+        raise NotImplementedError
 
     def list_flushes(self, session_id: str) -> list[FlushRecord]:
         rows = self._query(
