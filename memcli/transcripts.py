@@ -75,6 +75,10 @@ class Record(NamedTuple):
     messages: list[Message]
     session: str | None = None
     is_conversation: bool = False
+    #: A conversation line's keys beside `messages` and `session` (`tools`, `weight`, ...).
+    keys: dict[str, Any] | None = None
+    #: Non-text content parts (images, audio, files) left out of its messages.
+    dropped: int = 0
 
 
 def read_transcript(source: str | Path, stdin: IO[bytes] | None = None) -> list[Record]:
@@ -321,14 +325,32 @@ def _record(obj: Any, line: int, where: str, in_array: bool = False) -> Record:
         if not isinstance(items, list):
             raise InputError(f"{where}: messages must be a list", _FORMATS)
         plain = Message.plain
-        messages = [
-            plain(item["role"], item["content"])
-            if _is_plain(item)
-            else _message(item, f"{where}: message {i}")
-            for i, item in enumerate(items)
-        ]
-        return Record(line, messages, session, is_conversation=True)
-    return Record(line, [_message(obj, where)], session)
+        messages = []
+        dropped = 0
+        for i, item in enumerate(items):
+            if _is_plain(item):
+                messages.append(plain(item["role"], item["content"]))
+                continue
+            item, left_out = text_parts(item)
+            dropped += left_out
+            messages.append(_message(item, f"{where}: message {i}"))
+        keys = {k: v for k, v in obj.items() if k not in ("messages", "session")}
+        return Record(line, messages, session, True, keys or None, dropped)
+    obj, dropped = text_parts(obj)
+    return Record(line, [_message(obj, where)], session, dropped=dropped)
+
+
+def text_parts(obj: Any) -> tuple[Any, int]:
+    """A message object whose `content` is an array of content parts, without the parts that
+    are not text (`image_url`, `input_audio`, `file`, ...), and how many were left out: memcli
+    stores text, and one image does not refuse a transcript."""
+    content = obj.get("content") if isinstance(obj, dict) else None
+    if not isinstance(content, list):
+        return obj, 0
+    kept = [p for p in content if not isinstance(p, dict) or p.get("type") in ("text", None)]
+    if len(kept) == len(content):
+        return obj, 0
+    return {**obj, "content": kept}, len(content) - len(kept)
 
 
 def _message(obj: Any, where: str) -> Message:

@@ -249,7 +249,7 @@ def test_openai_format_round_trips_through_export(tmp_path: Path) -> None:
     assert [{**m, "session": "a"} for m in again] == exported.records()[1:]
 
 
-def test_a_part_that_is_not_text_is_refused_naming_the_line(tmp_path: Path) -> None:
+def test_a_part_that_is_not_text_is_left_out_and_counted(tmp_path: Path) -> None:
     image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
     records = [
         {"role": "user", "content": "hi"},
@@ -257,6 +257,9 @@ def test_a_part_that_is_not_text_is_refused_naming_the_line(tmp_path: Path) -> N
     ]
     path = write_jsonl(tmp_path / "img.jsonl", records)
     run = memcli("import", str(path), "--session", "a")
-    assert run.code == 2
-    assert f"{path}:2: content part 1 is of type 'image_url': memcli stores text only" in run.stderr
-    assert memcli("export", "a").code == 1  # nothing stored
+    assert run.code == 0, run.stderr
+    assert "Left out 1 non-text part" in run.stderr
+    (summary,) = run.records()
+    assert summary["skipped_parts"] == 1 and summary["new"] == 2
+    exported = memcli("export", "a").records()
+    assert [r["content"] for r in exported if "role" in r] == ["hi", "what is this?"]

@@ -31,6 +31,12 @@ class SessionInfo:
     archived_messages: int = 0
     active_tokens: int = 0
     flushes: int = 0
+    #: Where an import found it: the conversation's id in its source (or a hash of its first
+    #: messages), its title, and the record-level keys of its source (a fine-tuning line's
+    #: `tools`, `parallel_tool_calls`, ...), which an export writes back.
+    source_id: str | None = None
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
 
     @property
     def threshold(self) -> float:
@@ -175,6 +181,22 @@ class Store(SQLStore, Protocol):
     ) -> None: ...
 
     def list_sessions(self, user_id: str | None = None) -> list[SessionInfo]: ...
+
+    def describe_session(
+        self,
+        session_id: str,
+        *,
+        source_id: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """Store where a session came from (the values given; None leaves one as it is)."""
+        ...
+
+    def find_source(self, user_id: str, source_id: str) -> str | None:
+        """The session of `user_id` imported from the conversation `source_id`, if any (the
+        oldest, when several are)."""
+        ...
 
     def delete_session(self, session_id: str) -> int:
         """Delete the session and its messages and flushes; return how many messages went."""
