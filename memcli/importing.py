@@ -336,7 +336,7 @@ def _dry(plan: Plan) -> Imported:
         count = len(c.messages)
         result.sessions[target] = result.sessions.get(target, 0) + count
         result.messages += count
-        result.calls += len(c.records)
+        result.calls += sum(1 for r in c.records if r.messages)
         result.dropped_parts += c.dropped
         if c.title:
             result.titles[target] = c.title

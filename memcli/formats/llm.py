@@ -121,6 +121,11 @@ def _threads(conn: sqlite3.Connection, name: str) -> list[Conversation]:
             chain.append(current)
             current = roles[current][0]
         chain.reverse()
+        # A message outside any turn (the system prompt at the root) takes the time of the
+        # next one that has one, as `llm logs --json` shows it with the first response.
+        later = started
+        for h in reversed(chain):
+            later = times.setdefault(h, later)
         messages, dropped = [], 0
         for h in chain:
             texts = [t for kind, t in parts[h] if kind == "text" and isinstance(t, str)]

@@ -321,9 +321,7 @@ class TableStore:
         sets = ", ".join(f"{column} = ?" for column in given)
         with self.transaction():
             self._lock_session(session_id)
-            self.execute(
-                f"UPDATE sessions SET {sets} WHERE id = ?", (*given.values(), session_id)
-            )
+            self.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*given.values(), session_id))
 
     def find_source(self, user_id: str, source_id: str) -> str | None:
         with self.lock:
