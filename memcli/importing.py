@@ -75,7 +75,12 @@ def conversations(
             conversation = out[key] = Conversation([], target, keys=dict(record.keys or {}))
         conversation.records.append(record)
         conversation.dropped += record.dropped
-    return content_ids(list(out.values()))
+    found = list(out.values())
+    for c in found:
+        if header is not None and c.session is not None and c.session == header.id:
+            c.title, c.source_id = header.title, header.source_id
+            c.keys = {**(header.metadata or {}), **c.keys}
+    return content_ids(found)
 
 
 def from_source(source: Source, session_id: str | None = None) -> list[Conversation]:

@@ -399,11 +399,16 @@ def export_lines(
 @dataclass(frozen=True)
 class SessionRecord:
     """The `{"type": "session", ...}` record `memcli export` writes first: the session's id,
-    user and budget, so that an import recreates them."""
+    user and budget, so that an import recreates them; and where an import found it: its
+    conversation's `title` and `source_id`, and `metadata`, the record-level keys of its source
+    (a fine-tuning line's `tools`, `parallel_tool_calls`, ...) to write back."""
 
     id: str | None = None
     user: str | None = None
     budget: Budget | None = None
+    title: str | None = None
+    source_id: str | None = None
+    metadata: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {"type": "session", "id": self.id, "user": self.user}
@@ -411,6 +416,9 @@ class SessionRecord:
             record["token_limit"] = self.budget.token_limit
             record["chat_history_token_ratio"] = self.budget.chat_history_token_ratio
             record["token_flush_size"] = self.budget.flush_size
+        for key in ("title", "source_id", "metadata"):
+            if getattr(self, key):
+                record[key] = getattr(self, key)
         return record
 
     @classmethod
@@ -423,7 +431,7 @@ class SessionRecord:
             )
         except UsageError:
             budget = None
-        return cls(info.id, info.user_id, budget)
+        return cls(info.id, info.user_id, budget, info.title, info.source_id, info.metadata)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> SessionRecord:
@@ -444,7 +452,13 @@ class SessionRecord:
                 budget = Budget(values[0], values[1], values[2])
             except UsageError as exc:
                 raise InputError(f"{where}: {exc.message}", _EXPORT) from None
-        return cls(id, user, budget)
+        title, source_id, metadata = (data.get(k) for k in ("title", "source_id", "metadata"))
+        for key, value in (("title", title), ("source_id", source_id)):
+            if value is not None and not isinstance(value, str):
+                raise InputError(f"{where}: session {key} must be a string", _EXPORT)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InputError(f"{where}: session metadata must be an object", _EXPORT)
+        return cls(id, user, budget, title, source_id, metadata or None)
 
 
 _BUDGET_KEYS = ("token_limit", "chat_history_token_ratio", "token_flush_size")
