@@ -202,7 +202,17 @@ def _report_dry(result: Imported, *, json_: bool) -> None:
     data a dry run asks for)."""
     if output.wants_json(json_):
         output.emit_all([_summary(result, blocks_fed=False)])
-        return
+    else:
+        _dry_table(result)
+    output.info(
+        f"Dry run: would store {_count(result.messages)} in {len(result.sessions):,}"
+        f" {'session' if len(result.sessions) == 1 else 'sessions'}"
+        f" ({len(result.new_sessions):,} new), {result.already_stored:,} already stored,"
+        f" {result.dropped_parts:,} non-text parts left out; nothing was written."
+    )
+
+
+def _dry_table(result: Imported) -> None:
     rows = [
         (
             session,
@@ -214,12 +224,6 @@ def _report_dry(result: Imported, *, json_: bool) -> None:
         for session, count in result.sessions.items()
     ]
     output.table(None, ["session", "", "new messages", "already stored", "title"], rows)
-    output.info(
-        f"Dry run: would store {_count(result.messages)} in {len(result.sessions):,}"
-        f" {'session' if len(result.sessions) == 1 else 'sessions'}"
-        f" ({len(result.new_sessions):,} new), {result.already_stored:,} already stored,"
-        f" {result.dropped_parts:,} non-text parts left out; nothing was written."
-    )
 
 
 def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:

@@ -24,35 +24,18 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from memcli.errors import InputError
+from memcli.formats.base import Conversation
 from memcli.transcripts import SessionRecord, parse_transcript, read_source, split_session_record
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from memcli.messages import Message
     from memcli.transcripts import Record
+
+__all__ = ["FORMATS", "Conversation", "Source", "read"]
 
 #: The names `--format` takes (`auto`: by the input's shape).
 FORMATS = ("auto", "transcript", "chatgpt", "claude", "llm")
-
-
-@dataclass
-class Conversation:
-    """One conversation to import: its records in order (each one put call, see `plan_calls`),
-    the session it goes to (None: a new one), and what its source says of it: its own id, a
-    title, record-level keys to keep (stored on the session), and how many non-text parts were
-    left out of its messages."""
-
-    records: list[Record]
-    session: str | None = None
-    source_id: str | None = None
-    title: str | None = None
-    keys: dict[str, Any] = field(default_factory=dict)
-    dropped: int = 0
-
-    @property
-    def messages(self) -> list[Message]:
-        return [m for r in self.records for m in r.messages]
 
 
 @dataclass
@@ -201,36 +184,3 @@ def _unzip(data: bytes, name: str) -> tuple[bytes, str]:
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(f"{name}: not a readable zip ({exc})", "Give the zip as it came") from None
     return json.dumps(parts).encode(), name
-
-
-def where(name: str, i: int, conversation: dict[str, Any]) -> str:
-    """How an error names a conversation of an export: its position and title."""
-    title = conversation.get("title") or conversation.get("name")
-    return f"{name}: conversation {i}" + (f" ({title!r})" if isinstance(title, str) else "")
-
-
-def message(
-    where: str,
-    role: str,
-    content: Any,
-    *,
-    name: Any = None,
-    timestamp: Any = None,
-    metadata: dict[str, Any] | None = None,
-) -> Message:
-    """A message of an export; InputError naming `where` for a value that is not as it should be."""
-    from memcli.messages import Message, parse_time
-
-    try:
-        when = parse_time(timestamp) if timestamp is not None else None
-        return Message(role, content, name=name, metadata=metadata or None, timestamp=when)
-    except InputError as exc:
-        raise InputError(f"{where}: {exc.message}", exc.hint) from None
-
-
-def records(messages: list[Message]) -> list[Record]:
-    """An export's messages as records of one message each (one put call each, as a message
-    per line is: flushes happen as they did live)."""
-    from memcli.transcripts import Record
-
-    return [Record(i, [m]) for i, m in enumerate(messages)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats import Conversation, message, records, where
+from memcli.formats.base import Conversation, message, records, where
 
 if TYPE_CHECKING:
     from memcli.messages import Message

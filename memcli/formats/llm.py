@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats import Conversation, message, records
+from memcli.formats.base import Conversation, message, records
 
 if TYPE_CHECKING:
     from memcli.messages import Message
