@@ -12,7 +12,8 @@ CREATE TABLE "sessions" (
    "archived_messages" INTEGER DEFAULT 0,
    "active_tokens" INTEGER DEFAULT 0,
    "flushes" INTEGER DEFAULT 0
-);
+, "source_id" TEXT, "title" TEXT, "metadata" TEXT);
+CREATE INDEX "sessions_source" ON "sessions" ("user_id", "source_id");
 CREATE TABLE "flushes" (
    "id" INTEGER PRIMARY KEY,
    "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
