@@ -298,3 +298,19 @@ def test_bad_input_names_the_file_and_conversation(
     with pytest.raises(InputError) as info:
         read(path)
     assert info.value.message.replace(str(path), "x.json").startswith(message), info.value.message
+
+
+def test_on_postgresql_the_same_sessions_and_nothing_twice(pg_url: str) -> None:
+    from memcli.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_url)
+    try:
+        first = load(DATA / "finetune.jsonl", store)  # type: ignore[arg-type]
+        assert first.messages == 10 and len(first.new_sessions) == 3
+        weather = next(i for i in store.list_sessions() if i.id.startswith("weather-in-bern-"))
+        assert weather.metadata is not None and weather.metadata["parallel_tool_calls"] is False
+        assert weather.source_id is not None and weather.source_id.startswith("sha256:")
+        again = load(DATA / "finetune.jsonl", store)  # type: ignore[arg-type]
+        assert (again.messages, again.already_stored) == (0, 10)
+    finally:
+        store.close()
