@@ -61,8 +61,8 @@ def conversations(
     """The conversations of a transcript's records: all of them in `session_id` when given, else
     one per session the records name, and one per conversation line (`{"messages": [...]}`)
     naming none; messages naming none go to the header's session, else to one new session; in
-    the order they first appear. A conversation without a session gets a source id from its
-    first messages (`content_ids`), by which a second import finds it."""
+    the order they first appear. Each gets a source id from its first messages (`content_ids`),
+    by which a second import finds it."""
     if session_id is not None:
         validate_session_id(session_id, "--session")
     default = header.id if header is not None else None
@@ -102,12 +102,12 @@ def from_source(source: Source, session_id: str | None = None) -> list[Conversat
 
 
 def content_ids(found: list[Conversation]) -> list[Conversation]:
-    """Give each conversation without a session or a source id one from its content: a hash of
-    its first two messages (which a conversation that grew still starts with), numbered when
-    several of `found` start alike."""
+    """Give each conversation without a source id one from its content: a hash of its first two
+    messages (which a conversation that grew still starts with), numbered when several of
+    `found` start alike. (One imported into a session it names is found by it later too.)"""
     seen: dict[str, int] = {}
     for c in found:
-        if c.session is not None or c.source_id is not None:
+        if c.source_id is not None or not c.records:
             continue
         first = [(m.role, m.content) for m in c.messages[:2]]
         digest = hashlib.sha256(json.dumps(first, ensure_ascii=False).encode()).hexdigest()

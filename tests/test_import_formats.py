@@ -314,3 +314,19 @@ def test_on_postgresql_the_same_sessions_and_nothing_twice(pg_url: str) -> None:
         assert (again.messages, again.already_stored) == (0, 10)
     finally:
         store.close()
+
+
+def test_with_or_without_session_the_same_conversation_once(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"role": role, "content": f"{role} {i}"}) + "\n"
+            for i in range(3)
+            for role in ("user", "assistant")
+        )
+    )
+    store = SQLiteStore(tmp_path / "m.db")
+    assert load(path, store, session="demo").sessions == {"demo": 6}
+    again = load(path, store)  # without --session: found in demo by its first messages
+    assert again.sessions == {"demo": 0} and again.already_stored == 6
+    assert [i.id for i in store.list_sessions()] == ["demo"]
