@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from memcli.errors import StoreError
 from memcli.flush import Budget, BudgetOverride
-from memcli.formats import Conversation
+from memcli.formats.base import Conversation, content_ids
 from memcli.messages import format_time, new_session_id, validate_session_id
 from memcli.sessions import budget_rule, check_owner, default_budget
 from memcli.transcripts import SessionRecord, parse_transcript, plan_calls, read_source
@@ -99,21 +99,6 @@ def from_source(source: Source, session_id: str | None = None) -> list[Conversat
     if len(found) > 1:
         merged.source_id = merged.title = None
     return [merged]
-
-
-def content_ids(found: list[Conversation]) -> list[Conversation]:
-    """Give each conversation without a source id one from its content: a hash of its first two
-    messages (which a conversation that grew still starts with), numbered when several of
-    `found` start alike. (One imported into a session it names is found by it later too.)"""
-    seen: dict[str, int] = {}
-    for c in found:
-        if c.source_id is not None or not c.records:
-            continue
-        first = [(m.role, m.content) for m in c.messages[:2]]
-        digest = hashlib.sha256(json.dumps(first, ensure_ascii=False).encode()).hexdigest()
-        n = seen[digest] = seen.get(digest, 0) + 1
-        c.source_id = f"sha256:{digest[:24]}" + (f"#{n}" if n > 1 else "")
-    return found
 
 
 # -- how sessions are opened ------------------------------------------------------------------
@@ -325,7 +310,7 @@ def _new_id(store: Store, c: Conversation, user: str, again: bool) -> str:
     """A session id people can tell apart in `memcli sessions`: the conversation's title (or
     its first user words) as a slug, and a hash of its user and source id."""
     words = c.title or next((m.content for m in c.messages if m.role == "user"), "")
-    slug = "-".join(re.findall(r"[a-z0-9]+", words.lower()))[:40].strip("-") or "conversation"
+    slug = "-".join(re.findall(r"[^\W_]+", words.lower()))[:40].strip("-") or "conversation"
     digest = hashlib.sha256(f"{user}\0{c.source_id}".encode()).hexdigest()[:6]
     target = f"{slug}-{digest}"
     if again or store.get_session(target) is not None:

@@ -3,6 +3,8 @@ name its errors (the readers import this, and `memcli.formats` them)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,3 +65,18 @@ def records(messages: list[Message]) -> list[Record]:
     from memcli.transcripts import Record
 
     return [Record(i, [m]) for i, m in enumerate(messages)]
+
+
+def content_ids(found: list[Conversation]) -> list[Conversation]:
+    """Give each conversation without a source id one from its content: a hash of its first two
+    messages (which a conversation that grew still starts with), numbered when several of
+    `found` start alike. (One imported into a session it names is found by it later too.)"""
+    seen: dict[str, int] = {}
+    for c in found:
+        if c.source_id is not None or not c.records:
+            continue
+        first = [(m.role, m.content) for m in c.messages[:2]]
+        digest = hashlib.sha256(json.dumps(first, ensure_ascii=False).encode()).hexdigest()
+        n = seen[digest] = seen.get(digest, 0) + 1
+        c.source_id = f"sha256:{digest[:24]}" + (f"#{n}" if n > 1 else "")
+    return found
