@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from memcli.errors import StoreError
 from memcli.flush import Budget, BudgetOverride
-from memcli.formats.base import Conversation, content_ids
+from memcli.formats.base import CONTENT_ID, Conversation, content_ids
 from memcli.messages import format_time, new_session_id, validate_session_id
 from memcli.sessions import budget_rule, check_owner, default_budget
 from memcli.transcripts import SessionRecord, parse_transcript, plan_calls, read_source
@@ -251,7 +251,7 @@ def import_conversations(
     block that fails leaves its batches unprocessed; `memcli blocks backfill` catches up.
 
     A conversation without a session but with a source id goes to the session of `opening`'s
-    user that an import stored it in (`Store.find_source`), else to a new session named after
+    user that an import stored it in (`Store.find_sources`), else to a new session named after
     its title (or first words) and source id. `dry_run`: what would be stored, nothing written.
     """
     o = opening
@@ -296,14 +296,47 @@ def resolve(
     store: Store, found: Sequence[Conversation], user: str, again: bool = False
 ) -> list[Conversation]:
     """Give each conversation with a source id but no session its session: the one of `user`
-    an import stored it in, else (and with `again`, a second copy) a new one. Reads only."""
+    an import stored it in, else (and with `again`, a second copy) a new one. A source id made
+    from the content (`content_ids`) only finds a session whose messages the conversation
+    continues, or which continues the conversation: two conversations that start alike are not
+    one. Reads only."""
     out = []
     for c in found:
         if c.session is None and c.source_id is not None:
-            stored = None if again else store.find_source(user, c.source_id)
-            c = replace(c, session=stored or _new_id(store, c, user, again))
+            stored = None
+            if not again:
+                by_content = c.source_id.startswith(CONTENT_ID)
+                stored = next(
+                    (
+                        s
+                        for s in store.find_sources(user, c.source_id)
+                        if not by_content or _continues(store.iter_messages(s), c.messages)
+                    ),
+                    None,
+                )
+            c = replace(
+                c, session=stored or _new_id(store, c, user, again), matched=stored is not None
+            )
         out.append(c)
     return out
+
+
+def _continues(stored: Iterable[Message], messages: Sequence[Message]) -> bool:
+    """Whether a session's messages and a conversation's agree as far as both go (one is the
+    other's start)."""
+    stored = list(stored)
+    return _common_start(stored, messages) == min(len(stored), len(messages))
+
+
+def _common_start(stored: Iterable[Message], messages: Sequence[Message]) -> int:
+    """How many messages a session and a conversation start with alike."""
+    timed = any(m.timestamp is not None for m in messages)
+    n = 0
+    for a, b in zip(stored, messages, strict=False):
+        if _key(a, timed) != _key(b, timed):
+            break
+        n += 1
+    return n
 
 
 def _new_id(store: Store, c: Conversation, user: str, again: bool) -> str:
@@ -351,6 +384,8 @@ def align(
             continue  # a new session, or a second copy on purpose
         check_owner(store.get_session(target), user, _OTHER_USER)
         k = stored_overlap(conversation.messages, store.iter_messages(target))
+        if conversation.matched:  # the same conversation: what it shares with the session's start
+            k = max(k, _common_start(store.iter_messages(target), conversation.messages))
         if not k:
             continue
         plan.skipped[target] = k

@@ -330,3 +330,39 @@ def test_with_or_without_session_the_same_conversation_once(tmp_path: Path) -> N
     again = load(path, store)  # without --session: found in demo by its first messages
     assert again.sessions == {"demo": 0} and again.already_stored == 6
     assert [i.id for i in store.list_sessions()] == ["demo"]
+
+
+def test_alike_starts_in_two_files_are_two_conversations(tmp_path: Path) -> None:
+    def conversation(*texts: str) -> str:
+        roles = ("user", "assistant") * len(texts)
+        return json.dumps(
+            {"messages": [{"role": r, "content": t} for r, t in zip(roles, texts, strict=False)]}
+        )
+
+    store = SQLiteStore(tmp_path / "m.db")
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(conversation("hi", "hello", "rye?", "yes") + "\n")
+    second.write_text(conversation("hi", "hello", "zopf?", "no") + "\n")
+    load(first, store)
+    assert len(load(second, store).new_sessions) == 1  # not the first file's conversation
+    for path in (first, second):
+        assert load(path, store).messages == 0
+    assert len(store.list_sessions()) == 2
+    # the start of a stored conversation is stored: nothing new
+    head = tmp_path / "head.jsonl"
+    head.write_text(conversation("hi", "hello") + "\n")
+    assert (load(head, store).messages, len(store.list_sessions())) == (0, 2)
+
+
+def test_an_edited_chatgpt_branch_adds_only_what_changed(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    load(DATA / "chatgpt-conversations.json", store)
+    items = json.loads((DATA / "chatgpt-conversations.json").read_text())
+    items[0]["current_node"] = "a2old"  # the user went back to the first version
+    edited = tmp_path / "conversations.json"
+    edited.write_text(json.dumps(items))
+    result = load(edited, store)
+    assert (result.messages, result.already_stored) == (2, 4)
+    bern = sessions(store)["Sourdough in Bern"]
+    assert bern[-2:] == [("user", "Mostly baguettes."), ("assistant", "Baguettes are great.")]
+    assert len(bern) == 9

@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from memcli.transcripts import Record
 
 
+#: How a source id made from a conversation's content (`content_ids`) starts.
+CONTENT_ID = "sha256:"
+
+
 @dataclass
 class Conversation:
     """One conversation to import: its records in order (each one put call, see `plan_calls`),
@@ -28,6 +32,9 @@ class Conversation:
     title: str | None = None
     keys: dict[str, Any] = field(default_factory=dict)
     dropped: int = 0
+    #: Found in a stored session by its source id (set by the import): what it shares with
+    #: that session's start is stored, not only what the session ends with.
+    matched: bool = False
 
     @property
     def messages(self) -> list[Message]:
@@ -78,5 +85,5 @@ def content_ids(found: list[Conversation]) -> list[Conversation]:
         first = [(m.role, m.content) for m in c.messages[:2]]
         digest = hashlib.sha256(json.dumps(first, ensure_ascii=False).encode()).hexdigest()
         n = seen[digest] = seen.get(digest, 0) + 1
-        c.source_id = f"sha256:{digest[:24]}" + (f"#{n}" if n > 1 else "")
+        c.source_id = f"{CONTENT_ID}{digest[:24]}" + (f"#{n}" if n > 1 else "")
     return found

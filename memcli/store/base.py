@@ -193,9 +193,8 @@ class Store(SQLStore, Protocol):
         """Store where a session came from (the values given; None leaves one as it is)."""
         ...
 
-    def find_source(self, user_id: str, source_id: str) -> str | None:
-        """The session of `user_id` imported from the conversation `source_id`, if any (the
-        oldest, when several are)."""
+    def find_sources(self, user_id: str, source_id: str) -> list[str]:
+        """The sessions of `user_id` imported from the conversation `source_id`, oldest first."""
         ...
 
     def delete_session(self, session_id: str) -> int:

@@ -323,14 +323,14 @@ class TableStore:
             self._lock_session(session_id)
             self.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*given.values(), session_id))
 
-    def find_source(self, user_id: str, source_id: str) -> str | None:
+    def find_sources(self, user_id: str, source_id: str) -> list[str]:
         with self.lock:
-            row = self._query_one(
+            rows = self._query(
                 "SELECT id FROM sessions WHERE user_id = ? AND source_id = ?"
-                " ORDER BY created_at, id LIMIT 1",
+                " ORDER BY created_at, id",
                 (user_id, source_id),
             )
-        return row[0] if row else None
+        return [row[0] for row in rows]
 
     def delete_session(self, session_id: str) -> int:
         with self.transaction():
