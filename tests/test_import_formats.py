@@ -366,3 +366,23 @@ def test_an_edited_chatgpt_branch_adds_only_what_changed(tmp_path: Path) -> None
     bern = sessions(store)["Sourdough in Bern"]
     assert bern[-2:] == [("user", "Mostly baguettes."), ("assistant", "Baguettes are great.")]
     assert len(bern) == 9
+
+
+def test_an_export_carries_title_source_and_keys_to_another_store(tmp_path: Path) -> None:
+    from memcli.transcripts import SessionRecord, export_lines
+
+    store = SQLiteStore(tmp_path / "m.db")
+    load(DATA / "finetune.jsonl", store)
+    info = next(i for i in store.list_sessions() if i.id.startswith("weather-in-bern-"))
+    lines = [SessionRecord.of(info).to_dict(), *export_lines(store.iter_messages(info.id))]
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(json.dumps(line, default=str) + "\n" for line in lines))
+    other = SQLiteStore(tmp_path / "other.db")
+    assert load(path, other).messages == 5
+    (copied,) = other.list_sessions()
+    assert (copied.id, copied.source_id, copied.metadata) == (
+        info.id,
+        info.source_id,
+        info.metadata,
+    )
+    assert load(path, other).messages == 0
