@@ -10,12 +10,15 @@ title, record-level keys), so that a format holding many conversations gives one
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import IO, TYPE_CHECKING, Any
 
 from memcli.errors import StoreError
 from memcli.flush import Budget, BudgetOverride
+from memcli.formats.base import CONTENT_ID, Conversation, content_ids
 from memcli.messages import format_time, new_session_id, validate_session_id
 from memcli.sessions import budget_rule, check_owner, default_budget
 from memcli.transcripts import SessionRecord, parse_transcript, plan_calls, read_source
@@ -26,30 +29,16 @@ if TYPE_CHECKING:
 
     from memcli.blocks.base import MemoryBlock
     from memcli.config import Settings
+    from memcli.formats import Source
     from memcli.memory import Flush, Memory
     from memcli.messages import Message
     from memcli.store.base import SessionInfo, Store
     from memcli.tokens import Tokenizer
     from memcli.transcripts import Record
 
+__all__ = ["Conversation", "Imported", "Opening", "conversations", "import_conversations"]
+
 # -- what is imported -------------------------------------------------------------------------
-
-
-@dataclass
-class Conversation:
-    """One conversation to import: its records in order (each one put call, see `plan_calls`),
-    the session it goes to (None: a new one), and what its source says of it: its own id, a
-    title, and record-level keys to keep."""
-
-    records: list[Record]
-    session: str | None = None
-    source_id: str | None = None
-    title: str | None = None
-    keys: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def messages(self) -> list[Message]:
-        return [m for r in self.records for m in r.messages]
 
 
 def read_import(
@@ -70,19 +59,46 @@ def conversations(
     header: SessionRecord | None = None,
 ) -> list[Conversation]:
     """The conversations of a transcript's records: all of them in `session_id` when given, else
-    one per session the records name (records naming none: in the header's session, else one new
-    session), in the order they first appear."""
+    one per session the records name, and one per conversation line (`{"messages": [...]}`)
+    naming none; messages naming none go to the header's session, else to one new session; in
+    the order they first appear. Each gets a source id from its first messages (`content_ids`),
+    by which a second import finds it."""
     if session_id is not None:
         validate_session_id(session_id, "--session")
     default = header.id if header is not None else None
-    out: dict[str | None, Conversation] = {}
+    out: dict[Any, Conversation] = {}
     for record in records:
         target = session_id or record.session or default
-        conversation = out.get(target)
+        key = ("line", record.line) if target is None and record.is_conversation else target
+        conversation = out.get(key)
         if conversation is None:
-            conversation = out[target] = Conversation([], target)
+            conversation = out[key] = Conversation([], target, keys=dict(record.keys or {}))
         conversation.records.append(record)
-    return list(out.values())
+        conversation.dropped += record.dropped
+    found = list(out.values())
+    for c in found:
+        if header is not None and c.session is not None and c.session == header.id:
+            c.title, c.source_id = header.title, header.source_id
+            c.keys = {**(header.metadata or {}), **c.keys}
+    return content_ids(found)
+
+
+def from_source(source: Source, session_id: str | None = None) -> list[Conversation]:
+    """The conversations of a file read by `memcli.formats.read`, without empty ones; with
+    `session_id`, all of them as one conversation in that session."""
+    if source.format == "transcript":
+        return conversations(source.records, session_id, source.header)
+    found = [c for c in content_ids(source.conversations) if c.records]
+    if session_id is None or not found:
+        return found
+    validate_session_id(session_id, "--session")
+    merged = replace(found[0], session=session_id, records=[], dropped=0)
+    for c in found:
+        merged.records.extend(c.records)
+        merged.dropped += c.dropped
+    if len(found) > 1:
+        merged.source_id = merged.title = None
+    return [merged]
 
 
 # -- how sessions are opened ------------------------------------------------------------------
@@ -151,6 +167,12 @@ class Imported:
     already_stored: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     rebudgets: dict[str, Rebudget] = field(default_factory=dict)
+    #: Non-text parts (images, audio, files) left out of the messages.
+    dropped_parts: int = 0
+    #: The conversations' titles, by session.
+    titles: dict[str, str] = field(default_factory=dict)
+    #: Nothing was written: what an import would store (`dry_run`).
+    dry_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,6 +234,7 @@ def import_conversations(
     progress: Callable[[int], None] | None = None,
     block_total: Callable[[int], None] | None = None,
     block_progress: Callable[[int], None] | None = None,
+    dry_run: bool = False,
 ) -> Imported:
     """Import conversations, each into its session, all or nothing: every session opened as
     `opening` says (a session of another user than `opening.user` is refused before anything is
@@ -226,13 +249,19 @@ def import_conversations(
     `progress(n)` is told how many messages were just put; `block_total(n)` how many (block,
     batch) pairs the blocks are handed and `block_progress(n)` how many were just handed over. A
     block that fails leaves its batches unprocessed; `memcli blocks backfill` catches up.
+
+    A conversation without a session but with a source id goes to the session of `opening`'s
+    user that an import stored it in (`Store.find_sources`), else to a new session named after
+    its title (or first words) and source id. `dry_run`: what would be stored, nothing written.
     """
     o = opening
     header = session_record or SessionRecord()
     rule = budget_rule(o.default_budget, o.budget, given=header.budget, rebudget=o.rebudget)
     new_user = o.user or header.user or o.default_user
     for _attempt in range(_ATTEMPTS):
-        plan = align(store, found, o.user, again)
+        plan = align(store, resolve(store, found, new_user, again), o.user, again)
+        if dry_run:
+            return _dry(plan)
         try:
             result, to_feed = _put(store, plan, o, rule, new_user, put, progress)
         except _SessionChanged:
@@ -263,6 +292,82 @@ class Plan:
     skipped: dict[str, int]
 
 
+def resolve(
+    store: Store, found: Sequence[Conversation], user: str, again: bool = False
+) -> list[Conversation]:
+    """Give each conversation with a source id but no session its session: the one of `user`
+    an import stored it in, else (and with `again`, a second copy) a new one. A source id made
+    from the content (`content_ids`) only finds a session whose messages the conversation
+    continues, or which continues the conversation: two conversations that start alike are not
+    one. Reads only."""
+    out = []
+    for c in found:
+        if c.session is None and c.source_id is not None:
+            stored = None
+            if not again:
+                by_content = c.source_id.startswith(CONTENT_ID)
+                stored = next(
+                    (
+                        s
+                        for s in store.find_sources(user, c.source_id)
+                        if not by_content or _continues(store.iter_messages(s), c.messages)
+                    ),
+                    None,
+                )
+            c = replace(
+                c, session=stored or _new_id(store, c, user, again), matched=stored is not None
+            )
+        out.append(c)
+    return out
+
+
+def _continues(stored: Iterable[Message], messages: Sequence[Message]) -> bool:
+    """Whether a session's messages and a conversation's agree as far as both go (one is the
+    other's start)."""
+    stored = list(stored)
+    return _common_start(stored, messages) == min(len(stored), len(messages))
+
+
+def _common_start(stored: Iterable[Message], messages: Sequence[Message]) -> int:
+    """How many messages a session and a conversation start with alike."""
+    timed = any(m.timestamp is not None for m in messages)
+    n = 0
+    for a, b in zip(stored, messages, strict=False):
+        if _key(a, timed) != _key(b, timed):
+            break
+        n += 1
+    return n
+
+
+def _new_id(store: Store, c: Conversation, user: str, again: bool) -> str:
+    """A session id people can tell apart in `memcli sessions`: the conversation's title (or
+    its first user words) as a slug, and a hash of its user and source id."""
+    words = c.title or next((m.content for m in c.messages if m.role == "user"), "")
+    slug = "-".join(re.findall(r"[^\W_]+", words.lower()))[:40].strip("-") or "conversation"
+    digest = hashlib.sha256(f"{user}\0{c.source_id}".encode()).hexdigest()[:6]
+    target = f"{slug}-{digest}"
+    if again or store.get_session(target) is not None:
+        target = f"{slug}-{new_session_id()[:8]}"
+    return target
+
+
+def _dry(plan: Plan) -> Imported:
+    """What `plan` would store, as an import's result (nothing was written)."""
+    result = Imported(already_stored=sum(plan.skipped.values()), skipped=plan.skipped, dry_run=True)
+    for c in plan.conversations:
+        target = c.session or new_session_id()
+        count = len(c.messages)
+        result.sessions[target] = result.sessions.get(target, 0) + count
+        result.messages += count
+        result.calls += sum(1 for r in c.records if r.messages)
+        result.dropped_parts += c.dropped
+        if c.title:
+            result.titles[target] = c.title
+        if plan.versions.get(target, -1) < 0 and target not in result.new_sessions:
+            result.new_sessions.append(target)
+    return result
+
+
 def align(
     store: Store, found: Sequence[Conversation], user: str | None, again: bool = False
 ) -> Plan:
@@ -279,6 +384,8 @@ def align(
             continue  # a new session, or a second copy on purpose
         check_owner(store.get_session(target), user, _OTHER_USER)
         k = stored_overlap(conversation.messages, store.iter_messages(target))
+        if conversation.matched:  # the same conversation: what it shares with the session's start
+            k = max(k, _common_start(store.iter_messages(target), conversation.messages))
         if not k:
             continue
         plan.skipped[target] = k
@@ -343,6 +450,16 @@ def _put(
                 result.archived += sum(len(f.message_ids) for f in flushes)
             if fed:
                 to_feed.append((memory, fed))
+            if info is None or (info.source_id is None and conversation.source_id):
+                store.describe_session(
+                    target,
+                    source_id=conversation.source_id,
+                    title=conversation.title,
+                    metadata=conversation.keys or None,
+                )
+            if conversation.title:
+                result.titles[target] = conversation.title
+            result.dropped_parts += conversation.dropped
             count = sum(len(call) for call in calls)
             result.calls += len(calls)
             result.sessions[target] = count

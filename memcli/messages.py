@@ -130,6 +130,8 @@ class Message:
         if not isinstance(role, str):
             raise InputError("role must be text", f"Use one of: {', '.join(ROLES)}")
         extra = {key: value for key, value in data.items() if key not in _RECORD_KEYS}
+        if role == DEVELOPER:  # OpenAI's newer name for system: stored so, written back as it came
+            role, extra = "system", {"role": DEVELOPER, **extra}
         content: Any = data.get("content")  # not text: refused by __post_init__
         if content is None and role == "assistant" and _CALLS.intersection(data):
             extra = {"content": None, **extra}
@@ -165,7 +167,9 @@ class Message:
         record = self.to_dict()
         extra = (self.metadata or {}).get(EXTRA)
         if not isinstance(extra, dict) or not all(
-            key not in _RECORD_KEYS or (key == "content" and value is None and not self.content)
+            key not in _RECORD_KEYS
+            or (key == "content" and value is None and not self.content)
+            or (key == "role" and value == DEVELOPER and self.role == "system")
             for key, value in extra.items()
         ):
             return record  # not what from_dict keeps there: left in the metadata
@@ -181,6 +185,9 @@ class Message:
 
 #: The key of a message's metadata that holds the keys of its record memcli has no field for.
 EXTRA = "extra"
+#: OpenAI's role for system instructions in newer models: read as system, its `role` kept in
+#: `metadata["extra"]` so that `export_record` writes it back.
+DEVELOPER = "developer"
 #: The keys of a message record that are not kept in `metadata["extra"]`: the fields of a
 #: Message, the record's `session`, and `status` (written by `memcli export --all`; an import
 #: puts every message through the engine, which decides what is flushed).

@@ -76,6 +76,10 @@ class Record(NamedTuple):
     messages: list[Message]
     session: str | None = None
     is_conversation: bool = False
+    #: A conversation line's keys beside `messages` and `session` (`tools`, `weight`, ...).
+    keys: dict[str, Any] | None = None
+    #: Non-text content parts (images, audio, files) left out of its messages.
+    dropped: int = 0
 
 
 def read_transcript(source: str | Path, stdin: IO[bytes] | None = None) -> list[Record]:
@@ -322,14 +326,32 @@ def _record(obj: Any, line: int, where: str, in_array: bool = False) -> Record:
         if not isinstance(items, list):
             raise InputError(f"{where}: messages must be a list", _FORMATS)
         plain = Message.plain
-        messages = [
-            plain(item["role"], item["content"])
-            if _is_plain(item)
-            else _message(item, f"{where}: message {i}")
-            for i, item in enumerate(items)
-        ]
-        return Record(line, messages, session, is_conversation=True)
-    return Record(line, [_message(obj, where)], session)
+        messages = []
+        dropped = 0
+        for i, item in enumerate(items):
+            if _is_plain(item):
+                messages.append(plain(item["role"], item["content"]))
+                continue
+            item, left_out = text_parts(item)
+            dropped += left_out
+            messages.append(_message(item, f"{where}: message {i}"))
+        keys = {k: v for k, v in obj.items() if k not in ("messages", "session")}
+        return Record(line, messages, session, True, keys or None, dropped)
+    obj, dropped = text_parts(obj)
+    return Record(line, [_message(obj, where)], session, dropped=dropped)
+
+
+def text_parts(obj: Any) -> tuple[Any, int]:
+    """A message object whose `content` is an array of content parts, without the parts that
+    are not text (`image_url`, `input_audio`, `file`, ...), and how many were left out: memcli
+    stores text, and one image does not refuse a transcript."""
+    content = obj.get("content") if isinstance(obj, dict) else None
+    if not isinstance(content, list):
+        return obj, 0
+    kept = [p for p in content if not isinstance(p, dict) or p.get("type") in ("text", None)]
+    if len(kept) == len(content):
+        return obj, 0
+    return {**obj, "content": kept}, len(content) - len(kept)
 
 
 def _message(obj: Any, where: str) -> Message:
@@ -378,11 +400,16 @@ def export_lines(
 @dataclass(frozen=True)
 class SessionRecord:
     """The `{"type": "session", ...}` record `memcli export` writes first: the session's id,
-    user and budget, so that an import recreates them."""
+    user and budget, so that an import recreates them; and where an import found it: its
+    conversation's `title` and `source_id`, and `metadata`, the record-level keys of its source
+    (a fine-tuning line's `tools`, `parallel_tool_calls`, ...) to write back."""
 
     id: str | None = None
     user: str | None = None
     budget: Budget | None = None
+    title: str | None = None
+    source_id: str | None = None
+    metadata: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {"type": "session", "id": self.id, "user": self.user}
@@ -390,6 +417,9 @@ class SessionRecord:
             record["token_limit"] = self.budget.token_limit
             record["chat_history_token_ratio"] = self.budget.chat_history_token_ratio
             record["token_flush_size"] = self.budget.flush_size
+        for key in ("title", "source_id", "metadata"):
+            if getattr(self, key):
+                record[key] = getattr(self, key)
         return record
 
     @classmethod
@@ -402,7 +432,7 @@ class SessionRecord:
             )
         except UsageError:
             budget = None
-        return cls(info.id, info.user_id, budget)
+        return cls(info.id, info.user_id, budget, info.title, info.source_id, info.metadata)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> SessionRecord:
@@ -423,7 +453,13 @@ class SessionRecord:
                 budget = Budget(values[0], values[1], values[2])
             except UsageError as exc:
                 raise InputError(f"{where}: {exc.message}", _EXPORT) from None
-        return cls(id, user, budget)
+        title, source_id, metadata = (data.get(k) for k in ("title", "source_id", "metadata"))
+        for key, value in (("title", title), ("source_id", source_id)):
+            if value is not None and not isinstance(value, str):
+                raise InputError(f"{where}: session {key} must be a string", _EXPORT)
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InputError(f"{where}: session metadata must be an object", _EXPORT)
+        return cls(id, user, budget, title, source_id, metadata or None)
 
 
 _BUDGET_KEYS = ("token_limit", "chat_history_token_ratio", "token_flush_size")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,8 @@ def test_export_keeps_the_budget(tmp_path: Path) -> None:
     )
     exported = memcli("export", "a", "--all")
     first = exported.records()[0]
+    # where the import found it: a hash of its first messages (no title, no keys)
+    assert first.pop("source_id").startswith("sha256:")
     assert first == {
         "type": "session",
         "id": "a",
@@ -249,7 +252,7 @@ def test_openai_format_round_trips_through_export(tmp_path: Path) -> None:
     assert [{**m, "session": "a"} for m in again] == exported.records()[1:]
 
 
-def test_a_part_that_is_not_text_is_refused_naming_the_line(tmp_path: Path) -> None:
+def test_a_part_that_is_not_text_is_left_out_and_counted(tmp_path: Path) -> None:
     image = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
     records = [
         {"role": "user", "content": "hi"},
@@ -257,6 +260,107 @@ def test_a_part_that_is_not_text_is_refused_naming_the_line(tmp_path: Path) -> N
     ]
     path = write_jsonl(tmp_path / "img.jsonl", records)
     run = memcli("import", str(path), "--session", "a")
+    assert run.code == 0, run.stderr
+    assert "Left out 1 non-text part" in run.stderr
+    (summary,) = run.records()
+    assert summary["skipped_parts"] == 1 and summary["new"] == 2
+    exported = memcli("export", "a").records()
+    assert [r["content"] for r in exported if "role" in r] == ["hi", "what is this?"]
+
+
+EXPORTS = Path(__file__).parent / "data" / "exports"
+
+
+def test_stdin_twice_stores_nothing_twice(tmp_path: Path) -> None:
+    """The README's `cat chat.jsonl | memcli import - --user alice`, run twice: one copy."""
+    data = "".join(json.dumps(r) + "\n" for r in turns(4))
+    first = memcli("import", "-", "--user", "alice", input=data)
+    assert first.code == 0, first.stderr
+    again = memcli("import", "-", "--user", "alice", input=data)
+    assert again.code == 0, again.stderr
+    assert "0 new, 8 already stored" in again.stderr
+    from_file = memcli(
+        "import", str(write_jsonl(tmp_path / "t.jsonl", turns(4))), "--user", "alice"
+    )
+    assert "0 new, 8 already stored" in from_file.stderr
+    assert len(memcli("sessions", "--json").records()) == 1
+
+
+def test_export_again_from_file_stdin_and_zip_is_0_new(tmp_path: Path) -> None:
+    export = EXPORTS / "chatgpt-conversations.json"
+    first = memcli("import", str(export), "--user", "alice")
+    assert first.code == 0, first.stderr
+    assert (
+        "New session: sourdough-in-bern-" in first.stderr and "(Sourdough in Bern)" in first.stderr
+    )
+    assert "Left out 1 non-text part" in first.stderr
+    (summary,) = first.records()
+    assert summary["new"] == 9 and summary["skipped_parts"] == 1
+    assert sorted(summary["titles"].values()) == ["Sourdough in Bern", "Zurich museum day"]
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(export, "conversations.json")
+        z.writestr("chat.html", "<html></html>")
+    for args, data in (
+        ((str(export),), None),
+        (("-",), export.read_bytes()),
+        ((str(archive),), None),
+        (("-",), archive.read_bytes()),
+    ):
+        run = memcli("import", *args, "--user", "alice", input=data)
+        assert run.code == 0, run.stderr
+        assert "0 new, 9 already stored" in run.stderr, (args, run.stderr)
+    listed = memcli("sessions", "--json").records()
+    assert sorted(r["title"] for r in listed) == ["Sourdough in Bern", "Zurich museum day"]
+    # another user imports the same export into sessions of their own
+    bob = memcli("import", str(archive), "--user", "bob")
+    assert bob.code == 0 and bob.records()[0]["new"] == 9
+    assert len(memcli("sessions", "--json").records()) == 4
+
+
+def test_dry_run_prints_what_would_be_stored_and_writes_nothing(isolated: Path) -> None:
+    run = memcli("import", str(EXPORTS / "finetune.jsonl"), "--dry-run")
+    assert run.code == 0, run.stderr
+    (summary,) = run.records()
+    assert summary["dry_run"] and summary["new"] == 10 and len(summary["new_sessions"]) == 3
+    assert summary["skipped_parts"] == 1
+    assert "Dry run: would store 10 messages in 3 sessions (3 new)" in run.stderr
+    assert "nothing was written" in run.stderr
+    assert not list(isolated.rglob("*.db"))  # no database made
+    memcli("import", str(EXPORTS / "finetune.jsonl"))
+    dry = memcli("import", str(EXPORTS / "finetune.jsonl"), "--dry-run").records()[0]
+    assert dry["new"] == 0 and dry["already_stored"] == 10 and dry["new_sessions"] == []
+
+
+def test_format_option_and_unknown_shapes(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps([{"id": 1, "question": "q", "answer": "a"}]))
+    run = memcli("import", str(path))
     assert run.code == 2
-    assert f"{path}:2: content part 1 is of type 'image_url': memcli stores text only" in run.stderr
-    assert memcli("export", "a").code == 1  # nothing stored
+    assert f"{path}: a JSON array of objects with keys id, question, answer" in run.stderr
+    wrong = memcli("import", str(EXPORTS / "claude-conversations.json"), "--format", "chatgpt")
+    assert wrong.code == 2 and "conversation 0 ('Bakery price list'): no mapping" in wrong.stderr
+    assert memcli("import", str(path), "--format", "yaml").code == 2
+
+
+def test_a_bad_conversation_exits_2_naming_it_and_stores_nothing(tmp_path: Path) -> None:
+    items = json.loads((EXPORTS / "chatgpt-conversations.json").read_text())
+    items[1]["current_node"] = "gone"
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(items))
+    run = memcli("import", str(path), "--user", "alice")
+    assert run.code == 2
+    assert f"{path}: conversation 1 ('Zurich museum day'): node 'gone'" in run.stderr
+    assert memcli("sessions", "--json").records() == []
+
+
+def test_llm_logs_db_imported_by_path_and_from_stdin(tmp_path: Path) -> None:
+    db = tmp_path / "logs.db"
+    db.write_bytes((EXPORTS / "llm-0.27-logs.db").read_bytes())
+    run = memcli("import", str(db))
+    assert run.code == 0, run.stderr
+    assert run.records()[0]["new"] == 9
+    again = memcli("import", "-", input=db.read_bytes())
+    assert "0 new, 9 already stored" in again.stderr
+    json_again = memcli("import", str(EXPORTS / "llm-0.27-logs.json"))
+    assert "0 new, 9 already stored" in json_again.stderr

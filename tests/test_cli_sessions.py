@@ -340,3 +340,21 @@ def test_inspect_pages_on_a_terminal_only(tmp_path: Path) -> None:
     kept.unlink()
     run = memcli("inspect", "demo", env={"PAGER": pager})
     assert run.code == 0 and run.records() and not kept.exists()
+
+
+def test_imported_conversations_show_their_titles(tmp_path: Path) -> None:
+    export = Path(__file__).parent / "data" / "exports" / "chatgpt-conversations.json"
+    dry = terminal_run("import", str(export), "--dry-run", "--no-blocks")
+    assert dry.returncode == 0, dry.stderr
+    assert "Sourdough in Bern" in dry.stdout and "new messages" in dry.stdout
+    assert "Dry run: would store 9 messages in 2 sessions (2 new)" in dry.stderr
+    assert memcli("sessions", "--json").records() == []  # nothing written
+    assert memcli("import", str(export), "--no-blocks").code == 0
+    proc = terminal_run("sessions")
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if "session" in line)
+    assert [c.strip() for c in header.split("┃")][:3] == ["session", "title", "user"]
+    assert "Zurich museum day" in proc.stdout
+    records = memcli("sessions", "--json").records()
+    assert {r["title"] for r in records} == {"Sourdough in Bern", "Zurich museum day"}
+    assert all(r["source_id"].startswith("chatgpt:") for r in records)

@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"errors", "messages", "credentials"},
     "search": {"store", "messages", "tokens", "errors"},
     "transcripts": {"errors", "messages", "flush"},
+    "formats": {"transcripts", "errors", "messages", "flush"},
     "blocks": FOUNDATIONS | {"store", "search", "llm"},
     "memory": FOUNDATIONS | {"store", "search", "blocks"},
 }

@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,6 +200,16 @@ def env(
         cwd / "big.jsonl",
         [{"messages": transcript(10, day0=10 * k)} for k in range(6)],
     )
+    # "Bring your conversations": the samples of tests/data/exports under the names it uses.
+    exports = ROOT / "tests" / "data" / "exports"
+    shutil.copy(exports / "chatgpt-conversations.json", cwd / "conversations.json")
+    for zipped, sample in (("chatgpt", "chatgpt"), ("claude", "claude")):
+        with zipfile.ZipFile(cwd / f"{zipped}-export.zip", "w") as archive:
+            archive.write(exports / f"{sample}-conversations.json", "conversations.json")
+            archive.writestr("user.json", "{}")
+    shutil.copy(exports / "llm-0.36-logs.db", cwd / "logs.db")
+    shutil.copy(exports / "llm-0.27-logs.json", cwd / "llm-logs.json")
+    shutil.copy(exports / "finetune.jsonl", cwd / "train.jsonl")
     write_jsonl(
         cwd / "questions.jsonl",
         [{"query": "where does Ana live"}, {"query": "cello", "k": 2}, {"query": "dog"}],

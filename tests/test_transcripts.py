@@ -297,14 +297,6 @@ def test_export_writes_the_kept_keys_back_where_they_came_from() -> None:
     ("record", "message"),
     [
         (
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
-            "t:1: content part 0 is of type 'image_url': memcli stores text only",
-        ),
-        (
-            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "file"}]},
-            "t:1: content part 1 is of type 'file'",
-        ),
-        (
             {"role": "user", "content": ["a"]},
             "t:1: content must be text or an array of content parts: part 0 is a string 'a'",
         ),
@@ -357,3 +349,25 @@ def test_kept_keys_are_checked_as_metadata_is() -> None:
         Message.from_dict({"role": "user", "content": "x", "a": ["\udc80"]})
     with pytest.raises(InputError, match="not a finite number"):
         Message.from_dict({"role": "user", "content": "x", "a": float("nan")})
+
+
+def test_non_text_parts_are_left_out_and_counted() -> None:
+    """An image or a file in a message does not refuse the transcript: its text is kept, the
+    other parts are counted on the record."""
+    image = {"type": "image_url", "image_url": {"url": "x"}}
+    lines = [
+        {"role": "user", "content": [{"type": "text", "text": "look"}, image, {"type": "file"}]},
+        {"messages": [{"role": "user", "content": [image, {"type": "text", "text": "b"}]}]},
+    ]
+    data = "\n".join(json.dumps(line) for line in lines).encode()
+    records = parse_transcript(data, "t")
+    assert [m.content for r in records for m in r.messages] == ["look", "b"]
+    assert [r.dropped for r in records] == [2, 1]
+
+
+def test_developer_role_reads_as_system_and_writes_back() -> None:
+    data = json.dumps({"role": "developer", "content": "Be brief"}).encode()
+    (record,) = parse_transcript(data, "t")
+    (m,) = record.messages
+    assert m.role == "system"
+    assert m.export_record() == {"role": "developer", "content": "Be brief"}

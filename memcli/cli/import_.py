@@ -15,8 +15,19 @@ if TYPE_CHECKING:
 def import_command(
     ctx: typer.Context,
     file: Annotated[
-        str, typer.Argument(help="A transcript: JSON Lines or a JSON array; - for stdin.")
+        str,
+        typer.Argument(
+            help="A transcript (JSON Lines, a JSON array), a ChatGPT or Claude.ai export"
+            " (conversations.json or the .zip), llm's logs.db or `llm logs --json`; - for stdin."
+        ),
     ],
+    format_: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="The input's format: auto (by its shape), transcript, chatgpt, claude, llm.",
+        ),
+    ] = "auto",
     session: Annotated[
         str | None,
         typer.Option(
@@ -53,39 +64,57 @@ def import_command(
         bool,
         typer.Option("--again", help="Import a second copy of messages the session already holds."),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print what would be stored (sessions, messages); write nothing."
+        ),
+    ] = False,
     json_: common.Json = False,
 ) -> None:
     """Import a transcript; messages go through the engine, so flushes happen as they would live.
 
-    Formats: one {"role", "content"} message per line (optional session, name, timestamp, metadata),
-    one {"messages": [...]} conversation per line, or a JSON array of messages; a first
-    {"type": "session", ...} record (as `memcli export` writes) gives new sessions their budget.
-    A malformed record stops the import (exit 2) and nothing of it is stored.
+    Formats, found by their shape (--format to say which): one {"role", "content"} message per
+    line (optional session, name, timestamp, metadata), one {"messages": [...]} conversation per
+    line (OpenAI fine-tuning files), a JSON array of messages, `memcli export`'s output (its first
+    {"type": "session", ...} record gives new sessions their budget); ChatGPT's and Claude.ai's
+    data exports (conversations.json, or the .zip); simonw/llm's logs.db and `llm logs --json`.
+    Each conversation becomes its own session, named after its title. Images and other non-text
+    parts are left out and counted. A malformed record stops the import (exit 2) and nothing of
+    it is stored.
 
-    Running an import again stores nothing twice: messages already stored at the end of the
-    session, in the same order, are skipped ("0 new, 419 already stored"); --again imports a
-    second copy. A budget option that differs from a stored session's budget is an error unless
+    Running an import again stores nothing twice: a conversation is found again by its id in the
+    source (or its first messages), and the messages already stored at the end of its session,
+    in the same order, are skipped ("0 new, 419 already stored"); --again imports a second copy. A budget option that differs from a stored session's budget is an error unless
     --rebudget is given. Flushes are recomputed: a `status` in the file is not used.
 
     Example: memcli import chat.jsonl --session demo --token-limit 4000
     """
     from memcli.errors import UsageError
     from memcli.flush import BudgetOverride
-    from memcli.importing import Opening, import_transcript, read_import
+    from memcli.formats import FORMATS, read
+    from memcli.importing import Opening, from_source, import_conversations
     from memcli.transcripts import PUT_MODES
 
     if put not in PUT_MODES:
         raise UsageError(f"unknown --put {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
+    if format_ not in FORMATS:
+        raise UsageError(f"unknown --format {format_!r}", f"Use one of: {', '.join(FORMATS)}")
     s = common.settings(ctx, user=user)
-    header, records = read_import(file)  # validated whole before the store is touched
-    total = sum(len(r.messages) for r in records)
+    source = read(file, format=format_)  # validated whole before the store is touched
+    found = from_source(source, session)
+    header = source.header
+    total = sum(len(c.messages) for c in found)
     if not total:
         output.info("Nothing to import: the input holds no messages.")
         if output.wants_json(json_):
             output.emit_all([_summary(None, blocks_fed=False)])
         return
-    store = common.open_store(s)
-    blocks = [] if no_blocks else common.make_blocks(s, store, session=session)
+    if dry_run and not common.database_exists(s):
+        store: Any = _empty_store()
+    else:
+        store = common.open_store(s)
+    blocks = [] if no_blocks or dry_run else common.make_blocks(s, store, session=session)
     opening = Opening.from_settings(
         s,
         blocks,
@@ -97,12 +126,12 @@ def import_command(
     fed = _Fed(bar)
     try:
         with _progress(total) as advance, bar:
-            result = import_transcript(
+            result = import_conversations(
                 store,
-                records,
+                found,
                 opening,
-                session_id=session,
                 session_record=header,
+                dry_run=dry_run,
                 again=again,
                 put=put,
                 feed_blocks=not no_blocks,
@@ -116,20 +145,40 @@ def import_command(
     _report(result, announce_new=session is None, blocks_fed=bool(blocks), json_=json_)
 
 
+def _empty_store() -> Any:
+    """A store with nothing in it, for a dry run when there is no database yet (none is made)."""
+    from memcli.store.sqlite import SQLiteStore
+
+    return SQLiteStore(":memory:")
+
+
 def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bool) -> None:
     """What an import did: a line on stderr, and the summary record on stdout in JSON mode."""
+    if result.dry_run:
+        _report_dry(result, json_=json_)
+        return
     from memcli.memory import budget_text
 
     for new in result.new_sessions:
         if announce_new:
-            output.info(f"New session: {new}")
+            title = result.titles.get(new)
+            output.info(f"New session: {new}" + (f" ({title})" if title else ""))
+    if result.dropped_parts:
+        output.info(
+            f"Left out {result.dropped_parts:,} non-text"
+            f" {'part' if result.dropped_parts == 1 else 'parts'} (images, audio, files)."
+        )
     for session, change in result.rebudgets.items():
         output.info(
             f"Session {session}: budget {budget_text(change.new)} stored"
             f" (was {budget_text(change.old)}); the change flushed {_count(change.archived)}"
             f" in {change.flushes:,} {'flush' if change.flushes == 1 else 'flushes'}."
         )
-    names = ", ".join(result.sessions) or "no session"
+    names = (
+        f"{len(result.sessions):,} sessions"
+        if len(result.sessions) > 3
+        else ", ".join(result.sessions) or "no session"
+    )
     what = (
         f"Imported into {names}: {result.messages:,} new, {result.already_stored:,} already stored;"
         if result.already_stored
@@ -146,6 +195,35 @@ def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bo
         )
     if output.wants_json(json_):
         output.emit_all([_summary(result, blocks_fed=blocks_fed)])
+
+
+def _report_dry(result: Imported, *, json_: bool) -> None:
+    """What an import would store: a line per session, and the totals (on stdout: it is the
+    data a dry run asks for)."""
+    if output.wants_json(json_):
+        output.emit_all([_summary(result, blocks_fed=False)])
+    else:
+        _dry_table(result)
+    output.info(
+        f"Dry run: would store {_count(result.messages)} in {len(result.sessions):,}"
+        f" {'session' if len(result.sessions) == 1 else 'sessions'}"
+        f" ({len(result.new_sessions):,} new), {result.already_stored:,} already stored,"
+        f" {result.dropped_parts:,} non-text parts left out; nothing was written."
+    )
+
+
+def _dry_table(result: Imported) -> None:
+    rows = [
+        (
+            session,
+            "new" if session in result.new_sessions else "stored",
+            count,
+            result.skipped.get(session, 0),
+            result.titles.get(session, ""),
+        )
+        for session, count in result.sessions.items()
+    ]
+    output.table(None, ["session", "", "new messages", "already stored", "title"], rows)
 
 
 def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:
@@ -165,6 +243,9 @@ def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:
         "flushes": result.flushes,
         "archived_messages": result.archived,
         "rebudgets": {s: change.to_dict() for s, change in result.rebudgets.items()},
+        "titles": result.titles,
+        "skipped_parts": result.dropped_parts,
+        "dry_run": result.dry_run,
         "blocks_fed": blocks_fed,
         "block_batches": result.blocks_done,
         "block_batches_pending": result.blocks_pending,

@@ -26,6 +26,8 @@ def sessions_command(
             "type": "session",
             "session": i.id,
             "user": i.user_id,
+            "title": i.title,
+            "source_id": i.source_id,
             "active_messages": i.active_messages,
             "archived_messages": i.archived_messages,
             "active_tokens": i.active_tokens,
@@ -44,12 +46,15 @@ def sessions_command(
     if not infos:
         output.info("No sessions yet. Start one with `memcli import FILE` or `memcli chat`.")
         return
+    titled = any(i.title for i in infos)  # imported conversations: their titles
     output.table(
         None,
-        ["session", "user", "active", "archived", "tokens / threshold", "flushes", "last activity"],
+        ["session", *(["title"] if titled else []), "user", "active", "archived"]
+        + ["tokens / threshold", "flushes", "last activity"],
         [
             (
                 i.id,
+                *([i.title or ""] if titled else []),
                 i.user_id,
                 i.active_messages,
                 i.archived_messages,

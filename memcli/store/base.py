@@ -32,6 +32,12 @@ class SessionInfo:
     archived_messages: int = 0
     active_tokens: int = 0
     flushes: int = 0
+    #: Where an import found it: the conversation's id in its source (or a hash of its first
+    #: messages), its title, and the record-level keys of its source (a fine-tuning line's
+    #: `tools`, `parallel_tool_calls`, ...), which an export writes back.
+    source_id: str | None = None
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
 
     @property
     def threshold(self) -> float:
@@ -176,6 +182,21 @@ class Store(SQLStore, Protocol):
     ) -> None: ...
 
     def list_sessions(self, user_id: str | None = None) -> list[SessionInfo]: ...
+
+    def describe_session(
+        self,
+        session_id: str,
+        *,
+        source_id: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """Store where a session came from (the values given; None leaves one as it is)."""
+        ...
+
+    def find_sources(self, user_id: str, source_id: str) -> list[str]:
+        """The sessions of `user_id` imported from the conversation `source_id`, oldest first."""
+        ...
 
     def delete_session(self, session_id: str) -> int:
         """Delete the session and its messages and flushes; return how many messages went."""

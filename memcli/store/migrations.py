@@ -335,6 +335,16 @@ def _migration_18(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_19(conn: sqlite3.Connection) -> None:
+    """Where a session came from: `source_id` (the id its conversation has in the file it was
+    imported from, or a hash of its first messages), the conversation's `title`, and `metadata`
+    (JSON: the record-level keys of its source, e.g. a fine-tuning line's `tools`). An import
+    finds the session of a conversation it already stored by (user_id, source_id)."""
+    for column in ('"source_id" TEXT', '"title" TEXT', '"metadata" TEXT'):
+        conn.execute(f'ALTER TABLE "sessions" ADD COLUMN {column}')
+    conn.execute('CREATE INDEX "sessions_source" ON "sessions" ("user_id", "source_id")')
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -348,6 +358,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _migration_16),
     (17, _migration_17),
     (18, _migration_18),
+    (19, _migration_19),
 ]
 
 LATEST = MIGRATIONS[-1][0]

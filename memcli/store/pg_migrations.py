@@ -364,14 +364,24 @@ def _run(statements: tuple[str, ...]) -> Migration:
     return migrate
 
 
+#: SQLite's migration 19: where a session came from (see `migrations._migration_19`).
+_SOURCES_20 = (
+    f"ALTER TABLE sessions ADD COLUMN source_id {_TEXT}",
+    f"ALTER TABLE sessions ADD COLUMN title {_TEXT}",
+    f"ALTER TABLE sessions ADD COLUMN metadata {_TEXT}",
+    "CREATE INDEX sessions_source ON sessions (user_id, source_id)",
+)
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit. Up to 18
 #: the numbers are SQLite's: a PostgreSQL database at version N holds what a SQLite one at N does;
-#: 19 (the put function) is PostgreSQL's own, SQLite's schema has nothing to match it.
+#: 19 (the put function) is PostgreSQL's own, SQLite's schema has nothing to match it; 20 is
+#: SQLite's 19 (the sessions' sources).
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
     (18, _run(_PROVENANCE_18)),
     (19, _run(_PUT_19)),
+    (20, _run(_SOURCES_20)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -249,11 +249,14 @@ class TableStore:
             archived_messages=row[8],
             active_tokens=row[9],
             flushes=row[10],
+            source_id=row[11],
+            title=row[12],
+            metadata=json.loads(row[13]) if row[13] else None,
         )
 
     _SESSION_COLUMNS = (
         "id, user_id, token_limit, ratio, flush_size, created_at, updated_at, "
-        "active_messages, archived_messages, active_tokens, flushes"
+        "active_messages, archived_messages, active_tokens, flushes, source_id, title, metadata"
     )
 
     def get_session(self, session_id: str) -> SessionInfo | None:
@@ -302,6 +305,36 @@ class TableStore:
             self._apply_touches()
             rows = self._query(sql, params)
         return [self._session(row) for row in rows]
+
+    def describe_session(
+        self,
+        session_id: str,
+        *,
+        source_id: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        values = {
+            "source_id": source_id,
+            "title": title,
+            "metadata": json.dumps(metadata, ensure_ascii=False) if metadata else None,
+        }
+        given = {column: value for column, value in values.items() if value is not None}
+        if not given:
+            return
+        sets = ", ".join(f"{column} = ?" for column in given)
+        with self.transaction():
+            self._lock_session(session_id)
+            self.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*given.values(), session_id))
+
+    def find_sources(self, user_id: str, source_id: str) -> list[str]:
+        with self.lock:
+            rows = self._query(
+                "SELECT id FROM sessions WHERE user_id = ? AND source_id = ?"
+                " ORDER BY created_at, id",
+                (user_id, source_id),
+            )
+        return [row[0] for row in rows]
 
     def delete_session(self, session_id: str) -> int:
         with self.transaction():

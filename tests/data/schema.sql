@@ -12,7 +12,7 @@ CREATE TABLE "sessions" (
    "archived_messages" INTEGER DEFAULT 0,
    "active_tokens" INTEGER DEFAULT 0,
    "flushes" INTEGER DEFAULT 0
-);
+, "source_id" TEXT, "title" TEXT, "metadata" TEXT);
 CREATE TABLE "flushes" (
    "id" INTEGER PRIMARY KEY,
    "session_id" TEXT NOT NULL REFERENCES "sessions"("id"),
@@ -149,3 +149,4 @@ CREATE TABLE "summaries" (
    PRIMARY KEY ("session_id", "block", "version")
 );
 CREATE TRIGGER "summaries_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM summaries WHERE session_id = old.id; END;
+CREATE INDEX "sessions_source" ON "sessions" ("user_id", "source_id");

@@ -1,0 +1,186 @@
+"""The formats people's conversations come in, detected by their shape: the layer below
+`memcli.importing` that turns a file into conversations (it imports nothing of the engine:
+messages, errors, `memcli.transcripts` only).
+
+- `transcript`: memcli's own formats (`memcli.transcripts`): a message per line, an OpenAI
+  fine-tuning / chat file (one `{"messages": [...]}` conversation per line), a JSON array of
+  messages, `memcli export`'s output;
+- `chatgpt`: ChatGPT's data export (`conversations.json`, or the `.zip` it comes in);
+- `claude`: Claude.ai's data export (`conversations.json`, or its `.zip`);
+- `llm`: simonw/llm's `logs.db` (both its schemas) and the output of `llm logs --json`.
+
+Each conversation found carries its id in the source (`source_id`: `chatgpt:ID`, `claude:UUID`,
+`llm:ID`; a transcript's conversations get a hash of their first messages when the import needs
+one), its title, and how many non-text parts (images, audio, files) were left out of it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+from memcli.errors import InputError
+from memcli.formats.base import Conversation
+from memcli.transcripts import SessionRecord, parse_transcript, read_source, split_session_record
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from memcli.transcripts import Record
+
+__all__ = ["FORMATS", "Conversation", "Source", "read"]
+
+#: The names `--format` takes (`auto`: by the input's shape).
+FORMATS = ("auto", "transcript", "chatgpt", "claude", "llm")
+
+
+@dataclass
+class Source:
+    """What a file holds: its format, and either the records of a transcript (grouped into
+    conversations by the import, which knows `--session`) with the session record it starts
+    with, or the conversations of an export."""
+
+    format: str
+    name: str
+    records: list[Record] = field(default_factory=list)
+    header: SessionRecord | None = None
+    conversations: list[Conversation] = field(default_factory=list)
+
+    @property
+    def dropped(self) -> int:
+        return sum(r.dropped for r in self.records) + sum(c.dropped for c in self.conversations)
+
+
+_SQLITE = b"SQLite format 3\x00"
+_ZIP = b"PK\x03\x04"
+_SPLIT = re.compile(r"(?:^|/)conversations(?:-\d+)?\.json$")
+
+
+def read(source: str | Path, stdin: IO[bytes] | None = None, format: str = "auto") -> Source:
+    """Read a file (`-`: stdin) in any format read, validated whole; InputError naming the
+    file, and the line or conversation, for anything that is not as its format says."""
+    if format not in FORMATS:
+        raise InputError(f"unknown format {format!r}", f"Use one of: {', '.join(FORMATS)}")
+    data, name = read_source(source, stdin)
+    if data.startswith(_SQLITE):
+        from memcli.formats import llm
+
+        path = None if name == "<stdin>" else str(source)
+        return Source("llm", name, conversations=llm.read_db(data, name, path))
+    if data.startswith(_ZIP):
+        data, name = _unzip(data, name)
+    if format == "transcript":
+        return _transcript(data, name)
+    value = _whole_json(data) if format != "transcript" else None
+    kind = format if format != "auto" else _shape(value, data, name)
+    if kind == "transcript":
+        return _transcript(data, name)
+    if value is None:
+        raise InputError(
+            f"{name}: not a JSON {kind} export", "Give the export's conversations.json"
+        )
+    items = value if isinstance(value, list) else [value]
+    if kind == "chatgpt":
+        from memcli.formats import chatgpt
+
+        return Source(kind, name, conversations=chatgpt.read(items, name))
+    if kind == "claude":
+        from memcli.formats import claude
+
+        return Source(kind, name, conversations=claude.read(items, name))
+    from memcli.formats import llm
+
+    return Source("llm", name, conversations=llm.read_json(items, name))
+
+
+def _transcript(data: bytes, name: str) -> Source:
+    header, rest = split_session_record(data, name)
+    return Source("transcript", name, records=parse_transcript(rest, name), header=header)
+
+
+def _whole_json(data: bytes) -> Any:
+    """The file as one JSON value (None: it is not one, e.g. JSON Lines)."""
+    stripped = data.lstrip().lstrip(b"\xef\xbb\xbf").lstrip()
+    if stripped[:1] not in (b"[", b"{"):
+        return None
+    try:
+        return json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None  # JSON Lines, or broken JSON: the transcript reader names the error
+
+
+def _shape(value: Any, data: bytes, name: str) -> str:
+    """The format of a file by its shape; InputError naming what it saw when it is none."""
+    items = value if isinstance(value, list) else [value] if isinstance(value, dict) else None
+    first = next((item for item in items or () if isinstance(item, dict)), None)
+    if first is None and value is None:
+        first, name = _first_line(data, name)
+        if first is not None and not (
+            "role" in first or "messages" in first or first.get("type") == "session"
+        ):
+            raise _unknown(name, first, "a JSON object")
+        return "transcript"
+    if first is None:
+        return "transcript"  # an empty array, or not objects: the reader says what is wrong
+    if "mapping" in first and "current_node" in first:
+        return "chatgpt"
+    if "chat_messages" in first:
+        return "claude"
+    if "prompt" in first and "response" in first and "conversation_id" in first:
+        return "llm"
+    if isinstance(value, dict) and not (
+        "role" in first or "messages" in first or first.get("type") == "session"
+    ):
+        raise _unknown(name, first, "a JSON object")
+    if isinstance(value, list) and "role" not in first:
+        raise _unknown(name, first, "a JSON array of objects")
+    return "transcript"
+
+
+def _first_line(data: bytes, name: str) -> tuple[dict[str, Any] | None, str]:
+    """The first line of JSON Lines as an object, and its place (None: not an object)."""
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if raw.strip():
+            try:
+                value = json.loads(raw.lstrip(b"\xef\xbb\xbf"))
+            except (ValueError, RecursionError):
+                return None, name
+            return (value if isinstance(value, dict) else None), f"{name}:{number}"
+    return None, name
+
+
+def _unknown(name: str, obj: dict[str, Any], what: str) -> InputError:
+    keys = ", ".join(list(obj)[:8]) or "none"
+    return InputError(
+        f"{name}: {what} with keys {keys}: not a format memcli reads",
+        "memcli reads messages ({role, content}), {messages: [...]} lines, ChatGPT and Claude.ai"
+        " exports (conversations.json or the .zip), llm's logs.db and `llm logs --json`;"
+        " or give --format",
+    )
+
+
+def _unzip(data: bytes, name: str) -> tuple[bytes, str]:
+    """The conversations of an export's zip: its `conversations.json`, or the parts ChatGPT
+    splits it into (`conversations-000.json`, ...) joined as one JSON array."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        names = sorted(n for n in archive.namelist() if _SPLIT.search(n))
+        if not names:
+            raise InputError(
+                f"{name}: a zip without conversations.json", "Give the export's zip as it came"
+            )
+        if len(names) == 1:
+            return archive.read(names[0]), f"{name}:{names[0]}"
+        parts = []
+        for part in names:
+            value = _whole_json(archive.read(part))
+            if not isinstance(value, list):
+                raise InputError(f"{name}:{part}: not a JSON array", "Give the zip as it came")
+            parts.extend(value)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(f"{name}: not a readable zip ({exc})", "Give the zip as it came") from None
+    return json.dumps(parts).encode(), name

@@ -1,0 +1,132 @@
+"""ChatGPT's data export: `conversations.json`, a list of conversations, each a tree of nodes
+(`mapping`: id -> {message, parent, children}). The conversation is the branch from the root
+to `current_node`: edits and regenerations on other branches are not imported.
+
+Per node: text parts are the content; other parts (images, audio, files) are left out and
+counted (an audio part's transcription is text, and kept); hidden nodes (custom instructions,
+the empty system message) are skipped, as are the model's thoughts; `code` (the assistant
+writing to the Python tool) is an assistant message, `execution_output` a tool message named
+after the tool.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from memcli.errors import InputError
+from memcli.formats.base import Conversation, message, records, where
+
+if TYPE_CHECKING:
+    from memcli.messages import Message
+
+_HINT = "Give conversations.json as ChatGPT exported it"
+#: Content types that are the model's reasoning, not the conversation: skipped.
+_THOUGHTS = frozenset(
+    ("thoughts", "reasoning_recap", "user_editable_context", "model_editable_context")
+)
+
+
+def read(items: list[Any], name: str) -> list[Conversation]:
+    return [_conversation(item, where(name, i, item)) for i, item in enumerate(items)]
+
+
+def _conversation(item: Any, at: str) -> Conversation:
+    if not isinstance(item, dict) or not isinstance(item.get("mapping"), dict):
+        raise InputError(f"{at}: no mapping of messages", _HINT)
+    mapping: dict[str, Any] = item["mapping"]
+    messages: list[Message] = []
+    dropped = 0
+    for node_id in _branch(mapping, item.get("current_node"), at):
+        found, left_out = _message(mapping[node_id].get("message"), f"{at}: node {node_id}")
+        dropped += left_out
+        if found is not None:
+            messages.append(found)
+    ident = item.get("conversation_id") or item.get("id")
+    title = item.get("title")
+    return Conversation(
+        records(messages),
+        source_id=f"chatgpt:{ident}" if isinstance(ident, str) and ident else None,
+        title=title if isinstance(title, str) and title.strip() else None,
+        dropped=dropped,
+    )
+
+
+def _branch(mapping: dict[str, Any], current: Any, at: str) -> list[str]:
+    """The node ids from the root to `current_node` (no current node: the last node of the
+    first children, as an export without one is read)."""
+    if current is None:
+        current = next(iter(mapping), None)
+        while current is not None and (mapping[current] or {}).get("children"):
+            current = mapping[current]["children"][-1]
+            if current not in mapping:
+                raise InputError(f"{at}: node {current!r} is not in the mapping", _HINT)
+    path: list[str] = []
+    seen: set[str] = set()
+    while current is not None:
+        if not isinstance(current, str) or current not in mapping:
+            raise InputError(f"{at}: node {current!r} is not in the mapping", _HINT)
+        if current in seen:
+            raise InputError(f"{at}: node {current!r} is its own ancestor", _HINT)
+        node = mapping[current]
+        if not isinstance(node, dict):
+            raise InputError(f"{at}: node {current!r} is not an object", _HINT)
+        seen.add(current)
+        path.append(current)
+        current = node.get("parent")
+    path.reverse()
+    return path
+
+
+def _message(data: Any, at: str) -> tuple[Message | None, int]:
+    """A node's message and how many parts of it were left out (None: a node that is not one)."""
+    if data is None:
+        return None, 0
+    if not isinstance(data, dict):
+        raise InputError(f"{at}: message is not an object", _HINT)
+    author = data.get("author") or {}
+    content = data.get("content") or {}
+    if not isinstance(author, dict) or not isinstance(content, dict):
+        raise InputError(f"{at}: author and content must be objects", _HINT)
+    role, kind = author.get("role"), content.get("content_type")
+    meta = data.get("metadata") or {}
+    if kind in _THOUGHTS or (
+        isinstance(meta, dict) and meta.get("is_visually_hidden_from_conversation")
+    ):
+        return None, 0
+    name = author.get("name") if isinstance(author.get("name"), str) else None
+    text, dropped = _text(content, kind, at)
+    if kind == "code":
+        role = "assistant"
+    elif kind == "execution_output":
+        role = "tool"
+    if role not in ("system", "user", "assistant", "tool"):
+        raise InputError(f"{at}: unknown author role {role!r}", _HINT)
+    if not text.strip():
+        return None, dropped  # an empty system node, an image alone, a tool's empty result
+    return message(at, role, text, name=name, timestamp=data.get("create_time")), dropped
+
+
+def _text(content: dict[str, Any], kind: Any, at: str) -> tuple[str, int]:
+    """The text of a message's content, and how many non-text parts were left out."""
+    if kind in ("code", "execution_output", "tether_quote", "system_error"):
+        text = content.get("text")
+        return (text, 0) if isinstance(text, str) else ("", 0)
+    if kind == "tether_browsing_display":
+        result = content.get("result")
+        return (result, 0) if isinstance(result, str) else ("", 0)
+    if kind not in ("text", "multimodal_text"):
+        return "", 1  # a content type memcli does not read: left out, counted
+    parts = content.get("parts")
+    if not isinstance(parts, list):
+        raise InputError(f"{at}: content has no parts", _HINT)
+    texts, dropped = [], 0
+    for part in parts:
+        if isinstance(part, str):
+            if part:
+                texts.append(part)
+        elif isinstance(part, dict) and part.get("content_type") == "audio_transcription":
+            if isinstance(part.get("text"), str) and part["text"]:
+                texts.append(part["text"])
+        else:
+            dropped += 1
+    return "\n".join(texts), dropped

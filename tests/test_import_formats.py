@@ -1,0 +1,388 @@
+"""The exports people have (ChatGPT, Claude.ai, simonw/llm, OpenAI fine-tuning files): read by
+their shape, one session per conversation, nothing stored twice (from the file, stdin or the
+zip), and bad input refused naming the conversation."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import zipfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from memcli import SQLiteStore
+from memcli.errors import InputError
+from memcli.flush import BudgetOverride
+from memcli.formats import read
+from memcli.importing import Opening, from_source, import_conversations
+from memcli.tokens import TiktokenTokenizer
+
+DATA = Path(__file__).parent / "data" / "exports"
+T0 = datetime(2024, 6, 1, 12, 0, tzinfo=UTC).timestamp()
+
+
+def opening(user: str = "alice") -> Opening:
+    return Opening(TiktokenTokenizer(), default_budget=BudgetOverride(30000, 0.7), user=user)
+
+
+def load(path: Path | str, store: SQLiteStore, session: str | None = None, **options: object):
+    source = read(path)
+    return import_conversations(store, from_source(source, session), opening(), **options)  # type: ignore[arg-type]
+
+
+def sessions(store: SQLiteStore) -> dict[str, list[tuple[str, str]]]:
+    """Each session's messages as (role, content), by title (else id)."""
+    return {
+        (i.title or i.id): [(m.role, m.content) for m in store.iter_messages(i.id)]
+        for i in store.list_sessions()
+    }
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(T0 + seconds, tz=UTC)
+
+
+def test_chatgpt_export_one_session_per_conversation_on_the_current_branch(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    result = load(DATA / "chatgpt-conversations.json", store)
+    assert sorted(result.titles.values()) == ["Sourdough in Bern", "Zurich museum day"]
+    assert result.dropped_parts == 1  # the image part, not the file
+    found = sessions(store)
+    assert found["Sourdough in Bern"] == [
+        ("user", "I live in Bern and bake bread for a living."),
+        ("assistant", "Nice! What do you bake most?"),
+        # the edited message, not its first version ("Mostly baguettes."), without its image
+        (
+            "user",
+            "Mostly sourdough. Here is my starter, how many grams of flour for 500 g of dough?",
+        ),
+        ("assistant", "Let me compute that."),
+        ("assistant", "flour = 500 / 1.75\nround(flour)"),
+        ("tool", "286"),
+        ("assistant", "About 286 g of flour for 500 g of dough at 75% hydration."),
+    ]
+    # custom instructions are hidden: not a message
+    assert found["Zurich museum day"] == [
+        ("user", "Which museum in Zurich should I visit on Sunday?"),
+        ("assistant", "The Kunsthaus: open on Sundays from 10:00."),
+    ]
+    info = next(i for i in store.list_sessions() if i.title == "Sourdough in Bern")
+    assert info.source_id == "chatgpt:6650a1b2-0000-4000-8000-00000000c0de"
+    assert info.user_id == "alice" and info.id.startswith("sourdough-in-bern-")
+    stored = list(store.iter_messages(info.id))
+    assert [m.timestamp for m in stored] == [at(s) for s in (1, 2, 5, 6, 7, 8, 9)]
+    assert stored[5].name == "python"
+
+
+def test_chatgpt_again_from_the_zip_and_the_split_zip_stores_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    load(DATA / "chatgpt-conversations.json", store)
+    data = (DATA / "chatgpt-conversations.json").read_bytes()
+    whole = tmp_path / "export.zip"
+    with zipfile.ZipFile(whole, "w") as z:
+        z.writestr("conversations.json", data)
+        z.writestr("chat.html", "<html></html>")
+        z.writestr("user.json", "{}")
+    items = json.loads(data)
+    split = tmp_path / "split.zip"
+    with zipfile.ZipFile(split, "w") as z:
+        z.writestr("conversations-000.json", json.dumps(items[:1]))
+        z.writestr("conversations-001.json", json.dumps(items[1:]))
+    for path in (whole, split):
+        result = load(path, store)
+        assert (result.messages, result.already_stored) == (0, 9), path
+    assert len(store.list_sessions()) == 2
+
+
+def test_a_conversation_that_grew_gets_only_its_new_messages(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    load(DATA / "chatgpt-conversations.json", store)
+    items = json.loads((DATA / "chatgpt-conversations.json").read_text())
+    zurich = items[1]
+    zurich["mapping"]["b2"]["children"] = ["b3"]
+    zurich["mapping"]["b3"] = {
+        "id": "b3",
+        "parent": "b2",
+        "children": [],
+        "message": {
+            "id": "b3",
+            "author": {"role": "user"},
+            "create_time": T0 + 86500,
+            "content": {"content_type": "text", "parts": ["And after that, lunch?"]},
+        },
+    }
+    zurich["current_node"] = "b3"
+    grown = tmp_path / "conversations.json"
+    grown.write_text(json.dumps(items))
+    result = load(grown, store)
+    assert (result.messages, result.already_stored) == (1, 9)
+    assert sessions(store)["Zurich museum day"][-1] == ("user", "And after that, lunch?")
+
+
+def test_claude_export_keeps_attachments_searchable_with_their_message(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    result = load(DATA / "claude-conversations.json", store)
+    assert result.dropped_parts == 3  # tool use, tool result, the uploaded file
+    found = sessions(store)
+    (user, assistant) = found["Bakery price list"]
+    assert user[0] == "user" and user[1].startswith("Can you tidy up my price list?")
+    assert "[prices.txt]\nRye loaf 6.50 CHF" in user[1]
+    assert assistant == (
+        "assistant",
+        "Here it is, sorted by price:\n\nCroissant 2.20, Rye loaf 6.50, Zopf 7.80.",
+    )
+    unnamed = next(i for i in store.list_sessions() if i.title is None)
+    assert unnamed.id.startswith("what-goes-well-with-zopf-")
+    assert unnamed.source_id == "claude:1b2c3d4e-1111-4aaa-8bbb-000000000002"
+    (first, _) = store.iter_messages(unnamed.id)
+    assert first.timestamp == datetime(2024, 6, 4, 18, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("name", ["llm-0.27-logs.db", "llm-0.36-logs.db"])
+def test_llm_logs_db_of_each_schema_read_only(tmp_path: Path, name: str) -> None:
+    (tmp_path / "llm").mkdir()
+    path = tmp_path / "llm" / name
+    shutil.copy(DATA / name, path)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    store = SQLiteStore(tmp_path / "m.db")
+    result = load(path, store)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before  # never written
+    assert [p.name for p in path.parent.iterdir()] == [name]  # no journal, WAL or shm left
+    assert result.messages == 9 and len(result.new_sessions) == 2
+    found = sessions(store)
+    bern = found["I live in Bern and work as a ba…"]
+    assert [r for r, _ in bern] == ["user", "assistant", "user", "assistant"]
+    assert bern[0][1] == "I live in Bern and work as a baker"
+    assert bern[2][1] == "What bread should I bake for Sunday?"
+    trip = found["Plan a trip to Zurich"]
+    assert trip[0] == ("system", "You are terse") and trip[1] == ("user", "Plan a trip to Zurich")
+    assert trip[3] == ("user", "Add a museum visit")
+    for info in store.list_sessions():
+        times = [m.timestamp for m in store.iter_messages(info.id)]
+        assert all(t is not None for t in times) and times == sorted(times)  # type: ignore[type-var]
+
+
+@pytest.mark.parametrize("version", ["0.27", "0.36"])
+def test_llm_logs_json_is_the_same_conversations_as_the_db(tmp_path: Path, version: str) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    first = load(DATA / f"llm-{version}-logs.json", store)
+    assert first.messages == 9 and len(first.new_sessions) == 2
+    again = load(DATA / f"llm-{version}-logs.db", store)
+    assert (again.messages, again.already_stored) == (0, 9)
+
+
+def test_fine_tuning_file_one_session_per_line_keeping_record_keys(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    result = load(DATA / "finetune.jsonl", store)
+    assert len(result.new_sessions) == 3 and result.messages == 10 and result.dropped_parts == 1
+    infos = {i.id.rsplit("-", 1)[0]: i for i in store.list_sessions()}
+    assert set(infos) == {"weather-in-bern", "and-this-place", "say-hi"}
+    weather = infos["weather-in-bern"]
+    assert weather.metadata is not None and weather.metadata["parallel_tool_calls"] is False
+    assert weather.metadata["tools"][0]["function"]["name"] == "get_weather"
+    assert infos["say-hi"].metadata is None
+    messages = list(store.iter_messages(weather.id))
+    assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert messages[0].export_record()["role"] == "developer"  # written back as it came
+    line = json.loads((DATA / "finetune.jsonl").read_text().splitlines()[0])
+    assert [m.export_record() for m in messages] == line["messages"]
+    again = load(DATA / "finetune.jsonl", store)
+    assert (again.messages, again.already_stored) == (0, 10)
+
+
+def test_lines_starting_alike_are_separate_conversations(tmp_path: Path) -> None:
+    line = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n")
+    store = SQLiteStore(tmp_path / "m.db")
+    assert len(load(path, store).new_sessions) == 2
+    assert load(path, store).already_stored == 4 and len(store.list_sessions()) == 2
+
+
+def test_locomo_like_file_one_session_per_conversation_with_times(tmp_path: Path) -> None:
+    lines = [
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": f"Session {n}: hi Mel",
+                    "timestamp": f"2023-05-0{n}T13:56:00Z",
+                },
+                {
+                    "role": "assistant",
+                    "content": f"Session {n}: hi Caroline",
+                    "timestamp": f"2023-05-0{n}T13:57:00Z",
+                },
+            ]
+        }
+        for n in range(1, 6)
+    ]
+    path = tmp_path / "locomo.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    store = SQLiteStore(tmp_path / "m.db")
+    result = load(path, store)
+    assert len(result.new_sessions) == 5 and result.messages == 10
+    for n, session in enumerate(result.new_sessions, start=1):
+        (first, second) = store.iter_messages(session)
+        assert first.content == f"Session {n}: hi Mel"
+        assert second.timestamp == datetime(2023, 5, n, 13, 57, tzinfo=UTC)
+    # with --session, everything in one session, as before
+    one = load(path, SQLiteStore(tmp_path / "one.db"), session="all")
+    assert one.sessions == {"all": 10}
+
+
+def test_session_given_puts_every_conversation_in_it_once(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    assert load(DATA / "chatgpt-conversations.json", store, session="gpt").sessions == {"gpt": 9}
+    again = load(DATA / "chatgpt-conversations.json", store, session="gpt")
+    assert (again.messages, again.already_stored) == (0, 9)
+
+
+def test_dry_run_writes_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    result = load(DATA / "chatgpt-conversations.json", store, dry_run=True)
+    assert result.dry_run and result.messages == 9 and len(result.new_sessions) == 2
+    assert result.dropped_parts == 1 and store.list_sessions() == []
+
+
+def test_again_forces_a_second_copy(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    load(DATA / "claude-conversations.json", store)
+    result = load(DATA / "claude-conversations.json", store, again=True)
+    assert result.messages == 4 and len(store.list_sessions()) == 4
+
+
+def conversation_json(**changes: object) -> bytes:
+    items = json.loads((DATA / "chatgpt-conversations.json").read_text())
+    items[1].update(changes)
+    return json.dumps(items).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            conversation_json(current_node="nowhere"),
+            "x.json: conversation 1 ('Zurich museum day'): node 'nowhere' is not in the mapping",
+        ),
+        (
+            conversation_json(mapping=[]),
+            "x.json: conversation 1 ('Zurich museum day'): no mapping of messages",
+        ),
+        (
+            json.dumps(
+                [{"uuid": "u", "name": "n", "chat_messages": [{"sender": "robot"}]}]
+            ).encode(),
+            "x.json: conversation 0 ('n'): message 0: sender 'robot' is not human or assistant",
+        ),
+        (
+            json.dumps([{"id": 1, "question": "q"}]).encode(),
+            "x.json: a JSON array of objects with keys id, question: not a format memcli reads",
+        ),
+        (
+            b'{"prompt": "p", "answer": "a"}\n{"prompt": "q"}\n',
+            "x.json:1: a JSON object with keys prompt, answer: not a format memcli reads",
+        ),
+        (b"PK\x03\x04 not really a zip", "x.json: not a readable zip"),
+        (b"SQLite format 3\x00" + b"\x00" * 200, "x.json: cannot read the database"),
+    ],
+)
+def test_bad_input_names_the_file_and_conversation(
+    tmp_path: Path, data: bytes, message: str
+) -> None:
+    path = tmp_path / "x.json"
+    path.write_bytes(data)
+    with pytest.raises(InputError) as info:
+        read(path)
+    assert info.value.message.replace(str(path), "x.json").startswith(message), info.value.message
+
+
+def test_on_postgresql_the_same_sessions_and_nothing_twice(pg_url: str) -> None:
+    from memcli.store.postgres import PostgresStore
+
+    store = PostgresStore(pg_url)
+    try:
+        first = load(DATA / "finetune.jsonl", store)  # type: ignore[arg-type]
+        assert first.messages == 10 and len(first.new_sessions) == 3
+        weather = next(i for i in store.list_sessions() if i.id.startswith("weather-in-bern-"))
+        assert weather.metadata is not None and weather.metadata["parallel_tool_calls"] is False
+        assert weather.source_id is not None and weather.source_id.startswith("sha256:")
+        again = load(DATA / "finetune.jsonl", store)  # type: ignore[arg-type]
+        assert (again.messages, again.already_stored) == (0, 10)
+    finally:
+        store.close()
+
+
+def test_with_or_without_session_the_same_conversation_once(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"role": role, "content": f"{role} {i}"}) + "\n"
+            for i in range(3)
+            for role in ("user", "assistant")
+        )
+    )
+    store = SQLiteStore(tmp_path / "m.db")
+    assert load(path, store, session="demo").sessions == {"demo": 6}
+    again = load(path, store)  # without --session: found in demo by its first messages
+    assert again.sessions == {"demo": 0} and again.already_stored == 6
+    assert [i.id for i in store.list_sessions()] == ["demo"]
+
+
+def test_alike_starts_in_two_files_are_two_conversations(tmp_path: Path) -> None:
+    def conversation(*texts: str) -> str:
+        roles = ("user", "assistant") * len(texts)
+        return json.dumps(
+            {"messages": [{"role": r, "content": t} for r, t in zip(roles, texts, strict=False)]}
+        )
+
+    store = SQLiteStore(tmp_path / "m.db")
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(conversation("hi", "hello", "rye?", "yes") + "\n")
+    second.write_text(conversation("hi", "hello", "zopf?", "no") + "\n")
+    load(first, store)
+    assert len(load(second, store).new_sessions) == 1  # not the first file's conversation
+    for path in (first, second):
+        assert load(path, store).messages == 0
+    assert len(store.list_sessions()) == 2
+    # the start of a stored conversation is stored: nothing new
+    head = tmp_path / "head.jsonl"
+    head.write_text(conversation("hi", "hello") + "\n")
+    assert (load(head, store).messages, len(store.list_sessions())) == (0, 2)
+
+
+def test_an_edited_chatgpt_branch_adds_only_what_changed(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    load(DATA / "chatgpt-conversations.json", store)
+    items = json.loads((DATA / "chatgpt-conversations.json").read_text())
+    items[0]["current_node"] = "a2old"  # the user went back to the first version
+    edited = tmp_path / "conversations.json"
+    edited.write_text(json.dumps(items))
+    result = load(edited, store)
+    assert (result.messages, result.already_stored) == (2, 4)
+    bern = sessions(store)["Sourdough in Bern"]
+    assert bern[-2:] == [("user", "Mostly baguettes."), ("assistant", "Baguettes are great.")]
+    assert len(bern) == 9
+
+
+def test_an_export_carries_title_source_and_keys_to_another_store(tmp_path: Path) -> None:
+    from memcli.transcripts import SessionRecord, export_lines
+
+    store = SQLiteStore(tmp_path / "m.db")
+    load(DATA / "finetune.jsonl", store)
+    info = next(i for i in store.list_sessions() if i.id.startswith("weather-in-bern-"))
+    lines = [SessionRecord.of(info).to_dict(), *export_lines(store.iter_messages(info.id))]
+    path = tmp_path / "export.jsonl"
+    path.write_text("".join(json.dumps(line, default=str) + "\n" for line in lines))
+    other = SQLiteStore(tmp_path / "other.db")
+    assert load(path, other).messages == 5
+    (copied,) = other.list_sessions()
+    assert (copied.id, copied.source_id, copied.metadata) == (
+        info.id,
+        info.source_id,
+        info.metadata,
+    )
+    assert load(path, other).messages == 0
