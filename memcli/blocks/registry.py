@@ -189,6 +189,7 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
         ),
         "facts": lambda **kw: FactBlock(
             **{
+                "embedder": defaults.embedder,
                 "model": defaults.model,
                 "api_base": defaults.api_base,
                 "timeout": defaults.llm_timeout,
@@ -223,7 +224,10 @@ def build_blocks(
         return [
             VectorBlock(embedder=defaults.embedder, index_dir=defaults.index_dir),
             FactBlock(
-                model=defaults.model, api_base=defaults.api_base, timeout=defaults.llm_timeout
+                model=defaults.model,
+                api_base=defaults.api_base,
+                timeout=defaults.llm_timeout,
+                embedder=defaults.embedder,
             ),
         ]
     blocks = [build_block(i, table, defaults) for i, table in enumerate(tables)]
