@@ -89,7 +89,7 @@ def test_duplicates_after_normalising_are_not_added(llm, tmp_path: Path) -> None
         turn(memory, text)
     assert facts(memory) == ["Ana likes tea", "Ana lives in Porto"]
     # The second request told the LLM what is already known.
-    assert "<fact id=\"1\">Ana likes tea</fact>" in llm.requests[1]["messages"][0]["content"]
+    assert '<fact id="1">Ana likes tea</fact>' in llm.requests[1]["messages"][0]["content"]
 
 
 @pytest.mark.parametrize(

@@ -68,9 +68,7 @@ def test_condense_keeps_the_topics_it_is_given(llm, tmp_path: Path) -> None:
     llm.script(
         {"content": '<facts><fact topics="food">F1</fact><fact>F2</fact></facts>'},
         {"content": "<facts><fact>F3</fact><fact>F4</fact></facts>"},
-        {
-            "content": '<facts><fact topics="x" replaces="3,4">F3 and F4</fact></facts>'
-        },
+        {"content": '<facts><fact topics="x" replaces="3,4">F3 and F4</fact></facts>'},
     )
     memory = facts_memory(llm, tmp_path / "m.db", max_facts=3)
     for text in ("one", "two", "three"):

@@ -113,3 +113,21 @@ def rank_facts(
         sides.append((1.0, [i for i, _ in vectors.similar(facts, query)[:SIDE_DEPTH]]))
     sides.append((ENTITY_WEIGHT, named_entities(facts, query)))
     return [(facts[i], score) for i, score in fuse(sides)[:k]]
+
+
+def search_facts(
+    store: Any,
+    scope_key: str,
+    query: str,
+    k: int = 10,
+    vectors: FactVectors | None = None,
+    mode: str = "hybrid",
+    block: str | None = None,
+    entity: str | None = None,
+) -> list[tuple[Fact, float]]:
+    """The best `k` current facts of a scope (of one block, about one entity) for `query`, best
+    first with their scores (`rank_facts`)."""
+    from memcli.store import longterm
+
+    facts = longterm.list_facts(store, block, scope_key, entity=entity)
+    return rank_facts(facts, query, k, vectors, mode)
