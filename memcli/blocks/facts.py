@@ -212,11 +212,11 @@ def check_reply(reply: FactReply, shown: Sequence[longterm.Fact]) -> str | None:
     unknown = [i for i in [*replaced, *retired] if i not in ids]
     if unknown:
         return f"unknown fact ids in the reply: {', '.join(unknown[:10])}"
-    if len(set(replaced)) + len(set(retired)) > len(shown):
-        return "the reply replaces more facts than it was shown"
     both = set(replaced) & set(retired)
     if both:
         return f"the reply both replaces and retires facts {', '.join(sorted(both))}"
+    if len(set(replaced)) + len(set(retired)) > len(shown):
+        return "the reply replaces more facts than it was shown"
     return None
 
 

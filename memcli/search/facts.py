@@ -31,13 +31,25 @@ SIDE_DEPTH = 200
 ENTITY_WEIGHT = 2.0
 
 
+def stem(word: str) -> str:
+    """A crude English stem, so that live, lives, lived and living meet: one suffix (-ing, -ed,
+    -es, -s) off, then a final e."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
 def _words(text: str) -> list[str]:
-    return [w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1]
+    return [
+        stem(w) for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1
+    ]
 
 
 def bm25(facts: Sequence[Fact], query: str) -> list[tuple[int, float]]:
     """(index in `facts`, score) of the facts sharing a word with `query`, best first."""
-    terms = query_terms(query)
+    terms = list(dict.fromkeys(stem(t) for t in query_terms(query)))
     if not terms or not facts:
         return []
     docs = [Counter(_words(f.text)) for f in facts]
