@@ -701,7 +701,9 @@ def restore_fact(store: SQLStore, fact_id: int, *, origin: str = "api") -> tuple
                 after=after,
                 reason=reason,
             )
-            displaced.append(successor)
+            now_superseded = get_fact(store, successor.id)
+            assert now_superseded is not None
+            displaced.append(now_superseded)
     return after, displaced
 
 
