@@ -354,21 +354,21 @@ class FactBlock(LLMBlock):
             failed += reason is not None
         return done, failed
 
-    def related(self, facts: Sequence[longterm.Fact], text: str) -> list[longterm.Fact]:
-        """The facts an extraction of `text` is shown: all of them when they are at most
+    def related(self, store: Any, scope_key: str, text: str) -> list[longterm.Fact]:
+        """The current facts an extraction of `text` is shown: all of them when they are at most
         `candidates`, else the `candidates` most related to it (oldest first)."""
-        if len(facts) <= self.candidates:
-            return list(facts)
-        ranked = rank_facts(facts, text, self.candidates, self._vectors)
-        return sorted((f for f, _ in ranked), key=lambda f: f.id)
+        facts = longterm.fact_texts(store, self.name, scope_key)
+        if len(facts) > self.candidates:
+            ranked = rank_facts(facts, text, self.candidates, self._vectors)
+            facts = sorted((f for f, _ in ranked), key=lambda f: f.id)
+        return longterm.get_facts(store, [f.id for f in facts])
 
     def extract(self, batch: Sequence[Message], ctx: BlockContext) -> str | None:
         """Ask the LLM for the batch's new facts, shown the existing facts most related to it, and
         apply its answer (new facts, the ones they replace, the ones retired); the reason it
         failed (nothing stored), or None."""
         key = self.scope_key(ctx)
-        facts = longterm.list_facts(ctx.store, self.name, key)
-        shown = self.related(facts, "\n".join(m.content for m in batch))
+        shown = self.related(ctx.store, key, "\n".join(m.content for m in batch))
         prompt = EXTRACT_PROMPT.format(existing=self._render(shown, ids=True))
         try:
             reply = self.ask(prompt, batch)
@@ -401,10 +401,10 @@ class FactBlock(LLMBlock):
         A bad reply is ignored; True when one was applied."""
         from memcli.llm import complete
 
-        facts = longterm.list_facts(store, self.name, scope_key)
-        if self.llm is None or len(facts) <= self.max_facts:
+        if self.llm is None or longterm.count_facts(store, self.name, scope_key) <= self.max_facts:
             return False
-        shown = facts[: self.candidates]
+        oldest = longterm.fact_texts(store, self.name, scope_key)[: self.candidates]
+        shown = longterm.get_facts(store, [f.id for f in oldest])
         existing = self._render(shown, ids=True)
         prompt = CONDENSE_PROMPT.format(max_facts=self.max_facts, existing=existing)
         try:

@@ -14,13 +14,27 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from memcli.search.ranking import STOPWORDS, fuse, query_terms
 
 if TYPE_CHECKING:
     from memcli.search.embedder import Embedder
     from memcli.store.longterm import Fact
+
+
+class Ranked(Protocol):
+    """What ranking reads of a fact (a `Fact`, or the lighter `FactText`)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def entities(self) -> list[str]: ...
+
+
+R = TypeVar("R", bound=Ranked)
 
 #: BM25's parameters (the usual ones).
 K1 = 1.2
@@ -42,35 +56,50 @@ def stem(word: str) -> str:
 
 
 def _words(text: str) -> list[str]:
-    return [
-        stem(w) for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1
-    ]
+    return [stem(w) for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1]
 
 
-def bm25(facts: Sequence[Fact], query: str) -> list[tuple[int, float]]:
-    """(index in `facts`, score) of the facts sharing a word with `query`, best first."""
+#: A word in more than this share of the facts does not choose which facts are scored (it
+#: still scores them): "ana" in every fact of Ana's would make every fact a candidate.
+COMMON_SHARE = 0.2
+#: The most facts BM25 scores for one query (the newest of those holding a chosen word).
+MAX_SCORED = 2_000
+
+
+def bm25(facts: Sequence[Ranked], query: str) -> list[tuple[int, float]]:
+    """(index in `facts`, score) of the facts sharing a word with `query`, best first.
+
+    Bounded: each query word's fact count is found by a substring test over the normalised texts
+    (a pass in C); only the facts holding a word that is not common (see COMMON_SHARE) are cut
+    into words and scored, at most MAX_SCORED of them."""
     terms = list(dict.fromkeys(stem(t) for t in query_terms(query)))
     if not terms or not facts:
         return []
-    docs = [Counter(_words(f.text)) for f in facts]
-    average = sum(sum(d.values()) for d in docs) / len(docs) or 1.0
-    frequency = {t: sum(1 for d in docs if t in d) for t in terms}
+    lowered = [f.text.casefold() for f in facts]
+    frequency = {t: sum(1 for text in lowered if t in text) for t in terms}
+    choosing = [t for t in terms if 0 < frequency[t] <= max(COMMON_SHARE * len(facts), 50)]
+    choosing = choosing or [t for t in terms if frequency[t]]
+    chosen = [i for i, text in enumerate(lowered) if any(t in text for t in choosing)]
+    chosen = chosen[-MAX_SCORED:]
+    docs = {i: Counter(_words(facts[i].text)) for i in chosen}
+    average = sum(sum(d.values()) for d in docs.values()) / max(len(docs), 1) or 1.0
     scores = []
-    for i, doc in enumerate(docs):
+    for i, doc in docs.items():
         length = sum(doc.values())
         score = 0.0
         for term in terms:
             tf = doc.get(term, 0)
             if not tf:
                 continue
-            idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
+            df = max(frequency[term], 1)
+            idf = math.log(1 + (len(facts) - df + 0.5) / (df + 0.5))
             score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / average))
         if score > 0:
             scores.append((i, score))
-    return sorted(scores, key=lambda pair: -pair[1])
+    return sorted(scores, key=lambda pair: (-pair[1], pair[0]))
 
 
-def named_entities(facts: Sequence[Fact], query: str) -> list[int]:
+def named_entities(facts: Sequence[Ranked], query: str) -> list[int]:
     """Indexes of the facts with an entity the query names (as whole words, ignoring case)."""
     low = " " + " ".join(re.findall(r"\w+", query.casefold())) + " "
     found = []
@@ -90,7 +119,7 @@ class FactVectors:
         self.embedder = embedder
         self._vectors: dict[str, Any] = {}
 
-    def similar(self, facts: Sequence[Fact], query: str) -> list[tuple[int, float]]:
+    def similar(self, facts: Sequence[Ranked], query: str) -> list[tuple[int, float]]:
         """(index in `facts`, cosine similarity to `query`), best first."""
         import numpy as np
 
@@ -107,12 +136,12 @@ class FactVectors:
 
 
 def rank_facts(
-    facts: Sequence[Fact],
+    facts: Sequence[R],
     query: str,
     k: int,
     vectors: FactVectors | None = None,
     mode: str = "hybrid",
-) -> list[tuple[Fact, float]]:
+) -> list[tuple[R, float]]:
     """The best `k` of `facts` for `query`, best first, with their fused scores: `hybrid` (words
     and meaning; words only without `vectors`), `lexical` or `vector`; facts whose entities the
     query names are boosted in every mode. None share a word or an entity with an empty query."""
@@ -141,5 +170,10 @@ def search_facts(
     first with their scores (`rank_facts`)."""
     from memcli.store import longterm
 
-    facts = longterm.list_facts(store, block, scope_key, entity=entity)
-    return rank_facts(facts, query, k, vectors, mode)
+    if entity is not None:
+        facts: Sequence[Ranked] = longterm.list_facts(store, block, scope_key, entity=entity)
+    else:
+        facts = longterm.fact_texts(store, block, scope_key)
+    ranked = rank_facts(facts, query, k, vectors, mode)
+    whole = {f.id: f for f in longterm.get_facts(store, [f.id for f, _ in ranked])}
+    return [(whole[f.id], score) for f, score in ranked if f.id in whole]

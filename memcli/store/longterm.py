@@ -362,6 +362,48 @@ def list_facts(
     return facts
 
 
+@dataclass(frozen=True)
+class FactText:
+    """A current fact as search reads it: its id, its text and its entities."""
+
+    id: int
+    text: str
+    entities: list[str]
+
+
+def fact_texts(store: SQLStore, block: str | None, scope_key: str) -> list[FactText]:
+    """The current facts of a scope (of one block, or of every block), oldest first, read
+    lightly for ranking (`get_facts` reads the chosen ones whole)."""
+    sql = f"SELECT id, text, entities FROM facts WHERE scope_key = ? AND {_CURRENT}"
+    params: tuple[Any, ...] = (scope_key, stamp(datetime.now(tz=UTC)))
+    if block is not None:
+        sql += " AND block = ?"
+        params += (block,)
+    rows = store.execute(sql + " ORDER BY id", params)
+    return [FactText(r[0], r[1], json.loads(r[2]) if r[2] else []) for r in rows]
+
+
+def count_facts(store: SQLStore, block: str | None, scope_key: str) -> int:
+    """How many current facts a scope has (of one block, or of every block)."""
+    sql = f"SELECT COUNT(*) FROM facts WHERE scope_key = ? AND {_CURRENT}"
+    params: tuple[Any, ...] = (scope_key, stamp(datetime.now(tz=UTC)))
+    if block is not None:
+        sql += " AND block = ?"
+        params += (block,)
+    return int(store.execute(sql, params).fetchone()[0])
+
+
+def get_facts(store: SQLStore, ids: Sequence[int]) -> list[Fact]:
+    """The facts of these ids (in any state), in the order of `ids`; unknown ids left out."""
+    found: dict[int, Fact] = {}
+    unique = list(dict.fromkeys(i for i in ids if -(2**63) <= i < 2**63))
+    for start in range(0, len(unique), 500):
+        part = unique[start : start + 500]
+        sql = f"SELECT {_FACT_COLUMNS} FROM facts WHERE id IN ({', '.join('?' * len(part))})"
+        found.update((f.id, f) for f in map(_fact, store.execute(sql, tuple(part))))
+    return [found[i] for i in ids if i in found]
+
+
 def entity_counts(
     store: SQLStore, scope_key: str, block: str | None = None
 ) -> list[tuple[str, int]]:
@@ -476,7 +518,13 @@ def change_facts(
     changes = FactChanges()
     with store.transaction():
         store.hold_lock(f"facts {block} {scope_key}")  # two extractions at once add a fact once
-        current = {f.id: f for f in list_facts(store, block, scope_key)}
+        current = _current_facts(
+            store,
+            block,
+            scope_key,
+            [normalize_fact(n.text) for n in new],
+            [i for n in new for i in n.replaces] + [i for i, _ in retire],
+        )
         known = {normalize_fact(f.text): f for f in current.values()}
         for item in new:
             text = item.text.strip()
@@ -538,6 +586,29 @@ def change_facts(
             current[old_id] = get_fact(store, old_id)  # type: ignore[assignment]
             changes.retired.append(old)
     return changes
+
+
+def _current_facts(
+    store: SQLStore, block: str, scope_key: str, norms: Sequence[str], ids: Sequence[int]
+) -> dict[int, Fact]:
+    """The current facts of the scope and block whose normalised text is one of `norms` or
+    whose id is one of `ids` (what a change reads: not every fact of the user)."""
+    now = stamp(datetime.now(tz=UTC))
+    found: dict[int, Fact] = {}
+    lookups: list[tuple[str, list[Any]]] = [
+        ("norm", list(dict.fromkeys(norms))),
+        ("id", [i for i in dict.fromkeys(ids) if -(2**63) <= i < 2**63]),
+    ]
+    for column, values in lookups:
+        for start in range(0, len(values), 500):
+            part = values[start : start + 500]
+            sql = (
+                f"SELECT {_FACT_COLUMNS} FROM facts WHERE scope_key = ? AND block = ?"
+                f" AND {_CURRENT} AND {column} IN ({', '.join('?' * len(part))})"
+            )
+            rows = store.execute(sql, (scope_key, block, now, *part))
+            found.update((f.id, f) for f in map(_fact, rows))
+    return found
 
 
 def _insert(
