@@ -244,3 +244,24 @@ def test_truncation_keeps_the_facts_related_to_the_input(tmp_path: Path) -> None
     assert "book number 0<" not in text  # the oldest unrelated went first
     full = memory.context("hello").memory_text
     assert "Ana lives in Zurich" not in full  # without a related input, the oldest go first
+
+
+def test_candidates_is_a_block_setting() -> None:
+    from memcli import ConfigError
+    from memcli.blocks.registry import Defaults, build_block
+
+    block = build_block(0, {"kind": "facts", "candidates": 5}, Defaults())
+    assert isinstance(block, FactBlock) and block.candidates == 5
+    assert block.definition()["candidates"] == 5
+    assert "candidates" not in FactBlock().definition()  # the default is not recorded
+    with pytest.raises(ConfigError, match="candidates"):
+        FactBlock(candidates=0)
+
+
+def test_the_prompt_shows_at_most_candidates(llm, tmp_path: Path) -> None:
+    llm.default = {"content": "<facts></facts>"}
+    memory = memory_with(llm, tmp_path / "m.db", candidates=3)
+    longterm.add_facts(memory.store, BLOCK, KEY, [f"Ana likes tea number {i}" for i in range(10)])
+    say(memory, "I like tea with milk")
+    say(memory, "filler")
+    assert len(shown(llm.requests[0])) == 3

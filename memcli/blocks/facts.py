@@ -314,6 +314,8 @@ class FactBlock(LLMBlock):
             "auto_retries": self.auto_retries,
             **self.model_table(),
         }
+        if self.candidates != 25:
+            table["candidates"] = self.candidates
         return table
 
     # -- receiving flushes ------------------------------------------------------------------------

@@ -45,6 +45,7 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "api_base": (str,),
         "timeout": (int, float),
         "max_facts": (int,),
+        "candidates": (int,),
         "temperature": (int, float),
         "max_tokens": (int,),
         "retry_pending": (int,),
