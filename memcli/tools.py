@@ -24,7 +24,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field
 
 from memcli.errors import InputError, MemcliError, UsageError
 from memcli.messages import Message, check_text, format_time, validate_session_id
@@ -34,14 +37,45 @@ if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
     from memcli.blocks.facts import FactBlock
     from memcli.config import Settings
+    from memcli.search.facts import FactVectors
     from memcli.search.retriever import Retriever
     from memcli.store.base import Store
-    from memcli.store.longterm import Fact
+    from memcli.store.longterm import Fact, FactChange
     from memcli.tokens import Tokenizer
 
 SEARCH_MODES = ("hybrid", "lexical", "vector")
 #: The most hits one search returns.
 MAX_HITS = 100
+
+# The tools' parameters as their schemas show them (descriptions, enums, bounds); module-level
+# names, since the schemas are derived from the functions' annotations.
+Query = Annotated[str, Field(description="What to look for, in words.")]
+Hits = Annotated[int, Field(ge=1, le=MAX_HITS, description="How many hits at most (1 to 100).")]
+Mode = Annotated[
+    Literal["hybrid", "lexical", "vector"],
+    Field(description="hybrid: words and meaning; lexical: words only; vector: meaning only."),
+]
+SessionArg = Annotated[str | None, Field(description="A session id of the user's (default: all).")]
+FactId = Annotated[int, Field(ge=1, description="A fact's id (from list_facts or search_facts).")]
+FactText = Annotated[str, Field(description="The fact, one short sentence.")]
+BlockArg = Annotated[
+    str | None, Field(description="A configured fact block's name (default: the first).")
+]
+TopicsArg = Annotated[
+    list[str] | None, Field(description="Short lowercase topics, such as food or work.")
+]
+EntitiesArg = Annotated[
+    list[str] | None,
+    Field(description="The people, places, organisations or things the fact is about."),
+]
+ExpiresArg = Annotated[
+    str | None,
+    Field(
+        description="When the fact stops holding: a date (YYYY-MM-DD, midnight UTC) or an ISO"
+        " 8601 time; none: it holds until changed."
+    ),
+]
+EntityArg = Annotated[str | None, Field(description="Only the facts about this entity.")]
 
 
 @dataclass
@@ -64,6 +98,7 @@ class AgentTools:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _retriever: Retriever | None = field(default=None, repr=False)
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
+    _vectors: FactVectors | None = field(default=None, repr=False)
 
     @property
     def scope_key(self) -> str:
@@ -123,31 +158,143 @@ class AgentTools:
     # -- facts --------------------------------------------------------------------------------
 
     def list_facts(
-        self, block: str | None = None, topic: str | None = None
+        self,
+        block: str | None = None,
+        topic: str | None = None,
+        entity: str | None = None,
+        everything: bool = False,
     ) -> list[dict[str, Any]]:
-        """The user's facts (of one block, or of every block; of one topic, or of any), oldest
-        first."""
+        """The user's current facts (of one block, or of every block; of one topic, about one
+        entity, or any), oldest first; with `everything`, the superseded, retired, expired and
+        deleted ones too, each with its `state`."""
         from memcli.store import longterm
 
         with self._lock:
             return [
                 fact_record(f)
-                for f in longterm.list_facts(self.store, block, self.scope_key, topic)
+                for f in longterm.list_facts(
+                    self.store, block, self.scope_key, topic, everything=everything, entity=entity
+                )
+            ]
+
+    def search_facts(
+        self, query: str, k: int = 10, mode: str = "hybrid", entity: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The user's current facts best matching `query` by words and meaning (facts whose
+        entities the query names first), best first, each with its `score`."""
+        from memcli.search.facts import search_facts
+
+        if not query.strip():
+            raise UsageError("the query is empty", "Give words to look for")
+        if mode not in SEARCH_MODES:
+            raise UsageError(
+                f"unknown search mode {mode!r}", f"Use one of: {', '.join(SEARCH_MODES)}"
+            )
+        if not 1 <= k <= MAX_HITS:
+            raise UsageError(f"k must be 1 to {MAX_HITS}, not {k}", "Ask for fewer hits")
+        check_text(query, "the query")
+        with self._lock:
+            vectors = self.fact_vectors() if mode != "lexical" else None
+            found = search_facts(self.store, self.scope_key, query, k, vectors, mode, entity=entity)
+            return [{**fact_record(f), "score": round(score, 6)} for f, score in found]
+
+    def fact_vectors(self) -> FactVectors:
+        """The facts' vectors (the bundled model, loaded on first use), kept between calls."""
+        if self._vectors is None:
+            from memcli.search import OnnxEmbedder
+            from memcli.search.facts import FactVectors
+
+            self._vectors = FactVectors(OnnxEmbedder(self.settings.home / "models"))
+        return self._vectors
+
+    def get_fact(self, fact_id: int) -> dict[str, Any]:
+        """One of the user's facts, whatever its state (current, superseded, ...)."""
+        with self._lock:
+            return fact_record(self._any_fact(fact_id))
+
+    def fact_history(self, fact_id: int) -> dict[str, Any]:
+        """A fact's versions (the facts it superseded and that superseded it, oldest first) and
+        every change to them, oldest first, each with its reason."""
+        from memcli.store import longterm
+
+        with self._lock:
+            fact = self._any_fact(fact_id)
+            chain = longterm.fact_chain(self.store, fact_id)
+            changes = longterm.fact_history(
+                self.store, fact.scope_key, fact_ids=[f.id for f in chain]
+            )
+            return {
+                "versions": [fact_record(f) for f in chain],
+                "changes": [change_record(c) for c in changes],
+            }
+
+    def restore_fact(self, fact_id: int) -> dict[str, Any]:
+        """Make an older version of one of the user's facts current again (a new change in its
+        history); the fact that superseded it is superseded by it in turn."""
+        from memcli.store import longterm
+
+        with self._lock:
+            self._any_fact(fact_id)
+            restored, displaced = longterm.restore_fact(self.store, fact_id, origin=self.origin)
+            return {
+                "fact": fact_record(restored),
+                "superseded": [fact_record(f) for f in displaced],
+            }
+
+    def delete_all_facts(self, keep_history: bool = False) -> dict[str, Any]:
+        """Forget all the user's facts (theirs and their sessions'): gone with their history, or
+        with `keep_history` marked deleted and kept in it."""
+        from memcli.store import longterm
+
+        with self._lock:
+            keys = [self.scope_key] + [
+                f"session:{i.id}" for i in self.store.list_sessions(self.user)
+            ]
+            count = longterm.forget_facts(
+                self.store, keys, keep_history=keep_history, origin=self.origin
+            )
+            return {"forgotten": count, "history_kept": keep_history}
+
+    def list_entities(self) -> list[dict[str, Any]]:
+        """The entities the user's current facts name, each with how many facts name it, most
+        first."""
+        from memcli.store import longterm
+
+        with self._lock:
+            return [
+                {"entity": name, "facts": count}
+                for name, count in longterm.entity_counts(self.store, self.scope_key)
             ]
 
     def add_fact(
-        self, text: str, block: str | None = None, topics: list[str] | None = None
+        self,
+        text: str,
+        block: str | None = None,
+        topics: list[str] | None = None,
+        entities: list[str] | None = None,
+        expires: str | None = None,
     ) -> dict[str, Any]:
-        """Add a fact to the user's facts (to `block`, default the first fact block), with its
-        `topics`; a duplicate (ignoring case and spaces) is not added: `added` is false and
-        `fact` the known one."""
+        """Add a fact to the user's facts (to `block`, a configured fact block, default the
+        first), with its `topics`, `entities` and expiry (`expires`: a date or an ISO time); a
+        duplicate of a current fact (ignoring case and spaces) is not added: `added` is false
+        and `fact` the known one."""
         from memcli.store import longterm
 
         check_fact_text(text, "Give the fact's text", topics)
+        for i, name in enumerate(entities or []):
+            check_text(name, f"entity {i}")
+        expires_at = parse_expiry(expires) if expires is not None else None
         with self._lock:
-            name = fact_block_name(self.blocks(None), block)
+            name = fact_block_name(self.blocks(None), block, strict=True)
             added = longterm.add_facts(
-                self.store, name, self.scope_key, [text], origin=self.origin, topics=[topics or []]
+                self.store,
+                name,
+                self.scope_key,
+                [text],
+                origin=self.origin,
+                topics=[topics or []],
+                entities=[entities or []],
+                expires_at=expires_at,
             )
             if added:
                 return {"added": True, "fact": fact_record(added[0])}
@@ -188,6 +335,17 @@ class AgentTools:
     def _fact(self, fact_id: int) -> Fact:
         """The live fact of that id, if it is the user's (theirs, or of one of their sessions)."""
         return live_fact(self.store, fact_id, self.user, "List the facts to see their ids")
+
+    def _any_fact(self, fact_id: int) -> Fact:
+        """The fact of that id in any state, if it is the user's."""
+        from memcli.store import longterm
+
+        fact = longterm.get_fact(self.store, fact_id)
+        if fact is None or fact_owner(self.store, fact) != self.user:
+            raise MemcliError(
+                f"no fact {fact_id} of user {self.user!r}", "List the facts to see their ids"
+            )
+        return fact
 
     # -- sessions -----------------------------------------------------------------------------
 
@@ -314,14 +472,35 @@ def fact_blocks(blocks: Sequence[MemoryBlock]) -> list[FactBlock]:
     return [b for b in blocks if isinstance(b, FactBlock)]
 
 
-def fact_block_name(blocks: Sequence[MemoryBlock], block: str | None = None) -> str:
+def fact_block_name(
+    blocks: Sequence[MemoryBlock], block: str | None = None, *, strict: bool = False
+) -> str:
     """Which fact block a new fact goes to: the named block, else the first fact block of
-    `blocks`, else the default fact block's name."""
+    `blocks`, else the default fact block's name. With `strict`, a named block must be one of
+    the fact blocks of `blocks` (or, when there are none, the default's name): UsageError."""
     from memcli.blocks.facts import FactBlock
 
+    names = [b.name for b in fact_blocks(blocks)]
     if block is not None:
+        if strict and block not in (names or [FactBlock.name]):
+            raise UsageError(
+                f"no fact block {block!r}",
+                f"The fact blocks are: {', '.join(names or [FactBlock.name])}",
+            )
         return block
-    return next((b.name for b in fact_blocks(blocks)), FactBlock.name)
+    return next(iter(names), FactBlock.name)
+
+
+def parse_expiry(value: str) -> datetime:
+    """An expiry as given: a date (YYYY-MM-DD: midnight UTC, when that day starts) or an ISO 8601
+    time (a naive one taken as UTC); UsageError otherwise."""
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"not a date or time: {value!r}", "Give a date (2026-12-31) or an ISO 8601 time"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def fact_owner(store: Store, fact: Fact) -> str | None:
@@ -351,18 +530,46 @@ def live_fact(store: Store, fact_id: int, user: str | None, hint: str) -> Fact:
 
 
 def fact_record(f: Fact) -> dict[str, Any]:
-    """A fact as a JSON-ready dict: what `memcli facts --json`, MCP and the chat's tools show."""
+    """A fact as a JSON-ready dict: what `memcli facts --json`, MCP and the chat's tools show.
+    `state` is its status now (current, superseded, retired, expired, deleted)."""
+
+    def time(value: datetime | None) -> str | None:
+        return None if value is None else format_time(value)
+
     return {
         "id": f.id,
         "block": f.block,
         "text": f.text,
         "topics": f.topics,
+        "entities": f.entities,
+        "state": f.status(),
+        "superseded_by": f.superseded_by,
+        "reason": f.reason,
+        "valid_from": time(f.valid_from or f.created_at),
+        "expires_at": time(f.expires_at),
         "origin": f.origin,
         "session": f.session_id,
         "flush_id": f.flush_id,
         "message_ids": f.message_ids,
         "created_at": format_time(f.created_at),
         "updated_at": format_time(f.updated_at),
+    }
+
+
+def change_record(c: FactChange) -> dict[str, Any]:
+    """One change of a fact's history as a JSON-ready dict (`memcli facts history --json`)."""
+    return {
+        "id": c.id,
+        "fact_id": c.fact_id,
+        "action": c.action,
+        "text": c.text,
+        "old_text": c.old_text,
+        "topics": c.topics,
+        "old_topics": c.old_topics,
+        "reason": c.reason,
+        "origin": c.origin,
+        "flush_id": c.flush_id,
+        "at": format_time(c.at),
     }
 
 
@@ -400,46 +607,110 @@ def _check_unicode(text: str) -> None:
 
 #: The tools a chat's model is offered (`memcli chat --memory-tools`): its own session is the
 #: chat, so reading a context and putting messages are left to the MCP server.
-CHAT_TOOLS = ("search_memory", "list_facts", "add_fact", "update_fact", "delete_fact")
+CHAT_TOOLS = (
+    "search_memory",
+    "list_facts",
+    "search_facts",
+    "add_fact",
+    "update_fact",
+    "delete_fact",
+)
 
 
 def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
     """The tools, as functions over `tools`: each one's name, signature and docstring define the
-    tool (its JSON schema is derived from them). They raise MemcliError on a refusal."""
+    tool (its JSON schema is derived from them: the parameters' descriptions, enums and bounds
+    are in their annotations). They raise MemcliError on a refusal."""
 
     def search_memory(
-        query: str, k: int = 5, session: str | None = None, mode: str = "hybrid"
+        query: Query, k: Hits = 5, session: SessionArg = None, mode: Mode = "hybrid"
     ) -> list[dict[str, Any]]:
         """Search the user's stored messages (or one session's) by words and meaning, best
         first. mode: hybrid (words and meaning), lexical (words only) or vector (meaning only)."""
         return tools.search(query, k=k, session=session, mode=mode)
 
-    def list_facts(block: str | None = None, topic: str | None = None) -> list[dict[str, Any]]:
-        """The facts long-term memory holds about the user, oldest first (with their ids and
-        topics); with `topic`, only the facts of that topic."""
-        return tools.list_facts(block, topic)
+    def list_facts(
+        block: BlockArg = None,
+        topic: Annotated[str | None, Field(description="Only the facts of this topic.")] = None,
+        entity: EntityArg = None,
+        include_old: Annotated[
+            bool,
+            Field(description="Also the superseded, retired, expired and deleted facts."),
+        ] = False,
+    ) -> list[dict[str, Any]]:
+        """The facts long-term memory holds about the user, oldest first (with their ids,
+        topics, entities and state); with `topic` or `entity`, only those facts."""
+        return tools.list_facts(block, topic, entity, everything=include_old)
+
+    def search_facts(
+        query: Query, k: Hits = 10, mode: Mode = "hybrid", entity: EntityArg = None
+    ) -> list[dict[str, Any]]:
+        """The user's current facts that best match the query by words and meaning (such as
+        "where does the user live"), best first; facts about an entity the query names first."""
+        return tools.search_facts(query, k=k, mode=mode, entity=entity)
+
+    def get_fact(fact_id: FactId) -> dict[str, Any]:
+        """One of the user's facts by id, whatever its state (current, superseded, retired,
+        expired, deleted), with what superseded it."""
+        return tools.get_fact(fact_id)
+
+    def fact_history(fact_id: FactId) -> dict[str, Any]:
+        """A fact's versions (the facts it replaced and that replaced it) and every change to
+        them, oldest first, each with its reason."""
+        return tools.fact_history(fact_id)
+
+    def list_entities() -> list[dict[str, Any]]:
+        """The people, places, organisations and things the user's facts are about, each with
+        its number of facts, most first."""
+        return tools.list_entities()
 
     def add_fact(
-        text: str, block: str | None = None, topics: list[str] | None = None
+        text: FactText,
+        block: BlockArg = None,
+        topics: TopicsArg = None,
+        entities: EntitiesArg = None,
+        expires: ExpiresArg = None,
     ) -> dict[str, Any]:
-        """Remember a fact about the user, with its topics (a duplicate is not added twice)."""
-        return tools.add_fact(text, block, topics)
+        """Remember a fact about the user, with its topics, entities and expiry (a duplicate is
+        not added twice)."""
+        return tools.add_fact(text, block, topics, entities, expires)
 
-    def update_fact(fact_id: int, text: str, topics: list[str] | None = None) -> dict[str, Any]:
+    def update_fact(fact_id: FactId, text: FactText, topics: TopicsArg = None) -> dict[str, Any]:
         """Change the text of one of the user's facts, and its topics when given (the old text
         and topics stay in its history)."""
         return tools.update_fact(fact_id, text, topics)
 
-    def delete_fact(fact_id: int) -> dict[str, Any]:
+    def delete_fact(fact_id: FactId) -> dict[str, Any]:
         """Forget one of the user's facts (kept in the fact history as deleted)."""
         return tools.delete_fact(fact_id)
 
-    def get_context(session: str, input: str | None = None) -> list[dict[str, Any]]:
+    def delete_all_facts(
+        keep_history: Annotated[
+            bool,
+            Field(description="Keep the facts in the history, marked deleted (default: gone)."),
+        ] = False,
+    ) -> dict[str, Any]:
+        """Forget every fact about the user. Without keep_history, the facts and their history
+        are gone for good."""
+        return tools.delete_all_facts(keep_history)
+
+    def get_context(
+        session: Annotated[str, Field(description="The session's id.")],
+        input: Annotated[str | None, Field(description="The next user message, if any.")] = None,
+    ) -> list[dict[str, Any]]:
         """The messages to send the model for a session: its short-term window with long-term
         memory inserted (for `input`, the next user message, if given). Nothing is stored."""
         return tools.context(session, input)
 
-    def put_messages(messages: list[dict[str, Any]], session: str | None = None) -> dict[str, Any]:
+    def put_messages(
+        messages: Annotated[
+            list[dict[str, Any]],
+            Field(description='Message objects: {"role": ..., "content": ...}.'),
+        ],
+        session: Annotated[
+            str | None, Field(description="The session's id (default: a new session).")
+        ] = None,
+    ) -> dict[str, Any]:
         """Store messages ({"role": "user"|"assistant"|"system"|"tool", "content": "..."},
         optional name, metadata, timestamp) in a session (none given: a new one); the window
         flushes to long-term memory when over budget. A bad message stores nothing."""
@@ -454,13 +725,27 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
     return [
         search_memory,
         list_facts,
+        search_facts,
+        get_fact,
+        fact_history,
+        list_entities,
         add_fact,
         update_fact,
         delete_fact,
+        delete_all_facts,
         get_context,
         put_messages,
         forget_user,
     ]
+
+
+def strict(arg_model: Any) -> Any:
+    """A tool's argument model that refuses arguments the tool does not take (the SDK's ignores
+    them); its schema says so (`additionalProperties: false`)."""
+    from pydantic import ConfigDict
+
+    config = ConfigDict(**{**arg_model.model_config, "extra": "forbid"})  # type: ignore[typeddict-item]
+    return type(arg_model.__name__, (arg_model,), {"model_config": config, "__module__": __name__})
 
 
 def chat_tools(tools: AgentTools) -> ToolSet:
@@ -516,7 +801,12 @@ class ToolSet:
                     func_metadata,
                 )
 
-            self._loaded = {f.__name__: (f, func_metadata(f)) for f in self.functions}
+            loaded = {}
+            for function in self.functions:
+                meta = func_metadata(function)
+                meta.arg_model = strict(meta.arg_model)
+                loaded[function.__name__] = (function, meta)
+            self._loaded = loaded
         return self._loaded
 
     def schemas(self) -> list[dict[str, Any]]:

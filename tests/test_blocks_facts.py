@@ -89,7 +89,7 @@ def test_duplicates_after_normalising_are_not_added(llm, tmp_path: Path) -> None
         turn(memory, text)
     assert facts(memory) == ["Ana likes tea", "Ana lives in Porto"]
     # The second request told the LLM what is already known.
-    assert "<fact>Ana likes tea</fact>" in llm.requests[1]["messages"][0]["content"]
+    assert '<fact id="1">Ana likes tea</fact>' in llm.requests[1]["messages"][0]["content"]
 
 
 @pytest.mark.parametrize(
@@ -224,27 +224,41 @@ def test_extract_pending_retries_a_batch_left_after_its_automatic_retries(
 
 
 def test_condense_over_max_facts(llm, db: str) -> None:
+    """Condensing is the same mechanism as extraction: a merged fact supersedes the facts it
+    names, a retired fact is kept with its reason, the others stay; nothing is deleted."""
     llm.script(
         {"content": "<facts><fact>F1</fact><fact>F2</fact></facts>"},
         {"content": "<facts><fact>F3</fact><fact>F4</fact></facts>"},
-        {"content": "<facts><fact>F1</fact><fact>F3 and F4</fact></facts>"},  # condensed
+        {
+            "content": '<facts><fact replaces="3, 4">F3 and F4</fact>'
+            '<retire id="2">F2 is old news</retire></facts>'
+        },  # condensed
     )
     memory = facts_memory(llm, db, max_facts=3)
     for text in ("one", "two", "three"):
         turn(memory, text)
     assert facts(memory) == ["F1", "F3 and F4"]
-    assert "at most 3" in llm.requests[2]["messages"][0]["content"]
+    prompt = llm.requests[2]["messages"][0]["content"]
+    assert "more than 3" in prompt and '<fact id="3">F3</fact>' in prompt
+    every = longterm.list_facts(memory.store, "extracted_info", "user:ana", everything=True)
+    assert [(f.text, f.status(), f.superseded_by, f.reason) for f in every] == [
+        ("F1", "current", None, None),
+        ("F2", "retired", None, "F2 is old news"),
+        ("F3", "superseded", 5, "superseded by fact 5"),
+        ("F4", "superseded", 5, "superseded by fact 5"),
+        ("F3 and F4", "current", None, None),
+    ]
     history = longterm.fact_history(memory.store, "user:ana")
-    actions = [(c.action, c.text or c.old_text) for c in history]
+    actions = [(c.action, c.fact_id) for c in history]
     assert actions == [
-        ("added", "F1"),
-        ("added", "F2"),
-        ("added", "F3"),
-        ("added", "F4"),
-        ("condensed", "F2"),
-        ("condensed", "F3"),
-        ("condensed", "F4"),
-        ("condensed", "F3 and F4"),
+        ("added", 1),
+        ("added", 2),
+        ("added", 3),
+        ("added", 4),
+        ("condensed", 5),
+        ("superseded", 3),
+        ("superseded", 4),
+        ("retired", 2),
     ]
     # Extraction's changes and condensing's say so in the history (memcli facts history).
     assert [c.origin for c in history] == ["extracted"] * 4 + ["condensed"] * 4
@@ -257,7 +271,8 @@ def test_condense_over_max_facts(llm, db: str) -> None:
         {"content": "<facts></facts>"},
         {"content": "nonsense"},
         {"status": 500},
-        {"content": "<facts><fact>a</fact><fact>b</fact><fact>c</fact><fact>d</fact></facts>"},
+        {"content": '<facts><fact replaces="99">a</fact></facts>'},  # an id it was not shown
+        {"content": '<facts><retire id="1">x</retire><fact replaces="1">b</fact></facts>'},
     ],
 )
 def test_bad_condense_reply_is_ignored(llm, tmp_path: Path, bad) -> None:

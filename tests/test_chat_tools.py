@@ -193,8 +193,12 @@ def test_update_and_delete_are_recorded_in_the_history(tmp_path, llm):
         ("update_fact", {"fact_id": "twelve", "text": "x"}, "fact_id"),
         ("update_fact", {"fact_id": 99, "text": "x"}, "no fact 99 of user 'ana'"),
         ("delete_fact", {"fact_id": 2**70}, "no fact"),
-        ("search_memory", {"query": "x", "k": 0, "mode": "lexical"}, "k must be 1 to 100"),
-        ("search_memory", {"query": "x", "mode": "psychic"}, "unknown search mode"),
+        ("search_memory", {"query": "x", "k": 0, "mode": "lexical"}, "greater than or equal"),
+        ("search_memory", {"query": "x", "mode": "psychic"}, "'hybrid', 'lexical' or 'vector'"),
+        ("search_facts", {"query": "x", "k": 101}, "less than or equal to 100"),
+        ("add_fact", {"text": "x", "colour": "red"}, "colour: Extra inputs are not permitted"),
+        ("add_fact", {"text": "x", "block": "nope"}, "no fact block 'nope'"),
+        ("add_fact", {"text": "x", "expires": "next week"}, "not a date or time"),
     ],
 )
 def test_a_bad_call_is_an_error_result_the_model_reads_and_the_chat_goes_on(

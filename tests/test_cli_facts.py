@@ -207,3 +207,132 @@ def test_extract_pending_exits_1_while_batches_stay_pending(llm, tmp_path: Path)
     assert run.records()[-1] == {"type": "summary", "done": 1, "pending": 0}
     texts = [f["text"] for f in memcli("--db", str(db), "facts", "--json").records()]
     assert texts == ["Ana likes tea", "Ana lives in Porto"]
+
+
+def _home_protocol(body: dict) -> dict:
+    """A model answering in the facts protocol: a new home replaces the home it was shown."""
+    import re
+
+    conversation = body["messages"][-1]["content"]
+    prompt = body["messages"][0]["content"]
+    if "I live in Bern" in conversation:
+        return {"content": '<facts><fact entities="Bern">Ana lives in Bern</fact></facts>'}
+    if "I moved to Zurich" in conversation:
+        home = re.search(r'<fact id="(\d+)"[^>]*>Ana lives in Bern</fact>', prompt)
+        assert home is not None, prompt
+        return {
+            "content": f'<facts><fact entities="Zurich, Ana" replaces="{home.group(1)}">'
+            "Ana lives in Zurich</fact></facts>"
+        }
+    return {"content": "<facts></facts>"}
+
+
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
+def test_a_move_supersedes_visible_in_all_and_history_and_restorable(llm, tmp_path: Path) -> None:
+    config = write_config(tmp_path, llm)
+    llm.default = _home_protocol
+    chat = tmp_path / "move.jsonl"
+    lines = [
+        {"role": "user", "content": "I live in Bern , I say that now"},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "I moved to Zurich , I say that now"},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "turn 2: I say something about myself"},
+        {"role": "assistant", "content": "Noted."},
+    ]
+    chat.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    run = memcli("--config", config, "import", str(chat), "--session", "s1", "--json")
+    assert run.code == 0, run.stderr
+
+    current = memcli("--config", config, "facts", "--json").records()
+    assert [(f["text"], f["state"]) for f in current] == [("Ana lives in Zurich", "current")]
+    zurich = current[0]
+    assert zurich["entities"] == ["Ana", "Zurich"] and zurich["valid_from"]
+    assert zurich["expires_at"] is None and zurich["superseded_by"] is None
+    every = memcli("--config", config, "facts", "--all", "--json").records()
+    assert [(f["text"], f["state"], f["superseded_by"]) for f in every] == [
+        ("Ana lives in Bern", "superseded", zurich["id"]),
+        ("Ana lives in Zurich", "current", None),
+    ]
+    bern = every[0]["id"]
+    history = memcli("--config", config, "facts", "history", str(zurich["id"]), "--json")
+    assert [(h["fact_id"], h["action"]) for h in history.records()] == [
+        (bern, "added"),
+        (zurich["id"], "added"),
+        (bern, "superseded"),
+    ]
+    assert history.records()[2]["reason"] == f"superseded by fact {zurich['id']}"
+    assert history.records()[2]["flush_id"] == zurich["flush_id"]
+    table = memcli("--config", config, "facts", "--all")
+    assert table.code == 0 and "superseded" in table.stdout
+
+    run = memcli("--config", config, "facts", "restore", str(bern), "--json")
+    assert run.code == 0, run.stderr
+    assert f"fact {zurich['id']} is superseded by it" in run.stderr
+    assert [(r["id"], r["state"]) for r in run.records()] == [
+        (bern, "current"),
+        (zurich["id"], "superseded"),
+    ]
+    assert [f["text"] for f in memcli("--config", config, "facts", "--json").records()] == [
+        "Ana lives in Bern"
+    ]
+    again = memcli("--config", config, "facts", "restore", str(bern))
+    assert again.code == 1 and "is current" in again.stderr
+    missing = memcli("--config", config, "facts", "restore", "999")
+    assert missing.code == 1 and "no fact 999" in missing.stderr
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_expiry_entities_and_query() -> None:
+    add = ["facts", "add", "--user", "ana"]
+    assert memcli(*add, "Ana is in Rome this week", "--expires", "2000-01-01").code == 0
+    assert (
+        memcli(
+            *add, "Ana's sister Eva lives in Lisbon", "--entity", "Eva", "--entity", "Lisbon"
+        ).code
+        == 0
+    )
+    assert memcli(*add, "Ana is vegetarian", "--expires", "2999-12-31T18:00:00+02:00").code == 0
+    bad = memcli(*add, "x", "--expires", "soon")
+    assert bad.code == 2 and "not a date or time" in bad.stderr
+
+    listed = memcli("facts", "--user", "ana", "--json").records()
+    assert [f["text"] for f in listed] == ["Ana's sister Eva lives in Lisbon", "Ana is vegetarian"]
+    assert listed[1]["expires_at"] == "2999-12-31T16:00:00Z"
+    every = memcli("facts", "--user", "ana", "--all", "--json").records()
+    assert [(f["text"], f["state"]) for f in every][0] == ("Ana is in Rome this week", "expired")
+
+    entities = memcli("entities", "--user", "ana", "--json").records()
+    assert entities == [
+        {"type": "entity", "entity": "Eva", "facts": 1},
+        {"type": "entity", "entity": "Lisbon", "facts": 1},
+    ]
+    about = memcli("facts", "--user", "ana", "--entity", "eva", "--json").records()
+    assert [f["text"] for f in about] == ["Ana's sister Eva lives in Lisbon"]
+
+    found = memcli(
+        "facts",
+        "--user",
+        "ana",
+        "--query",
+        "where does her sister live",
+        "--mode",
+        "lexical",
+        "--json",
+    )
+    assert found.code == 0, found.stderr
+    assert found.records()[0]["text"] == "Ana's sister Eva lives in Lisbon"
+    assert found.records()[0]["score"] > 0
+    assert all(r["text"] != "Ana is in Rome this week" for r in found.records())
+    bad_mode = memcli("facts", "--user", "ana", "--query", "x", "--mode", "psychic")
+    assert bad_mode.code == 2 and "unknown search mode" in bad_mode.stderr
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_query_by_meaning_finds_the_fact_without_shared_words() -> None:
+    add = ["facts", "add", "--user", "ana"]
+    for text in ("Ana owns a red bicycle", "Ana resides in Zurich", "Ana plays the violin"):
+        assert memcli(*add, text).code == 0
+    found = memcli("facts", "--user", "ana", "--query", "which city is her home", "--json")
+    assert found.code == 0, found.stderr
+    assert found.records()[0]["text"] == "Ana resides in Zurich"

@@ -68,19 +68,22 @@ def test_condense_keeps_the_topics_it_is_given(llm, tmp_path: Path) -> None:
     llm.script(
         {"content": '<facts><fact topics="food">F1</fact><fact>F2</fact></facts>'},
         {"content": "<facts><fact>F3</fact><fact>F4</fact></facts>"},
-        {
-            "content": '<facts><fact topics="food">F1</fact><fact topics="x">F3 and F4</fact></facts>'
-        },
+        {"content": '<facts><fact topics="x" replaces="3,4">F3 and F4</fact></facts>'},
     )
     memory = facts_memory(llm, tmp_path / "m.db", max_facts=3)
     for text in ("one", "two", "three"):
         turn(memory, text)
     condense_prompt = llm.requests[2]["messages"][0]["content"]
     assert (
-        '<fact topics="food">F1</fact>' in condense_prompt and "<fact>F2</fact>" in condense_prompt
+        '<fact id="1" topics="food">F1</fact>' in condense_prompt
+        and '<fact id="2">F2</fact>' in condense_prompt
     )
     stored = longterm.list_facts(memory.store, "extracted_info", "user:ana")
-    assert [(f.text, f.topics) for f in stored] == [("F1", ["food"]), ("F3 and F4", ["x"])]
+    assert [(f.text, f.topics) for f in stored] == [
+        ("F1", ["food"]),
+        ("F2", []),
+        ("F3 and F4", ["x"]),
+    ]
 
 
 def test_edit_keeps_topics_unless_given(db: str) -> None:

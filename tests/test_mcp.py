@@ -128,11 +128,16 @@ def test_tools_and_resources_over_stdio(tmp_path: Path) -> None:
     assert out["tools"] == sorted(
         [
             "add_fact",
+            "delete_all_facts",
             "delete_fact",
             "forget_user",
+            "fact_history",
             "get_context",
+            "get_fact",
+            "list_entities",
             "list_facts",
             "put_messages",
+            "search_facts",
             "search_memory",
             "update_fact",
         ]
@@ -208,7 +213,7 @@ def test_bad_input_is_a_tool_error_and_stores_nothing(tmp_path: Path) -> None:
     )
     assert is_error(out["other_session"]) and "no session 'bobs'" in text(out["other_session"])
     assert data(out["other_search"]) == []  # bob's messages are not ana's memory
-    assert is_error(out["mode"]) and "unknown search mode" in text(out["mode"])
+    assert is_error(out["mode"]) and "'hybrid', 'lexical' or 'vector'" in text(out["mode"])
     assert is_error(out["missing"])
     assert out["sessions"] == []
     assert "no session 'bobs'" in out["other_resource"]
@@ -293,3 +298,87 @@ def test_forget_user_needs_confirm(tmp_path: Path) -> None:
     assert out["forgotten"]["sessions"] == ["s1"] and out["forgotten"]["messages"] == 4
     assert out["after"] == []
     assert b"Biscuit" not in db.read_bytes()
+
+
+def test_fact_tools_search_get_history_entities_forget(tmp_path: Path) -> None:
+    """The fact tools at mem0's level: search, get (any state), history, entities, expiry,
+    forget all (with or without the history); schemas with descriptions, enums and bounds;
+    unknown arguments and unknown blocks refused."""
+    db = tmp_path / "mcp.db"
+    store = SQLiteStore(db)
+    [home] = longterm.add_facts(
+        store, "extracted_info", "user:ana", ["Ana lives in Bern"], entities=[["Bern"]]
+    )
+    changes = longterm.change_facts(
+        store,
+        "extracted_info",
+        "user:ana",
+        [longterm.NewFact("Ana lives in Zurich", entities=["Zurich"], replaces=[home.id])],
+    )
+    zurich = changes.added[0].id
+    longterm.add_facts(store, "extracted_info", "user:bob", ["Bob lives in Bern"])
+    store.close()
+
+    async def script(s: ClientSession) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        tools = {t.name: t for t in (await s.list_tools()).tools}
+        out["schema"] = attr(tools["search_facts"], "input_schema")
+        add = lambda args: s.call_tool("add_fact", args)  # noqa: E731
+        out["added"] = data(
+            await add({"text": "Ana's sister is Eva", "entities": ["Eva"], "topics": ["family"]})
+        )
+        out["expiring"] = data(await add({"text": "Ana is in Rome", "expires": "2000-01-01"}))
+        out["unknown_block"] = await add({"text": "x", "block": "nope"})
+        out["unknown_arg"] = await add({"text": "x", "colour": "red"})
+        out["big_k"] = await s.call_tool("search_facts", {"query": "lives", "k": 1000})
+        out["search"] = data(
+            await s.call_tool("search_facts", {"query": "where does Ana live", "mode": "lexical"})
+        )
+        out["entity"] = data(await s.call_tool("list_facts", {"entity": "eva"}))
+        out["all"] = data(await s.call_tool("list_facts", {"include_old": True}))
+        out["get"] = data(await s.call_tool("get_fact", {"fact_id": home.id}))
+        out["history"] = data(await s.call_tool("fact_history", {"fact_id": zurich}))
+        out["entities"] = data(await s.call_tool("list_entities", {}))
+        out["forget"] = data(await s.call_tool("delete_all_facts", {}))
+        out["after"] = data(await s.call_tool("list_facts", {"include_old": True}))
+        return out
+
+    out = drive(db, script, "--user", "ana")
+    schema = out["schema"]
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["k"]["maximum"] == 100 and schema["properties"]["k"]["minimum"] == 1
+    assert schema["properties"]["mode"]["enum"] == ["hybrid", "lexical", "vector"]
+    assert all(p.get("description") for p in schema["properties"].values())
+    assert out["added"]["fact"]["entities"] == ["Eva"]
+    assert out["expiring"]["fact"]["state"] == "expired"
+    assert out["expiring"]["fact"]["expires_at"] == "2000-01-01T00:00:00Z"
+    assert is_error(out["unknown_block"]) and "no fact block 'nope'" in text(out["unknown_block"])
+    assert is_error(out["unknown_arg"]) and "colour" in text(out["unknown_arg"])
+    assert is_error(out["big_k"]) and "less than or equal to 100" in text(out["big_k"])
+    assert out["search"][0]["text"] == "Ana lives in Zurich"  # Bern is superseded: not found
+    assert "Ana lives in Bern" not in [f["text"] for f in out["search"]]
+    assert out["search"][0]["score"] > out["search"][-1]["score"]
+    assert [f["text"] for f in out["entity"]] == ["Ana's sister is Eva"]
+    states = {f["text"]: f["state"] for f in out["all"]}
+    assert states == {
+        "Ana lives in Bern": "superseded",
+        "Ana lives in Zurich": "current",
+        "Ana's sister is Eva": "current",
+        "Ana is in Rome": "expired",
+    }
+    assert out["get"]["state"] == "superseded" and out["get"]["superseded_by"] == zurich
+    assert [v["text"] for v in out["history"]["versions"]] == [
+        "Ana lives in Bern",
+        "Ana lives in Zurich",
+    ]
+    assert [(c["fact_id"], c["action"]) for c in out["history"]["changes"]] == [
+        (home.id, "added"),
+        (zurich, "added"),
+        (home.id, "superseded"),
+    ]
+    assert out["entities"] == [{"entity": "Eva", "facts": 1}, {"entity": "Zurich", "facts": 1}]
+    assert out["forget"] == {"forgotten": 4, "history_kept": False}
+    assert out["after"] == []
+    store = SQLiteStore(db)
+    assert longterm.fact_history(store, "user:ana") == []
+    assert [f.text for f in longterm.list_facts(store, None, "user:bob")] == ["Bob lives in Bern"]

@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import BlockContext, Deferred, LLMBlock
 from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
+from memcli.search.facts import FactVectors, rank_facts
 from memcli.store import longterm
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from memcli.messages import Message
+    from memcli.search.embedder import Embedder
     from memcli.store.base import SessionInfo
     from memcli.tokens import Tokenizer
 
@@ -37,17 +41,24 @@ INSTRUCTIONS:
 4. Write each fact as a separate <fact> XML tag.
 5. Give each fact one to three short topics (such as food, health, work, family, travel) in its
    topics attribute, lowercase and separated by commas.
-6. No opinions, summaries or interpretations: only explicit information.
-7. Do not repeat facts that are already in the existing facts.
+6. Name the people, places, organisations and things a fact is about in its entities attribute
+   (entities="Name, Other"), when it is about any.
+7. A fact that only holds until a date ("this week", "until Friday") gets expires="YYYY-MM-DD".
+8. No opinions, summaries or interpretations: only explicit information.
+9. The existing facts below are the known facts most related to this conversation, each with
+   its id. Do not repeat one. When a new fact changes or corrects one (the user moved, changed
+   their mind), write it with replaces="ID", the id of the fact it replaces. When an existing
+   fact is no longer true and no new fact replaces it, write <retire id="ID">why</retire>.
 
 <existing_facts>
 {existing}
 </existing_facts>
 
-Answer ONLY with the new facts, in exactly this format:
+Answer ONLY with the new facts and the retired ones, in exactly this format:
 <facts>
-  <fact topics="topic a, topic b">Specific fact 1</fact>
-  <fact topics="topic c">Specific fact 2</fact>
+  <fact topics="topic a, topic b" entities="Name">Specific fact 1</fact>
+  <fact topics="topic c" replaces="12">A fact that replaces fact 12</fact>
+  <retire id="7">Why fact 7 is no longer true</retire>
 </facts>
 
 If there are no new facts, answer: <facts></facts>"""
@@ -55,50 +66,90 @@ If there are no new facts, answer: <facts></facts>"""
 CONDENSE_PROMPT = """You are a precise fact condensing system.
 
 INSTRUCTIONS:
-1. Read the existing facts below.
-2. Condense them into a shorter list of at most {max_facts} facts that keeps the important ones.
-3. Focus on facts such as preferences, personal details, requirements, constraints and context.
-4. Write each fact as a separate <fact> XML tag.
-5. Keep the topics attribute of the facts you keep or merge.
+1. The user has more than {max_facts} facts. Read the existing facts below, each with its id.
+2. Merge facts that say the same thing, or belong together, into one fact, written with
+   replaces="ID, ID": the ids of every fact it merges.
+3. A fact that is no longer true (a later fact contradicts it): <retire id="ID">why</retire>.
+4. The facts you do not mention stay as they are: do not repeat them.
+5. Keep the topics and entities attributes of the facts you merge.
 6. No opinions, summaries or interpretations: only explicit information.
-7. No duplicates.
 
 <existing_facts>
 {existing}
 </existing_facts>
 
-Answer ONLY with the complete condensed list, in exactly this format:
+Answer ONLY with the merged and retired facts, in exactly this format:
 <facts>
-  <fact topics="topic a, topic b">Specific fact 1</fact>
-  <fact topics="topic c">Specific fact 2</fact>
-</facts>"""
+  <fact topics="topic a" replaces="3, 4">The fact that merges facts 3 and 4</fact>
+  <retire id="7">Why fact 7 is no longer true</retire>
+</facts>
+
+If nothing is to merge or retire, answer: <facts></facts>"""
 
 _FACTS = re.compile(r"<facts>(.*?)</facts>", re.S)
-_FACT = re.compile(r"""\s*<fact(\s(?:[^<>"']|"[^"]*"|'[^']*')*)?>(.*?)</fact>\s*""", re.S)
+_ITEM = re.compile(r"""\s*<(fact|retire)(\s(?:[^<>"']|"[^"]*"|'[^']*')*)?>(.*?)</\1>\s*""", re.S)
 _FACT_OPEN = re.compile(r"<fact[\s>]")
-_TOPICS = re.compile(r"""^\s*topics\s*=\s*(?:"([^"]*)"|'([^']*)')\s*$""")
+_ATTRIBUTE = re.compile(r"""\s*([A-Za-z_]+)\s*=\s*(?:"([^"]*)"|'([^']*)')\s*""")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
+_FACT_ATTRIBUTES = ("topics", "entities", "replaces", "expires")
 
 
-def _topics(attributes: str | None) -> list[str]:
-    """The topics of a `<fact topics="a, b">` tag, normalised; none for any other attributes
-    (a malformed attribute loses the topics, never the fact)."""
-    if not attributes:
-        return []
-    match = _TOPICS.match(attributes)
-    if match is None:
-        return []
-    return longterm.normalize_topics(html.unescape(match.group(1) or match.group(2) or ""))
+@dataclass(frozen=True)
+class ParsedFact:
+    """A `<fact>` of a reply: its text, topics, entities, the ids it replaces (as written) and
+    its expiry."""
+
+    text: str
+    topics: list[str] = field(default_factory=list)
+    entities: list[str] = field(default_factory=list)
+    replaces: list[str] = field(default_factory=list)
+    expires_at: datetime | None = None
 
 
-def parse_fact_topics(reply: str) -> list[tuple[str, list[str]]] | None:
-    """The facts of a `<facts><fact topics="...">...</fact></facts>` reply with their topics, or
-    None when it is not one.
+@dataclass(frozen=True)
+class FactReply:
+    """A reply in the facts protocol: the facts, and the (id as written, reason) retired."""
 
-    Strict about the facts: exactly one `<facts>` element holding only `<fact>` elements (and
-    white space or comments); each fact non-empty. Text around the `<facts>` element (a code
-    fence, a preamble) is ignored. `<facts></facts>` and `<facts/>` are an empty list. Lenient
-    about topics: a fact without them, or whose attributes are not `topics="a, b"`, has none.
+    facts: list[ParsedFact]
+    retire: list[tuple[str, str]]
+
+
+def _attributes(text: str | None, allowed: Sequence[str]) -> dict[str, str] | None:
+    """The attributes of a tag, unescaped; None when they are malformed, repeated or unknown."""
+    found: dict[str, str] = {}
+    position = 0
+    text = text or ""
+    for match in _ATTRIBUTE.finditer(text):
+        name = match.group(1)
+        if match.start() != position or name not in allowed or name in found:
+            return None
+        found[name] = html.unescape(
+            match.group(2) if match.group(2) is not None else match.group(3)
+        )
+        position = match.end()
+    return found if not text[position:].strip() else None
+
+
+def _expiry(value: str | None) -> datetime | None:
+    """A date (midnight UTC, the start of that day) or an ISO time; None when it is neither."""
+    if not value or not value.strip():
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def parse_fact_reply(reply: str) -> FactReply | None:
+    """A `<facts>` reply: its `<fact>` elements (with their attributes) and `<retire id="ID">`
+    elements, or None when it is not one.
+
+    Strict about the elements: exactly one `<facts>` element holding only `<fact>` and `<retire>`
+    elements (and white space or comments); each fact non-empty; a retire with exactly an `id`.
+    Text around the `<facts>` element (a code fence, a preamble) is ignored. `<facts></facts>`
+    and `<facts/>` are empty. Lenient about a fact's attributes: malformed, repeated or unknown
+    ones lose them all (its topics, entities, replaces, expiry), never the fact.
     """
     text = reply.strip()
     if not text:
@@ -106,23 +157,82 @@ def parse_fact_topics(reply: str) -> list[tuple[str, list[str]]] | None:
     blocks = _FACTS.findall(text)
     if not blocks:
         empty = re.fullmatch(r"(?s).*<facts\s*/>.*", text) and not _FACT_OPEN.search(text)
-        return [] if empty else None
+        return FactReply([], []) if empty else None
     if len(blocks) != 1:
         return None
     inner = _COMMENT.sub("", blocks[0])
-    facts = []
+    result = FactReply([], [])
     position = 0
-    for match in _FACT.finditer(inner):
+    for match in _ITEM.finditer(inner):
         if match.start() != position:
             return None
         position = match.end()
-        fact = html.unescape(match.group(2)).strip()
-        if not fact or "<fact" in fact or "</fact" in fact:
+        body = " ".join(html.unescape(match.group(3)).split())
+        if "<fact" in body or "</fact" in body or "<retire" in body:
             return None
-        facts.append((" ".join(fact.split()), _topics(match.group(1))))
+        if match.group(1) == "retire":
+            attributes = _attributes(match.group(2), ("id",))
+            if attributes is None or "id" not in attributes:
+                return None
+            result.retire.append((attributes["id"].strip(), body))
+            continue
+        if not body:
+            return None
+        attributes = _attributes(match.group(2), _FACT_ATTRIBUTES) or {}
+        result.facts.append(
+            ParsedFact(
+                body,
+                topics=longterm.normalize_topics(attributes.get("topics", "")),
+                entities=longterm.normalize_entities(attributes.get("entities", "")),
+                replaces=[
+                    i.strip() for i in attributes.get("replaces", "").split(",") if i.strip()
+                ],
+                expires_at=_expiry(attributes.get("expires")),
+            )
+        )
     if inner[position:].strip():
         return None
-    return facts
+    return result
+
+
+def parse_fact_topics(reply: str) -> list[tuple[str, list[str]]] | None:
+    """The facts of a `<facts><fact topics="...">...</fact></facts>` reply with their topics, or
+    None when it is not one (`parse_fact_reply`, the texts and topics only)."""
+    parsed = parse_fact_reply(reply)
+    return None if parsed is None else [(f.text, f.topics) for f in parsed.facts]
+
+
+def check_reply(reply: FactReply, shown: Sequence[longterm.Fact]) -> str | None:
+    """Why a reply's replacements and retirements cannot be applied to the facts it was shown
+    (an id it was not shown, more replaced than shown, a fact both replaced and retired), or
+    None when they can."""
+    ids = {str(f.id) for f in shown}
+    replaced = [i for f in reply.facts for i in f.replaces]
+    retired = [i for i, _ in reply.retire]
+    unknown = [i for i in [*replaced, *retired] if i not in ids]
+    if unknown:
+        return f"unknown fact ids in the reply: {', '.join(unknown[:10])}"
+    both = set(replaced) & set(retired)
+    if both:
+        return f"the reply both replaces and retires facts {', '.join(sorted(both))}"
+    if len(set(replaced)) + len(set(retired)) > len(shown):
+        return "the reply replaces more facts than it was shown"
+    return None
+
+
+def changes_of(reply: FactReply) -> tuple[list[longterm.NewFact], list[tuple[int, str]]]:
+    """A checked reply as the store's changes: the new facts and the (id, reason) retired."""
+    new = [
+        longterm.NewFact(
+            f.text,
+            topics=f.topics,
+            entities=f.entities,
+            expires_at=f.expires_at,
+            replaces=[int(i) for i in f.replaces],
+        )
+        for f in reply.facts
+    ]
+    return new, [(int(i), reason or "retired") for i, reason in reply.retire]
 
 
 class FactBlock(LLMBlock):
@@ -152,6 +262,8 @@ class FactBlock(LLMBlock):
         retry_pending: int = 3,
         auto_retries: int = 3,
         llm: LLMConfig | None = None,
+        embedder: Embedder | None = None,
+        candidates: int = 25,
         **litellm_kwargs: Any,
     ) -> None:
         # Without a model the block shows the facts it holds (added by hand) and takes no
@@ -175,6 +287,17 @@ class FactBlock(LLMBlock):
                 "The default is 50",
             )
         self.max_facts = max_facts
+        # The existing facts an extraction is shown: the `candidates` most related to the batch
+        # (words, and meaning with an embedder), whatever the number of facts stored.
+        if not isinstance(candidates, int) or isinstance(candidates, bool) or candidates < 1:
+            raise ConfigError(
+                f"block {self.name!r}: candidates must be a whole number >= 1, not {candidates!r}",
+                "The default is 25",
+            )
+        self.candidates = candidates
+        self._vectors = FactVectors(embedder) if embedder is not None else None
+        self._drop_order: list[int] = []  # set by `get` for `truncate`
+        self._rendered: str | None = None
 
     def definition(self) -> dict[str, Any]:
         """kind "facts" with its model, API base, limits and the litellm options a table takes
@@ -191,6 +314,8 @@ class FactBlock(LLMBlock):
             "auto_retries": self.auto_retries,
             **self.model_table(),
         }
+        if self.candidates != 25:
+            table["candidates"] = self.candidates
         return table
 
     # -- receiving flushes ------------------------------------------------------------------------
@@ -231,93 +356,128 @@ class FactBlock(LLMBlock):
             failed += reason is not None
         return done, failed
 
+    def related(self, store: Any, scope_key: str, text: str) -> list[longterm.Fact]:
+        """The current facts an extraction of `text` is shown: all of them when they are at most
+        `candidates`, else the `candidates` most related to it (oldest first)."""
+        facts = longterm.fact_texts(store, self.name, scope_key)
+        if len(facts) > self.candidates:
+            ranked = rank_facts(facts, text, self.candidates, self._vectors)
+            facts = sorted((f for f, _ in ranked), key=lambda f: f.id)
+        return longterm.get_facts(store, [f.id for f in facts])
+
     def extract(self, batch: Sequence[Message], ctx: BlockContext) -> str | None:
-        """Ask the LLM for the batch's new facts and store them; the reason it failed, or None."""
+        """Ask the LLM for the batch's new facts, shown the existing facts most related to it, and
+        apply its answer (new facts, the ones they replace, the ones retired); the reason it
+        failed (nothing stored), or None."""
         key = self.scope_key(ctx)
-        existing = longterm.list_facts(ctx.store, self.name, key)
-        prompt = EXTRACT_PROMPT.format(existing=self._render(existing))
+        shown = self.related(ctx.store, key, "\n".join(m.content for m in batch))
+        prompt = EXTRACT_PROMPT.format(existing=self._render(shown, ids=True))
         try:
             reply = self.ask(prompt, batch)
         except ProviderError as error:
             return f"{error.kind}: {error.message}"
-        facts = parse_fact_topics(reply)
-        if facts is None:
+        parsed = parse_fact_reply(reply)
+        if parsed is None:
             return f"malformed reply: {reply.strip()[:200]!r}"
-        longterm.add_facts(
+        problem = check_reply(parsed, shown)
+        if problem is not None:
+            return problem
+        new, retire = changes_of(parsed)
+        longterm.change_facts(
             ctx.store,
             self.name,
             key,
-            [text for text, _ in facts],
+            new,
+            retire,
             origin="extracted",
             session_id=ctx.session_id,
             flush_id=ctx.flush_id,
             message_ids=[m.id for m in batch if m.id is not None],
-            topics=[topics for _, topics in facts],
         )
         self.condense(ctx.store, key, ctx.flush_id)
         return None
 
     def condense(self, store: Any, scope_key: str, flush_id: int | None = None) -> bool:
-        """Over max_facts, replace the facts with the LLM's condensed list; a bad reply is ignored."""
+        """Over max_facts, show the LLM the oldest `candidates` facts to merge (a merged fact
+        supersedes the ones it names) and retire; nothing is deleted, the facts not named stay.
+        A bad reply is ignored; True when one was applied."""
         from memcli.llm import complete
 
-        facts = longterm.list_facts(store, self.name, scope_key)
-        if self.llm is None or len(facts) <= self.max_facts:
+        if self.llm is None or longterm.count_facts(store, self.name, scope_key) <= self.max_facts:
             return False
-        existing = self._render(facts, topics=True)
+        oldest = longterm.fact_texts(store, self.name, scope_key)[: self.candidates]
+        shown = longterm.get_facts(store, [f.id for f in oldest])
+        existing = self._render(shown, ids=True)
         prompt = CONDENSE_PROMPT.format(max_facts=self.max_facts, existing=existing)
         try:
             reply = complete(self.llm, [{"role": "user", "content": prompt}])
         except ProviderError:
             return False
-        parsed = parse_fact_topics(reply)
-        if not parsed or len(parsed) > self.max_facts:
+        parsed = parse_fact_reply(reply)
+        if parsed is None or check_reply(parsed, shown) is not None:
             return False
-        condensed = [t for t, _ in parsed]
-        keep = {longterm.normalize_fact(t) for t in condensed}
-        have = {longterm.normalize_fact(f.text) for f in facts}
-        with store.transaction():
-            for fact in facts:
-                if longterm.normalize_fact(fact.text) not in keep:
-                    longterm.delete_fact(
-                        store, fact.id, action="condensed", flush_id=flush_id, origin="condensed"
-                    )
-            longterm.add_facts(
-                store,
-                self.name,
-                scope_key,
-                [t for t, _ in parsed if longterm.normalize_fact(t) not in have],
-                origin="condensed",
-                action="condensed",
-                flush_id=flush_id,
-                topics=[topics for t, topics in parsed if longterm.normalize_fact(t) not in have],
-            )
+        new, retire = changes_of(parsed)
+        longterm.change_facts(
+            store,
+            self.name,
+            scope_key,
+            new,
+            retire,
+            origin="condensed",
+            action="condensed",
+            flush_id=flush_id,
+        )
         return True
 
     # -- the context ------------------------------------------------------------------------------
 
     @staticmethod
-    def _render(facts: Sequence[longterm.Fact], topics: bool = False) -> str:
-        """`<fact>` lines; with `topics`, each with its topics attribute (for the condense prompt)."""
-        return "\n".join(
-            f'<fact topics="{html.escape(", ".join(f.topics))}">{f.text}</fact>'
-            if topics and f.topics
-            else f"<fact>{f.text}</fact>"
-            for f in facts
-        )
+    def _render(facts: Sequence[longterm.Fact], ids: bool = False) -> str:
+        """`<fact>` lines; with `ids`, each with its id, topics and entities (for the prompts)."""
+
+        def line(f: longterm.Fact) -> str:
+            if not ids:
+                return f"<fact>{f.text}</fact>"
+            attributes = f' id="{f.id}"'
+            if f.topics:
+                attributes += f' topics="{html.escape(", ".join(f.topics))}"'
+            if f.entities:
+                attributes += f' entities="{html.escape(", ".join(f.entities))}"'
+            if f.expires_at is not None:
+                attributes += f' expires="{f.expires_at.date().isoformat()}"'
+            return f"<fact{attributes}>{f.text}</fact>"
+
+        return "\n".join(line(f) for f in facts)
 
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
+        """The current facts as `<fact>` lines, oldest first. When they do not all fit, the ones
+        truncation drops first are those least related to the last user message (the input)."""
         self._tokenizer = ctx.tokenizer
-        return self._render(longterm.list_facts(ctx.store, self.name, self.scope_key(ctx)))
+        facts = longterm.list_facts(ctx.store, self.name, self.scope_key(ctx))
+        query = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        # Words and entities only: a context is read often, the model is for extractions.
+        ranked = rank_facts(facts, query, self.candidates) if query else []
+        position = {f.id: i for i, f in enumerate(facts)}
+        keep = [position[f.id] for f, _ in ranked]
+        self._drop_order = [i for i in range(len(facts)) if i not in set(keep)] + keep[::-1]
+        self._rendered = self._render(facts)
+        return self._rendered
 
     def truncate(self, content: str, tokens_over: int) -> str | None:
-        """Drop the oldest facts until `tokens_over` tokens are gone; None when none are left."""
+        """Drop facts until `tokens_over` tokens are gone: the oldest unrelated to the input
+        first, the most related last; None when none are left."""
         lines = content.split("\n")
         count = self._tokenizer.count if self._tokenizer else (lambda t: len(t.split()))
+        order = list(self._drop_order) if content == self._rendered else []
+        order += [i for i in range(len(lines)) if i not in set(order)]
+        dropped: set[int] = set()
         cut = 0
-        while lines and cut < tokens_over:
-            cut += count(lines.pop(0))
-        return "\n".join(lines) or None
+        for i in order:
+            if cut >= tokens_over:
+                break
+            cut += count(lines[i])
+            dropped.add(i)
+        return "\n".join(line for i, line in enumerate(lines) if i not in dropped) or None
 
 
 def extract_pending(

@@ -45,6 +45,7 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "api_base": (str,),
         "timeout": (int, float),
         "max_facts": (int,),
+        "candidates": (int,),
         "temperature": (int, float),
         "max_tokens": (int,),
         "retry_pending": (int,),
@@ -189,6 +190,7 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
         ),
         "facts": lambda **kw: FactBlock(
             **{
+                "embedder": defaults.embedder,
                 "model": defaults.model,
                 "api_base": defaults.api_base,
                 "timeout": defaults.llm_timeout,
@@ -223,7 +225,10 @@ def build_blocks(
         return [
             VectorBlock(embedder=defaults.embedder, index_dir=defaults.index_dir),
             FactBlock(
-                model=defaults.model, api_base=defaults.api_base, timeout=defaults.llm_timeout
+                model=defaults.model,
+                api_base=defaults.api_base,
+                timeout=defaults.llm_timeout,
+                embedder=defaults.embedder,
             ),
         ]
     blocks = [build_block(i, table, defaults) for i, table in enumerate(tables)]

@@ -25,6 +25,7 @@ COMMANDS = (
     ("copy", "memcli.cli.copy", "copy_command", False),
     ("dump", "memcli.cli.dump", "app", True),
     ("facts", "memcli.cli.facts", "app", True),
+    ("entities", "memcli.cli.facts", "entities_command", False),
     ("summary", "memcli.cli.summary", "summary_command", False),
     ("blocks", "memcli.cli.blocks_cmd", "app", True),
     ("simulate", "memcli.cli.simulate", "app", True),

@@ -10,7 +10,7 @@ from memcli.cli import common, output
 
 app = typer.Typer(
     help="The facts long-term memory holds about a user: list, search, add, edit, rm, history,"
-    " extract.",
+    " restore, extract.",
     invoke_without_command=True,
     rich_markup_mode=None,
 )
@@ -64,27 +64,43 @@ def _fact_record(f: Any) -> dict[str, Any]:
     return {"type": "fact", **fact_record(f)}
 
 
-def _show(facts: list[Any], json_: bool) -> None:
+def _show(facts: list[Any], json_: bool, scores: list[float] | None = None) -> None:
     records = [_fact_record(f) for f in facts]
+    if scores is not None:
+        records = [
+            {**r, "score": round(score, 6)} for r, score in zip(records, scores, strict=True)
+        ]
     if output.wants_json(json_):
         output.emit_all(records)
         return
     output.table(
         None,
-        ["id", "block", "fact", "topics", "origin", "session", "updated"],
+        ["id", "block", "fact", "state", "topics", "entities", "origin", "session", "updated"],
         [
             (
                 f.id,
                 f.block,
                 f.text,
+                _state(r),
                 ", ".join(f.topics),
+                ", ".join(f.entities),
                 f.origin,
                 f.session_id,
                 f.updated_at.astimezone(),
             )
-            for f in facts
+            for f, r in zip(facts, records, strict=True)
         ],
     )
+
+
+def _state(record: dict[str, Any]) -> str:
+    """A fact's state as the table shows it: with the fact that superseded it, or its expiry."""
+    state = str(record["state"])
+    if record["superseded_by"] is not None and state == "superseded":
+        return f"superseded by {record['superseded_by']}"
+    if record["expires_at"] is not None:
+        return f"{state} (expires {record['expires_at']})"
+    return state
 
 
 BlockFilter = Annotated[
@@ -95,6 +111,12 @@ TopicFilter = Annotated[
 ]
 
 
+EntityFilter = Annotated[
+    str | None,
+    typer.Option("--entity", metavar="NAME", help="Only the facts about this entity."),
+]
+
+
 @app.callback()
 def facts_command(
     ctx: typer.Context,
@@ -102,21 +124,135 @@ def facts_command(
     session: Session = None,
     block: BlockFilter = None,
     topic: TopicFilter = None,
+    entity: EntityFilter = None,
+    everything: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Also the superseded, retired, expired and deleted facts, with state."
+        ),
+    ] = False,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            metavar="TEXT",
+            help="Rank the current facts by meaning and words for TEXT, best first.",
+        ),
+    ] = None,
+    k: Annotated[
+        int, typer.Option("-k", min=1, max=100, help="With --query: how many facts at most.")
+    ] = 10,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            metavar="MODE",
+            help="With --query: hybrid (words and meaning), lexical (no model) or vector.",
+        ),
+    ] = "hybrid",
     json_: common.Json = False,
 ) -> None:
-    """List the facts of a user (or of a session-scoped block), oldest first.
+    """List the current facts of a user (or of a session-scoped block), oldest first; with
+    --all every version, each with its state; with --query the facts best matching TEXT.
 
-    Examples: memcli facts --user alice; memcli facts --topic food --json
+    Examples: memcli facts --user alice; memcli facts --topic food --json;
+    memcli facts --query "where does she live"; memcli facts --entity Bern --all
     """
     if ctx.invoked_subcommand is not None:
         return
     from memcli.store import longterm
 
-    _, store, key = _scope(ctx, user, session)
-    facts = longterm.list_facts(store, block, key, topic=topic)
+    s, store, key = _scope(ctx, user, session)
+    if query is not None:
+        _search(s, store, key, query, k, mode, block, entity, json_)
+        return
+    facts = longterm.list_facts(
+        store, block, key, topic=topic, everything=everything, entity=entity
+    )
     if not facts:
         output.info("No facts.")
     _show(facts, json_)
+
+
+def _search(
+    s: Any,
+    store: Any,
+    key: str,
+    query: str,
+    k: int,
+    mode: str,
+    block: str | None,
+    entity: str | None,
+    json_: bool,
+) -> None:
+    """`facts --query`: the current facts ranked for the query, best first, with their scores."""
+    from memcli.errors import UsageError
+    from memcli.search.facts import FactVectors, search_facts
+    from memcli.tools import SEARCH_MODES
+
+    if not query.split():
+        raise UsageError("the query is empty", "Give the words to look for")
+    if mode not in SEARCH_MODES:
+        raise UsageError(f"unknown search mode {mode!r}", f"Use one of: {', '.join(SEARCH_MODES)}")
+    vectors = FactVectors(common.embedder(s)) if mode != "lexical" else None
+    found = search_facts(store, key, query, k, vectors, mode, block=block, entity=entity)
+    if not found:
+        output.info("No matches.")
+    _show([f for f, _ in found], json_, [score for _, score in found])
+
+
+@app.command("restore")
+def restore_command(
+    ctx: typer.Context,
+    fact_id: Annotated[
+        int, typer.Argument(help="The id of an older version (see `facts --all`).", metavar="ID")
+    ],
+    user: common.User = None,
+    json_: common.Json = False,
+) -> None:
+    """Make a superseded, retired, expired or deleted fact current again (a new change in its
+    history); the fact that superseded it is superseded by it in turn. With --user, only that
+    user's.
+
+    Example: memcli facts restore 12
+    """
+    from memcli.store import longterm
+    from memcli.tools import fact_owner
+
+    s = common.settings(ctx, user=user)
+    store = common.open_store(s, must_exist=True)
+    fact = longterm.get_fact(store, fact_id)
+    user_given = s.sources.get("user", "default") != "default"
+    if fact is None or (user_given and fact_owner(store, fact) != s.user):
+        raise _not_found(fact_id)
+    restored, displaced = longterm.restore_fact(store, fact_id, origin="manual")
+    note = "".join(f"; fact {f.id} is superseded by it" for f in displaced)
+    output.info(f"Restored fact {fact_id}{note}.")
+    _show([restored, *displaced], json_)
+
+
+def entities_command(
+    ctx: typer.Context,
+    user: common.User = None,
+    session: Session = None,
+    block: BlockFilter = None,
+    json_: common.Json = False,
+) -> None:
+    """The entities (people, places, organisations, things) a user's current facts name, each
+    with its number of facts, most first. `memcli facts --entity NAME` lists one's facts.
+
+    Example: memcli entities --user ana
+    """
+    from memcli.store import longterm
+
+    _, store, key = _scope(ctx, user, session)
+    counts = longterm.entity_counts(store, key, block)
+    if not counts:
+        output.info("No entities.")
+    if output.wants_json(json_):
+        output.emit_all({"type": "entity", "entity": n, "facts": c} for n, c in counts)
+        return
+    output.table(None, ["entity", "facts"], counts)
 
 
 @app.command("add")
@@ -127,16 +263,31 @@ def add_command(
     session: Session = None,
     block: Block = None,
     topic: Topics = None,
+    entity: Annotated[
+        list[str] | None,
+        typer.Option("--entity", metavar="NAME", help="An entity the fact is about (repeatable)."),
+    ] = None,
+    expires: Annotated[
+        str | None,
+        typer.Option(
+            "--expires",
+            metavar="DATE",
+            help="When the fact stops holding: a date (midnight UTC) or an ISO 8601 time.",
+        ),
+    ] = None,
     json_: common.Json = False,
 ) -> None:
-    """Add a fact by hand (a duplicate, ignoring case and spaces, is not added).
+    """Add a fact by hand (a duplicate of a current fact, ignoring case and spaces, is not
+    added). An expired fact leaves the context and the list (`facts --all` shows it).
 
-    Example: memcli facts add "Ana is vegetarian" --user ana --topic food --topic health
+    Example: memcli facts add "Ana is in Rome" --user ana --topic travel --entity Rome
+    --expires 2026-12-01
     """
     from memcli.store import longterm
-    from memcli.tools import check_fact_text
+    from memcli.tools import check_fact_text, parse_expiry
 
     check_fact_text(text, "Give the fact's text", topic)
+    expires_at = parse_expiry(expires) if expires is not None else None
     s, store, key = _scope(ctx, user, session, create=True)
     added = longterm.add_facts(
         store,
@@ -145,6 +296,8 @@ def add_command(
         [text],
         origin="manual",
         topics=[topic or []],
+        entities=[entity or []],
+        expires_at=expires_at,
     )
     if not added:
         output.info("Already known; nothing added.")
@@ -272,43 +425,32 @@ def history_command(
     session: Session = None,
     json_: common.Json = False,
 ) -> None:
-    """Every change to the facts: added, condensed, edited, deleted, oldest first, each with
-    its origin: extracted (fact extraction), condensed, manual (`memcli facts`), mcp (`memcli
-    mcp`), chat-tool (the model in `memcli chat --memory-tools`), api (a Python caller).
+    """Every change to the facts: added, condensed, edited, superseded, retired, restored,
+    deleted, oldest first, each with its reason and origin: extracted (fact extraction),
+    condensed, manual (`memcli facts`), mcp (`memcli mcp`), chat-tool (the model in `memcli chat
+    --memory-tools`), api (a Python caller). For one fact, the changes of all its versions (the
+    facts it superseded and that superseded it).
 
     Example: memcli facts history 12
     """
     from memcli.store import longterm
+    from memcli.tools import change_record
 
     _, store, key = _scope(ctx, user, session)
+    ids = None
     if fact_id is not None:
         fact = longterm.get_fact(store, fact_id)
         if fact is None:
             raise _not_found(fact_id)
         key = fact.scope_key
-    changes = longterm.fact_history(store, key, fact_id=fact_id)
-    records = [
-        {
-            "type": "change",
-            "id": c.id,
-            "fact_id": c.fact_id,
-            "action": c.action,
-            "text": c.text,
-            "old_text": c.old_text,
-            "topics": c.topics,
-            "old_topics": c.old_topics,
-            "origin": c.origin,
-            "flush_id": c.flush_id,
-            "at": c.at,
-        }
-        for c in changes
-    ]
+        ids = [f.id for f in longterm.fact_chain(store, fact_id)]
+    changes = longterm.fact_history(store, key, fact_ids=ids)
     if output.wants_json(json_):
-        output.emit_all(records)
+        output.emit_all({"type": "change", **change_record(c)} for c in changes)
         return
     output.table(
         None,
-        ["id", "fact", "action", "origin", "text", "topics", "before", "when"],
+        ["id", "fact", "action", "origin", "text", "topics", "before", "reason", "when"],
         [
             (
                 c.id,
@@ -318,6 +460,7 @@ def history_command(
                 c.text,
                 _topics_change(c.topics, c.old_topics),
                 c.old_text,
+                c.reason,
                 c.at.astimezone(),
             )
             for c in changes

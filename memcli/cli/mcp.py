@@ -26,10 +26,11 @@ INSTRUCTIONS = (
 
 
 def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
-    """Serve memcli's memory to an MCP client over stdio: tools to search memory, list, add,
-        update and delete facts, read a session's context, put messages, and forget the user for good
-    (forget_user, which needs confirm=true); the sessions as
-        resources (memcli://sessions, memcli://sessions/ID). Runs until the client closes stdin.
+    """Serve memcli's memory to an MCP client over stdio: tools to search memory, list, search,
+    get, add, update and delete facts (one or all), see a fact's history and the entities, read
+    a session's context, put messages, and forget the user for good (forget_user, which needs
+    confirm=true); the sessions as
+    resources (memcli://sessions, memcli://sessions/ID). Runs until the client closes stdin.
 
         Client configuration: {"mcpServers": {"memcli": {"command": "memcli", "args": ["mcp"]}}}
     """
@@ -77,7 +78,7 @@ def build_server(tools: AgentTools) -> Any:
     """The MCP server (MCPServer in mcp 2, FastMCP in mcp 1) with memcli's tools and resources
     (the tools: `memcli.tools.tool_functions`)."""
     from memcli.errors import MemcliError
-    from memcli.tools import description, tool_functions
+    from memcli.tools import description, strict, tool_functions
 
     try:
         from mcp.server.mcpserver import MCPServer as Server
@@ -99,6 +100,9 @@ def build_server(tools: AgentTools) -> Any:
     server = Server("memcli", **options)
     for function in tool_functions(tools):
         server.add_tool(_refusals_as(ToolError, function), description=description(function))
+        tool: Any = server._tool_manager.get_tool(function.__name__)
+        tool.fn_metadata.arg_model = strict(tool.fn_metadata.arg_model)  # unknown arguments refused
+        tool.parameters = tool.fn_metadata.arg_model.model_json_schema(by_alias=True)
 
     def resource_read(call: Any) -> str:
         try:

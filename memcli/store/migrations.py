@@ -345,6 +345,24 @@ def _migration_19(conn: sqlite3.Connection) -> None:
     conn.execute('CREATE INDEX "sessions_source" ON "sessions" ("user_id", "source_id")')
 
 
+def _migration_20(conn: sqlite3.Connection) -> None:
+    """Facts that stay true: a fact's `state` (current, superseded, retired), the fact that
+    superseded it, the reason it was retired, since when it holds (`valid_from`), when it stops
+    holding (`expires_at`), and its entities (a JSON array of names); the history records the
+    reason of each change. Existing facts are current since they were made."""
+    for column in (
+        "\"state\" TEXT NOT NULL DEFAULT 'current'",
+        '"superseded_by" INTEGER',
+        '"reason" TEXT',
+        '"valid_from" TEXT',
+        '"expires_at" TEXT',
+        '"entities" TEXT',
+    ):
+        conn.execute(f'ALTER TABLE "facts" ADD COLUMN {column}')
+    conn.execute('ALTER TABLE "fact_history" ADD COLUMN "reason" TEXT')
+    conn.execute("UPDATE facts SET valid_from = created_at")
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -359,6 +377,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (17, _migration_17),
     (18, _migration_18),
     (19, _migration_19),
+    (20, _migration_20),
 ]
 
 LATEST = MIGRATIONS[-1][0]

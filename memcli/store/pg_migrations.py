@@ -242,6 +242,19 @@ _PROVENANCE_18 = (
     " WHERE f.id = fact_history.fact_id AND fact_history.action = 'added'",
 )
 
+#: Facts that stay true (SQLite's migration 20): state, superseded_by, reason, valid_from,
+#: expires_at, entities on facts; the reason of each change in the history.
+_FACT_STATE_21 = (
+    f"ALTER TABLE facts ADD COLUMN state {_TEXT} NOT NULL DEFAULT 'current'",
+    "ALTER TABLE facts ADD COLUMN superseded_by BIGINT",
+    f"ALTER TABLE facts ADD COLUMN reason {_TEXT}",
+    f"ALTER TABLE facts ADD COLUMN valid_from {_TEXT}",
+    f"ALTER TABLE facts ADD COLUMN expires_at {_TEXT}",
+    f"ALTER TABLE facts ADD COLUMN entities {_TEXT}",
+    f"ALTER TABLE fact_history ADD COLUMN reason {_TEXT}",
+    "UPDATE facts SET valid_from = created_at",
+)
+
 #: Characters of a message (name and text) in its tsvector: PostgreSQL refuses a tsvector over
 #: 1 MB, and each word's positions stop at 16,383 anyway. The rest of a longer message is found
 #: by its vectors (each piece has one), not by its words.
@@ -375,13 +388,14 @@ _SOURCES_20 = (
 #: Numbered migrations; a database records the highest one applied. Append, never edit. Up to 18
 #: the numbers are SQLite's: a PostgreSQL database at version N holds what a SQLite one at N does;
 #: 19 (the put function) is PostgreSQL's own, SQLite's schema has nothing to match it; 20 is
-#: SQLite's 19 (the sessions' sources).
+#: SQLite's 19 (the sessions' sources), 21 SQLite's 20 (fact states).
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
     (18, _run(_PROVENANCE_18)),
     (19, _run(_PUT_19)),
     (20, _run(_SOURCES_20)),
+    (21, _run(_FACT_STATE_21)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

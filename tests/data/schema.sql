@@ -80,7 +80,7 @@ CREATE TABLE "facts" (
    "created_at" TEXT NOT NULL,
    "updated_at" TEXT NOT NULL,
    "deleted_at" TEXT
-);
+, "state" TEXT NOT NULL DEFAULT 'current', "superseded_by" INTEGER, "reason" TEXT, "valid_from" TEXT, "expires_at" TEXT, "entities" TEXT);
 CREATE INDEX "facts_scope"
     ON "facts" ("block", "scope_key", "deleted_at");
 CREATE TABLE "fact_history" (
@@ -93,7 +93,7 @@ CREATE TABLE "fact_history" (
    "old_text" TEXT,
    "flush_id" INTEGER,
    "at" TEXT NOT NULL
-, "origin" TEXT NOT NULL DEFAULT 'unknown', "topics" TEXT, "old_topics" TEXT);
+, "origin" TEXT NOT NULL DEFAULT 'unknown', "topics" TEXT, "old_topics" TEXT, "reason" TEXT);
 CREATE INDEX "fact_history_scope"
     ON "fact_history" ("block", "scope_key");
 CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='messages', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2');
