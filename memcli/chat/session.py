@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from memcli.tokens import Tokenizer
     from memcli.tools import ToolResult, ToolSet
 
-#: `stream(config, messages)`, or with tools `stream(config, messages, tools=..., choice=...)`:
-#: text pieces, then the reply's tool calls (memcli.llm.stream).
+#: `stream(config, messages, hangup=...)`, with tools `stream(..., tools=..., choice=...)`: text
+#: pieces, then the reply's tool calls (memcli.llm.stream). `hangup` (a memcli.llm.Hangup) is
+#: called from another thread when the turn is cancelled: the stream should close its connection.
 StreamFn = Callable[..., Iterator["str | ToolCall"]]
 BudgetFn = Callable[["SessionInfo | None"], "Budget | None"]
 
@@ -234,8 +235,8 @@ class Chat:
     def pending(self) -> Message | None:
         """The last user message when it has no reply yet (what /retry sends): the last active
         message, or the one before the memory tool calls and results that end the window (the
-        reply after them failed)."""
-        active = self.mem.get_all(status="active")
+        reply after them failed). A reply cut short by the user (Ctrl-C) is not an answer."""
+        active = _uncut(self.mem.get_all(status="active"))
         if active and active[-1].role == "user":
             return active[-1]
         if active and active[-1].role == "tool":
@@ -338,13 +339,21 @@ class Turn:
         self._flushes: list[Flush] = []  # what storing tool calls and results flushed
         self._streaming = False
         self._done = False
+        self._hangup: Any = None  # closes the connection of the reply being streamed
         #: The user message is in memory (a retry's was stored before): what a failed turn keeps.
         self.user_stored = self.is_retry
 
     def cancel(self) -> None:
-        """Stop the reply: what arrived so far is stored, marked as cancelled."""
+        """Stop the reply: the provider's connection is closed at once; what arrived so far is
+        stored, marked as cancelled."""
         self._cancelled.set()
+        self._hang_up()
         self._queue.put((_CANCEL, None))
+
+    def _hang_up(self) -> None:
+        hangup = self._hangup
+        if hangup is not None:
+            hangup()
 
     @property
     def cancelled(self) -> bool:
@@ -376,7 +385,8 @@ class Turn:
         if notice is not None:
             yield notice
         # The request starts before the UI is told about the context, so the two overlap.
-        payload = [_wire(m) for m in ready.context.messages]
+        sent = _uncut(ready.context.messages) if self.is_retry else ready.context.messages
+        payload = [_wire(m) for m in sent]
         rounds = 0
         self._start(payload, tools, rounds)
         yield ready
@@ -414,9 +424,14 @@ class Turn:
         chat = self.chat
         assert chat.llm is not None
         self.pieces, self._calls = [], []
-        options = {}
+        from memcli.llm import Hangup
+
+        self._hangup = Hangup()
+        if self.cancelled:  # cancelled from another thread just now
+            self._hangup()
+        options: dict[str, Any] = {"hangup": self._hangup}
         if tools:
-            options = {"tools": tools, "choice": "none" if rounds >= MAX_TOOL_ROUNDS else None}
+            options |= {"tools": tools, "choice": "none" if rounds >= MAX_TOOL_ROUNDS else None}
         threading.Thread(
             target=self._pump, args=(chat.stream_fn(), chat.llm, payload, options), daemon=True
         ).start()
@@ -453,8 +468,10 @@ class Turn:
             yield ToolCalled(result)
 
     def interrupt(self) -> ReplyDone | None:
-        """After a KeyboardInterrupt stopped `events()`: keep what arrived, marked as cancelled."""
+        """After a KeyboardInterrupt stopped `events()`: close the provider's connection, keep
+        what arrived, marked as cancelled."""
         self._cancelled.set()
+        self._hang_up()
         if not self._streaming or self._done:
             return None
         return self._finish(cancelled=True)
@@ -497,6 +514,19 @@ class Turn:
         )
         flushes = self._flushes + self.chat.mem.put(message)
         return ReplyDone(text, message, flushes, cancelled=cancelled)
+
+
+def _uncut(messages: list[Message]) -> list[Message]:
+    """`messages` without the replies cut short by the user (Ctrl-C) that end them: a retry
+    asks again as if they had not been written (they stay stored, marked)."""
+    end = len(messages)
+    while end and messages[end - 1].role == "assistant" and _is_cut(messages[end - 1]):
+        end -= 1
+    return messages[:end]
+
+
+def _is_cut(message: Message) -> bool:
+    return bool(message.metadata and message.metadata.get(CANCELLED))
 
 
 def _now() -> datetime:
