@@ -422,6 +422,34 @@ def test_ctrl_c_in_plain_mode_keeps_the_partial_reply_marked_and_exits_130(llm):
     assert last["content"].startswith("word word") and len(last["content"]) < len("word " * 200)
 
 
+def test_ctrl_c_in_json_mode_closes_the_connection_and_writes_a_cancelled_reply_record(llm):
+    import os
+    import signal
+
+    llm.script({"content": "word " * 200, "chunk_delay": 5})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcli", "chat", "--json", "--session", "cut", *model_args(llm)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(b"talk for a while\n")
+    proc.stdin.flush()
+    wait_for(lambda: len(llm.requests) == 1)
+    time.sleep(0.5)  # the first chunk is on its way; the next one is 5 s away
+    proc.send_signal(signal.SIGINT)
+    # Only a closed connection makes the server see it before its next chunk.
+    assert llm.wait_for_disconnect(timeout=3) is not None
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    (record,) = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    assert record["type"] == "reply" and record["cancelled"] is True
+    assert record["pending"] == 0 and record["content"] == stored("cut")[-1]["content"]
+
+
 def test_full_screen_quit_while_a_reply_streams_keeps_it_and_drops_queued_messages(tmp_path, llm):
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput

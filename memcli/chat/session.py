@@ -49,6 +49,12 @@ CANCELLED = "cancelled"  # the metadata key that marks a reply cut short by the 
 #: The most rounds of tool calls in one turn; the round after them is asked to reply in text.
 MAX_TOOL_ROUNDS = 5
 
+#: What an empty reply after the last round of tool calls says.
+TOOL_CAP_NOTE = (
+    f"The model made {MAX_TOOL_ROUNDS} rounds of memory tool calls, the most a turn allows, and"
+    " then wrote no reply. Ask again, or more precisely"
+)
+
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
@@ -94,6 +100,8 @@ class ReplyDone:
     flushes: list[Flush] = field(default_factory=list)
     offline: bool = False
     cancelled: bool = False
+    #: Why the reply says nothing, when the user should be told (the tool rounds ran out).
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -401,7 +409,7 @@ class Turn:
                 self._start(payload, tools, rounds)
                 continue
             if kind is _END:
-                yield self._finish(cancelled=False)
+                yield self._finish(cancelled=False, capped=bool(tools) and rounds >= MAX_TOOL_ROUNDS)
                 return
             if isinstance(value, ProviderError):
                 if tools and not self.pieces and _refuses_tools(value):
@@ -503,12 +511,14 @@ class Turn:
             return
         self._queue.put((_END, None))
 
-    def _finish(self, *, cancelled: bool) -> ReplyDone:
-        """End the turn: store the reply (calls of tools past the last round are not run)."""
+    def _finish(self, *, cancelled: bool, capped: bool = False) -> ReplyDone:
+        """End the turn: store the reply (calls of tools past the last round are not run). An
+        empty reply after the last round of tool calls (`capped`) says why it is empty."""
         self._done = True
         text = "".join(self.pieces)
         if not text:
-            return ReplyDone("", flushes=self._flushes, cancelled=cancelled)
+            note = TOOL_CAP_NOTE if capped and not cancelled else ""
+            return ReplyDone("", flushes=self._flushes, cancelled=cancelled, note=note)
         message = Message(
             "assistant", text, metadata={CANCELLED: True} if cancelled else None, timestamp=_now()
         )
