@@ -348,6 +348,7 @@ class Turn:
         self._streaming = False
         self._done = False
         self._hangup: Any = None  # closes the connection of the reply being streamed
+        self._pump_thread: threading.Thread | None = None
         #: The user message is in memory (a retry's was stored before): what a failed turn keeps.
         self.user_stored = self.is_retry
 
@@ -409,7 +410,9 @@ class Turn:
                 self._start(payload, tools, rounds)
                 continue
             if kind is _END:
-                yield self._finish(cancelled=False, capped=bool(tools) and rounds >= MAX_TOOL_ROUNDS)
+                yield self._finish(
+                    cancelled=False, capped=bool(tools) and rounds >= MAX_TOOL_ROUNDS
+                )
                 return
             if isinstance(value, ProviderError):
                 if tools and not self.pieces and _refuses_tools(value):
@@ -440,9 +443,10 @@ class Turn:
         options: dict[str, Any] = {"hangup": self._hangup}
         if tools:
             options |= {"tools": tools, "choice": "none" if rounds >= MAX_TOOL_ROUNDS else None}
-        threading.Thread(
+        self._pump_thread = threading.Thread(
             target=self._pump, args=(chat.stream_fn(), chat.llm, payload, options), daemon=True
-        ).start()
+        )
+        self._pump_thread.start()
         self._streaming = True
 
     def _run_calls(self, payload: list[dict[str, Any]]) -> Iterator[Event]:
@@ -515,6 +519,10 @@ class Turn:
         """End the turn: store the reply (calls of tools past the last round are not run). An
         empty reply after the last round of tool calls (`capped`) says why it is empty."""
         self._done = True
+        if cancelled and self._pump_thread is not None:
+            # Hung up: the stream winds down at once. Let it, so that a program that exits now
+            # does not stop it halfway (in an import, holding the import lock).
+            self._pump_thread.join(timeout=2)
         text = "".join(self.pieces)
         if not text:
             note = TOOL_CAP_NOTE if capped and not cancelled else ""
