@@ -643,3 +643,74 @@ def test_full_screen_app_shows_each_memory_tool_call(tmp_path, llm):
         ("assistant", "I will remember that."),
     ]
     assert any("Memory tools are on" in e.text for e in ui.entries if e.kind == "note")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (./run installs it)"
+)
+def test_the_edges_in_a_real_terminal(tmp_path, llm, isolated):
+    """In tmux, against a slow stream: Ctrl-C closes the provider's connection, /retry sends the
+    message again, a fact extracted at /flush shows in the Long-term panel at once, F2 hides and
+    shows the panels, and quitting after a resize leaves the terminal clean."""
+    root = Path(__file__).resolve().parents[1]
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 10\n\n'
+        "[memory]\ntoken_limit = 2000\n\n"
+        '[[blocks]]\nkind = "facts"\nname = "facts"\n'
+    )
+
+    def server(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("stream"):
+            return {"content": "Fine."}
+        return {"content": "<facts><fact>Ana keeps bees on the roof</fact></facts>"}
+
+    llm.default = server
+    llm.script({"content": "word " * 100, "chunk_delay": 5})
+    name = f"memcli-edges-{tmp_path.name}"
+    command = (
+        f"cd {root} && env MEMCLI_HOME={isolated} NO_COLOR=1 PYTHONPATH={root} {sys.executable}"
+        f" -m memcli --config {config} chat --session edges; echo CHAT-ENDED; sleep 60"
+    )
+    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", command)
+    try:
+
+        def screen() -> str:
+            return tmux("capture-pane", "-p", "-t", name)
+
+        def ready() -> bool:
+            return screen().rstrip().splitlines()[-1].startswith(" ready")
+
+        wait_for(lambda: "Short-term" in screen() and "Long-term" in screen() and ready())
+        tmux("send-keys", "-t", name, "I keep bees", "Enter")
+        wait_for(lambda: "word wor" in screen())
+        tmux("send-keys", "-t", name, "C-c")
+        # The next chunk is 5 s away: only a closed connection makes the server see it sooner.
+        assert llm.wait_for_disconnect(timeout=3) is not None
+        wait_for(ready)
+        tmux("send-keys", "-t", name, "/retry", "Enter")
+        wait_for(lambda: "Fine." in screen() and ready())
+        assert llm.requests[1]["messages"][-1] == {"role": "user", "content": "I keep bees"}
+        tmux("send-keys", "-t", name, "and honey", "Enter")
+        wait_for(lambda: screen().count("Fine.") >= 2 and ready())
+        assert "Ana keeps bees" not in screen()
+        tmux("send-keys", "-t", name, "/flush", "Enter")
+        wait_for(lambda: "Flushed" in screen() and "Ana keeps bees" in screen())
+        tmux("send-keys", "-t", name, "F2")
+        wait_for(lambda: "Long-term" not in screen())
+        tmux("send-keys", "-t", name, "F2")
+        wait_for(lambda: "Long-term" in screen())
+        tmux("resize-window", "-t", name, "-x", "70", "-y", "24")
+        wait_for(lambda: len(screen().splitlines()[0]) <= 70 and "Long-term" in screen())
+        tmux("resize-window", "-t", name, "-x", "100", "-y", "30")
+        wait_for(lambda: "Long-term" in screen())
+        tmux("send-keys", "-t", name, "C-d")
+        wait_for(lambda: "CHAT-ENDED" in screen())
+        left = screen()
+        assert "Short-term" not in left and "Long-term" not in left and "Fine." not in left, left
+    finally:
+        llm.default = {"content": "OK"}
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    users = [m["content"] for m in stored("edges") if m["role"] == "user"]
+    assert users == ["I keep bees", "and honey"]
