@@ -360,3 +360,34 @@ def test_chat_messages_are_stored_with_their_time(tmp_path, llm):
     for message in stored:
         assert message.timestamp is not None
         assert before <= message.timestamp <= after + timedelta(seconds=1)
+
+
+def test_a_failed_extraction_is_pending_work_with_its_reason(tmp_path, llm):
+    from memcli.blocks.facts import FactBlock
+    from memcli.chat.view import pending_work
+
+    def server(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("stream"):
+            return {"content": "Noted."}
+        return {"status": 500, "message": "the extractor is down"}
+
+    llm.default = server
+    try:
+        config = LLMConfig("openai/test", api_base=llm.api_base, timeout=5)
+        chat = make_chat(
+            tmp_path,
+            llm,
+            blocks=[FactBlock(name="facts", llm=config)],
+            budget_for=lambda info: Budget(60, 0.5, 10),
+        )
+        assert pending_work(chat).text == ""
+        for i in range(4):
+            play(chat.send(f"message {i}: I keep bees on the roof of my house"))
+        work = pending_work(chat)
+    finally:
+        llm.default = {"content": "OK"}
+    assert chat.mem.session().flushes >= 1
+    assert work.batches >= 1
+    assert work.error is not None and work.error.startswith("facts: ")
+    assert "the extractor is down" in work.error and "pending" in work.text
+    assert panels(chat).pending == work
