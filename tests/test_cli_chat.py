@@ -714,3 +714,61 @@ def test_the_edges_in_a_real_terminal(tmp_path, llm, isolated):
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
     users = [m["content"] for m in stored("edges") if m["role"] == "user"]
     assert users == ["I keep bees", "and honey"]
+
+
+def test_full_screen_ctrl_c_cancels_the_streaming_reply_first_and_scrolling_stops_at_the_ends(
+    tmp_path, llm
+):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat.ui import ChatApp
+    from memcli.llm import LLMConfig
+
+    chat = Chat(
+        SQLiteStore(tmp_path / "c.db"),
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=10),
+    )
+    chat.open("c")
+    llm.script({"content": "slow " * 100, "chunk_delay": 5}, {"content": "Second reply."})
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, None, pipe, DummyOutput())
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        try:
+            pipe.send_text("first\r")
+            wait_for(lambda: ui.entries[-1].mark == "streaming")
+            pipe.send_text("second, queued\r")
+            wait_for(lambda: len(ui.queued) == 1)
+            pipe.send_text("\x03")  # Ctrl-C: the streaming reply, not the queued message
+            assert llm.wait_for_disconnect(timeout=3) is not None
+            wait_for(lambda: any(e.text == "Second reply." for e in ui.entries) and not ui.pending)
+            said = [e.text for e in ui.entries if e.kind == "note"]
+            assert any("Cancelled the reply to “first”; 1 queued message waits" in t for t in said)
+            for i in range(60):
+                ui.post(lambda i=i: ui.note(f"line {i}"))
+            wait_for(lambda: ui.max_scroll > 40)
+            pipe.send_text("\x1b[5~")  # PageUp scrolls at the first press
+            wait_for(lambda: ui.scroll_back > 0)
+            pipe.send_text("\x1b[H")  # Home: the first line
+            wait_for(lambda: ui.scroll_back == ui.max_scroll)
+            pipe.send_text("\x1b[5~")  # no further than the first line
+            time.sleep(0.2)
+            assert ui.scroll_back == ui.max_scroll
+            pipe.send_text("\x1b[F")  # End
+            wait_for(lambda: ui.scroll_back == 0)
+            pipe.send_text("\x1b[6~")  # PageDown at the end stays there
+            time.sleep(0.2)
+            assert ui.scroll_back == 0
+            pipe.send_text("\x1bOQ")  # F2 hides the panels, again shows them
+            wait_for(lambda: not ui.show_panels)
+            pipe.send_text("\x1bOQ")
+            wait_for(lambda: ui.show_panels)
+        finally:
+            pipe.send_text("\x04")
+            runner.join(15)
+    assert not runner.is_alive()
+    messages = chat.mem.get_all()
+    assert [m.content for m in messages if m.role == "user"] == ["first", "second, queued"]
+    assert messages[1].metadata == {"cancelled": True} and messages[-1].content == "Second reply."
