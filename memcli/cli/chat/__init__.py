@@ -392,10 +392,16 @@ def _done(chat: Chat, event: Any, json_: bool, written: str) -> None:
         _end_reply(written)
 
 
-def _pending(chat: Chat) -> int:
+def _pending(chat: Chat) -> int | None:
+    """The flushed batches the blocks must still process; None when the store cannot say (a
+    record about a failure must not fail itself)."""
     from memcli.chat.view import pending_work
+    from memcli.errors import MemcliError
 
-    return pending_work(chat).batches
+    try:
+        return pending_work(chat).batches
+    except MemcliError:
+        return None
 
 
 def _tool_called(chat: Chat, result: Any, json_: bool) -> None:
