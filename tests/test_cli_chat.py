@@ -772,3 +772,32 @@ def test_full_screen_ctrl_c_cancels_the_streaming_reply_first_and_scrolling_stop
     messages = chat.mem.get_all()
     assert [m.content for m in messages if m.role == "user"] == ["first", "second, queued"]
     assert messages[1].metadata == {"cancelled": True} and messages[-1].content == "Second reply."
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (./run installs it)"
+)
+def test_panels_start_hidden_on_a_narrow_terminal(tmp_path, isolated):
+    root = Path(__file__).resolve().parents[1]
+    config = isolated.parent / "no-blocks.toml"  # the no_blocks fixture's
+    name = f"memcli-narrow-{tmp_path.name}"
+    command = (
+        f"cd {root} && env MEMCLI_HOME={isolated} MEMCLI_CONFIG={config} NO_COLOR=1"
+        f" PYTHONPATH={root} {sys.executable} -m memcli chat --session narrow"
+    )
+    tmux("new-session", "-d", "-s", name, "-x", "60", "-y", "24", command)
+    try:
+
+        def screen() -> str:
+            return tmux("capture-pane", "-p", "-t", name)
+
+        wait_for(lambda: "F2 shows them" in " ".join(screen().split()))
+        assert "Short-term" not in screen()
+        tmux("send-keys", "-t", name, "F2")
+        wait_for(lambda: "Short-term" in screen() and "Long-term" in screen())
+        assert all(len(line) <= 60 for line in screen().splitlines())
+        tmux("send-keys", "-t", name, "C-d")
+        wait_for(lambda: subprocess.run(["tmux", "has-session", "-t", name]).returncode != 0, 15)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
