@@ -9,7 +9,8 @@ error) and whose hint says what to do.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,57 @@ class LLMConfig:
     api_key: str | None = None
     timeout: float = 60.0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Hangup:
+    """Closes a streamed reply's connection from any thread: pass it to `stream(..., hangup=h)`
+    and call `h()` to stop the reply at once. The socket is shut down, so the reading thread wakes
+    up (even while the network is silent) and the provider sees the client leave and stops
+    generating. Calling it before the connection is open closes the connection as soon as it is."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closers: list[Callable[[], None]] = []
+        self.is_set = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            self.is_set = True
+            closers, self._closers = self._closers, []
+        for close in closers:
+            _quietly(close)
+
+    def on_hangup(self, close: Callable[[], None]) -> None:
+        """Run `close` when hung up (now, if it already is)."""
+        with self._lock:
+            if not self.is_set:
+                self._closers.append(close)
+                return
+        _quietly(close)
+
+
+def _quietly(close: Callable[[], None]) -> None:
+    try:
+        close()
+    except Exception:  # a connection already closed, or closing on its own
+        pass
+
+
+def _connection_closer(response: Any) -> Callable[[], None] | None:
+    """How to close the HTTP connection a litellm stream reads from, from another thread: shut
+    its socket down (httpx, through the OpenAI client's stream); else close the response. None
+    when the stream does not show its connection."""
+    http = getattr(getattr(response, "completion_stream", None), "response", None)
+    if http is None:
+        return None
+    network = getattr(http, "extensions", {}).get("network_stream")
+    sock = network.get_extra_info("socket") if network is not None else None
+    if sock is not None:
+        import socket
+
+        return lambda: sock.shutdown(socket.SHUT_RDWR)
+    close = getattr(http, "close", None)
+    return close if callable(close) else None
 
 
 def load_litellm() -> Any:
@@ -127,10 +179,12 @@ def stream(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]] | None = None,
     choice: str | None = None,
+    hangup: Hangup | None = None,
 ) -> Iterator[str | ToolCall]:
     """The model's reply, piece by piece as it streams in. With `tools` (OpenAI's `tools` of a
     request; `choice` its `tool_choice`: auto, none, required), the functions the reply calls
-    come last, one ToolCall each, once the reply ends."""
+    come last, one ToolCall each, once the reply ends. `hangup`, called from another thread,
+    closes the connection at once: the stream then ends without an error."""
     litellm = load_litellm()
     kwargs = _kwargs(config, messages)
     if tools:
@@ -140,6 +194,12 @@ def stream(
     calls: dict[int, dict[str, Any]] = {}  # index -> the call's id, name and argument pieces
     try:
         response = litellm.completion(stream=True, **kwargs)
+        if hangup is not None:
+            close = _connection_closer(response)
+            if close is not None:
+                hangup.on_hangup(close)
+            if hangup.is_set:
+                return
         for chunk in response:
             choices = getattr(chunk, "choices", None) or []
             if not choices:
@@ -155,7 +215,11 @@ def stream(
     except GeneratorExit:
         raise
     except Exception as exc:
+        if hangup is not None and hangup.is_set:
+            return  # the connection was closed on purpose
         raise provider_error(exc, config) from None
+    if hangup is not None and hangup.is_set:
+        return
     for i in sorted(calls):
         call = calls[i]
         if call["name"]:

@@ -13,13 +13,18 @@ A reply is a dict:
   first, then the arguments in pieces;
 - `{"status": 500}` (or 401, 429, ...): an error response with that HTTP status;
 - `{"delay": 2.0, ...}`: wait that many seconds before answering (for timeouts);
-- `{"raw": "not json"}`: a 200 response whose body is that text.
+- `{"raw": "not json"}`: a 200 response whose body is that text;
+- `{"content": ..., "chunk_delay": 0.5}`: a slow stream, one chunk every 0.5 s. Meanwhile the
+  server watches the connection: when the client closes it, the stream stops and the time is
+  recorded in `server.disconnects` (`wait_for_disconnect()` waits for one).
 Or a callable taking the request body and returning such a dict.
 """
 
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from collections import deque
@@ -37,6 +42,8 @@ class LLMServer:
         self.requests: list[dict[str, Any]] = []
         #: Each request's Authorization header (None: none), in the order of `requests`.
         self.authorizations: list[str | None] = []
+        #: When (time.monotonic()) a client closed a slow stream before its end.
+        self.disconnects: list[float] = []
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
@@ -67,6 +74,17 @@ class LLMServer:
             self.replies.clear()
             self.requests.clear()
             self.authorizations.clear()
+            self.disconnects.clear()
+
+    def wait_for_disconnect(self, timeout: float = 10) -> float | None:
+        """Wait until a client has closed a slow stream; when it did (None: it did not)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                if self.disconnects:
+                    return self.disconnects[-1]
+            time.sleep(0.01)
+        return None
 
     def tools_offered(self, i: int = -1) -> list[str]:
         """The names of the tools request `i` offered."""
@@ -160,8 +178,9 @@ class LLMServer:
                         if i == 0:
                             delta["role"] = "assistant"
                         self._event(_chunk(body, delta, None))
-                        if chunk_delay:
-                            time.sleep(chunk_delay)
+                        if chunk_delay and self._client_left(chunk_delay):
+                            self._record_disconnect()
+                            return
                     for index, call in enumerate(calls):
                         head = {"name": call["function"]["name"], "arguments": ""}
                         first = {"index": index, "id": call["id"], "type": "function"}
@@ -176,7 +195,23 @@ class LLMServer:
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
-                    pass
+                    if chunk_delay:
+                        self._record_disconnect()
+                self.close_connection = True
+
+            def _client_left(self, wait: float) -> bool:
+                """Wait `wait` seconds, or less if the client closes the connection (True)."""
+                readable, _, _ = select.select([self.connection], [], [], wait)
+                if not readable:
+                    return False
+                try:
+                    return self.connection.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    return True
+
+            def _record_disconnect(self) -> None:
+                with server.lock:
+                    server.disconnects.append(time.monotonic())
                 self.close_connection = True
 
             def _event(self, payload: dict[str, Any]) -> None:

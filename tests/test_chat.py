@@ -23,7 +23,7 @@ from memcli.chat import (
 )
 from memcli.chat.view import facts_in, panels
 from memcli.flush import Budget
-from memcli.llm import LLMConfig
+from memcli.llm import Hangup, LLMConfig
 
 
 class StaticText(MemoryBlock):
@@ -117,10 +117,14 @@ def test_a_provider_error_keeps_the_user_message_and_retry_does_not_store_it_twi
 def test_cancel_keeps_the_partial_reply_marked(tmp_path):
     release = threading.Event()
 
-    def stream(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> Iterator[str]:
+    def stream(
+        config: LLMConfig, messages: Sequence[dict[str, Any]], hangup: Hangup
+    ) -> Iterator[str]:
+        hangup.on_hangup(release.set)  # cancelling closes the connection
         yield "The first half"
         release.wait(5)  # the network goes quiet
-        yield " and the rest"
+        if not hangup.is_set:
+            yield " and the rest"
 
     chat = make_chat(tmp_path, stream=stream)
     chat.set_model("openai/test")
@@ -140,6 +144,45 @@ def test_cancel_keeps_the_partial_reply_marked(tmp_path):
         "The first half",
         {"cancelled": True},
     )
+
+
+def test_cancel_closes_the_providers_connection_at_once_and_retry_asks_again(tmp_path, llm):
+    llm.script({"content": "word " * 50, "chunk_delay": 5}, {"content": "The whole story."})
+    chat = make_chat(tmp_path, llm)
+    turn = chat.send("Tell me a story")
+    seen = []
+    for event in turn.events():
+        seen.append(event)
+        if isinstance(event, ReplyPiece):
+            turn.cancel()
+    # The next chunk is 5 s away: only a closed connection makes the server see it sooner.
+    assert llm.wait_for_disconnect(timeout=3) is not None
+    done = seen[-1]
+    assert isinstance(done, ReplyDone) and done.cancelled and done.text == "word wor"
+    assert chat.pending() is not None  # a cut reply is no answer
+    events = play(chat.retry())
+    assert not any(isinstance(e, UserStored) for e in events)
+    assert events[-1].text == "The whole story."
+    assert llm.requests[1]["messages"] == [{"role": "user", "content": "Tell me a story"}]
+    assert [(m.role, m.content) for m in chat.mem.get_all()] == [
+        ("user", "Tell me a story"),
+        ("assistant", "word wor"),
+        ("assistant", "The whole story."),
+    ]
+
+
+def test_interrupt_closes_the_providers_connection(tmp_path, llm):
+    """Plain mode's Ctrl-C: a KeyboardInterrupt stops `events()`, then `interrupt()`."""
+    llm.script({"content": "word " * 50, "chunk_delay": 5})
+    chat = make_chat(tmp_path, llm)
+    turn = chat.send("Tell me a story")
+    events = turn.events()
+    while not isinstance(next(events), ReplyPiece):
+        pass
+    events.close()
+    done = turn.interrupt()
+    assert llm.wait_for_disconnect(timeout=3) is not None
+    assert done is not None and done.cancelled and done.message is not None
 
 
 def test_offline_reply_says_how_to_set_a_model_and_answers_from_memory(tmp_path):
@@ -317,3 +360,34 @@ def test_chat_messages_are_stored_with_their_time(tmp_path, llm):
     for message in stored:
         assert message.timestamp is not None
         assert before <= message.timestamp <= after + timedelta(seconds=1)
+
+
+def test_a_failed_extraction_is_pending_work_with_its_reason(tmp_path, llm):
+    from memcli.blocks.facts import FactBlock
+    from memcli.chat.view import pending_work
+
+    def server(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("stream"):
+            return {"content": "Noted."}
+        return {"status": 500, "message": "the extractor is down"}
+
+    llm.default = server
+    try:
+        config = LLMConfig("openai/test", api_base=llm.api_base, timeout=5)
+        chat = make_chat(
+            tmp_path,
+            llm,
+            blocks=[FactBlock(name="facts", llm=config)],
+            budget_for=lambda info: Budget(60, 0.5, 10),
+        )
+        assert pending_work(chat).text == ""
+        for i in range(4):
+            play(chat.send(f"message {i}: I keep bees on the roof of my house"))
+        work = pending_work(chat)
+    finally:
+        llm.default = {"content": "OK"}
+    assert chat.mem.session().flushes >= 1
+    assert work.batches >= 1
+    assert work.error is not None and work.error.startswith("facts: ")
+    assert "the extractor is down" in work.error and "pending" in work.text
+    assert panels(chat).pending == work

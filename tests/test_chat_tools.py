@@ -242,6 +242,7 @@ def test_tool_rounds_are_capped_then_the_model_is_asked_for_text(tmp_path, llm):
     assert all("tool_choice" not in r for r in llm.requests[:-1])
     assert llm.requests[-1]["tool_choice"] == "none"
     assert isinstance(events[-1], ReplyDone)  # the calls of the last reply are not run
+    assert events[-1].text == "" and "rounds of memory tool calls" in events[-1].note
     assert [m.role for m in chat.mem.get_all()].count("tool") == MAX_TOOL_ROUNDS
 
 

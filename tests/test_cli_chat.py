@@ -422,6 +422,34 @@ def test_ctrl_c_in_plain_mode_keeps_the_partial_reply_marked_and_exits_130(llm):
     assert last["content"].startswith("word word") and len(last["content"]) < len("word " * 200)
 
 
+def test_ctrl_c_in_json_mode_closes_the_connection_and_writes_a_cancelled_reply_record(llm):
+    import os
+    import signal
+
+    llm.script({"content": "word " * 200, "chunk_delay": 5})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcli", "chat", "--json", "--session", "cut", *model_args(llm)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdin is not None
+    proc.stdin.write(b"talk for a while\n")
+    proc.stdin.flush()
+    wait_for(lambda: len(llm.requests) == 1)
+    time.sleep(0.5)  # the first chunk is on its way; the next one is 5 s away
+    proc.send_signal(signal.SIGINT)
+    # Only a closed connection makes the server see it before its next chunk.
+    assert llm.wait_for_disconnect(timeout=3) is not None
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    (record,) = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    assert record["type"] == "reply" and record["cancelled"] is True
+    assert record["pending"] == 0 and record["content"] == stored("cut")[-1]["content"]
+
+
 def test_full_screen_quit_while_a_reply_streams_keeps_it_and_drops_queued_messages(tmp_path, llm):
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
@@ -615,3 +643,161 @@ def test_full_screen_app_shows_each_memory_tool_call(tmp_path, llm):
         ("assistant", "I will remember that."),
     ]
     assert any("Memory tools are on" in e.text for e in ui.entries if e.kind == "note")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (./run installs it)"
+)
+def test_the_edges_in_a_real_terminal(tmp_path, llm, isolated):
+    """In tmux, against a slow stream: Ctrl-C closes the provider's connection, /retry sends the
+    message again, a fact extracted at /flush shows in the Long-term panel at once, F2 hides and
+    shows the panels, and quitting after a resize leaves the terminal clean."""
+    root = Path(__file__).resolve().parents[1]
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 10\n\n'
+        "[memory]\ntoken_limit = 2000\n\n"
+        '[[blocks]]\nkind = "facts"\nname = "facts"\n'
+    )
+
+    def server(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("stream"):
+            return {"content": "Fine."}
+        return {"content": "<facts><fact>Ana keeps bees on the roof</fact></facts>"}
+
+    llm.default = server
+    llm.script({"content": "word " * 100, "chunk_delay": 5})
+    name = f"memcli-edges-{tmp_path.name}"
+    command = (
+        f"cd {root} && env MEMCLI_HOME={isolated} NO_COLOR=1 PYTHONPATH={root} {sys.executable}"
+        f" -m memcli --config {config} chat --session edges; echo CHAT-ENDED; sleep 60"
+    )
+    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", command)
+    try:
+
+        def screen() -> str:
+            return tmux("capture-pane", "-p", "-t", name)
+
+        def ready() -> bool:
+            return screen().rstrip().splitlines()[-1].startswith(" ready")
+
+        wait_for(lambda: "Short-term" in screen() and "Long-term" in screen() and ready())
+        tmux("send-keys", "-t", name, "I keep bees", "Enter")
+        wait_for(lambda: "word wor" in screen())
+        tmux("send-keys", "-t", name, "C-c")
+        # The next chunk is 5 s away: only a closed connection makes the server see it sooner.
+        assert llm.wait_for_disconnect(timeout=3) is not None
+        wait_for(ready)
+        tmux("send-keys", "-t", name, "/retry", "Enter")
+        wait_for(lambda: "Fine." in screen() and ready())
+        assert llm.requests[1]["messages"][-1] == {"role": "user", "content": "I keep bees"}
+        tmux("send-keys", "-t", name, "and honey", "Enter")
+        wait_for(lambda: screen().count("Fine.") >= 2 and ready())
+        assert "Ana keeps bees" not in screen()
+        tmux("send-keys", "-t", name, "/flush", "Enter")
+        wait_for(lambda: "Flushed" in screen() and "Ana keeps bees" in screen())
+        tmux("send-keys", "-t", name, "F2")
+        wait_for(lambda: "Long-term" not in screen())
+        tmux("send-keys", "-t", name, "F2")
+        wait_for(lambda: "Long-term" in screen())
+        tmux("resize-window", "-t", name, "-x", "70", "-y", "24")
+        wait_for(lambda: len(screen().splitlines()[0]) <= 70 and "Long-term" in screen())
+        tmux("resize-window", "-t", name, "-x", "100", "-y", "30")
+        wait_for(lambda: "Long-term" in screen())
+        tmux("send-keys", "-t", name, "C-d")
+        wait_for(lambda: "CHAT-ENDED" in screen())
+        left = screen()
+        assert "Short-term" not in left and "Long-term" not in left and "Fine." not in left, left
+    finally:
+        llm.default = {"content": "OK"}
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    users = [m["content"] for m in stored("edges") if m["role"] == "user"]
+    assert users == ["I keep bees", "and honey"]
+
+
+def test_full_screen_ctrl_c_cancels_the_streaming_reply_first_and_scrolling_stops_at_the_ends(
+    tmp_path, llm
+):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat.ui import ChatApp
+    from memcli.llm import LLMConfig
+
+    chat = Chat(
+        SQLiteStore(tmp_path / "c.db"),
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=10),
+    )
+    chat.open("c")
+    llm.script({"content": "slow " * 100, "chunk_delay": 5}, {"content": "Second reply."})
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, None, pipe, DummyOutput())
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        try:
+            pipe.send_text("first\r")
+            wait_for(lambda: ui.entries[-1].mark == "streaming")
+            pipe.send_text("second, queued\r")
+            wait_for(lambda: len(ui.queued) == 1)
+            pipe.send_text("\x03")  # Ctrl-C: the streaming reply, not the queued message
+            assert llm.wait_for_disconnect(timeout=3) is not None
+            wait_for(lambda: any(e.text == "Second reply." for e in ui.entries) and not ui.pending)
+            said = [e.text for e in ui.entries if e.kind == "note"]
+            assert any("Cancelled the reply to “first”; 1 queued message waits" in t for t in said)
+            for i in range(60):
+                ui.post(lambda i=i: ui.note(f"line {i}"))
+            wait_for(lambda: ui.max_scroll > 40)
+            pipe.send_text("\x1b[5~")  # PageUp scrolls at the first press
+            wait_for(lambda: ui.scroll_back > 0)
+            pipe.send_text("\x1b[H")  # Home: the first line
+            wait_for(lambda: ui.scroll_back == ui.max_scroll)
+            pipe.send_text("\x1b[5~")  # no further than the first line
+            time.sleep(0.2)
+            assert ui.scroll_back == ui.max_scroll
+            pipe.send_text("\x1b[F")  # End
+            wait_for(lambda: ui.scroll_back == 0)
+            pipe.send_text("\x1b[6~")  # PageDown at the end stays there
+            time.sleep(0.2)
+            assert ui.scroll_back == 0
+            pipe.send_text("\x1bOQ")  # F2 hides the panels, again shows them
+            wait_for(lambda: not ui.show_panels)
+            pipe.send_text("\x1bOQ")
+            wait_for(lambda: ui.show_panels)
+        finally:
+            pipe.send_text("\x04")
+            runner.join(15)
+    assert not runner.is_alive()
+    messages = chat.mem.get_all()
+    assert [m.content for m in messages if m.role == "user"] == ["first", "second, queued"]
+    assert messages[1].metadata == {"cancelled": True} and messages[-1].content == "Second reply."
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (./run installs it)"
+)
+def test_panels_start_hidden_on_a_narrow_terminal(tmp_path, isolated):
+    root = Path(__file__).resolve().parents[1]
+    config = isolated.parent / "no-blocks.toml"  # the no_blocks fixture's
+    name = f"memcli-narrow-{tmp_path.name}"
+    command = (
+        f"cd {root} && env MEMCLI_HOME={isolated} MEMCLI_CONFIG={config} NO_COLOR=1"
+        f" PYTHONPATH={root} {sys.executable} -m memcli chat --session narrow"
+    )
+    tmux("new-session", "-d", "-s", name, "-x", "60", "-y", "24", command)
+    try:
+
+        def screen() -> str:
+            return tmux("capture-pane", "-p", "-t", name)
+
+        wait_for(lambda: "F2 shows them" in " ".join(screen().split()))
+        assert "Short-term" not in screen()
+        tmux("send-keys", "-t", name, "F2")
+        wait_for(lambda: "Short-term" in screen() and "Long-term" in screen())
+        assert all(len(line) <= 60 for line in screen().splitlines())
+        tmux("send-keys", "-t", name, "C-d")
+        wait_for(lambda: subprocess.run(["tmux", "has-session", "-t", name]).returncode != 0, 15)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)

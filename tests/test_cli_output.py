@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +178,37 @@ def test_export_takes_user_and_json(tmp_path: Path) -> None:
     assert theirs.code == 1
     assert theirs.stdout == ""
     assert "no session 'demo' of user 'bob'" in theirs.stderr
+
+
+def narrow_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """memcli with stdout taken for a terminal of 50 columns (rich tables), colour off."""
+    code = (
+        f"import sys; sys.stdout.isatty = lambda: True; sys.argv = ['memcli', *{list(args)!r}];"
+        "from memcli.cli.app import main; main()"
+    )
+    env = {**os.environ, "COLUMNS": "50", "PAGER": "cat"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    proc.stdout = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)  # bold headers
+    return proc
+
+
+def test_tables_keep_ids_session_names_and_numbers_whole_at_50_columns(tmp_path: Path) -> None:
+    session = "a-rather-long-session-name-2024"
+    seed(tmp_path, session)
+    fact = add_fact("Ana grows roses in a garden that she describes at great length, every day")
+    for args, whole in [
+        (["sessions"], [session]),
+        (["inspect", session, "--all"], [session, "assistant"]),
+        (["facts"], [f"id {fact}", "extracted_info"]),
+        (["search", "garden", "--mode", "lexical"], [session, "0.0"]),
+    ]:
+        proc = narrow_run(*args)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert all(len(line) <= 50 for line in lines), proc.stdout
+        for word in whole:
+            assert any(word in line for line in lines), (args, word, proc.stdout)
+    records = memcli("inspect", session, "--all", "--json").records()
+    ids = {r["id"] for r in records if r["type"] == "message"}
+    shown = narrow_run("inspect", session, "--all").stdout
+    assert {int(i) for i in re.findall(r"\bid (\d+) ·", shown)} == ids

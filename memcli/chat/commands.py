@@ -33,9 +33,11 @@ COMMANDS: dict[str, str] = {
 KEY_LIST: dict[str, str] = {
     "Enter": "send (with the /command menu open: take the highlighted command)",
     "Alt+Enter, Esc Enter": "start a new line in the message",
-    "Ctrl-C": "cancel the reply, or clear the line",
+    "Ctrl-C": "cancel the reply (then the latest queued message), or clear the line",
     "Ctrl-D": "quit, on an empty line (/exit too)",
-    "PageUp, PageDown": "scroll the conversation",
+    "PageUp, PageDown": "scroll the conversation a page back or forward",
+    "Home, End": "the conversation's first line, its end (on an empty line; Ctrl too)",
+    "F2": "hide or show the panels (hidden at first below 80 columns)",
     "Up, Down": "your earlier messages",
 }
 

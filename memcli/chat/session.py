@@ -39,14 +39,21 @@ if TYPE_CHECKING:
     from memcli.tokens import Tokenizer
     from memcli.tools import ToolResult, ToolSet
 
-#: `stream(config, messages)`, or with tools `stream(config, messages, tools=..., choice=...)`:
-#: text pieces, then the reply's tool calls (memcli.llm.stream).
+#: `stream(config, messages, hangup=...)`, with tools `stream(..., tools=..., choice=...)`: text
+#: pieces, then the reply's tool calls (memcli.llm.stream). `hangup` (a memcli.llm.Hangup) is
+#: called from another thread when the turn is cancelled: the stream should close its connection.
 StreamFn = Callable[..., Iterator["str | ToolCall"]]
 BudgetFn = Callable[["SessionInfo | None"], "Budget | None"]
 
 CANCELLED = "cancelled"  # the metadata key that marks a reply cut short by the user
 #: The most rounds of tool calls in one turn; the round after them is asked to reply in text.
 MAX_TOOL_ROUNDS = 5
+
+#: What an empty reply after the last round of tool calls says.
+TOOL_CAP_NOTE = (
+    f"The model made {MAX_TOOL_ROUNDS} rounds of memory tool calls, the most a turn allows, and"
+    " then wrote no reply. Ask again, or more precisely"
+)
 
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -93,6 +100,8 @@ class ReplyDone:
     flushes: list[Flush] = field(default_factory=list)
     offline: bool = False
     cancelled: bool = False
+    #: Why the reply says nothing, when the user should be told (the tool rounds ran out).
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -234,8 +243,8 @@ class Chat:
     def pending(self) -> Message | None:
         """The last user message when it has no reply yet (what /retry sends): the last active
         message, or the one before the memory tool calls and results that end the window (the
-        reply after them failed)."""
-        active = self.mem.get_all(status="active")
+        reply after them failed). A reply cut short by the user (Ctrl-C) is not an answer."""
+        active = _uncut(self.mem.get_all(status="active"))
         if active and active[-1].role == "user":
             return active[-1]
         if active and active[-1].role == "tool":
@@ -338,13 +347,22 @@ class Turn:
         self._flushes: list[Flush] = []  # what storing tool calls and results flushed
         self._streaming = False
         self._done = False
+        self._hangup: Any = None  # closes the connection of the reply being streamed
+        self._pump_thread: threading.Thread | None = None
         #: The user message is in memory (a retry's was stored before): what a failed turn keeps.
         self.user_stored = self.is_retry
 
     def cancel(self) -> None:
-        """Stop the reply: what arrived so far is stored, marked as cancelled."""
+        """Stop the reply: the provider's connection is closed at once; what arrived so far is
+        stored, marked as cancelled."""
         self._cancelled.set()
+        self._hang_up()
         self._queue.put((_CANCEL, None))
+
+    def _hang_up(self) -> None:
+        hangup = self._hangup
+        if hangup is not None:
+            hangup()
 
     @property
     def cancelled(self) -> bool:
@@ -376,7 +394,8 @@ class Turn:
         if notice is not None:
             yield notice
         # The request starts before the UI is told about the context, so the two overlap.
-        payload = [_wire(m) for m in ready.context.messages]
+        sent = _uncut(ready.context.messages) if self.is_retry else ready.context.messages
+        payload = [_wire(m) for m in sent]
         rounds = 0
         self._start(payload, tools, rounds)
         yield ready
@@ -391,7 +410,9 @@ class Turn:
                 self._start(payload, tools, rounds)
                 continue
             if kind is _END:
-                yield self._finish(cancelled=False)
+                yield self._finish(
+                    cancelled=False, capped=bool(tools) and rounds >= MAX_TOOL_ROUNDS
+                )
                 return
             if isinstance(value, ProviderError):
                 if tools and not self.pieces and _refuses_tools(value):
@@ -414,12 +435,18 @@ class Turn:
         chat = self.chat
         assert chat.llm is not None
         self.pieces, self._calls = [], []
-        options = {}
+        from memcli.llm import Hangup
+
+        self._hangup = Hangup()
+        if self.cancelled:  # cancelled from another thread just now
+            self._hangup()
+        options: dict[str, Any] = {"hangup": self._hangup}
         if tools:
-            options = {"tools": tools, "choice": "none" if rounds >= MAX_TOOL_ROUNDS else None}
-        threading.Thread(
+            options |= {"tools": tools, "choice": "none" if rounds >= MAX_TOOL_ROUNDS else None}
+        self._pump_thread = threading.Thread(
             target=self._pump, args=(chat.stream_fn(), chat.llm, payload, options), daemon=True
-        ).start()
+        )
+        self._pump_thread.start()
         self._streaming = True
 
     def _run_calls(self, payload: list[dict[str, Any]]) -> Iterator[Event]:
@@ -453,8 +480,10 @@ class Turn:
             yield ToolCalled(result)
 
     def interrupt(self) -> ReplyDone | None:
-        """After a KeyboardInterrupt stopped `events()`: keep what arrived, marked as cancelled."""
+        """After a KeyboardInterrupt stopped `events()`: close the provider's connection, keep
+        what arrived, marked as cancelled."""
         self._cancelled.set()
+        self._hang_up()
         if not self._streaming or self._done:
             return None
         return self._finish(cancelled=True)
@@ -486,17 +515,36 @@ class Turn:
             return
         self._queue.put((_END, None))
 
-    def _finish(self, *, cancelled: bool) -> ReplyDone:
-        """End the turn: store the reply (calls of tools past the last round are not run)."""
+    def _finish(self, *, cancelled: bool, capped: bool = False) -> ReplyDone:
+        """End the turn: store the reply (calls of tools past the last round are not run). An
+        empty reply after the last round of tool calls (`capped`) says why it is empty."""
         self._done = True
+        if cancelled and self._pump_thread is not None:
+            # Hung up: the stream winds down at once. Let it, so that a program that exits now
+            # does not stop it halfway (in an import, holding the import lock).
+            self._pump_thread.join(timeout=2)
         text = "".join(self.pieces)
         if not text:
-            return ReplyDone("", flushes=self._flushes, cancelled=cancelled)
+            note = TOOL_CAP_NOTE if capped and not cancelled else ""
+            return ReplyDone("", flushes=self._flushes, cancelled=cancelled, note=note)
         message = Message(
             "assistant", text, metadata={CANCELLED: True} if cancelled else None, timestamp=_now()
         )
         flushes = self._flushes + self.chat.mem.put(message)
         return ReplyDone(text, message, flushes, cancelled=cancelled)
+
+
+def _uncut(messages: list[Message]) -> list[Message]:
+    """`messages` without the replies cut short by the user (Ctrl-C) that end them: a retry
+    asks again as if they had not been written (they stay stored, marked)."""
+    end = len(messages)
+    while end and messages[end - 1].role == "assistant" and _is_cut(messages[end - 1]):
+        end -= 1
+    return messages[:end]
+
+
+def _is_cut(message: Message) -> bool:
+    return bool(message.metadata and message.metadata.get(CANCELLED))
 
 
 def _now() -> datetime:

@@ -67,9 +67,28 @@ class LongTerm:
 
 
 @dataclass(frozen=True)
+class Pending:
+    """Long-term work not done yet: flushed batches the blocks must still process (an LLM call
+    failed: they are retried at later flushes, or by `memcli facts extract --pending`), and the
+    newest failure's reason, with its block's name."""
+
+    batches: int = 0
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        """e.g. `2 batches pending (facts: LLM call ... failed: ...)`; empty when none."""
+        if not self.batches:
+            return ""
+        noun = "batch" if self.batches == 1 else "batches"
+        return f"{self.batches} {noun} pending" + (f" ({self.error})" if self.error else "")
+
+
+@dataclass(frozen=True)
 class Panels:
     short: ShortTerm
     long: LongTerm
+    pending: Pending = Pending()
 
 
 def facts_in(content: str) -> list[str]:
@@ -135,8 +154,24 @@ def long_term(chat: Chat) -> LongTerm:
     return LongTerm(views, ready is not None)
 
 
+def pending_work(chat: Chat) -> Pending:
+    """The long-term work the chat's blocks have not done for this session's scopes."""
+    from memcli.store import longterm
+
+    total, error = 0, None
+    for block in chat.blocks:
+        if not block.receives_flushes:
+            continue
+        key = block.key_for(chat.session_id, chat.user_id)
+        count, reason = longterm.pending_work(chat.store, block.name, key)
+        total += count
+        if count and reason and error is None:
+            error = f"{block.name}: {' '.join(reason.split())[:160]}"
+    return Pending(total, error)
+
+
 def panels(chat: Chat, recent: list[FlushMark] | None = None) -> Panels:
-    return Panels(short_term(chat, recent), long_term(chat))
+    return Panels(short_term(chat, recent), long_term(chat), pending_work(chat))
 
 
 def tool_line(result: ToolResult, width: int = 60) -> str:

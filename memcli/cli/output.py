@@ -110,16 +110,69 @@ def note(message: str) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """A rich table on stdout."""
+    """A rich table on stdout. Ids, session names and numbers (`WHOLE_COLUMNS`) are never cut:
+    the free text wraps instead; a terminal too narrow for that gets each row as a paragraph."""
     from rich.table import Table
 
+    cells = [[cell if isinstance(cell, str) else _cell(cell) for cell in row] for row in rows]
+    whole = [column.lower() in WHOLE_COLUMNS for column in columns]
+    widths = [
+        max([_width(column, is_whole), *(_width(row[i], is_whole) for row in cells)])
+        for i, (column, is_whole) in enumerate(zip(columns, whole, strict=True))
+    ]
+    console = out()
+    if sum(widths) + 3 * (len(columns) - 1) > console.width:
+        _paragraphs(title, columns, whole, cells)
+        return
     grid = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for column in columns:
+    for column, is_whole, width in zip(columns, whole, widths, strict=True):
         justify = "right" if column.lower() in NUMERIC_COLUMNS else "left"
-        grid.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        if is_whole:
+            grid.add_column(column, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
+        else:
+            grid.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for row in cells:
+        grid.add_row(*row)
+    console.print(grid)
+
+
+def _width(cell: Any, whole: bool) -> int:
+    """The fewest columns a cell takes: all of it when whole, else its longest word."""
+    from rich.cells import cell_len
+
+    text = cell if isinstance(cell, str) else str(getattr(cell, "plain", cell))
+    if whole:
+        return max((cell_len(line) for line in text.splitlines()), default=0)
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+def _paragraphs(
+    title: str | None, columns: Sequence[str], whole: Sequence[bool], rows: list[list[Any]]
+) -> None:
+    """A table for a narrow terminal: each row as a line of `column value` pairs (short values),
+    then its long free text, indented and wrapped."""
+    from rich.markup import escape
+    from rich.padding import Padding
+    from rich.text import Text
+
+    console = out()
+    if title:
+        console.print(f"[bold]{escape(title)}[/]")
     for row in rows:
-        grid.add_row(*(cell if isinstance(cell, str) else _cell(cell) for cell in row))
-    out().print(grid)
+        pairs, texts = [], []
+        for column, is_whole, cell in zip(columns, whole, row, strict=True):
+            text = str(getattr(cell, "plain", cell))
+            if not text:
+                continue
+            if is_whole or len(text) <= 24:
+                pairs.append(
+                    f"[bold]{escape(column)}[/] {escape(text)}" if column else escape(text)
+                )
+            else:
+                texts.append(text)
+        console.print(" · ".join(pairs), overflow="fold")
+        for text in texts:
+            console.print(Padding(Text(text, overflow="fold"), (0, 0, 0, 2)))
 
 
 NUMERIC_COLUMNS = {
@@ -133,6 +186,9 @@ NUMERIC_COLUMNS = {
     "rank",
     "score",
 }
+
+#: Columns whose values are never cut or wrapped: numbers, ids and names of things.
+WHOLE_COLUMNS = NUMERIC_COLUMNS | {"session", "user", "block", "flush", "fact id", "bm25", "vector"}
 
 
 def _cell(value: Any) -> Any:

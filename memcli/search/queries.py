@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import InputError
+from memcli.errors import InputError, UsageError
 from memcli.store.base import require_session
 
 if TYPE_CHECKING:
@@ -100,12 +100,19 @@ def search_lines(
     mode: str = "hybrid",
 ) -> Found:
     """Each query line searched in turn: its own user, session and k win over the ones given
-    here; a named session must exist (SessionNotFound)."""
+    here; a named session must exist (SessionNotFound), and belong to the user when one is
+    given (else UsageError, as `chat` refuses another user's session)."""
     found = Found()
     for line in lines:
         target = line.session or session_id
         if target is not None:
-            require_session(retriever.store, target)
+            info = require_session(retriever.store, target)
+            owner = line.user or user
+            if owner is not None and info.user_id != owner:
+                raise UsageError(
+                    f"session {target!r} belongs to user {info.user_id!r}, not {owner!r}",
+                    f"Drop --user, or use --user {info.user_id}",
+                )
         result = retriever.search(
             line.query,
             k=line.k or k,

@@ -148,6 +148,16 @@ def pending_flushes(
     return [(row[0], row[1]) for row in store.execute(sql + " ORDER BY b.flush_id", params)]
 
 
+def pending_work(store: SQLStore, block: str, scope_key: str) -> tuple[int, str | None]:
+    """How many flushes `block` must still process for a scope, and the newest failure's reason."""
+    rows = store.execute(
+        "SELECT error FROM block_flushes WHERE block = ? AND scope_key = ? AND status = 'pending'"
+        " ORDER BY updated_at DESC, flush_id DESC",
+        (block, scope_key),
+    ).fetchall()
+    return len(rows), next((row[0] for row in rows if row[0]), None)
+
+
 # -- a custom block's own state -----------------------------------------------------------------
 
 

@@ -356,7 +356,11 @@ def play(chat: Chat, turn: Turn, json_: bool) -> bool:
                 return False
     except KeyboardInterrupt:
         done = turn.interrupt()
-        if written:
+        if done is None and turn.user_stored:
+            done = ReplyDone("", cancelled=True)  # cancelled before the reply began
+        if json_ and done is not None:
+            _done(chat, done, json_, written)
+        elif written:
             _end_reply(written)
         if done is not None and done.message is not None:
             output.info("Cancelled: the partial reply is kept, marked as cancelled.")
@@ -365,6 +369,10 @@ def play(chat: Chat, turn: Turn, json_: bool) -> bool:
 
 
 def _done(chat: Chat, event: Any, json_: bool, written: str) -> None:
+    """A reply is over: its record (`--json`), or its end on stdout. `pending` counts the
+    flushed batches the blocks must still process (an extraction failed; see `memcli check`)."""
+    if event.note:
+        output.info(event.note + ".")
     if json_:
         output.emit(
             {
@@ -375,11 +383,25 @@ def _done(chat: Chat, event: Any, json_: bool, written: str) -> None:
                 "cancelled": event.cancelled,
                 "stored": event.message is not None,
                 "flushes": len(event.flushes),
+                "note": event.note or None,
+                "pending": _pending(chat),
             }
         )
         sys.stdout.flush()
     else:
         _end_reply(written)
+
+
+def _pending(chat: Chat) -> int | None:
+    """The flushed batches the blocks must still process; None when the store cannot say (a
+    record about a failure must not fail itself)."""
+    from memcli.chat.view import pending_work
+    from memcli.errors import MemcliError
+
+    try:
+        return pending_work(chat).batches
+    except MemcliError:
+        return None
 
 
 def _tool_called(chat: Chat, result: Any, json_: bool) -> None:
@@ -426,6 +448,7 @@ def _error_record(chat: Chat, failed: str, error: Any, *, stored: bool, partial:
             "exit_code": error.exit_code,
             "user_message_stored": stored,
             "partial": partial,
+            "pending": _pending(chat),
         }
     )
     sys.stdout.flush()

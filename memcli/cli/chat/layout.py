@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any
 from prompt_toolkit.application import Application
 from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
-from prompt_toolkit.data_structures import Point
 from prompt_toolkit.document import Document
-from prompt_toolkit.filters import has_focus
+from prompt_toolkit.filters import Condition, has_focus
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.layout import (
@@ -79,9 +78,14 @@ class SlashCompleter(Completer):
                 yield Completion(option, start_position=-len(arg))
 
 
-def _panel_width(app: Application[Any]) -> int:
-    columns = app.output.get_size().columns
-    return max(34, min(64, columns * 2 // 5))
+#: Below this many columns the panels start hidden (F2 shows them).
+NARROW = 80
+
+
+def panel_width(columns: int) -> int:
+    """The panels' width with their separator: two fifths of the screen, 34 to 64 columns, and
+    never more than half of a narrow screen."""
+    return max(min(34, columns // 2), min(64, columns * 2 // 5))
 
 
 def build_application(
@@ -124,29 +128,48 @@ def build_application(
         else:
             event.app.exit()
 
+    def page() -> int:
+        return max(1, conversation_size()[1] - 2)
+
     @keys.add("pageup")
     def _up(event: Any) -> None:
-        ui.scroll(
-            max(3, conversation.render_info.window_height - 2 if conversation.render_info else 10)
-        )
+        ui.scroll(page())
 
     @keys.add("pagedown")
     def _down(event: Any) -> None:
-        ui.scroll(
-            -max(3, conversation.render_info.window_height - 2 if conversation.render_info else 10)
-        )
+        ui.scroll(-page())
 
-    def cursor() -> Point:
-        lines = sum(fragment[1].count("\n") for fragment in ui.conversation())
-        return Point(0, max(0, lines - 1 - ui.scroll_back))
+    empty = Condition(lambda: not buffer.text)
+
+    @keys.add("home", filter=empty)
+    @keys.add("c-home")
+    def _top(event: Any) -> None:
+        ui.scroll_to_top()
+
+    @keys.add("end", filter=empty)
+    @keys.add("c-end")
+    def _bottom(event: Any) -> None:
+        ui.scroll_back = 0
+
+    @keys.add("f2")
+    def _panels(event: Any) -> None:
+        ui.show_panels = not ui.show_panels
 
     # Every size is given exactly: prompt-toolkit shares out free space one cell at a time, which
     # costs more than the rest of a redraw together.
     def size() -> tuple[int, int, int]:
-        """Columns, rows above the status line, panel width (a tiny terminal is clipped)."""
+        """Columns, rows above the status line, the panels' width with their separator (0 when
+        hidden). Read from the terminal at each redraw, so a resize lays the screen out again."""
         screen = app.output.get_size()
-        panel = _panel_width(app)
-        return max(screen.columns, panel + 20), max(8, screen.rows - 1), panel
+        columns = max(1, screen.columns)
+        panel = panel_width(columns) if ui.show_panels else 0
+        return columns, max(3, screen.rows - 1), panel
+
+    def conversation_size() -> tuple[int, int]:
+        columns, rows, panel = size()
+        return max(1, columns - panel), max(1, rows - 1 - editor_height())
+
+    ui.conversation_size = conversation_size
 
     def exact(cells: int) -> Dimension:
         return Dimension.exact(max(1, cells))
@@ -183,13 +206,12 @@ def build_application(
         return HSplit([heading, window])
 
     conversation = Window(
-        FormattedTextControl(ui.conversation, get_cursor_position=cursor, focusable=False),
+        FormattedTextControl(ui.conversation, focusable=False),
         wrap_lines=True,
         always_hide_cursor=True,
-        width=lambda: exact(size()[0] - size()[2]),
-        height=lambda: exact(size()[1] - 1 - editor_height()),
+        width=lambda: exact(conversation_size()[0]),
+        height=lambda: exact(conversation_size()[1]),
     )
-    ui.conversation_window = conversation
     prompt = Window(FormattedTextControl([("class:prompt", "› ")]), width=2, height=1)
     editor = VSplit(
         [
@@ -208,6 +230,7 @@ def build_application(
     left = HSplit([conversation, rule, editor])
     right = HSplit([panel("short", "Short-term"), panel("long", "Long-term")])
     separator = Window(width=1, height=lambda: exact(size()[1]), char="│", style="class:note")
+    shown = Condition(lambda: ui.show_panels)
     status = Window(
         FormattedTextControl(lambda: [("class:status", ui.status())]),
         height=1,
@@ -215,7 +238,18 @@ def build_application(
         style="class:status",
     )
     body = FloatContainer(
-        HSplit([VSplit([left, separator, right]), status]),
+        HSplit(
+            [
+                VSplit(
+                    [
+                        left,
+                        ConditionalContainer(separator, filter=shown),
+                        ConditionalContainer(right, filter=shown),
+                    ]
+                ),
+                status,
+            ]
+        ),
         floats=[
             Float(
                 xcursor=True,

@@ -42,6 +42,15 @@ if TYPE_CHECKING:
     from memcli.chat.session import Chat, ContextReady, Turn
 
 
+#: The memory tools whose successful call changes the facts the long-term panel shows.
+CHANGING_TOOLS = frozenset(("add_fact", "update_fact", "delete_fact"))
+
+
+def _short(text: str, width: int = 40) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
 class Worker:
     """One daemon thread that runs jobs in order (every job that touches the store)."""
 
@@ -111,17 +120,22 @@ class ChatApp:
         self.queued: list[Turn] = []  # turns submitted and not started
         self.loading: set[str] = set()
         self.warmed = threading.Event()  # set once litellm and the blocks are loaded
-        self.scroll_back = 0
+        self.scroll_back = 0  # lines scrolled back from the end of the conversation
+        self.max_scroll = 0  # the most it can be (the lines above the screen), at the last redraw
+        self.show_panels = True
+        self.conversation_size: Callable[[], tuple[int, int]] = lambda: (80, 24)  # by the layout
         self.timings: dict[str, float] = {}
         self._drawn: dict[str, tuple[Any, Any]] = {}
         self._wrapped: dict[int, tuple[Any, StyleAndTextTuples]] = {}
-        self.conversation_window: Any = None  # set by the layout
         self._loop: asyncio.AbstractEventLoop | None = None
         self.worker = Worker(lambda e: self.post(lambda: self._failed_job(e)))
         self._welcome(is_new)
-        from memcli.cli.chat.layout import build_application
+        from memcli.cli.chat.layout import NARROW, build_application
 
         self.app = build_application(self, history_path, input, output)
+        if self.app.output.get_size().columns < NARROW:
+            self.show_panels = False
+            self.note("The panels are hidden on this narrow terminal: F2 shows them.")
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -242,18 +256,36 @@ class ChatApp:
         return True
 
     def cancel_or_clear(self, buffer: Any) -> None:
-        """Ctrl-C: cancel the reply being generated, else clear the line."""
+        """Ctrl-C: cancel the reply being generated (its connection is closed at once), else
+        the latest message waiting for its turn, else clear the line."""
         if self.turn is not None:
-            self.turn.cancel()
+            turn = self.turn
+            turn.cancel()
+            if self.queued:
+                waiting = len(self.queued)
+                self.note(
+                    f"Cancelled the reply to “{_short(turn.text or '/retry')}”;"
+                    f" {waiting} queued {'message waits' if waiting == 1 else 'messages wait'}"
+                    " (Ctrl-C again cancels the latest)."
+                )
         elif self.queued:
-            self.queued[-1].cancel()  # the latest message still waiting for its turn
+            latest = self.queued[-1]
+            latest.cancel()  # the latest message still waiting for its turn
+            self.note(
+                f"Cancelled “{_short(latest.text or '')}” before it was sent (kept; /retry sends it)."
+            )
         elif buffer.text:
             buffer.reset()
         else:
             self.note("Ctrl-D or /exit quits.")
 
     def scroll(self, lines: int) -> None:
-        self.scroll_back = max(0, self.scroll_back + lines)
+        """Scroll the conversation back (up) by `lines`, or forward when negative; it stops at
+        the first line and at the end."""
+        self.scroll_back = min(self.max_scroll, max(0, self.scroll_back + lines))
+
+    def scroll_to_top(self) -> None:
+        self.scroll_back = self.max_scroll
 
     def note(self, text: str, kind: str = "note") -> None:
         self.entries.append(Entry(kind, text))
@@ -270,7 +302,7 @@ class ChatApp:
                 self.post(lambda: setattr(self, "session_ids", ids))
                 self.post(lambda: self.entries.extend(earlier))
             if result.changed or result.switched:
-                self._refresh_panels()
+                self._refresh_panels(reassemble=True)
         except MemcliError as error:
             self.post(lambda e=error: self._error(e))  # type: ignore[misc]
             self.post(self._finished)
@@ -300,6 +332,8 @@ class ChatApp:
                 elif isinstance(event, ToolCalled):
                     line = view.tool_line(event.result)
                     self.post(lambda t=line: self._tool_called(current, t))  # type: ignore[misc]
+                    if event.result.ok and event.result.name in CHANGING_TOOLS:
+                        self._refresh_panels(reassemble=True)  # the fact shows at once
                 elif isinstance(event, ToolsUnavailable):
                     self.post(lambda t=event.text: self.note(t))  # type: ignore[misc]
                 elif isinstance(event, UserStored):
@@ -309,7 +343,9 @@ class ChatApp:
                 elif isinstance(event, ReplyDone):
                     self.post(lambda e=event: self._reply_done(current[0], e))  # type: ignore[misc]
                     self._flushed(event.flushes)
-                    self._refresh_panels()
+                    # Storing the reply may have flushed: the blocks were fed (facts extracted,
+                    # or the extraction failed), so the long-term panel is assembled again.
+                    self._refresh_panels(reassemble=bool(event.flushes))
                 elif isinstance(event, ReplyFailed):
                     self.post(lambda e=event: self._reply_failed(current[0], e))  # type: ignore[misc]
                     self._refresh_panels()
@@ -321,8 +357,10 @@ class ChatApp:
 
     def _context_ready(self, event: ContextReady) -> None:
         longs = view.long_term(self.chat)
-        if longs != self.panels.long:  # unchanged (static blocks): no redraw in the reply's way
-            self.post(lambda: setattr(self, "panels", view.Panels(self.panels.short, longs)))
+        work = view.pending_work(self.chat)
+        if longs != self.panels.long or work != self.panels.pending:
+            # (unchanged, as with static blocks: no redraw in the reply's way)
+            self.post(lambda: setattr(self, "panels", view.Panels(self.panels.short, longs, work)))
 
     def _flushed(self, flushes: Iterable[Any]) -> None:
         marks = view.flush_marks(list(flushes), live=True)
@@ -333,14 +371,19 @@ class ChatApp:
             text = f"⇣ flushed {m.messages} messages ({m.tokens:,} tokens) to long-term memory"
             self.post(lambda t=text: self.note(t, "flush"))  # type: ignore[misc]
 
-    def _refresh_panels(self) -> None:
+    def _refresh_panels(self, reassemble: bool = False) -> None:
+        """Read the panels again (on the worker); with `reassemble`, after memory changed
+        (a flush fed the blocks, a fact changed, /reset, another session), the blocks are asked
+        again, so the long-term panel shows what they hold now, not at the last turn."""
+        if reassemble and self.chat.blocks:
+            self.chat.context()
         fresh = view.panels(self.chat, self.live_flushes)
         self.post(lambda: setattr(self, "panels", fresh))
 
     # -- applying results (UI thread) -------------------------------------------------------------
 
     def _set_short(self, short: view.ShortTerm) -> None:
-        self.panels = view.Panels(short, self.panels.long)
+        self.panels = view.Panels(short, self.panels.long, self.panels.pending)
 
     def _piece(self, reply: Entry, text: str) -> None:
         if "first_piece" not in self.timings:
@@ -361,6 +404,8 @@ class ChatApp:
         self.entries.append(current[0])
 
     def _reply_done(self, reply: Entry, event: ReplyDone) -> None:
+        if event.note:
+            self.note(event.note + ".")
         reply.text = event.text
         if event.cancelled:
             reply.mark = "cancelled" if event.text else "cancelled-empty"
@@ -424,8 +469,12 @@ class ChatApp:
             state = "replying… Ctrl-C cancels"
         elif self.pending:
             state = "working…"
+        work = self.panels.pending.text
+        trouble = f" · ⚠ {work}" if work else ""
+        if self.scroll_back:
+            state += f" · scrolled back {self.scroll_back} lines (End returns)"
         return (
-            f" {state} · session {self.chat.session_id} · user {self.chat.user_id}"
+            f" {state}{trouble} · session {self.chat.session_id} · user {self.chat.user_id}"
             f" · model {model} · db {self.db_label}"
         )
 
@@ -448,7 +497,20 @@ class ChatApp:
         return value
 
     def conversation(self) -> StyleAndTextTuples:
-        window = self.conversation_window
-        info = window.render_info if window is not None else None
-        width = info.window_width if info else 80
-        return render_conversation(self.entries, width, self._wrapped)
+        """The lines of the conversation that fit the screen: the last ones, or the ones
+        `scroll_back` lines above them (clamped: the view stops at the first line)."""
+        from prompt_toolkit.formatted_text.utils import split_lines
+
+        width, height = self.conversation_size()
+        lines = list(split_lines(render_conversation(self.entries, width, self._wrapped)))
+        if lines and not lines[-1]:
+            lines.pop()  # the empty end of the last entry's "\n\n"
+        self.max_scroll = max(0, len(lines) - height)
+        self.scroll_back = min(self.scroll_back, self.max_scroll)
+        end = len(lines) - self.scroll_back
+        shown: StyleAndTextTuples = []
+        for i, line in enumerate(lines[max(0, end - height) : end]):
+            if i:
+                shown.append(("", "\n"))
+            shown.extend(line)
+        return shown
