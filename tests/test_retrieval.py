@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Iterator, Sequence
@@ -229,6 +230,55 @@ def test_since_and_until_filter_by_message_time(store: SQLiteStore, mode: str) -
     assert sorted(i for h in hits for i in h.message_ids) == ids[2:]
     with pytest.raises(UsageError):
         retriever.search("cello", since=until, until=since)
+
+
+def test_a_dated_question_finds_that_months_message_over_a_better_worded_one(
+    store: SQLiteStore,
+) -> None:
+    options = SearchOptions(context_before=0, context_after=0)
+    [june] = add(
+        store,
+        "s1",
+        "u1",
+        ["we hiked up the mountain today"],
+        start=datetime(2023, 6, 10, tzinfo=UTC),
+    )
+    september, _ = add(
+        store,
+        "s2",
+        "u1",
+        ["remember where we went hiking? we went hiking up the mountain", "nice"],
+        start=datetime(2023, 9, 2, tzinfo=UTC),
+    )
+    query = "Where did we go hiking in June?"  # June: of 2023, the latest message's year
+    for mode in ("hybrid", "lexical", "vector"):
+        result = Retriever(store, WordsEmbedder(), options).search(
+            query, k=2, user_id="u1", mode=mode
+        )
+        assert result.window is not None and result.window.text == "in June"
+        assert result.window.since == datetime(2023, 6, 1, tzinfo=UTC)
+        assert result.hits[0].anchor_id == june, mode
+    plain = Retriever(store, WordsEmbedder(), dataclasses.replace(options, window_weight=0))
+    result = plain.search(query, k=2, user_id="u1")
+    assert result.window is None and result.hits[0].anchor_id == september
+    # The window lies within the search's own time range, and none is left when they miss.
+    late = Retriever(store, WordsEmbedder(), options).search(
+        query, k=2, user_id="u1", since=datetime(2023, 8, 1, tzinfo=UTC)
+    )
+    assert late.window is None and late.hits[0].anchor_id == september
+
+
+def test_relative_times_count_back_from_the_latest_message_in_scope(store: SQLiteStore) -> None:
+    options = SearchOptions(context_before=0, context_after=0)
+    add(store, "s1", "u1", ["a swim in the lake"], start=datetime(2021, 3, 4, tzinfo=UTC))
+    add(store, "s2", "u1", ["we swam in the lake"], start=datetime(2021, 3, 10, tzinfo=UTC))
+    add(store, "s3", "u1", ["ok"], start=datetime(2021, 3, 12, tzinfo=UTC))
+    result = Retriever(store, WordsEmbedder(), options).search(
+        "did we swim in the lake yesterday?", k=2, user_id="u1"
+    )
+    assert result.window is not None
+    assert result.window.since <= datetime(2021, 3, 11, tzinfo=UTC) < result.window.until
+    assert "we swam" in result.hits[0].text
 
 
 def test_deleted_session_leaves_the_index(store: SQLiteStore) -> None:

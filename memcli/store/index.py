@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import StoreBusy, StoreDamaged
@@ -264,6 +264,18 @@ def count_messages(store: SQLStore, scope: Scope, cap: int | None = None) -> int
         params.append(cap)
     row = store.execute(f"SELECT COUNT(*) FROM ({sql}) AS t", params).fetchone()
     return int(row[0])
+
+
+def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
+    """The latest message's time in scope (its timestamp, else when it was stored), or None."""
+    where, params = _filters(store, scope)
+    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+    row = store.execute(
+        f"SELECT MAX({_time_ms(store)}) FROM messages m{join} WHERE TRUE{where}", params
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return datetime.fromtimestamp(int(row[0]) / 1000, tz=UTC)
 
 
 # -- vectors ---------------------------------------------------------------------------------------
