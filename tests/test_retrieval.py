@@ -268,6 +268,22 @@ def test_a_dated_question_finds_that_months_message_over_a_better_worded_one(
     assert late.window is None and late.hits[0].anchor_id == september
 
 
+def test_messages_of_a_speaker_the_query_names_come_first(store: SQLiteStore) -> None:
+    options = SearchOptions(context_before=0, context_after=0)
+    ana, ben = add(
+        store, "s1", "u1", ["Ben's cello! the cello Ben played, cello", "I sold my cello"]
+    )
+    query = "What did Ben do with the cello?"
+    plain = Retriever(store, WordsEmbedder(), dataclasses.replace(options, speaker_weight=0))
+    assert plain.search(query, k=2).hits[0].anchor_id == ana  # more of the query's words
+    for mode in ("hybrid", "lexical", "vector"):
+        hits = Retriever(store, WordsEmbedder(), options).search(query, k=2, mode=mode).hits
+        assert [h.anchor_id for h in hits] == [ben, ana], mode
+    # Part of a longer name counts; a name the query does not hold changes nothing.
+    assert sql.spoken_by(store, [ana, ben], {"ben", "cello"}) == [ben]
+    assert sql.spoken_by(store, [ana, ben], {"cello"}) == []
+
+
 def test_relative_times_count_back_from_the_latest_message_in_scope(store: SQLiteStore) -> None:
     options = SearchOptions(context_before=0, context_after=0)
     add(store, "s1", "u1", ["a swim in the lake"], start=datetime(2021, 3, 4, tzinfo=UTC))

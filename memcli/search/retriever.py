@@ -40,6 +40,7 @@ from memcli.search.ranking import (
     fuse,
     lexical_excerpt,
     query_terms,
+    query_words,
 )
 from memcli.search.types import MODES, Hit, SearchOptions, SearchResult
 from memcli.search.when import TimeWindow, names_time, time_window
@@ -259,6 +260,12 @@ class Retriever:
             ranked += [(weights[0] * factor, [i for i, _ in lex])]
             ranked += [(weights[1] * factor, [i for i, _ in vec])]
         fused = fuse(ranked, o.rrf_k)
+        if o.speaker_weight > 0 and fused:
+            # Messages of a speaker the query names ("What did Caroline ...") move up: the
+            # fused order restricted to them joins the fusion again at `speaker_weight`.
+            named = sql.spoken_by(self.store, [i for i, _ in fused], query_words(query))
+            if named:
+                fused = fuse([(1.0, [i for i, _ in fused]), (o.speaker_weight, named)], o.rrf_k)
         result.hits = self._hits(fused, lexical[0], dense[0], k, scope, query_terms(query))
         return result
 

@@ -46,9 +46,15 @@ class SearchOptions:
     #: When a query names a time ("in May 2023", "last week"), a search restricted to that time
     #: window is fused with the plain one at this weight (0: times in queries are not read).
     window_weight: float = 1.0
+    #: Messages of a speaker the query names ("What did Caroline say ...") join the fusion again,
+    #: in their fused order, at this weight (0: speaker names in queries are not read).
+    speaker_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.lexical_weight < 0 or self.vector_weight < 0 or self.window_weight < 0:
+        if (
+            min(self.lexical_weight, self.vector_weight, self.window_weight, self.speaker_weight)
+            < 0
+        ):
             raise UsageError("search weights must not be negative", "Use 0 to switch one off")
         if self.lexical_weight == 0 and self.vector_weight == 0:
             raise UsageError("both search weights are 0", "Give one of them a positive weight")

@@ -523,6 +523,21 @@ def message_rows(store: SQLStore, ids: Sequence[int]) -> dict[int, MessageRow]:
     return {r[0]: _row(r) for r in rows}
 
 
+def spoken_by(store: SQLStore, ids: Sequence[int], words: set[str]) -> list[int]:
+    """The messages of `ids` (in that order) whose speaker's name is among `words` (lowercase):
+    the whole name, or one of its words of three letters or more ("Ana" of "Ana Lopez")."""
+    if not words or not ids:
+        return []
+    rows = store.rows_for_ids("SELECT id, name FROM messages WHERE id IN ({ids})", list(ids))
+    names = {int(i): (name or "").lower() for i, name in rows}
+    out = []
+    for item in ids:
+        name = names.get(item, "")
+        if name and (name in words or any(len(w) >= 3 and w in words for w in name.split())):
+            out.append(item)
+    return out
+
+
 def session_span(store: SQLStore, session_id: str, first: int, last: int) -> list[MessageRow]:
     """A session's messages with seq in [first, last], in order."""
     rows = store.execute(
