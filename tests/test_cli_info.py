@@ -114,3 +114,22 @@ def test_info_sizes_the_database(tmp_path: Path) -> None:
     assert records[0]["db_bytes"] > 0 and records[0]["config_source"] == "env"
     assert records[0]["blocks_source"] == "file"
     assert [r for r in records if r["type"] == "block"] == []
+
+
+def test_info_names_where_vectors_are_searched(vdb: str, request: pytest.FixtureRequest) -> None:
+    records = memcli("--db", vdb, "info", "--json").records()
+    backend = records[0]["vector_backend"]
+    kind = request.node.callspec.params["vdb"]
+    if kind != "sqlite":
+        if kind == "pgvector":
+            assert backend == "pgvector (in the database)"
+        else:  # the FAISS files of a PostgreSQL database are under $MEMCLI_HOME/indexes
+            home = Path(records[0]["home"])
+            assert backend.startswith(f"FAISS index files in {home / 'indexes'}/")
+    else:
+        name = Path(vdb).name
+        assert (
+            backend
+            == f"FAISS index files beside the database ({name}.retrieval.faiss, .npz, .json)"
+        )
+        assert not Path(vdb).exists()  # not opened
