@@ -628,3 +628,46 @@ def test_term_counts_are_capped_alike_with_postgresqls_statistics(pg_url: str) -
             "zebra": 0,
         }
     )
+
+
+def test_pgvector_search_of_a_user_returns_the_exact_top_10(
+    pgvector_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pgvector 0.6 filters after its HNSW scan: a user searched through the index gets the best
+    of the scan's rows that are theirs. With a narrow scan (so that all three ways show at this
+    size): a user of half the store, and one of 60 messages, are searched exactly; the whole
+    store through the index."""
+    from memcli.search.dense import PgVectors
+    from memcli.store import pg_index
+    from memcli.store.index import Scope
+
+    monkeypatch.setattr(pg_index, "EF_MAX", 40)
+    monkeypatch.setattr(pg_index, "IN_SCOPE", 30)
+    monkeypatch.setattr(pg_index, "EXACT_MAX", 100)
+    store = open_store(pgvector_url)
+    sizes = {"ana": 1500, "ben": 1500, "cy": 60}
+    owner: dict[int, str] = {}
+    for user, size in sizes.items():
+        for s in range(0, size, 500):
+            ids = add(store, f"{user}{s}", user, [f"m{i}" for i in range(min(500, size - s))])
+            owner.update(dict.fromkeys(ids, user))
+    rng = np.random.default_rng(4)
+    ids = sorted(owner)
+    matrix = rng.normal(size=(len(ids), 384)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    rows = [(i, 0, 384, v.tobytes()) for i, v in zip(ids, matrix, strict=True)]
+    sql.add_vectors(store, "m", rows, ids[-1])
+    vectors = PgVectors(store, "m")
+    users = np.array([owner[i] for i in ids])
+    overlap = []
+    for query in rng.normal(size=(8, 384)).astype(np.float32):
+        query /= np.linalg.norm(query)
+        for user in ("ana", "cy"):  # half the rows (19 of 40 expected in scope), and 60 rows
+            scores = np.where(users == user, matrix @ query, -9.0)
+            exact = [ids[i] for i in np.argsort(-scores)[:10]]
+            found = vectors.search(query, Scope(user_id=user), 10)
+            assert [i for i, _ in found] == exact, user
+        exact = {ids[i] for i in np.argsort(-(matrix @ query))[:10]}
+        overlap.append(len(exact & {i for i, _ in vectors.search(query, Scope(), 10)}) / 10)
+    assert sum(overlap) / len(overlap) >= 0.9  # the whole store: the index, at EF_WHOLE
+    store.close()

@@ -454,7 +454,7 @@ def vector_search(
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     where = _filters(store, scope)
     session = scope.session_id is not None
-    size = lambda: count_messages(store, scope, pg_index.EXACT_MAX + 1)  # noqa: E731
+    size = lambda cap: count_messages(store, scope, cap)  # noqa: E731
     return pg_index.vector_search(store, model, vector, where, join, n, session, size)
 
 
