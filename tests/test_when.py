@@ -50,11 +50,17 @@ def test_years_ago_is_a_wide_window_around_that_time() -> None:
 
 @pytest.mark.parametrize(
     "query",
-    ["May I ask you something?", "a march through the park", "what breed is the puppy", ""],
+    [
+        "May I ask you something?",
+        "this may be the one",
+        "the 2 may have left",
+        "a march through the park",
+        "what breed is the puppy",
+        "",
+    ],
 )
 def test_no_time_no_window(query: str) -> None:
     assert time_window(query, REF) is None
-    assert not names_time(query)
 
 
 def test_relative_times_need_a_reference() -> None:

@@ -131,7 +131,18 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+#: "May" followed by one of these is the verb ("this may be", "in may help"), not the month.
+_MODAL = re.compile(
+    r"\s+(?:be|been|have|not|also|well|still|need|help|want|seem|take|get|look|sound|come|go|"
+    r"happen|work|change|i|we|you|he|she|it|they)\b",
+    re.IGNORECASE,
+)
+
+
 def _window(kind: str, m: re.Match[str], ref: datetime | None) -> tuple[datetime, datetime] | None:
+    month = m.groupdict().get("month")
+    if month and month.lower() == "may" and _MODAL.match(m.string, m.end()):
+        return None
     try:
         return _WINDOWS[kind](m, ref)
     except (ValueError, OverflowError):  # "February 30", a year out of range
