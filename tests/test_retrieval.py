@@ -295,6 +295,15 @@ def test_relative_times_count_back_from_the_latest_message_in_scope(store: SQLit
     assert result.window is not None
     assert result.window.since <= datetime(2021, 3, 11, tzinfo=UTC) < result.window.until
     assert "we swam" in result.hits[0].text
+    # The present is the latest message of the user, whatever the time range searched.
+    result = Retriever(store, WordsEmbedder(), options).search(
+        "did we swim in the lake yesterday?",
+        k=2,
+        user_id="u1",
+        until=datetime(2021, 3, 11, tzinfo=UTC),
+    )
+    assert result.window is not None and result.window.until == datetime(2021, 3, 11, tzinfo=UTC)
+    assert result.window.since == datetime(2021, 3, 10, tzinfo=UTC)
 
 
 def test_deleted_session_leaves_the_index(store: SQLiteStore) -> None:

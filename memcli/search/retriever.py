@@ -271,10 +271,12 @@ class Retriever:
 
     def _window(self, query: str, scope: Scope) -> TimeWindow | None:
         """The time window the query names within the scope's, or None (see `search.when`):
-        relative times count back from the latest message in scope (now if it has none)."""
+        relative times count back from the latest message of the scope's user or session,
+        short-term memory included (now if there is none): the conversation's present."""
         if not names_time(query):
             return None
-        reference = sql.latest_time(self.store, scope) or datetime.now(UTC)
+        present = Scope(user_id=scope.user_id, session_id=scope.session_id)
+        reference = sql.latest_time(self.store, present) or datetime.now(UTC)
         window = time_window(query, reference)
         if window is None:
             return None
