@@ -9,8 +9,12 @@ categories 1-4 is then asked of `Retriever.search` with the conversation's user 
 
 Figures, overall and per category: evidence recall@k (k = 2, 5, 10: the share of a question's
 evidence turns found among the first k hits' messages, averaged over questions), recall within a
-budget of retrieved text (500 and 1,000 tokens: hits taken in order while their tokens, as
-memcli counts them, fit), average tokens per hit (of the first 10), build time, query latency.
+budget of retrieved text (500 and 1,000 tokens: hits taken in order while their text, as a hit
+shows it with the speakers' names, fits, counted with tiktoken's cl100k_base), tokens of the first
+10 hits (the same count, averaged over questions), build time, query latency.
+
+`--options` takes a JSON object of SearchOptions fields, or a list of them to compare in one run
+(e.g. `'[{"window_weight": 0}, {}]'`: before and after reading times in questions).
 
     PYTHONPATH=. python benchmarks/locomo.py                  # both development conversations
     PYTHONPATH=. python benchmarks/locomo.py --questions 10   # a quick slice
@@ -81,26 +85,25 @@ class Tally:
     questions: int = 0
     recall: dict[int, float] = field(default_factory=lambda: dict.fromkeys(KS, 0.0))
     budget: dict[int, float] = field(default_factory=lambda: dict.fromkeys(BUDGETS, 0.0))
-    hit_tokens: int = 0
-    hits: int = 0
-    budget_hits: dict[int, int] = field(default_factory=lambda: dict.fromkeys(BUDGETS, 0))
+    tokens10: int = 0
 
-    def add(self, hits: list[Any], evidence: set[str], dia: dict[int, str]) -> None:
+    def add(
+        self, hits: list[Any], evidence: set[str], dia: dict[int, str], tokens: list[int]
+    ) -> None:
+        """`tokens`: each hit's text in cl100k tokens."""
         self.questions += 1
         for k in KS:
             found = {dia.get(i) for h in hits[:k] for i in h.message_ids}
             self.recall[k] += len(evidence & found) / len(evidence)
         for budget in BUDGETS:
             used, found = 0, set()
-            for h in hits:
-                if used + h.tokens > budget:
+            for h, count in zip(hits, tokens, strict=True):
+                if used + count > budget:
                     break
-                used += h.tokens
-                self.budget_hits[budget] += 1
+                used += count
                 found |= {dia.get(i) for i in h.message_ids}
             self.budget[budget] += len(evidence & found) / len(evidence)
-        self.hit_tokens += sum(h.tokens for h in hits[:10])
-        self.hits += len(hits[:10])
+        self.tokens10 += sum(tokens[:10])
 
     def row(self) -> dict[str, Any]:
         q = max(self.questions, 1)
@@ -108,7 +111,7 @@ class Tally:
             "questions": self.questions,
             **{f"recall@{k}": round(self.recall[k] / q, 3) for k in KS},
             **{f"recall@{b}tok": round(self.budget[b] / q, 3) for b in BUDGETS},
-            "tokens_per_hit": round(self.hit_tokens / max(self.hits, 1), 1),
+            "tokens@10": round(self.tokens10 / q, 1),
         }
 
 
@@ -184,8 +187,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     qa["question"], k=args.depth, user_id=user, mode=variant
                 )
                 latency[i, variant].append(time.perf_counter() - started)
+                counts = [tokenizer.count(h.text) for h in result.hits]  # cl100k_base
                 for category in (0, qa["category"]):
-                    tallies[i, variant][category].add(result.hits, evidence, dia)
+                    tallies[i, variant][category].add(result.hits, evidence, dia, counts)
     store.close()
     report: dict[str, Any] = {
         "conversations": [f.stem for f in files],
@@ -222,7 +226,7 @@ def print_report(report: dict[str, Any], args_brief: bool = False) -> None:
         f" import {b['import_s']} s, embedding {b['index_s']} s"
     )
     print(f"options {report['options']}")
-    head = ["variant", "category", "q", "R@2", "R@5", "R@10", "R@500t", "R@1000t", "tok/hit"]
+    head = ["variant", "category", "q", "R@2", "R@5", "R@10", "R@500t", "R@1000t", "tok@10"]
     print("  ".join(f"{h:>11}" for h in head))
     for variant, data in report["variants"].items():
         if data["options"]:
@@ -237,7 +241,7 @@ def print_report(report: dict[str, Any], args_brief: bool = False) -> None:
                 row["questions"],
                 *[row[f"recall@{k}"] for k in KS],
                 *[row[f"recall@{b}tok"] for b in BUDGETS],
-                row["tokens_per_hit"],
+                row["tokens@10"],
             ]
             print("  ".join(f"{c!s:>11}" for c in cells))
         print(

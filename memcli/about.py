@@ -39,6 +39,7 @@ class About:
     blocks_source: str  # "file" ([[blocks]] tables) or "default"
     embedding_model_dir: Path
     embedding_model_exported: bool
+    vector_backend: str  # where vectors are searched: pgvector, or FAISS index files (where)
 
     def records(self) -> list[dict[str, Any]]:
         """JSON Lines: one `info` record, then one `setting` and one `block` record each."""
@@ -55,6 +56,7 @@ class About:
             "blocks_source": self.blocks_source,
             "embedding_model": self.embedding_model_dir,
             "embedding_model_exported": self.embedding_model_exported,
+            "vector_backend": self.vector_backend,
         }
         settings = [
             {"type": "setting", "name": s.name, "value": s.value, "source": s.source}
@@ -107,6 +109,7 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
         blocks_source="file" if settings.blocks is not None else "default",
         embedding_model_dir=embedder.cache_dir,
         embedding_model_exported=embedder.is_exported,
+        vector_backend=vector_backend(settings),
     )
 
 
@@ -114,3 +117,26 @@ def _shown(value: Any) -> Any:
     """A setting's value as `info` shows it: any URL in it without its password or key (the
     database's and the LLM endpoint's alike)."""
     return redact_text(value) if isinstance(value, str) else value
+
+
+def vector_backend(settings: Settings) -> str:
+    """Where the database's vectors are searched (a PostgreSQL database is asked whether it has
+    pgvector; a SQLite file is not opened: its index files are beside it)."""
+    from pathlib import Path
+
+    from memcli.errors import MemcliError
+    from memcli.search.dense import describe
+
+    if settings.db_url is None:
+        name = Path(f"{settings.db_path}.retrieval.faiss").name
+        return f"FAISS index files beside the database ({name}, .npz, .json)"
+    from memcli.store import open_store
+
+    try:
+        store = open_store(settings.db_url)
+    except MemcliError:
+        return "unknown: the database cannot be opened"
+    try:
+        return describe(store, settings.home / "indexes")
+    finally:
+        store.close()

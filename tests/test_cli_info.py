@@ -150,3 +150,22 @@ def test_info_never_shows_an_endpoints_credentials() -> None:
         assert run.code == 0, run.stderr
         assert "SECRET" not in run.stdout + run.stderr
         assert "http://ana:***@llm.example:8080/v1?api_key=***&x=1" in run.stdout
+
+
+def test_info_names_where_vectors_are_searched(vdb: str, request: pytest.FixtureRequest) -> None:
+    records = memcli("--db", vdb, "info", "--json").records()
+    backend = records[0]["vector_backend"]
+    kind = request.node.callspec.params["vdb"]
+    if kind != "sqlite":
+        if kind == "pgvector":
+            assert backend == "pgvector (in the database)"
+        else:  # the FAISS files of a PostgreSQL database are under $MEMCLI_HOME/indexes
+            home = Path(records[0]["home"])
+            assert backend.startswith(f"FAISS index files in {home / 'indexes'}/")
+    else:
+        name = Path(vdb).name
+        assert (
+            backend
+            == f"FAISS index files beside the database ({name}.retrieval.faiss, .npz, .json)"
+        )
+        assert not Path(vdb).exists()  # not opened

@@ -84,6 +84,17 @@ def test_explain_shows_both_ranks(tmp_path: Path) -> None:
     assert hit["matched_id"] in hit["message_ids"]
 
 
+def test_a_time_in_the_query_is_searched_and_explained(tmp_path: Path) -> None:
+    assert memcli("import", write(tmp_path / "a.jsonl"), "--no-blocks").code == 0
+    # "what did we do" says little; "in July" finds the kayaking (July 2023, the latest July).
+    run = memcli("search", "what did we do in July?", "-k", "1", "--explain", "--json")
+    assert run.code == 0, run.stderr
+    assert "kayaking" in run.records()[0]["text"]
+    assert "'in July': also searched from 2023-07-01T00:00:00+00:00 to 2023-08-01" in run.stderr
+    plain = memcli("search", "what did we do?", "-k", "1", "--explain", "--json")
+    assert plain.code == 0 and "also searched" not in plain.stderr
+
+
 def test_queries_file_and_stdin(tmp_path: Path) -> None:
     assert memcli("import", write(tmp_path / "a.jsonl"), "--no-blocks").code == 0
     assert (

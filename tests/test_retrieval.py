@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Iterator, Sequence
@@ -229,6 +230,80 @@ def test_since_and_until_filter_by_message_time(store: SQLiteStore, mode: str) -
     assert sorted(i for h in hits for i in h.message_ids) == ids[2:]
     with pytest.raises(UsageError):
         retriever.search("cello", since=until, until=since)
+
+
+def test_a_dated_question_finds_that_months_message_over_a_better_worded_one(
+    store: SQLiteStore,
+) -> None:
+    options = SearchOptions(context_before=0, context_after=0)
+    [june] = add(
+        store,
+        "s1",
+        "u1",
+        ["we hiked up the mountain today"],
+        start=datetime(2023, 6, 10, tzinfo=UTC),
+    )
+    september, _ = add(
+        store,
+        "s2",
+        "u1",
+        ["remember where we went hiking? we went hiking up the mountain", "nice"],
+        start=datetime(2023, 9, 2, tzinfo=UTC),
+    )
+    query = "Where did we go hiking in June?"  # June: of 2023, the latest message's year
+    for mode in ("hybrid", "lexical", "vector"):
+        result = Retriever(store, WordsEmbedder(), options).search(
+            query, k=2, user_id="u1", mode=mode
+        )
+        assert result.window is not None and result.window.text == "in June"
+        assert result.window.since == datetime(2023, 6, 1, tzinfo=UTC)
+        assert result.hits[0].anchor_id == june, mode
+    plain = Retriever(store, WordsEmbedder(), dataclasses.replace(options, window_weight=0))
+    result = plain.search(query, k=2, user_id="u1")
+    assert result.window is None and result.hits[0].anchor_id == september
+    # The window lies within the search's own time range, and none is left when they miss.
+    late = Retriever(store, WordsEmbedder(), options).search(
+        query, k=2, user_id="u1", since=datetime(2023, 8, 1, tzinfo=UTC)
+    )
+    assert late.window is None and late.hits[0].anchor_id == september
+
+
+def test_messages_of_a_speaker_the_query_names_come_first(store: SQLiteStore) -> None:
+    options = SearchOptions(context_before=0, context_after=0)
+    ana, ben = add(
+        store, "s1", "u1", ["Ben's cello! the cello Ben played, cello", "I sold my cello"]
+    )
+    query = "What did Ben do with the cello?"
+    plain = Retriever(store, WordsEmbedder(), dataclasses.replace(options, speaker_weight=0))
+    assert plain.search(query, k=2).hits[0].anchor_id == ana  # more of the query's words
+    for mode in ("hybrid", "lexical", "vector"):
+        hits = Retriever(store, WordsEmbedder(), options).search(query, k=2, mode=mode).hits
+        assert [h.anchor_id for h in hits] == [ben, ana], mode
+    # Part of a longer name counts; a name the query does not hold changes nothing.
+    assert sql.spoken_by(store, [ana, ben], {"ben", "cello"}) == [ben]
+    assert sql.spoken_by(store, [ana, ben], {"cello"}) == []
+
+
+def test_relative_times_count_back_from_the_latest_message_in_scope(store: SQLiteStore) -> None:
+    options = SearchOptions(context_before=0, context_after=0)
+    add(store, "s1", "u1", ["a swim in the lake"], start=datetime(2021, 3, 4, tzinfo=UTC))
+    add(store, "s2", "u1", ["we swam in the lake"], start=datetime(2021, 3, 10, tzinfo=UTC))
+    add(store, "s3", "u1", ["ok"], start=datetime(2021, 3, 12, tzinfo=UTC))
+    result = Retriever(store, WordsEmbedder(), options).search(
+        "did we swim in the lake yesterday?", k=2, user_id="u1"
+    )
+    assert result.window is not None
+    assert result.window.since <= datetime(2021, 3, 11, tzinfo=UTC) < result.window.until
+    assert "we swam" in result.hits[0].text
+    # The present is the latest message of the user, whatever the time range searched.
+    result = Retriever(store, WordsEmbedder(), options).search(
+        "did we swim in the lake yesterday?",
+        k=2,
+        user_id="u1",
+        until=datetime(2021, 3, 11, tzinfo=UTC),
+    )
+    assert result.window is not None and result.window.until == datetime(2021, 3, 11, tzinfo=UTC)
+    assert result.window.since == datetime(2021, 3, 10, tzinfo=UTC)
 
 
 def test_deleted_session_leaves_the_index(store: SQLiteStore) -> None:
@@ -562,3 +637,46 @@ def test_term_counts_are_capped_alike_with_postgresqls_statistics(pg_url: str) -
             "zebra": 0,
         }
     )
+
+
+def test_pgvector_search_of_a_user_returns_the_exact_top_10(
+    pgvector_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pgvector 0.6 filters after its HNSW scan: a user searched through the index gets the best
+    of the scan's rows that are theirs. With a narrow scan (so that all three ways show at this
+    size): a user of half the store, and one of 60 messages, are searched exactly; the whole
+    store through the index."""
+    from memcli.search.dense import PgVectors
+    from memcli.store import pg_index
+    from memcli.store.index import Scope
+
+    monkeypatch.setattr(pg_index, "EF_MAX", 40)
+    monkeypatch.setattr(pg_index, "IN_SCOPE", 30)
+    monkeypatch.setattr(pg_index, "EXACT_MAX", 100)
+    store = open_store(pgvector_url)
+    sizes = {"ana": 1500, "ben": 1500, "cy": 60}
+    owner: dict[int, str] = {}
+    for user, size in sizes.items():
+        for s in range(0, size, 500):
+            ids = add(store, f"{user}{s}", user, [f"m{i}" for i in range(min(500, size - s))])
+            owner.update(dict.fromkeys(ids, user))
+    rng = np.random.default_rng(4)
+    ids = sorted(owner)
+    matrix = rng.normal(size=(len(ids), 384)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    rows = [(i, 0, 384, v.tobytes()) for i, v in zip(ids, matrix, strict=True)]
+    sql.add_vectors(store, "m", rows, ids[-1])
+    vectors = PgVectors(store, "m")
+    users = np.array([owner[i] for i in ids])
+    overlap = []
+    for query in rng.normal(size=(8, 384)).astype(np.float32):
+        query /= np.linalg.norm(query)
+        for user in ("ana", "cy"):  # half the rows (19 of 40 expected in scope), and 60 rows
+            scores = np.where(users == user, matrix @ query, -9.0)
+            exact = [ids[i] for i in np.argsort(-scores)[:10]]
+            found = vectors.search(query, Scope(user_id=user), 10)
+            assert [i for i, _ in found] == exact, user
+        exact = {ids[i] for i in np.argsort(-(matrix @ query))[:10]}
+        overlap.append(len(exact & {i for i, _ in vectors.search(query, Scope(), 10)}) / 10)
+    assert sum(overlap) / len(overlap) >= 0.9  # the whole store: the index, at EF_WHOLE
+    store.close()

@@ -10,8 +10,9 @@ from memcli.cli import common, output
 
 def info_command(ctx: typer.Context, json_: common.Json = False) -> None:
     """Show what memcli runs with: version, database (path, size), MEMCLI_HOME, the config file,
-    each setting with where it came from (flag, env, file or default), the model, the blocks, and
-    whether the embedding model is exported (nothing is loaded).
+    each setting with where it came from (flag, env, file or default), the model, the blocks,
+    whether the embedding model is exported (nothing is loaded), and where vectors are searched
+    (pgvector, or FAISS index files).
 
     Example: memcli info --json | jq 'select(.type == "setting")'
     """
@@ -37,6 +38,7 @@ def info_command(ctx: typer.Context, json_: common.Json = False) -> None:
             ("config file", config),
             ("model", a.model or "none"),
             ("embedding model", f"{a.embedding_model_dir}: {state}"),
+            ("vector search", a.vector_backend),
         ],
     )
     output.table(

@@ -100,6 +100,11 @@ def search_command(
             " not embedded yet: found by their words only."
             " `memcli blocks backfill` embeds them."
         )
+    for at, w in found.windows.items() if explain else ():
+        output.info(
+            f"{'' if queries is None else f'query {at}: '}{w.text!r}: also searched from"
+            f" {w.since.isoformat()} to {w.until.isoformat()}"
+        )
     if not records:
         output.info("No matches.")
     if output.wants_json(json_):

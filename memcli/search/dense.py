@@ -59,6 +59,19 @@ def vectors_for(
     return MessageVectors(store, model, index_dir)
 
 
+def describe(store: Any, index_dir: str | Path | None = None) -> str:
+    """Where a store's vectors are searched, in words (`memcli info`): "pgvector", or the FAISS
+    index files' folder (as `vectors_for` would choose, with the same `index_dir`)."""
+    if sql.has_pgvector(store):
+        return "pgvector (in the database)"
+    path = MessageVectors(store, "", index_dir).file("faiss")
+    if path is None:
+        return "FAISS index in memory (built again by each process)"
+    if store.dialect == "postgresql":
+        return f"FAISS index files in {path.parent}"
+    return f"FAISS index files beside the database ({path.name}, .npz, .json)"
+
+
 class PgVectors:
     """The vectors of one model searched by PostgreSQL itself (pgvector: no index file)."""
 

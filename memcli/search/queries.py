@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from memcli.search.retriever import Retriever
     from memcli.search.types import Hit
+    from memcli.search.when import TimeWindow
 
 _FORMAT = 'Write one {"query": "...", "user": ..., "session": ..., "k": N} per line'
 
@@ -85,6 +86,8 @@ class Found:
 
     hits: list[tuple[int, Hit]] = field(default_factory=list)
     pending: int = 0
+    #: The time window each query named (see `SearchResult.window`), by query line index.
+    windows: dict[int, TimeWindow] = field(default_factory=dict)
 
 
 def search_lines(
@@ -124,4 +127,6 @@ def search_lines(
         )
         found.pending = max(found.pending, result.pending)
         found.hits += [(line.index, hit) for hit in result.hits]
+        if result.window is not None:
+            found.windows[line.index] = result.window
     return found

@@ -23,6 +23,11 @@ STOPWORDS = frozenset(
 )
 
 
+def query_words(text: str) -> set[str]:
+    """Every word of a query, lowercased ("Caroline's" gives "caroline" and "s")."""
+    return set(re.findall(r"\w+", text.lower()))
+
+
 def query_terms(text: str) -> list[str]:
     """A natural-language query's informative words (all its words when none is), once each."""
     words = [w for w in re.findall(r"\w+", text.lower()) if w]

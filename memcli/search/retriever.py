@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError
@@ -39,14 +40,15 @@ from memcli.search.ranking import (
     fuse,
     lexical_excerpt,
     query_terms,
+    query_words,
 )
 from memcli.search.types import MODES, Hit, SearchOptions, SearchResult
+from memcli.search.when import TimeWindow, names_time, time_window
 from memcli.store import index as sql
 from memcli.store.index import MessageRow, Scope
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from datetime import datetime
     from pathlib import Path
 
     from memcli.search.embedder import Embedder
@@ -224,8 +226,15 @@ class Retriever:
         )
         o = self.options
         sql.catch_up(self.store)
-        lexical: list[tuple[int, float]] = []
-        dense: list[tuple[int, float]] = []
+        scopes = [scope]
+        if o.window_weight > 0:
+            result.window = self._window(query, scope)
+            if result.window is not None:
+                scopes.append(
+                    dataclasses.replace(scope, since=result.window.since, until=result.window.until)
+                )
+        lexical: list[list[tuple[int, float]]] = [[] for _ in scopes]
+        dense: list[list[tuple[int, float]]] = [[] for _ in scopes]
         dense_wanted = mode != "lexical" and o.vector_weight > 0
         dense_job = None
         if dense_wanted:
@@ -235,9 +244,9 @@ class Retriever:
                 result.pending = self.pending()  # another process may have embedded some
             # Embedding the query and the FAISS search (in a cold process, loading the model
             # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
-            dense_job = _Background(self._dense, query, scope, o.candidates, parts)
+            dense_job = _Background(self._dense, query, scopes, o.candidates, parts)
         if mode != "vector" and o.lexical_weight > 0:
-            lexical = self.lexical.search(query, scope, o.candidates)
+            lexical = [self.lexical.search(query, s, o.candidates) for s in scopes]
         if dense_job is not None:
             dense = dense_job.result()
         weights = {
@@ -245,19 +254,45 @@ class Retriever:
             "lexical": (1.0, 0.0),
             "vector": (0.0, 1.0),
         }[mode]
-        fused = fuse(
-            [(weights[0], [i for i, _ in lexical]), (weights[1], [i for i, _ in dense])], o.rrf_k
-        )
-        result.hits = self._hits(fused, lexical, dense, k, scope, query_terms(query))
+        ranked = []
+        for at, (lex, vec) in enumerate(zip(lexical, dense, strict=True)):
+            factor = o.window_weight if at else 1.0
+            ranked += [(weights[0] * factor, [i for i, _ in lex])]
+            ranked += [(weights[1] * factor, [i for i, _ in vec])]
+        fused = fuse(ranked, o.rrf_k)
+        if o.speaker_weight > 0 and fused:
+            # Messages of a speaker the query names ("What did Caroline ...") move up: the
+            # fused order restricted to them joins the fusion again at `speaker_weight`.
+            named = sql.spoken_by(self.store, [i for i, _ in fused], query_words(query))
+            if named:
+                fused = fuse([(1.0, [i for i, _ in fused]), (o.speaker_weight, named)], o.rrf_k)
+        result.hits = self._hits(fused, lexical[0], dense[0], k, scope, query_terms(query))
         return result
 
+    def _window(self, query: str, scope: Scope) -> TimeWindow | None:
+        """The time window the query names within the scope's, or None (see `search.when`):
+        relative times count back from the latest message of the scope's user or session,
+        short-term memory included (now if there is none): the conversation's present."""
+        if not names_time(query):
+            return None
+        present = Scope(user_id=scope.user_id, session_id=scope.session_id)
+        reference = sql.latest_time(self.store, present) or datetime.now(UTC)
+        window = time_window(query, reference)
+        if window is None:
+            return None
+        since = window.since if scope.since is None else max(window.since, scope.since)
+        until = window.until if scope.until is None else min(window.until, scope.until)
+        if since >= until:
+            return None
+        return dataclasses.replace(window, since=since, until=until)
+
     def _dense(
-        self, query: str, scope: Scope, n: int, parts: Sequence[str] | None = None
-    ) -> list[tuple[int, float]]:
+        self, query: str, scopes: Sequence[Scope], n: int, parts: Sequence[str] | None = None
+    ) -> list[list[tuple[int, float]]]:
         vector = self._parts_vector(parts) if parts else self._query_vector(query)
         self._query = vector  # for the best piece of a long message (see `_shorten`)
         self.vectors.refresh()
-        return self.vectors.search(vector, scope, n)
+        return [self.vectors.search(vector, scope, n) for scope in scopes]
 
     def _parts_vector(self, parts: Sequence[str]) -> Any:
         """The normalised sum of the parts' vectors, each its pieces' vectors times their words."""

@@ -11,6 +11,7 @@ from memcli.errors import UsageError
 from memcli.messages import format_time
 
 if TYPE_CHECKING:
+    from memcli.search.when import TimeWindow
     from memcli.store.index import MessageRow
 
 
@@ -42,9 +43,18 @@ class SearchOptions:
     embed_limit: int = 1000
     #: Earlier messages of the session put before a message when its vector is made.
     vector_context: int = 1
+    #: When a query names a time ("in May 2023", "last week"), a search restricted to that time
+    #: window is fused with the plain one at this weight (0: times in queries are not read).
+    window_weight: float = 1.0
+    #: Messages of a speaker the query names ("What did Caroline say ...") join the fusion again,
+    #: in their fused order, at this weight (0: speaker names in queries are not read).
+    speaker_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.lexical_weight < 0 or self.vector_weight < 0:
+        if (
+            min(self.lexical_weight, self.vector_weight, self.window_weight, self.speaker_weight)
+            < 0
+        ):
             raise UsageError("search weights must not be negative", "Use 0 to switch one off")
         if self.lexical_weight == 0 and self.vector_weight == 0:
             raise UsageError("both search weights are 0", "Give one of them a positive weight")
@@ -134,6 +144,8 @@ class SearchResult:
     """The hits of one query, and how many messages in the store had no vectors yet."""
 
     hits: list[Hit]
+    #: The time window the query named, searched besides the plain ranking (None: it named none).
+    window: TimeWindow | None = None
     pending: int = 0
     embedded: int = 0
     notes: list[str] = field(default_factory=list)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import StoreBusy, StoreDamaged
@@ -266,6 +266,18 @@ def count_messages(store: SQLStore, scope: Scope, cap: int | None = None) -> int
     return int(row[0])
 
 
+def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
+    """The latest message's time in scope (its timestamp, else when it was stored), or None."""
+    where, params = _filters(store, scope)
+    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+    row = store.execute(
+        f"SELECT MAX({_time_ms(store)}) FROM messages m{join} WHERE TRUE{where}", params
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return datetime.fromtimestamp(int(row[0]) / 1000, tz=UTC)
+
+
 # -- vectors ---------------------------------------------------------------------------------------
 
 
@@ -442,7 +454,7 @@ def vector_search(
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     where = _filters(store, scope)
     session = scope.session_id is not None
-    size = lambda: count_messages(store, scope, pg_index.EXACT_MAX + 1)  # noqa: E731
+    size = lambda cap: count_messages(store, scope, cap)  # noqa: E731
     return pg_index.vector_search(store, model, vector, where, join, n, session, size)
 
 
@@ -509,6 +521,21 @@ def active_ids(store: SQLStore, scope: Scope) -> set[int]:
 def message_rows(store: SQLStore, ids: Sequence[int]) -> dict[int, MessageRow]:
     rows = store.rows_for_ids(f"SELECT {_ROW} FROM messages WHERE id IN ({{ids}})", list(ids))
     return {r[0]: _row(r) for r in rows}
+
+
+def spoken_by(store: SQLStore, ids: Sequence[int], words: set[str]) -> list[int]:
+    """The messages of `ids` (in that order) whose speaker's name is among `words` (lowercase):
+    the whole name, or one of its words of three letters or more ("Ana" of "Ana Lopez")."""
+    if not words or not ids:
+        return []
+    rows = store.rows_for_ids("SELECT id, name FROM messages WHERE id IN ({ids})", list(ids))
+    names = {int(i): (name or "").lower() for i, name in rows}
+    out = []
+    for item in ids:
+        name = names.get(item, "")
+        if name and (name in words or any(len(w) >= 3 and w in words for w in name.split())):
+            out.append(item)
+    return out
 
 
 def session_span(store: SQLStore, session_id: str, first: int, last: int) -> list[MessageRow]:

@@ -16,13 +16,16 @@ stemmer, another length measure, an approximate mean length).
 
 Vectors. With pgvector (the column `retrieval_vectors.embedding`), a query is `ORDER BY embedding
 <=> query LIMIT n` under the scope's filters, through the HNSW index for 384-dimension vectors.
-pgvector 0.6 filters after the index scan, which returns at most `hnsw.ef_search` rows: a scope
-can leave fewer than asked. So a session's vectors are compared exactly, without the HNSW index
-(the session's own index finds them); a search of the whole store goes through the index,
-widened once (ef_search 1000) if that found too few; a user's or a time range's goes through
-the index at ef_search 1000, then exactly if that found too few and the scope holds at most
-EXACT_MAX messages (else it keeps what the index found: fewer candidates for the fusion, not a
-scan of a big part of the store). The column is filled from the stored bytes before a search
+pgvector 0.6 filters after the index scan, which returns at most `hnsw.ef_search` rows (at most
+1,000; no iterative scans before 0.8): a scope that holds a small share of the store is left
+with few of its messages among them, and not its best ones (a user of 2% of a 150,000-message
+store: 0.90 of the exact top 10 on a store of near-copies). So a session's vectors, and those of any scope of up to
+EXACT_MAX messages, are compared exactly (the scope's own indexes find them); a bigger scope goes
+through the index at ef_search 1000 only when that many rows hold IN_SCOPE of its messages on
+average (the scope is at least a tenth of the store; else it too is compared exactly: the cost
+grows with the scope, the answers stay those of exact search); a search of the whole store goes
+through the index at EF_WHOLE, widened once (ef_search 1000) if that found too few. (Figures:
+benchmarks/pg_recall.py, docs/performance.md.) The column is filled from the stored bytes before a search
 (`fill_embeddings`), so that vectors stored by any path (the retriever, a copy between
 backends) are found.
 """
@@ -54,8 +57,13 @@ B = 0.75
 FILL_BATCH = 2000
 #: pgvector's largest `hnsw.ef_search`.
 EF_MAX = 1000
-#: Messages in a scope up to which its vectors are searched exactly when the index found too few.
-EXACT_MAX = 20_000
+#: A scope of up to this many messages (a user's, a time range's) is searched exactly.
+EXACT_MAX = 5_000
+#: A bigger scope goes through the HNSW index when its ef_search (EF_MAX) rows hold at least this
+#: many of its messages on average (a tenth of the store); else it is searched exactly too.
+IN_SCOPE = 100
+#: The index's ef_search for a search of the whole store (EF_MAX if that finds too few).
+EF_WHOLE = 200
 
 _vector_column: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
@@ -231,41 +239,59 @@ def vector_search(
     join: str,
     n: int,
     session: bool,
-    scope_size: Callable[[], int],
+    scope_size: Callable[[int], int],
 ) -> list[tuple[int, float]]:
     """(message id, cosine) of the best `n` messages in scope, each once (its best piece), best
     first: through the HNSW index, or exactly (see the module docstring). `session`: the scope
-    is one session; `scope_size`: how many messages the scope holds (asked only if needed)."""
+    is one session; `scope_size(cap)`: how many messages the scope holds, counted up to `cap`."""
+    filters, params = where
+    dim = len(vector)
+    want = n * 2  # a message's pieces are rows of their own
+    if dim != INDEXED_DIM or session:
+        return _vector_rows(store, model, vector, where, join, want, None)[:n]
+    if not filters:
+        attempts: list[int | None] = [max(EF_WHOLE, min(EF_MAX, want)), EF_MAX]
+    else:
+        # The index serves a scope only when its ef_search rows hold enough of the scope's
+        # messages (IN_SCOPE of them, on average) and the scope is too big to compare exactly.
+        total = int(store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
+        needed = max(EXACT_MAX, -(-total * IN_SCOPE // EF_MAX))
+        attempts = [EF_MAX, None] if scope_size(needed + 1) > needed else [None]
+    best: list[tuple[int, float]] = []
+    for ef in attempts:
+        best = _vector_rows(store, model, vector, where, join, want, ef)
+        if len(best) >= n:
+            break
+    return best[:n]
+
+
+def _vector_rows(
+    store: SQLStore,
+    model: str,
+    vector: np.ndarray,
+    where: tuple[str, list[Any]],
+    join: str,
+    want: int,
+    ef: int | None,
+) -> list[tuple[int, float]]:
+    """The best `want` vectors' (message id, cosine), each message once: through the HNSW index
+    at `ef` (ef_search), or exactly (None)."""
     filters, params = where
     dim = len(vector)
     query = vector.tolist()
-    want = n * 2  # a message's pieces are rows of their own
-    attempts: list[int | None]
-    if dim != INDEXED_DIM or session:
-        attempts = [None]
-    elif not filters:
-        attempts = [max(40, min(EF_MAX, want)), EF_MAX]
-    else:
-        attempts = [EF_MAX, None]
+    # The cast makes the distance the index's expression; without it, the planner cannot use
+    # the index and computes every distance in scope.
+    column = f"CAST(v.embedding AS vector({dim}))" if ef is not None else "v.embedding"
+    if ef is not None:
+        store.execute("SELECT set_config('hnsw.ef_search', ?, false)", (str(ef),))
+    rows = store.execute(
+        f"SELECT v.message_id, 1 - ({column} <=> {VECTOR}) AS score"
+        f" FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id{join}"
+        f" WHERE v.model = ? AND v.dim = {dim} AND v.embedding IS NOT NULL{filters}"
+        f" ORDER BY {column} <=> {VECTOR} LIMIT ?",
+        (query, model, *params, query, want),
+    ).fetchall()
     best: dict[int, float] = {}
-    for ef in attempts:
-        if ef is None and best and scope_size() > EXACT_MAX:
-            break  # keep what the index found
-        # The cast makes the distance the index's expression; without it, the planner cannot
-        # use the index and computes every distance in scope.
-        column = f"CAST(v.embedding AS vector({dim}))" if ef is not None else "v.embedding"
-        if ef is not None:
-            store.execute("SELECT set_config('hnsw.ef_search', ?, false)", (str(ef),))
-        rows = store.execute(
-            f"SELECT v.message_id, 1 - ({column} <=> {VECTOR}) AS score"
-            f" FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id{join}"
-            f" WHERE v.model = ? AND v.dim = {dim} AND v.embedding IS NOT NULL{filters}"
-            f" ORDER BY {column} <=> {VECTOR} LIMIT ?",
-            (query, model, *params, query, want),
-        ).fetchall()
-        best = {}
-        for message_id, score in rows:
-            best.setdefault(int(message_id), float(score))
-        if len(best) >= n:
-            break
-    return list(best.items())[:n]
+    for message_id, score in rows:
+        best.setdefault(int(message_id), float(score))
+    return list(best.items())
