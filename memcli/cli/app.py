@@ -48,10 +48,11 @@ SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
 
 
 def _completion_shell(value: str) -> str:
-    """The shell a completion option names (empty: the one running memcli); exit 2 if unknown."""
+    """The shell a completion option names (empty: the one running memcli, else the login shell
+    $SHELL names, as when memcli runs under a process that is no shell); exit 2 if unknown."""
     from typer._completion_shared import _get_shell_name
 
-    shell = value or _get_shell_name() or ""
+    shell = value or _get_shell_name() or os.path.basename(os.environ.get("SHELL", ""))
     if shell not in SHELLS:
         raise typer.BadParameter(
             f"{shell or 'the current shell'} is not one of {', '.join(SHELLS)}"
