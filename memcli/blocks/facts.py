@@ -19,7 +19,7 @@ from memcli.blocks.base import BlockContext, Deferred, LLMBlock
 from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
-from memcli.store import longterm
+from memcli.store import longterm, work
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -239,7 +239,7 @@ class FactBlock(LLMBlock):
         try:
             reply = self.ask(prompt, batch)
         except ProviderError as error:
-            return f"{error.kind}: {error.message}"
+            return error.reason
         facts = parse_fact_topics(reply)
         if facts is None:
             return f"malformed reply: {reply.strip()[:200]!r}"
@@ -263,16 +263,20 @@ class FactBlock(LLMBlock):
 
         facts = longterm.list_facts(store, self.name, scope_key)
         if self.llm is None or len(facts) <= self.max_facts:
+            work.clear_condense_failure(store, self.name, scope_key)
             return False
         existing = self._render(facts, topics=True)
         prompt = CONDENSE_PROMPT.format(max_facts=self.max_facts, existing=existing)
         try:
             reply = complete(self.llm, [{"role": "user", "content": prompt}])
-        except ProviderError:
-            return False
+        except ProviderError as error:
+            return self._condense_failed(store, scope_key, error.reason, len(facts))
         parsed = parse_fact_topics(reply)
         if not parsed or len(parsed) > self.max_facts:
-            return False
+            found = "no facts" if not parsed else f"{len(parsed)} facts"
+            reason = f"malformed reply ({found}): {reply.strip()[:200]!r}"
+            return self._condense_failed(store, scope_key, reason, len(facts))
+        work.clear_condense_failure(store, self.name, scope_key)
         condensed = [t for t, _ in parsed]
         keep = {longterm.normalize_fact(t) for t in condensed}
         have = {longterm.normalize_fact(f.text) for f in facts}
@@ -293,6 +297,12 @@ class FactBlock(LLMBlock):
                 topics=[topics for t, topics in parsed if longterm.normalize_fact(t) not in have],
             )
         return True
+
+    def _condense_failed(self, store: Any, scope_key: str, reason: str, facts: int) -> bool:
+        """Keep why condensing failed (`memcli check` lists it; the next extraction, or `memcli
+        facts extract --pending`, tries again)."""
+        work.record_condense_failure(store, self.name, scope_key, reason, facts, self.max_facts)
+        return False
 
     # -- the context ------------------------------------------------------------------------------
 
@@ -335,6 +345,8 @@ def extract_pending(
         done = pending = 0
         for key in sorted({block.key_for(info.id, info.user_id) for info in sessions}):
             done += block.retry(store, key, tokenizer)[0]
+            if work.condense_failures(store, block.name, key):
+                block.condense(store, key)
             pending += len(longterm.pending_flushes(store, block.name, key))
         result.done[block.name] = done
         result.pending[block.name] = pending

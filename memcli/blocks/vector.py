@@ -118,11 +118,30 @@ class VectorBlock(MemoryBlock):
     ) -> list[str | None]:
         """Embed every message not embedded yet (those of these batches among them),
         `embed_batch` messages per model call; `progress(n)` is told after each call how many
-        it embedded."""
+        it embedded. A batch whose messages are not all embedded afterwards (another process
+        held the embedding claim past the wait) stays pending, with the reason."""
+        from memcli.store.index import unembedded
+
         stores = {id(ctx.store): ctx.store for _, ctx in items}
-        for store in stores.values():
-            self.retriever(store).index(batch=self.embed_batch, progress=progress)
-        return [None] * len(items)
+        missing: dict[int, set[int]] = {}
+        reasons: dict[int, str] = {}
+        for key, store in stores.items():
+            retriever = self.retriever(store)
+            retriever.index(batch=self.embed_batch, progress=progress)
+            ids = [m.id for batch, ctx in items if ctx.store is store for m in batch if m.id]
+            missing[key] = unembedded(store, retriever.model, ids)
+            holder = retriever.waited_for
+            reasons[key] = (
+                f"not embedded: process {holder} held the embedding claim past the wait"
+                if holder
+                else "not embedded"
+            )
+        out: list[str | None] = []
+        for batch, ctx in items:
+            left = missing[id(ctx.store)]
+            todo = any(m.id in left for m in batch if m.id)
+            out.append(reasons[id(ctx.store)] if todo else None)
+        return out
 
     def query_text(self, messages: Sequence[Message]) -> str:
         """The text of the last `retrieval_context_window` messages (the input among them)."""
