@@ -109,19 +109,21 @@ class Retriever:
         limit: int | None = None,
         batch: int = 512,
         progress: Callable[[int], None] | None = None,
-        wait: float = CLAIM_WAIT,
+        wait: float | None = None,
     ) -> int:
         """Embed messages that have no vectors, `batch` at a time (fewer when they are long: at
         most BATCH_CHARS characters of messages in memory); return how many were done.
 
         One process embeds a model's messages at a time (a claim in the store, renewed each
-        batch): while another holds it, this one waits (up to `wait` seconds, then returns what it
-        did; at once inside a write transaction; `waited_for` then names the holder) and takes
-        up what is still missing when the other is done, so that two searches at once do not
-        embed the same messages twice. A holder whose process is dead is taken over at once."""
+        batch): while another holds it, this one waits (up to `wait` seconds, default
+        CLAIM_WAIT, then returns what it did; at once inside a write transaction; `waited_for`
+        then names the holder) and takes up what is still missing when the other is done, so
+        that two searches at once do not embed the same messages twice. A holder whose process
+        is dead is taken over at once."""
         import time
 
         token = sql.claim_token()
+        wait = CLAIM_WAIT if wait is None else wait
         self.waited_for = None
         if getattr(self.store, "transaction_depth", 0):
             wait = 0.0  # this process holds the write lock: the claim's holder could not write
