@@ -221,6 +221,12 @@ def normalize_fact(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+#: The longest fact, in characters: every fact goes into every prompt of its scope. `add_facts`
+#: leaves a longer text out (as it does an empty one: an extraction's runaway reply), `edit_fact`
+#: refuses one, and the CLI and the memory tools refuse one with the limit
+#: (`memcli.tools.check_fact_text`).
+MAX_FACT_CHARS = 2000
+
 #: The longest topic kept; a longer one is taken for a malformed reply and dropped.
 MAX_TOPIC_CHARS = 60
 
@@ -357,7 +363,8 @@ def add_facts(
     message_ids: Sequence[int] = (),
     topics: Sequence[Sequence[str]] | None = None,
 ) -> list[Fact]:
-    """Store the facts that are not already there (compared normalised); return those added.
+    """Store the facts that are not already there (compared normalised), none longer than
+    MAX_FACT_CHARS; return those added.
     `topics`, when given, holds each text's topics (in the order of `texts`); `origin` (see
     ORIGINS) is the facts' and their history entries'."""
     stamp = _now()
@@ -370,7 +377,7 @@ def add_facts(
         for i, text in enumerate(texts):
             text = text.strip()
             norm = normalize_fact(text)
-            if not norm or norm in known:
+            if not norm or norm in known or len(text) > MAX_FACT_CHARS:
                 continue
             known.add(norm)
             cursor = store.execute(
@@ -411,6 +418,13 @@ def edit_fact(
     """Change a fact's text (and its topics, when given; else they stay); return (before, after),
     or None when there is no live fact of that id. The history records both texts and both
     topic lists, with `origin` (see ORIGINS)."""
+    if len(text.strip()) > MAX_FACT_CHARS:
+        from memcli.errors import InputError
+
+        raise InputError(
+            f"the fact is {len(text.strip()):,} characters long; at most {MAX_FACT_CHARS:,}",
+            "Keep a fact to a sentence or two",
+        )
     before = get_fact(store, fact_id)
     if before is None or before.deleted_at is not None:
         return None
