@@ -93,3 +93,61 @@ def test_a_live_holder_leaves_the_batches_pending(
     result = backfill(m.store, [block], m.store.list_sessions("default"), m.tokenizer)
     assert result.pending == {block.name: 0} and result.done[block.name] == len(found)
     assert longterm.pending_flushes(m.store, block.name, "user:default") == []
+
+
+def test_a_vector_that_is_not_one_is_a_clear_error(tmp_path: Path) -> None:
+    import sqlite3
+
+    from memcli.errors import StoreDamaged
+
+    m, block = memory(tmp_path)
+    for i in range(8):
+        m.put_messages([Message("user", f"message {i} about tea"), Message("assistant", "ok")])
+    m.store.close()
+    conn = sqlite3.connect(tmp_path / "m.db")
+    with conn:
+        conn.execute("UPDATE retrieval_vectors SET vector = 'garbage' WHERE id = 2")
+    conn.close()
+    for suffix in ("faiss", "npz", "json"):
+        Path(f"{tmp_path / 'm.db'}.retrieval.{suffix}").unlink(missing_ok=True)
+    m2, block2 = memory(tmp_path)
+    with pytest.raises(StoreDamaged, match="not a vector"):
+        block2.retriever(m2.store).search("tea", k=2)
+
+
+def test_search_and_dump_on_damaged_pages_end_with_an_error(tmp_path: Path) -> None:
+    import json
+    import sqlite3
+
+    from helpers import memcli
+
+    db = tmp_path / "m.db"
+    lines = "".join(
+        json.dumps({"role": "user", "content": f"message {i} about tea and Porto " * 8}) + "\n"
+        for i in range(300)
+    )
+    run = memcli(
+        "--db", str(db), "import", "-", "--session", "s", "--token-limit", "2000", input=lines
+    )
+    assert run.code == 0, run.stderr
+    assert memcli("--db", str(db), "search", "tea").code == 0  # every message embedded
+    conn = sqlite3.connect(db)
+    size = conn.execute("PRAGMA page_size").fetchone()[0]
+    pages = [
+        r[0]
+        for r in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'retrieval_vectors' AND pagetype = 'leaf'"
+        )
+    ]
+    conn.close()
+    assert pages
+    with open(db, "r+b") as file:
+        for page in pages[:3]:
+            file.seek((page - 1) * size + 8)
+            file.write(b"\xa5" * (size - 200))
+    for suffix in ("faiss", "npz", "json"):
+        Path(f"{db}.retrieval.{suffix}").unlink(missing_ok=True)
+    for command in (["search", "tea"], ["dump", "context", "s"]):
+        run = memcli("--db", str(db), *command)
+        assert run.code == 1, run.stderr
+        assert "Traceback" not in run.stderr and "is damaged" in run.stderr, run.stderr

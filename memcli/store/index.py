@@ -474,16 +474,51 @@ def vector_stats(store: SQLStore, model: str) -> tuple[int, int]:
 
 
 def iter_vectors(store: SQLStore, model: str, after: int) -> Iterator[tuple[Any, ...]]:
-    """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order."""
-    return iter(
-        store.execute(
-            "SELECT v.id, v.message_id, m.session_id, s.user_id,"
-            f" {_time_ms(store)}, v.dim, v.vector"
-            " FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id"
-            " JOIN sessions s ON s.id = m.session_id WHERE v.model = ? AND v.id > ? ORDER BY v.id",
-            (model, after),
-        )
+    """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order.
+    A row the database cannot read, or that is not such a row (a damaged page), raises
+    StoreDamaged (StoreError on another failure)."""
+    cursor = store.execute(
+        "SELECT v.id, v.message_id, m.session_id, s.user_id,"
+        f" {_time_ms(store)}, v.dim, v.vector"
+        " FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id"
+        " JOIN sessions s ON s.id = m.session_id WHERE v.model = ? AND v.id > ? ORDER BY v.id",
+        (model, after),
     )
+    errors: tuple[type[Exception], ...] = getattr(store, "DATABASE_ERRORS", ())
+    try:
+        for row in cursor:
+            if not _vector_row(row):
+                raise StoreDamaged(
+                    f"the stored vectors are damaged (vector {row[0]!r} of message {row[1]!r}"
+                    " is not a vector)",
+                    "Run `memcli check` to see what is wrong, and restore the database from a"
+                    " backup (`memcli backup`)",
+                )
+            yield row
+    except errors as exc:
+        raise _translate(store, exc, "cannot read the stored vectors") from None
+
+
+def _vector_row(row: Sequence[Any]) -> bool:
+    dim, vector = row[5], row[6]
+    return (
+        isinstance(row[0], int)
+        and isinstance(row[1], int)
+        and isinstance(dim, int)
+        and dim > 0
+        and isinstance(vector, bytes | bytearray | memoryview)
+        and len(vector) == dim * 4
+    )
+
+
+def _translate(store: SQLStore, exc: Exception, what: str) -> Exception:
+    """The store's own error for a driver error met while reading a cursor."""
+    error = getattr(store, "_error", None)
+    if callable(error):
+        return error(exc, what)  # type: ignore[no-any-return]
+    from memcli.errors import StoreError
+
+    return StoreError(f"{what}: {exc}", "Run `memcli check`")
 
 
 def vector_search(
