@@ -37,6 +37,10 @@ class VectorBlock(MemoryBlock):
 
     name = "vector_memory"
     priority = 2
+    #: While the embedding model is being prepared (exported: seconds, once), `get` searches by
+    #: words alone and starts the export in the background instead of waiting for it (the chat
+    #: sets it: typing never waits for the model). Off: the first `get` waits.
+    words_while_preparing = False
     #: Messages embedded per model call when batches are put: enough for the model's full
     #: mini-batches, few enough that an import's progress moves every few seconds.
     embed_batch = 128
@@ -143,6 +147,17 @@ class VectorBlock(MemoryBlock):
             out.append(reasons[id(ctx.store)] if todo else None)
         return out
 
+    def preparing(self) -> bool:
+        """Whether the embedding model is still to be prepared (`OnnxEmbedder.preparing`); if so,
+        its export is started in the background. False for an embedder that needs none."""
+        embedder = self.embedder
+        if not getattr(embedder, "preparing", False):
+            return False
+        start = getattr(embedder, "prepare_in_background", None)
+        if callable(start):
+            start()
+        return True
+
     def query_text(self, messages: Sequence[Message]) -> str:
         """The text of the last `retrieval_context_window` messages (the input among them)."""
         window = messages[-self.retrieval_context_window :]
@@ -157,6 +172,7 @@ class VectorBlock(MemoryBlock):
         window = messages[-self.retrieval_context_window :]
         result = self.retriever(ctx.store).search(
             query,
+            mode="lexical" if self.words_while_preparing and self.preparing() else "hybrid",
             k=self.similarity_top_k,
             user_id=None if by_session else ctx.user_id,
             session_id=ctx.session_id if by_session else None,

@@ -156,6 +156,9 @@ class Chat:
         self.store = store
         self.user_id = user_id
         self.blocks = list(blocks)
+        for block in self.blocks:  # typing never waits for the embedding model's export
+            if hasattr(block, "words_while_preparing"):
+                block.words_while_preparing = True  # type: ignore[attr-defined]
         self.tokenizer = tokenizer
         self.budget_for: BudgetFn = budget_for or (lambda info: None)
         self.insert_method = insert_method
@@ -272,7 +275,8 @@ class Chat:
 
         block = next((b for b in self.blocks if isinstance(b, VectorBlock)), None)
         if block is not None:
-            return block.retriever(self.store).search(query, k=k, user_id=self.user_id)
+            mode = "lexical" if block.preparing() else "hybrid"  # words while the model is made
+            return block.retriever(self.store).search(query, k=k, user_id=self.user_id, mode=mode)
         if self._lexical is None or self._lexical.store is not self.store:
             # A vector block that is not in the chat lends its retriever: in lexical mode its
             # embedding model is never loaded.
