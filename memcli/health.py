@@ -4,7 +4,9 @@
 - `pending`: batches a block failed on (the LLM was down or answered badly), per block and user,
   with the last error (kind, HTTP status, message) and when they are retried;
 - `unfed`: flushed batches a block was never handed (an import or a chat killed between storing
-  its messages and feeding its blocks: a re-run finds the messages stored and feeds nothing);
+  its messages and feeding its blocks: a re-run finds the messages stored and feeds nothing;
+  `import --no-blocks`), except for a block that `catches_up_itself` (the vector block: the next
+  search embeds every message without a vector);
 - `condense`: a fact block over its `max_facts` whose condensing failed (retried after the next
   extraction, or by `memcli facts extract --pending`);
 - `index`: index files that are damaged (rebuilt by the next search) or stale.
@@ -84,7 +86,7 @@ def _unfed(store: Any, blocks_for: BlocksFor, known: dict[str, MemoryBlock]) -> 
     for session, user in work.flushed_sessions(store):
         for block in blocks_for(session, user):
             known.setdefault(block.name, block)
-            if not block.receives_flushes:
+            if not block.receives_flushes or getattr(block, "catches_up_itself", False):
                 continue
             n = work.unfed_count(store, block.name, block.key_for(session, user), session)
             if n:

@@ -41,6 +41,9 @@ class VectorBlock(MemoryBlock):
     #: words alone and starts the export in the background instead of waiting for it (the chat
     #: sets it: typing never waits for the model). Off: the first `get` waits.
     words_while_preparing = False
+    #: A batch never handed to it loses nothing: the next put or search embeds every message
+    #: that has no vector (`memcli check` does not list such batches as unfinished).
+    catches_up_itself = True
     #: Messages embedded per model call when batches are put: enough for the model's full
     #: mini-batches, few enough that an import's progress moves every few seconds.
     embed_batch = 128

@@ -25,14 +25,15 @@ def check_command(ctx: typer.Context, json_: common.Json = False) -> None:
     from memcli.store.check import Problem
 
     s = common.settings(ctx)
-    store = common.open_store(s, must_exist=True)
+    store = None
     try:
+        store = common.open_store(s, must_exist=True)
         problems = store.check()
     except StoreError as error:
         if s.db_url is not None or not s.db_path.exists():
             raise  # (a server that cannot be reached says so)
         problems = [Problem("integrity", error.message)]
-    work = [] if problems else unfinished_work(s, store)
+    work = [] if problems or store is None else unfinished_work(s, store)
     needed = [a for a in work if a.needed]
     if output.wants_json(json_):
         output.emit_all(
