@@ -124,3 +124,52 @@ def test_damaged_index_file_is_listed(tmp_path: Path) -> None:
     assert "damaged" in found[0]["message"] and found[0]["fix"].startswith("memcli search")
     assert memcli("--db", str(db), "search", "tea").code == 0  # rebuilt
     assert memcli("--db", str(db), "check").code == 0
+
+
+def test_an_import_killed_while_feeding_leaves_batches_check_lists(llm, tmp_path: Path) -> None:
+    """kill -9 while the fact block extracts: the messages are stored, the batches are not fed;
+    running the import again stores nothing and feeds nothing, and `check` says so."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = write_config(tmp_path, llm)
+    llm.default = {"delay": 30, "content": "<facts></facts>"}
+    source = transcript(tmp_path, 4)
+    try:
+        before = len(llm.requests)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memcli",
+                "--config",
+                config,
+                "import",
+                source,
+                "--session",
+                "s1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while len(llm.requests) == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(llm.requests) > before, "the import never asked the LLM"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        llm.default = {"content": "<facts></facts>"}
+    again = memcli("--config", config, "import", source, "--session", "s1", "--json")
+    assert again.code == 0 and again.records()[-1]["new"] == 0, again.stderr
+    run = memcli("--config", config, "check", "--json")
+    assert run.code == 1, run.stderr
+    found = [r for r in run.records() if r["type"] == "attention"]
+    assert [(r["kind"], r["block"]) for r in found] == [("unfed", "extracted_info")], found
+    assert found[0]["count"] >= 1 and found[0]["fix"] == "memcli blocks backfill --user default"
+    assert memcli("--config", config, "blocks", "backfill").code == 0
+    assert memcli("--config", config, "check").code == 0
+    llm.default = {"content": "OK"}
