@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from helpers import memcli
 
 
@@ -28,6 +29,7 @@ def transcript(tmp_path: Path, turns: int) -> str:
     return str(path)
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_failed_extraction_makes_check_fail_until_the_retry(llm, tmp_path: Path) -> None:
     config = write_config(tmp_path, llm)
     llm.default = {"status": 500}
