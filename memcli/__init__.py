@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "AgentTools": "memcli.tools",
+    "Attention": "memcli.health",
     "Batch": "memcli.flush",
     "BlockContext": "memcli.blocks.base",
     "Budget": "memcli.flush",
@@ -48,10 +49,12 @@ _EXPORTS = {
     "WordTokenizer": "memcli.tokens",
     "open_store": "memcli.store",
     "plan_flush": "memcli.flush",
+    "unfinished": "memcli.health",
 }
 
 __all__ = [
     "AgentTools",
+    "Attention",
     "Batch",
     "BlockContext",
     "Budget",
@@ -86,6 +89,7 @@ __all__ = [
     "WordTokenizer",
     "open_store",
     "plan_flush",
+    "unfinished",
 ]
 
 
@@ -120,6 +124,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from memcli.flush import Batch, Budget, BudgetOverride, plan_flush
+    from memcli.health import Attention, unfinished
     from memcli.memory import Context, Flush, Memory
     from memcli.messages import Message
     from memcli.search import OnnxEmbedder, Retriever, SearchOptions

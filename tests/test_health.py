@@ -85,6 +85,12 @@ def test_a_live_holder_leaves_the_batches_pending(
         for r in m.store.execute("SELECT error FROM block_flushes WHERE block = ?", (block.name,))
     ]
     assert all(f"process {os.getpid()}@" in e and "embedding claim" in e for e in errors), errors
+    from memcli import unfinished
+
+    items = unfinished(m.store, lambda session, user: [block])
+    assert [(a.kind, a.block, a.count) for a in items] == [("pending", block.name, len(found))]
+    assert "not retried automatically" in items[0].message
+    assert items[0].fix == "memcli blocks backfill --user default"
     # The holder goes away: the next feed embeds, and the retry marks them done.
     with m.store.transaction():
         m.store.execute("DELETE FROM retrieval_state WHERE key LIKE 'embedding:%'")
@@ -93,6 +99,7 @@ def test_a_live_holder_leaves_the_batches_pending(
     result = backfill(m.store, [block], m.store.list_sessions("default"), m.tokenizer)
     assert result.pending == {block.name: 0} and result.done[block.name] == len(found)
     assert longterm.pending_flushes(m.store, block.name, "user:default") == []
+    assert unfinished(m.store, lambda session, user: [block]) == []
 
 
 def test_a_vector_that_is_not_one_is_a_clear_error(tmp_path: Path) -> None:
