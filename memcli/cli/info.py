@@ -59,7 +59,7 @@ def info_command(ctx: typer.Context, json_: common.Json = False) -> None:
     )
     if work:
         output.table(
-            "Unfinished work (`memcli check` says what and how to finish it)",
+            "Unfinished (memcli check)",
             ["kind", "count"],
             [(kind, str(n)) for kind, n in work.items()],
         )
