@@ -273,8 +273,8 @@ class FactBlock(LLMBlock):
             return self._condense_failed(store, scope_key, error.reason, len(facts))
         parsed = parse_fact_topics(reply)
         if not parsed or len(parsed) > self.max_facts:
-            found = "no facts" if not parsed else f"{len(parsed)} facts"
-            reason = f"malformed reply ({found}): {reply.strip()[:200]!r}"
+            found = "no facts" if not parsed else f"{len(parsed)} facts, over max_facts"
+            reason = f"malformed reply ({found})"  # (no fact text: it would outlive a forget)
             return self._condense_failed(store, scope_key, reason, len(facts))
         work.clear_condense_failure(store, self.name, scope_key)
         condensed = [t for t, _ in parsed]

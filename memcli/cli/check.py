@@ -68,9 +68,19 @@ def check_command(ctx: typer.Context, json_: common.Json = False) -> None:
 def unfinished_work(s: Any, store: Any) -> list[Any]:
     """The unfinished work (`memcli.health`), the blocks of each session as `memcli blocks
     backfill` builds them."""
+    import json
+
     from memcli.health import unfinished
+    from memcli.store import longterm
+
+    built: dict[str, list[Any]] = {}
 
     def blocks_for(session: str, user: str) -> list[Any]:
-        return common.make_blocks(s, store, session=session, warn=False)
+        # Built once per set of definitions (the config's, or those recorded): not per session.
+        recorded = None if s.blocks is not None else longterm.block_definitions(store, session)
+        key = json.dumps(None if recorded is None else recorded[1], sort_keys=True)
+        if key not in built:
+            built[key] = common.make_blocks(s, store, session=session, warn=False)
+        return built[key]
 
     return unfinished(store, blocks_for, s.home / "indexes")

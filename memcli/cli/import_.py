@@ -143,9 +143,9 @@ def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bo
         output.emit_all([_summary(result, blocks_fed=blocks_fed)])
     if result.blocks_pending:  # the messages are stored; the blocks' work is not: exit 1
         output.info(
-            f"Error: {result.blocks_pending:,} batches are pending in a block (the LLM failed;"
-            " `memcli check` shows why). The messages are stored: retry the blocks with"
-            " `memcli blocks backfill`."
+            f"Error: {result.blocks_pending:,} batches are pending in a block (`memcli check`"
+            " shows why: the LLM failed, or the embedding claim was held). The messages are"
+            " stored: retry the blocks with `memcli blocks backfill`."
         )
         raise typer.Exit(1)
 
