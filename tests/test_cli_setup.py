@@ -56,3 +56,19 @@ def _ctx(memory: Memory):  # type: ignore[no-untyped-def]
     from memcli.blocks.base import BlockContext
 
     return BlockContext("s", "default", memory.store, memory.tokenizer, None)
+
+
+def test_the_chat_warms_up_without_waiting_for_the_model(tmp_path: Path) -> None:
+    from memcli import Chat, SQLiteStore
+
+    embedder = Preparing()
+    block = VectorBlock(embedder=embedder)
+    chat = Chat(SQLiteStore(tmp_path / "m.db"), blocks=[block])
+    chat.open("s")
+    assert block.words_while_preparing
+    chat.warm_up()  # would embed (and wait for the export) without it
+    assert embedder.started >= 1
+    chat.mem.put(Message("user", "My dog is called Rex"))
+    assert chat.search("dog Rex").hits  # by words
+    events = list(chat.send("what is my dog called?").events())  # offline: made from memory
+    assert type(events[-1]).__name__ == "ReplyDone", events[-1]

@@ -248,9 +248,15 @@ class Chat:
     def warm_up(self) -> ContextReady:
         """Load what the blocks need (an embedding model loads on first use: seconds), then ask
         them once, so that the first message does not wait. Blocks with an `embedder` (the
-        Embedder protocol) get it loaded; others are just asked."""
+        Embedder protocol) get it loaded; one still to be prepared (exported: seconds, once) is
+        exported in the background instead, the blocks searching by words meanwhile; others are
+        just asked."""
         for block in self.blocks:
-            embed = getattr(getattr(block, "embedder", None), "embed", None)
+            embedder = getattr(block, "embedder", None)
+            if getattr(embedder, "preparing", False):  # exported in the background meanwhile:
+                embedder.prepare_in_background()  # and the blocks answer from words
+                continue
+            embed = getattr(embedder, "embed", None)
             if callable(embed):
                 embed(["warm up"])
         return self.context()

@@ -409,9 +409,7 @@ class MessageVectors:
         return scores[0], rows[0]
 
 
-def index_health(
-    store: Any, index_dir: str | Path | None = None
-) -> tuple[str, str, Path] | None:
+def index_health(store: Any, index_dir: str | Path | None = None) -> tuple[str, str, Path] | None:
     """What is wrong with a database's index files, without loading them: ("damaged", why,
     path) when they cannot be used as they are (incomplete, unreadable, a checksum that does
     not match: the next search rebuilds them from the database), ("stale", why, path) when
