@@ -253,8 +253,8 @@ class Chat:
         just asked."""
         for block in self.blocks:
             embedder = getattr(block, "embedder", None)
-            if getattr(embedder, "preparing", False):  # exported in the background meanwhile:
-                embedder.prepare_in_background()  # and the blocks answer from words
+            preparing = getattr(block, "preparing", None)  # VectorBlock.preparing starts the
+            if callable(preparing) and preparing():  # export in the background: words meanwhile
                 continue
             embed = getattr(embedder, "embed", None)
             if callable(embed):
