@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "AgentTools": "memcli.tools",
+    "Attention": "memcli.health",
     "Batch": "memcli.flush",
     "BlockContext": "memcli.blocks.base",
     "Budget": "memcli.flush",
@@ -50,10 +51,12 @@ _EXPORTS = {
     "forget_user": "memcli.forgetting",
     "open_store": "memcli.store",
     "plan_flush": "memcli.flush",
+    "unfinished": "memcli.health",
 }
 
 __all__ = [
     "AgentTools",
+    "Attention",
     "Batch",
     "BlockContext",
     "Budget",
@@ -90,6 +93,7 @@ __all__ = [
     "forget_user",
     "open_store",
     "plan_flush",
+    "unfinished",
 ]
 
 
@@ -126,6 +130,7 @@ if TYPE_CHECKING:
     )
     from memcli.flush import Batch, Budget, BudgetOverride, plan_flush
     from memcli.forgetting import forget_user
+    from memcli.health import Attention, unfinished
     from memcli.memory import Context, Flush, Memory
     from memcli.messages import Message
     from memcli.search import OnnxEmbedder, Retriever, SearchOptions

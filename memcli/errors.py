@@ -87,6 +87,13 @@ class ProviderError(MemcliError):
         self.kind = kind
         self.status = status
 
+    @property
+    def reason(self) -> str:
+        """One line for a batch left pending: the kind, the HTTP status when there was one, and
+        the message (`server (HTTP 500): LLM call to MODEL failed: ...`)."""
+        status = f" (HTTP {self.status})" if self.status is not None else ""
+        return f"{self.kind}{status}: {self.message}"
+
 
 class ModelError(MemcliError):
     """The embedding model is missing or failed to load."""

@@ -574,13 +574,20 @@ def change_record(c: FactChange) -> dict[str, Any]:
 
 
 def check_fact_text(text: str, hint: str, topics: Sequence[str] | None = None) -> None:
-    """A fact's text is not empty and, with its topics, valid Unicode; UsageError (empty) or
-    InputError (naming the bad byte) otherwise. Text that was not UTF-8 reaches Python with its
+    """A fact's text is not empty, at most MAX_FACT_CHARS characters and, with its topics, valid
+    Unicode; UsageError (empty, too long) or InputError (naming the bad byte) otherwise. Text that was not UTF-8 reaches Python with its
     bad bytes as lone surrogates (U+DC80-U+DCFF, as `surrogateescape` decodes a command-line
     argument), which no store keeps."""
     _check_unicode(text)
     if not text.strip():
         raise UsageError("the fact is empty", hint)
+    from memcli.store.longterm import MAX_FACT_CHARS
+
+    if len(text.strip()) > MAX_FACT_CHARS:
+        raise UsageError(
+            f"the fact is {len(text.strip()):,} characters long; at most {MAX_FACT_CHARS:,}",
+            "Keep a fact to a sentence or two",
+        )
     for i, topic in enumerate(topics or []):
         check_text(topic, f"topic {i}")
 

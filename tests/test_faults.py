@@ -327,7 +327,7 @@ def test_a_damaged_database_is_reported_never_written_nor_exported_partly(tmp_pa
     assert checked.code == 1
     found = [r for r in checked.records() if r["type"] == "problem"]
     assert found and found[0]["check"] == "integrity"
-    assert checked.records()[-1] == {"type": "summary", "problems": len(found)}
+    assert checked.records()[-1] == {"type": "summary", "problems": len(found), "attention": 0}
 
     backup = memcli("--db", str(db), "backup", str(tmp_path / "b.db"))
     assert backup.code == 1 and not (tmp_path / "b.db").exists()
@@ -374,7 +374,9 @@ def test_check_finds_broken_bookkeeping(tmp_path: Path) -> None:
     assert memcli(*args, "--session", "a").code == 0
     assert memcli(*args, "--session", "b").code == 0
     clean = memcli("--db", str(db), "check", "--json")
-    assert clean.code == 0 and clean.records() == [{"type": "summary", "problems": 0}]
+    assert clean.code == 0 and clean.records() == [
+        {"type": "summary", "problems": 0, "attention": 0}
+    ]
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("UPDATE sessions SET active_tokens = active_tokens + 5 WHERE id = 'a'")
     flush = conn.execute("SELECT MIN(id) FROM flushes WHERE session_id = 'a'").fetchone()[0]

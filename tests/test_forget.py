@@ -14,7 +14,7 @@ import pytest
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 
 from memcli import Budget, Memory, Message, MessageNotFound, UsageError, WordTokenizer
-from memcli.store import longterm, open_store
+from memcli.store import longterm, open_store, work
 from memcli.tools import AgentTools
 
 pytestmark = pytest.mark.usefixtures("no_blocks")
@@ -263,6 +263,8 @@ def test_store_forget_user(db: str) -> None:
     longterm.add_facts(store, "facts", "user:bob", ["Bob restores trains"], session_id="b1")
     longterm.save_state(store, "custom", "user:alice", {"mood": "flamingo"})
     longterm.save_state(store, "custom", "user:bob", {"mood": "trains"})
+    work.record_condense_failure(store, "facts", "user:alice", "HTTP 500", 120, 100)
+    work.record_condense_failure(store, "facts", "user:bob", "HTTP 500", 120, 100)
     assert store.list_flushes("a1")  # her archived messages and flushes go too
 
     survey = store.survey_user("alice")
@@ -276,13 +278,14 @@ def test_store_forget_user(db: str) -> None:
         ("flushes", "session_id IN ('a1', 'a2')"),
         ("facts", "scope_key IN ('user:alice', 'session:a2')"),
         ("fact_history", "scope_key IN ('user:alice', 'session:a2')"),
-        ("block_state", "scope_key = 'user:alice'"),
+        ("block_state", "scope_key IN ('user:alice', 'condense:user:alice')"),
     ):
         assert store.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}").fetchone()[0] == 0
     assert [f.text for f in longterm.list_facts(store, "facts", "user:bob")] == [
         "Bob restores trains"
     ]
     assert longterm.load_state(store, "custom", "user:bob") == {"mood": "trains"}
+    assert [key for _, key, _ in work.condense_failures(store)] == ["user:bob"]
     assert len(store.get_messages("b1")) == 12
     assert store.check() == []
     assert store.forget_user("nobody").sessions == []

@@ -382,3 +382,53 @@ def test_fact_tools_search_get_history_entities_forget(tmp_path: Path) -> None:
     store = SQLiteStore(db)
     assert longterm.fact_history(store, "user:ana") == []
     assert [f.text for f in longterm.list_facts(store, None, "user:bob")] == ["Bob lives in Bern"]
+
+
+def test_unreadable_requests_get_an_error_reply(tmp_path: Path) -> None:
+    """A request holding a lone surrogate (`\\ud800`: JSON allows the escape, the SDK's parser
+    does not) or a line that is not JSON gets a JSON-RPC parse error with the request's id (null
+    when none is found), and the server goes on answering; an over-long fact is refused."""
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    lines = [
+        json.dumps(init),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "add_fact",'
+        ' "arguments": {"text": "Ana \\ud800 likes tea"}}}',
+        "this is not json",
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "add_fact", "arguments": {"text": "x" * 2001}},
+            }
+        ),
+        json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcli", "--db", str(tmp_path / "raw.db"), "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, _ = proc.communicate(("\n".join(lines) + "\n").encode(), timeout=60)
+    replies = [json.loads(line) for line in out.decode().splitlines()]
+    by_id = {r["id"]: r for r in replies}
+    assert sorted(by_id, key=str) == sorted([1, 2, None, 3, 4], key=str), replies
+    assert by_id[2]["error"]["code"] == -32700
+    assert "not valid Unicode" in by_id[2]["error"]["message"]
+    assert by_id[None]["error"]["code"] == -32700
+    assert by_id[3]["result"]["isError"] is True
+    assert "at most 2,000" in by_id[3]["result"]["content"][0]["text"]
+    assert by_id[4]["result"]["tools"]
+    store = SQLiteStore(tmp_path / "raw.db")
+    assert longterm.list_facts(store, None, "user:default") == []

@@ -22,7 +22,7 @@ from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
 from memcli.search.facts import FactVectors, rank_facts
-from memcli.store import longterm
+from memcli.store import longterm, work
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -375,7 +375,7 @@ class FactBlock(LLMBlock):
         try:
             reply = self.ask(prompt, batch)
         except ProviderError as error:
-            return f"{error.kind}: {error.message}"
+            return error.reason
         parsed = parse_fact_reply(reply)
         if parsed is None:
             return f"malformed reply: {reply.strip()[:200]!r}"
@@ -403,7 +403,9 @@ class FactBlock(LLMBlock):
         A bad reply is ignored; True when one was applied."""
         from memcli.llm import complete
 
-        if self.llm is None or longterm.count_facts(store, self.name, scope_key) <= self.max_facts:
+        count = longterm.count_facts(store, self.name, scope_key)
+        if self.llm is None or count <= self.max_facts:
+            work.clear_condense_failure(store, self.name, scope_key)
             return False
         oldest = longterm.fact_texts(store, self.name, scope_key)[: self.candidates]
         shown = longterm.get_facts(store, [f.id for f in oldest])
@@ -411,11 +413,14 @@ class FactBlock(LLMBlock):
         prompt = CONDENSE_PROMPT.format(max_facts=self.max_facts, existing=existing)
         try:
             reply = complete(self.llm, [{"role": "user", "content": prompt}])
-        except ProviderError:
-            return False
+        except ProviderError as error:
+            return self._condense_failed(store, scope_key, error.reason, count)
         parsed = parse_fact_reply(reply)
-        if parsed is None or check_reply(parsed, shown) is not None:
-            return False
+        problem = "no facts" if parsed is None else check_reply(parsed, shown)
+        if parsed is None or problem is not None:
+            # (the reason names no fact text: it would outlive a forget)
+            return self._condense_failed(store, scope_key, f"malformed reply ({problem})", count)
+        work.clear_condense_failure(store, self.name, scope_key)
         new, retire = changes_of(parsed)
         longterm.change_facts(
             store,
@@ -428,6 +433,12 @@ class FactBlock(LLMBlock):
             flush_id=flush_id,
         )
         return True
+
+    def _condense_failed(self, store: Any, scope_key: str, reason: str, facts: int) -> bool:
+        """Keep why condensing failed (`memcli check` lists it; the next extraction, or `memcli
+        facts extract --pending`, tries again)."""
+        work.record_condense_failure(store, self.name, scope_key, reason, facts, self.max_facts)
+        return False
 
     # -- the context ------------------------------------------------------------------------------
 
@@ -495,6 +506,8 @@ def extract_pending(
         done = pending = 0
         for key in sorted({block.key_for(info.id, info.user_id) for info in sessions}):
             done += block.retry(store, key, tokenizer)[0]
+            if work.condense_failures(store, block.name, key):
+                block.condense(store, key)
             pending += len(longterm.pending_flushes(store, block.name, key))
         result.done[block.name] = done
         result.pending[block.name] = pending

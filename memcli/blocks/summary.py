@@ -264,7 +264,7 @@ class SummaryBlock(LLMBlock):
         try:
             reply = self.ask(prompt, batch)
         except ProviderError as error:
-            return f"{error.kind}: {error.message}"
+            return error.reason
         text = parse_summary(reply)
         if text is not None:
             text = cap_text(text, self.max_tokens, ctx.tokenizer) or None

@@ -37,6 +37,13 @@ class VectorBlock(MemoryBlock):
 
     name = "vector_memory"
     priority = 2
+    #: While the embedding model is being prepared (exported: seconds, once), `get` searches by
+    #: words alone and starts the export in the background instead of waiting for it (the chat
+    #: sets it: typing never waits for the model). Off: the first `get` waits.
+    words_while_preparing = False
+    #: A batch never handed to it loses nothing: the next put or search embeds every message
+    #: that has no vector (`memcli check` does not list such batches as unfinished).
+    catches_up_itself = True
     #: Messages embedded per model call when batches are put: enough for the model's full
     #: mini-batches, few enough that an import's progress moves every few seconds.
     embed_batch = 128
@@ -118,11 +125,41 @@ class VectorBlock(MemoryBlock):
     ) -> list[str | None]:
         """Embed every message not embedded yet (those of these batches among them),
         `embed_batch` messages per model call; `progress(n)` is told after each call how many
-        it embedded."""
+        it embedded. A batch whose messages are not all embedded afterwards (another process
+        held the embedding claim past the wait) stays pending, with the reason."""
+        from memcli.store.index import unembedded
+
         stores = {id(ctx.store): ctx.store for _, ctx in items}
-        for store in stores.values():
-            self.retriever(store).index(batch=self.embed_batch, progress=progress)
-        return [None] * len(items)
+        missing: dict[int, set[int]] = {}
+        reasons: dict[int, str] = {}
+        for key, store in stores.items():
+            retriever = self.retriever(store)
+            retriever.index(batch=self.embed_batch, progress=progress)
+            ids = [m.id for batch, ctx in items if ctx.store is store for m in batch if m.id]
+            missing[key] = unembedded(store, retriever.model, ids)
+            holder = retriever.waited_for
+            reasons[key] = (
+                f"not embedded: process {holder} held the embedding claim past the wait"
+                if holder
+                else "not embedded"
+            )
+        out: list[str | None] = []
+        for batch, ctx in items:
+            left = missing[id(ctx.store)]
+            todo = any(m.id in left for m in batch if m.id)
+            out.append(reasons[id(ctx.store)] if todo else None)
+        return out
+
+    def preparing(self) -> bool:
+        """Whether the embedding model is still to be prepared (`OnnxEmbedder.preparing`); if so,
+        its export is started in the background. False for an embedder that needs none."""
+        embedder = self.embedder
+        if not getattr(embedder, "preparing", False):
+            return False
+        start = getattr(embedder, "prepare_in_background", None)
+        if callable(start):
+            start()
+        return True
 
     def query_text(self, messages: Sequence[Message]) -> str:
         """The text of the last `retrieval_context_window` messages (the input among them)."""
@@ -138,6 +175,7 @@ class VectorBlock(MemoryBlock):
         window = messages[-self.retrieval_context_window :]
         result = self.retriever(ctx.store).search(
             query,
+            mode="lexical" if self.words_while_preparing and self.preparing() else "hybrid",
             k=self.similarity_top_k,
             user_id=None if by_session else ctx.user_id,
             session_id=ctx.session_id if by_session else None,

@@ -165,6 +165,9 @@ class Chat:
         self.store = store
         self.user_id = user_id
         self.blocks = list(blocks)
+        for block in self.blocks:  # typing never waits for the embedding model's export
+            if hasattr(block, "words_while_preparing"):
+                block.words_while_preparing = True  # type: ignore[attr-defined]
         self.tokenizer = tokenizer
         self.budget_for: BudgetFn = budget_for or (lambda info: None)
         self.insert_method = insert_method
@@ -254,9 +257,15 @@ class Chat:
     def warm_up(self) -> ContextReady:
         """Load what the blocks need (an embedding model loads on first use: seconds), then ask
         them once, so that the first message does not wait. Blocks with an `embedder` (the
-        Embedder protocol) get it loaded; others are just asked."""
+        Embedder protocol) get it loaded; one still to be prepared (exported: seconds, once) is
+        exported in the background instead, the blocks searching by words meanwhile; others are
+        just asked."""
         for block in self.blocks:
-            embed = getattr(getattr(block, "embedder", None), "embed", None)
+            embedder = getattr(block, "embedder", None)
+            preparing = getattr(block, "preparing", None)  # VectorBlock.preparing starts the
+            if callable(preparing) and preparing():  # export in the background: words meanwhile
+                continue
+            embed = getattr(embedder, "embed", None)
             if callable(embed):
                 embed(["warm up"])
         return self.context()
@@ -281,7 +290,8 @@ class Chat:
 
         block = next((b for b in self.blocks if isinstance(b, VectorBlock)), None)
         if block is not None:
-            return block.retriever(self.store).search(query, k=k, user_id=self.user_id)
+            mode = "lexical" if block.preparing() else "hybrid"  # words while the model is made
+            return block.retriever(self.store).search(query, k=k, user_id=self.user_id, mode=mode)
         if self._lexical is None or self._lexical.store is not self.store:
             # A vector block that is not in the chat lends its retriever: in lexical mode its
             # embedding model is never loaded.

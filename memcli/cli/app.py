@@ -30,6 +30,7 @@ COMMANDS = (
     ("blocks", "memcli.cli.blocks_cmd", "app", True),
     ("simulate", "memcli.cli.simulate", "app", True),
     ("info", "memcli.cli.info", "info_command", False),
+    ("setup", "memcli.cli.setup", "setup_command", False),
     ("mcp", "memcli.cli.mcp", "mcp_command", False),
 )
 _GLOBAL_OPTIONS = ("--db", "--config")

@@ -1,6 +1,9 @@
-"""`memcli check`: is the database sound? SQLite's integrity check plus memcli's own."""
+"""`memcli check`: is the database sound? SQLite's integrity check plus memcli's own, then the
+long-term work left unfinished (`memcli.health`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import typer
 
@@ -10,8 +13,11 @@ from memcli.cli import common, output
 def check_command(ctx: typer.Context, json_: common.Json = False) -> None:
     """Check the database: SQLite's `PRAGMA integrity_check`, then memcli's own bookkeeping
     (session counters against their messages, flush ids, the id high-water mark, vectors of
-    messages that are gone); on PostgreSQL, memcli's own checks (with its id sequences). Exit 0
-    when it is sound, 1 with each problem listed.
+    messages that are gone); on PostgreSQL, memcli's own checks (with its id sequences). Then
+    the long-term work left unfinished: batches a block failed on (with the last error and when
+    they are retried), batches no block was ever handed (an interrupted import), failed fact
+    condensations, damaged index files; each with the command that finishes it. Exit 0 when
+    all is sound, 1 with each problem listed.
 
     Example: memcli check && cp ~/.local/share/memcli/memcli.db /backup/
     """
@@ -19,20 +25,30 @@ def check_command(ctx: typer.Context, json_: common.Json = False) -> None:
     from memcli.store.check import Problem
 
     s = common.settings(ctx)
+    store = None
     try:
-        problems = common.open_store(s, must_exist=True).check()
+        store = common.open_store(s, must_exist=True)
+        problems = store.check()
     except StoreError as error:
         if s.db_url is not None or not s.db_path.exists():
             raise  # (a server that cannot be reached says so)
         problems = [Problem("integrity", error.message)]
+    work = [] if problems or store is None else unfinished_work(s, store)
+    needed = [a for a in work if a.needed]
     if output.wants_json(json_):
         output.emit_all(
-            [*(p.record() for p in problems), {"type": "summary", "problems": len(problems)}]
+            [
+                *(p.record() for p in problems),
+                *(a.record() for a in work),
+                {"type": "summary", "problems": len(problems), "attention": len(needed)},
+            ]
         )
     else:
         for p in problems:
             where = f" (session {p.session})" if p.session is not None else ""
             typer.echo(f"{p.check}{where}: {p.message}")
+        for a in work:
+            typer.echo(f"{a.kind}: {a.message}\n  fix: {a.fix}")
     if problems:
         backup = "pg_restore" if s.db_url is not None else "`memcli backup`"
         output.info(
@@ -40,4 +56,31 @@ def check_command(ctx: typer.Context, json_: common.Json = False) -> None:
             " each session that can still be read whole with `memcli export SESSION --all`."
         )
         raise typer.Exit(1)
+    if needed:
+        output.info(
+            f"{s.db_label}: sound, but {len(needed)} piece(s) of long-term work unfinished;"
+            " run the command under each."
+        )
+        raise typer.Exit(1)
     output.info(f"{s.db_label}: no problems found.")
+
+
+def unfinished_work(s: Any, store: Any) -> list[Any]:
+    """The unfinished work (`memcli.health`), the blocks of each session as `memcli blocks
+    backfill` builds them."""
+    import json
+
+    from memcli.health import unfinished
+    from memcli.store import longterm
+
+    built: dict[str, list[Any]] = {}
+
+    def blocks_for(session: str, user: str) -> list[Any]:
+        # Built once per set of definitions (the config's, or those recorded): not per session.
+        recorded = None if s.blocks is not None else longterm.block_definitions(store, session)
+        key = json.dumps(None if recorded is None else recorded[1], sort_keys=True)
+        if key not in built:
+            built[key] = common.make_blocks(s, store, session=session, warn=False)
+        return built[key]
+
+    return unfinished(store, blocks_for, s.home / "indexes")

@@ -188,13 +188,15 @@ def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bo
         f"{what} {result.flushes:,} {'flush' if result.flushes == 1 else 'flushes'},"
         f" {_count(result.archived)} archived."
     )
-    if result.blocks_pending:
-        output.info(
-            f"{result.blocks_pending:,} batches are pending in a block (the LLM failed); "
-            "retry with `memcli facts extract --pending` or `memcli blocks backfill`."
-        )
     if output.wants_json(json_):
         output.emit_all([_summary(result, blocks_fed=blocks_fed)])
+    if result.blocks_pending:  # the messages are stored; the blocks' work is not: exit 1
+        output.info(
+            f"Error: {result.blocks_pending:,} batches are pending in a block (`memcli check`"
+            " shows why: the LLM failed, or the embedding claim was held). The messages are"
+            " stored: retry the blocks with `memcli blocks backfill`."
+        )
+        raise typer.Exit(1)
 
 
 def _report_dry(result: Imported, *, json_: bool) -> None:

@@ -3,6 +3,8 @@ from, the model, the blocks and the embedding model's state."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from memcli.cli import common, output
@@ -20,8 +22,14 @@ def info_command(ctx: typer.Context, json_: common.Json = False) -> None:
 
     s = common.settings(ctx)
     a = about(s, common.make_blocks(s))
+    work = _work_counts(s)
     if output.wants_json(json_):
-        output.emit_all(a.records())
+        output.emit_all(
+            [
+                *a.records(),
+                *({"type": "unfinished", "name": k, "count": n} for k, n in work.items()),
+            ]
+        )
         return
     size = "not created yet" if a.db_bytes is None else output.plural(a.db_bytes, "byte")
     if isinstance(a.db_path, str):
@@ -51,3 +59,32 @@ def info_command(ctx: typer.Context, json_: common.Json = False) -> None:
         ["name", "kind", "priority", "scope"],
         [(b["name"], b["kind"], b["priority"], b["scope"]) for b in a.blocks],
     )
+    if work:
+        output.table(
+            "Unfinished (memcli check)",
+            ["kind", "count"],
+            [(kind, str(n)) for kind, n in work.items()],
+        )
+
+
+#: The kinds of unfinished work `info` counts (`memcli.health`), in this order.
+WORK_KINDS = ("pending", "unfed", "condense", "index")
+
+
+def _work_counts(s: Any) -> dict[str, int]:
+    """How much unfinished work of each kind the database holds (`memcli check` lists it); none
+    counted when there is no database yet (nothing is created) or it cannot be read."""
+    from memcli.cli.check import unfinished_work
+    from memcli.errors import MemcliError
+
+    if s.db_url is None and not s.db_path.exists():
+        return {}
+    try:
+        found = unfinished_work(s, common.open_store(s, must_exist=True))
+    except MemcliError:
+        return {}
+    counts = dict.fromkeys(WORK_KINDS, 0)
+    for item in found:
+        if item.needed:
+            counts[item.kind] += item.count
+    return counts

@@ -50,10 +50,104 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
         store, s, s.user, blocks=blocks, retriever=lambda: common.retriever(s, store), origin="mcp"
     )
     try:
-        build_server(tools).run("stdio")
+        import anyio
+
+        anyio.run(serve_stdio, build_server(tools))
     finally:
         if sys.stdout.closed:  # mcp 1's stdio transport closes stdout as it ends
             sys.stdout = open(os.devnull, "w")  # for the flush on the way out
+
+
+async def serve_stdio(server: Any) -> None:
+    """Run the server over stdio as the SDK's `run("stdio")` does, but answer a line the SDK
+    cannot read (invalid JSON, text that is not Unicode: a lone surrogate such as `\\ud800`)
+    with a JSON-RPC error, where the SDK would drop it and leave the client waiting."""
+    from mcp.server.stdio import stdio_server
+
+    low = getattr(server, "_lowlevel_server", None) or server._mcp_server  # mcp 2, mcp 1
+    async with stdio_server() as (read_stream, write_stream):
+        replying = _Replying(read_stream, write_stream)
+        await low.run(replying, write_stream, low.create_initialization_options())
+
+
+class _Replying:
+    """The transport's read stream, with each line it could not read answered (`parse_error`)
+    instead of handed on; everything else as the stream it wraps."""
+
+    def __init__(self, inner: Any, write_stream: Any) -> None:
+        self._inner = inner
+        self._write = write_stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __aiter__(self) -> _Replying:
+        return self
+
+    async def __anext__(self) -> Any:
+        while True:
+            item = await self._inner.__anext__()
+            if not isinstance(item, Exception):
+                return item
+            reply = parse_error(item)
+            if reply is not None:
+                await self._write.send(reply)
+
+    async def receive(self) -> Any:
+        return await self.__anext__()
+
+    async def __aenter__(self) -> _Replying:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+
+#: JSON-RPC's code for a request that could not be parsed.
+PARSE_ERROR = -32700
+
+
+def parse_error(error: Exception) -> Any:
+    """The JSON-RPC error reply (a SessionMessage) to a line the SDK could not read: with the
+    request's id when Python's JSON parser finds one (it reads lone surrogates), else id null;
+    None for a notification (no id: JSON-RPC answers none)."""
+    from mcp.shared.message import SessionMessage
+
+    line = None
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        found = errors()
+        line = found[0].get("input") if found else None
+    request: Any = None
+    if isinstance(line, str | bytes):
+        try:
+            request = json.loads(line)
+        except ValueError:
+            request = None
+    if isinstance(request, dict) and "method" in request and "id" not in request:
+        return None
+    ident = request.get("id") if isinstance(request, dict) else None
+    if not isinstance(ident, int | str) or isinstance(ident, bool):
+        ident = None
+    text = str(line or "")
+    bad_text = any(0xD800 <= ord(c) <= 0xDFFF for c in text) or "\\ud" in text.lower()
+    message = (
+        "Parse error: the request holds text that is not valid Unicode (a lone surrogate such"
+        " as \\ud800); send UTF-8 text"
+        if bad_text
+        else "Parse error: the request is not a valid JSON-RPC message"
+    )
+    data = {"jsonrpc": "2.0", "id": ident, "error": {"code": PARSE_ERROR, "message": message}}
+    try:
+        import mcp_types
+
+        reply = mcp_types.jsonrpc_message_adapter.validate_python(data)
+    except ImportError:  # mcp 1.x
+        from mcp import types
+
+        reply = types.JSONRPCMessage.model_validate(data)  # type: ignore[attr-defined]
+    return SessionMessage(reply)
 
 
 def _refusals_as(tool_error: type[Exception], function: Any) -> Any:

@@ -422,6 +422,39 @@ class MessageVectors:
         return scores[0], rows[0]
 
 
+def index_health(store: Any, index_dir: str | Path | None = None) -> tuple[str, str, Path] | None:
+    """What is wrong with a database's index files, without loading them: ("damaged", why,
+    path) when they cannot be used as they are (incomplete, unreadable, a checksum that does
+    not match: the next search rebuilds them from the database), ("stale", why, path) when
+    vectors were added or deleted since they were written (the next search brings them up to
+    date); None when they are sound, or there are none (pgvector, in memory only)."""
+    if sql.has_pgvector(store):
+        return None
+    files = MessageVectors(store, "", index_dir)
+    path, arrays, meta = files.file("faiss"), files.file("npz"), files.file("json")
+    if path is None or arrays is None or meta is None:
+        return None
+    if not meta.exists():
+        if path.exists() or arrays.exists():
+            return "damaged", "incomplete (no description: a write was interrupted)", path
+        return None
+    try:
+        info = json.loads(meta.read_text())
+        if info.get("format") != FORMAT:
+            return "stale", f"an older format ({info.get('format')}, now {FORMAT})", path
+        if _file_crc(arrays) != info["crc_npz"]:
+            return "damaged", f"{arrays.name} does not match its checksum", arrays
+        if not info.get("ivf") and _file_crc(path) != info["crc_faiss"]:
+            return "damaged", f"{path.name} does not match its checksum", path
+        added, deleted = sql.vector_stats(store, str(info["model"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return "damaged", f"unreadable ({exc})", path
+    if (added, deleted) != (info["added"], info["deleted"]):
+        behind = f"{added - info['added']} vectors added, {deleted - info['deleted']} deleted"
+        return "stale", f"{behind} since it was written", path
+    return None
+
+
 def _crc(data: Any) -> int:
     import zlib
 

@@ -160,6 +160,7 @@ class OnnxEmbedder:
         self.threads = threads
         self._session: Any = None
         self._tokenizer: Any = None
+        self._preparer: threading.Thread | None = None
 
     @property
     def dim(self) -> int:
@@ -173,6 +174,42 @@ class OnnxEmbedder:
     @property
     def is_exported(self) -> bool:
         return onnx_path(self.cache_dir).is_file()
+
+    @property
+    def preparing(self) -> bool:
+        """Whether the model is not exported yet: its first use waits for the export (seconds).
+        A caller that must not wait (the chat) searches by words meanwhile, and may start the
+        export in the background (`prepare_in_background`)."""
+        return not self.is_exported
+
+    def prepare(self) -> bool:
+        """Export the model if it is not exported yet (`memcli setup` does it ahead of the first
+        search); True when this call exported it. Nothing is loaded."""
+        with _LOCK:
+            path = onnx_path(self.cache_dir)
+            if path.is_file():
+                return False
+            if self.on_prepare is not None:
+                self.on_prepare()
+            export_onnx(self.model_dir or bundled_model_dir(), path)
+            return True
+
+    def prepare_in_background(self) -> threading.Thread | None:
+        """Start exporting the model in a daemon thread (None when it is exported, or a thread
+        of this embedder already exports it). An error there is left for the first use to
+        report (the export is tried again then)."""
+        if self.is_exported or (self._preparer is not None and self._preparer.is_alive()):
+            return None
+
+        def run() -> None:
+            try:
+                self.prepare()
+            except ModelError:
+                pass  # the first use tries again, and says why it fails
+
+        self._preparer = threading.Thread(target=run, name="memcli-prepare-model", daemon=True)
+        self._preparer.start()
+        return self._preparer
 
     def _load(self) -> None:
         with _LOCK:

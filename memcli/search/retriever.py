@@ -99,6 +99,8 @@ class Retriever:
         self._part_vectors: OrderedDict[str, Any] = OrderedDict()  # see `search(parts=...)`
         self.lexical = Lexical(store, self.options.lexical_budget)
         self._query: Any = None  # the last search's query vector
+        #: The claim's holder (`PID@HOST`) when the last `index` gave up waiting for it, else None.
+        self.waited_for: str | None = None
 
     def pending(self) -> int:
         """How many stored messages have no vectors yet."""
@@ -109,19 +111,22 @@ class Retriever:
         limit: int | None = None,
         batch: int = 512,
         progress: Callable[[int], None] | None = None,
-        wait: float = CLAIM_WAIT,
+        wait: float | None = None,
     ) -> int:
         """Embed messages that have no vectors, `batch` at a time (fewer when they are long: at
         most BATCH_CHARS characters of messages in memory); return how many were done.
 
         One process embeds a model's messages at a time (a claim in the store, renewed each
-        batch): while another holds it, this one waits (up to `wait` seconds, then returns what it
-        did; at once inside a write transaction) and takes up what is still missing when the
-        other is done, so that two searches at once do not embed the same messages twice."""
+        batch): while another holds it, this one waits (up to `wait` seconds, default
+        CLAIM_WAIT, then returns what it did; at once inside a write transaction; `waited_for`
+        then names the holder) and takes up what is still missing when the other is done, so
+        that two searches at once do not embed the same messages twice. A holder whose process
+        is dead is taken over at once."""
         import time
-        import uuid
 
-        token = uuid.uuid4().hex
+        token = sql.claim_token()
+        wait = CLAIM_WAIT if wait is None else wait
+        self.waited_for = None
         if getattr(self.store, "transaction_depth", 0):
             wait = 0.0  # this process holds the write lock: the claim's holder could not write
         claimed = False
@@ -136,6 +141,7 @@ class Retriever:
                     now = time.monotonic()
                     waiting_since = now if waiting_since is None else waiting_since
                     if now - waiting_since >= wait:
+                        self.waited_for = sql.claim_holder(self.store, self.model) or "another"
                         break
                     time.sleep(CLAIM_POLL)
                     continue

@@ -59,7 +59,12 @@ class Forgotten:
 
 
 def _scope_keys(user: str, sessions: Sequence[str]) -> list[str]:
-    return [f"user:{user}", *(f"session:{s}" for s in sessions)]
+    """The user's scope keys, and the keys the blocks keep their failed work under (a failed
+    condensation's `condense:<scope key>`, see `store.work`)."""
+    from memcli.store.work import CONDENSE
+
+    keys = [f"user:{user}", *(f"session:{s}" for s in sessions)]
+    return [*keys, *(CONDENSE + key for key in keys)]
 
 
 def _count(store: SQLStore, sql: str, ids: Sequence[Any]) -> int:

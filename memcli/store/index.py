@@ -350,9 +350,40 @@ def pending_units(
 CLAIM_SECONDS = 120.0
 
 
+def claim_token() -> str:
+    """A new holder's token for `claim_embedding`: unique, and naming the process (`ID/PID@HOST`)
+    so that another process on the host can tell when the holder is dead."""
+    import os
+    import socket
+    import uuid
+
+    return f"{uuid.uuid4().hex}/{os.getpid()}@{socket.gethostname()}"
+
+
+def holder_alive(holder: str) -> bool:
+    """Whether the process a token names may still run: False only when it names a process of
+    this host that is gone (a holder of another host, or an older token, counts as alive)."""
+    import os
+    import socket
+
+    _, _, where = holder.partition("/")
+    pid, _, host = where.partition("@")
+    if not pid.isdigit() or host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # (it exists, another user's)
+    return True
+
+
 def claim_embedding(store: SQLStore, model: str, token: str) -> bool:
     """Take or renew the right to embed messages for `model` (one process at a time, so that two
-    do not spend the model on the same messages); False while another holder's claim is live."""
+    do not spend the model on the same messages); False while another holder's claim is live: not
+    expired, and its process (see `claim_token`) not known to be dead. A dead holder's claim is
+    taken over at once."""
     key = f"embedding:{model}"
     now = time.time()
     with store.transaction():
@@ -367,7 +398,7 @@ def claim_embedding(store: SQLStore, model: str, token: str) -> bool:
                 live = float(until) > now
             except ValueError:
                 live = False
-            if holder != token and live:
+            if holder != token and live and holder_alive(holder):
                 return False
         store.execute(
             "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
@@ -377,12 +408,35 @@ def claim_embedding(store: SQLStore, model: str, token: str) -> bool:
     return True
 
 
+def claim_holder(store: SQLStore, model: str) -> str | None:
+    """Who holds the claim to embed `model`'s messages (`PID@HOST`, or the token), if anyone."""
+    row = store.execute(
+        "SELECT value FROM retrieval_state WHERE key = ?", (f"embedding:{model}",)
+    ).fetchone()
+    if row is None:
+        return None
+    holder = str(row[0]).rpartition(" ")[0]
+    return holder.partition("/")[2] or holder
+
+
 def release_embedding(store: SQLStore, model: str, token: str) -> None:
-    """Give up a claim taken with `token` (a claim left by a killed process expires)."""
+    """Give up a claim taken with `token` (a claim left by a killed process expires, or is taken
+    over by the next process of its host at once)."""
     store.execute(
         "DELETE FROM retrieval_state WHERE key = ? AND substr(value, 1, ?) = ?",
         (f"embedding:{model}", len(token) + 1, f"{token} "),
     )
+
+
+def unembedded(store: SQLStore, model: str, ids: Sequence[int]) -> set[int]:
+    """Those of these messages that have no vectors for `model` yet (still pending)."""
+    mark = embedded_through(store, model)
+    out = {i for i in ids if i > mark}
+    rows = store.rows_for_ids(
+        "SELECT message_id FROM retrieval_redo WHERE message_id IN ({ids})",
+        [i for i in ids if i <= mark],
+    )
+    return out | {int(r[0]) for r in rows}
 
 
 def add_vectors(
@@ -432,16 +486,51 @@ def vector_stats(store: SQLStore, model: str) -> tuple[int, int]:
 
 
 def iter_vectors(store: SQLStore, model: str, after: int) -> Iterator[tuple[Any, ...]]:
-    """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order."""
-    return iter(
-        store.execute(
-            "SELECT v.id, v.message_id, m.session_id, s.user_id,"
-            f" {_time_ms(store)}, v.dim, v.vector"
-            " FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id"
-            " JOIN sessions s ON s.id = m.session_id WHERE v.model = ? AND v.id > ? ORDER BY v.id",
-            (model, after),
-        )
+    """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order.
+    A row the database cannot read, or that is not such a row (a damaged page), raises
+    StoreDamaged (StoreError on another failure)."""
+    cursor = store.execute(
+        "SELECT v.id, v.message_id, m.session_id, s.user_id,"
+        f" {_time_ms(store)}, v.dim, v.vector"
+        " FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id"
+        " JOIN sessions s ON s.id = m.session_id WHERE v.model = ? AND v.id > ? ORDER BY v.id",
+        (model, after),
     )
+    errors: tuple[type[Exception], ...] = getattr(store, "DATABASE_ERRORS", ())
+    try:
+        for row in cursor:
+            if not _vector_row(row):
+                raise StoreDamaged(
+                    f"the stored vectors are damaged (vector {row[0]!r} of message {row[1]!r}"
+                    " is not a vector)",
+                    "Run `memcli check` to see what is wrong, and restore the database from a"
+                    " backup (`memcli backup`)",
+                )
+            yield row
+    except errors as exc:
+        raise _translate(store, exc, "cannot read the stored vectors") from None
+
+
+def _vector_row(row: Sequence[Any]) -> bool:
+    dim, vector = row[5], row[6]
+    return (
+        isinstance(row[0], int)
+        and isinstance(row[1], int)
+        and isinstance(dim, int)
+        and dim > 0
+        and isinstance(vector, bytes | bytearray | memoryview)
+        and len(vector) == dim * 4
+    )
+
+
+def _translate(store: SQLStore, exc: Exception, what: str) -> Exception:
+    """The store's own error for a driver error met while reading a cursor."""
+    error = getattr(store, "_error", None)
+    if callable(error):
+        return error(exc, what)  # type: ignore[no-any-return]
+    from memcli.errors import StoreError
+
+    return StoreError(f"{what}: {exc}", "Run `memcli check`")
 
 
 def vector_search(

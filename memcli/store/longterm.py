@@ -253,6 +253,12 @@ def normalize_fact(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+#: The longest fact, in characters: every fact goes into every prompt of its scope. `add_facts`
+#: leaves a longer text out (as it does an empty one: an extraction's runaway reply), `edit_fact`
+#: refuses one, and the CLI and the memory tools refuse one with the limit
+#: (`memcli.tools.check_fact_text`).
+MAX_FACT_CHARS = 2000
+
 #: The longest topic kept; a longer one is taken for a malformed reply and dropped.
 MAX_TOPIC_CHARS = 60
 
@@ -521,8 +527,8 @@ def change_facts(
     transaction. Nothing is deleted: a replaced fact keeps its row with `state` superseded and
     `superseded_by` the new fact; a retired one `state` retired and its reason. A new fact that
     is already a current fact (compared normalised) is not added again: the facts it replaces
-    are superseded by the known one. Ids that are not current facts of the scope and block are
-    skipped (the caller checks them first)."""
+    are superseded by the known one; one longer than MAX_FACT_CHARS is left out. Ids that are
+    not current facts of the scope and block are skipped (the caller checks them first)."""
     now = datetime.now(tz=UTC)
     when = _now()
     changes = FactChanges()
@@ -539,7 +545,7 @@ def change_facts(
         for item in new:
             text = item.text.strip()
             norm = normalize_fact(text)
-            if not norm:
+            if not norm or len(text) > MAX_FACT_CHARS:  # (what it would replace stays current)
                 continue
             fact = known.get(norm)
             if fact is None:
@@ -852,6 +858,13 @@ def edit_fact(
     """Change a fact's text (and its topics, when given; else they stay); return (before, after),
     or None when there is no live fact of that id. The history records both texts and both
     topic lists, with `origin` (see ORIGINS)."""
+    if len(text.strip()) > MAX_FACT_CHARS:
+        from memcli.errors import InputError
+
+        raise InputError(
+            f"the fact is {len(text.strip()):,} characters long; at most {MAX_FACT_CHARS:,}",
+            "Keep a fact to a sentence or two",
+        )
     before = get_fact(store, fact_id)
     if before is None or before.deleted_at is not None:
         return None

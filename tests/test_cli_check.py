@@ -1,0 +1,177 @@
+"""`memcli check` lists unfinished long-term work (`memcli.health`) besides integrity problems."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import memcli
+
+
+def write_config(tmp_path: Path, llm, blocks: str = '[[blocks]]\nkind = "facts"\n') -> str:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 2\n\n'
+        "[memory]\ntoken_limit = 100\nchat_history_token_ratio = 0.1\ntoken_flush_size = 5\n\n"
+        + blocks
+    )
+    return str(path)
+
+
+def transcript(tmp_path: Path, turns: int) -> str:
+    path = tmp_path / "chat.jsonl"
+    lines = []
+    for i in range(turns):
+        lines.append({"role": "user", "content": f"turn {i}: I say something about myself"})
+        lines.append({"role": "assistant", "content": "Noted."})
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return str(path)
+
+
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
+def test_failed_extraction_makes_check_fail_until_the_retry(llm, tmp_path: Path) -> None:
+    config = write_config(tmp_path, llm)
+    llm.default = {"status": 500}
+    try:
+        run = memcli("--config", config, "import", transcript(tmp_path, 3), "--session", "s1")
+        assert run.code == 1 and "pending" in run.stderr and "stored" in run.stderr, run.stderr
+        run = memcli("--config", config, "check", "--json")
+        assert run.code == 1, run.stderr
+        assert "1 piece(s) of long-term work unfinished" in run.stderr
+        records = run.records()
+        pending = [r for r in records if r["type"] == "attention"]
+        assert [(r["kind"], r["count"], r["status"]) for r in pending] == [("pending", 2, 500)]
+        assert "2 batches of user 'default' pending" in pending[0]["message"]
+        assert (
+            "server (HTTP 500)" in pending[0]["message"]
+            and "extracted_info" in pending[0]["message"]
+        )
+        assert pending[0]["fix"] == "memcli blocks backfill --user default"
+        assert records[-1] == {"type": "summary", "problems": 0, "attention": 1}
+        info = memcli("--config", config, "info", "--json").records()
+        work = {r["name"]: r["count"] for r in info if r["type"] == "unfinished"}
+        assert work["pending"] == 2
+    finally:
+        llm.default = {"content": "OK"}
+    llm.script(
+        {"content": "<facts><fact>Ana likes tea</fact></facts>"},
+        {"content": "<facts><fact>Ana likes jazz</fact></facts>"},
+    )
+    fix = memcli("--config", config, "blocks", "backfill")
+    assert fix.code == 0, fix.stderr
+    run = memcli("--config", config, "check")
+    assert run.code == 0 and "no problems" in run.stderr, run.stdout + run.stderr
+
+
+def test_batches_never_fed_are_listed(llm, tmp_path: Path) -> None:
+    config = write_config(tmp_path, llm)
+    llm.default = {"content": "<facts></facts>"}
+    try:
+        run = memcli(
+            "--config", config, "import", transcript(tmp_path, 3), "--session", "s1", "--no-blocks"
+        )
+        assert run.code == 0, run.stderr
+        run = memcli("--config", config, "check", "--json")
+        assert run.code == 1
+        found = [r for r in run.records() if r["type"] == "attention"]
+        assert [(r["kind"], r["block"], r["count"]) for r in found] == [
+            ("unfed", "extracted_info", 2)
+        ]
+        assert found[0]["fix"] == "memcli blocks backfill --user default"
+        assert memcli("--config", config, "blocks", "backfill").code == 0
+        assert memcli("--config", config, "check").code == 0
+    finally:
+        llm.default = {"content": "OK"}
+
+
+def test_failed_condensation_is_listed_and_retried(llm, tmp_path: Path) -> None:
+    blocks = '[[blocks]]\nkind = "facts"\nmax_facts = 1\n'
+    config = write_config(tmp_path, llm, blocks)
+    two = "<facts><fact>Ana likes tea</fact><fact>Ana likes jazz</fact></facts>"
+    llm.script({"content": two}, {"content": two})  # the condensing reply keeps 2 > max_facts
+    llm.default = {"content": "<facts></facts>"}
+    try:
+        line = '{"role": "user", "content": "I like tea and jazz, and more words here"}\n'
+        run = memcli("--config", config, "import", "-", "--session", "s1", input=line * 4)
+        assert run.code == 0, run.stderr
+        run = memcli("--config", config, "check", "--json")
+        assert run.code == 1, run.stderr
+        found = [r for r in run.records() if r["type"] == "attention"]
+        assert [r["kind"] for r in found] == ["condense"], found
+        assert found[0]["error"].startswith("malformed reply")
+        assert found[0]["fix"].startswith("memcli facts extract --pending")
+        llm.script({"content": "<facts><fact>Ana likes tea and jazz</fact></facts>"})
+        assert memcli("--config", config, "facts", "extract", "--pending").code == 0
+        assert memcli("--config", config, "check").code == 0
+    finally:
+        llm.default = {"content": "OK"}
+
+
+def test_damaged_index_file_is_listed(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    lines = "".join(
+        json.dumps({"role": "user", "content": f"message {i} about tea"}) + "\n" for i in range(6)
+    )
+    assert memcli("--db", str(db), "import", "-", "--session", "s", input=lines).code == 0
+    assert memcli("--db", str(db), "search", "tea").code == 0
+    assert memcli("--db", str(db), "check").code == 0
+    npz = Path(f"{db}.retrieval.npz")
+    data = bytearray(npz.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    npz.write_bytes(bytes(data))
+    run = memcli("--db", str(db), "check", "--json")
+    found = [r for r in run.records() if r["type"] == "attention"]
+    assert run.code == 1 and [r["kind"] for r in found] == ["index"], run.stdout
+    assert "damaged" in found[0]["message"] and found[0]["fix"].startswith("memcli search")
+    assert memcli("--db", str(db), "search", "tea").code == 0  # rebuilt
+    assert memcli("--db", str(db), "check").code == 0
+
+
+def test_an_import_killed_while_feeding_leaves_batches_check_lists(llm, tmp_path: Path) -> None:
+    """kill -9 while the fact block extracts: the messages are stored, the batches are not fed;
+    running the import again stores nothing and feeds nothing, and `check` says so."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = write_config(tmp_path, llm)
+    llm.default = {"delay": 30, "content": "<facts></facts>"}
+    source = transcript(tmp_path, 4)
+    try:
+        before = len(llm.requests)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memcli",
+                "--config",
+                config,
+                "import",
+                source,
+                "--session",
+                "s1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while len(llm.requests) == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(llm.requests) > before, "the import never asked the LLM"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        llm.default = {"content": "<facts></facts>"}
+    again = memcli("--config", config, "import", source, "--session", "s1", "--json")
+    assert again.code == 0 and again.records()[-1]["new"] == 0, again.stderr
+    run = memcli("--config", config, "check", "--json")
+    assert run.code == 1, run.stderr
+    found = [r for r in run.records() if r["type"] == "attention"]
+    assert [(r["kind"], r["block"]) for r in found] == [("unfed", "extracted_info")], found
+    assert found[0]["count"] >= 1 and found[0]["fix"] == "memcli blocks backfill --user default"
+    assert memcli("--config", config, "blocks", "backfill").code == 0
+    assert memcli("--config", config, "check").code == 0
+    llm.default = {"content": "OK"}
