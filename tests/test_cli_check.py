@@ -99,9 +99,10 @@ def test_failed_condensation_is_listed_and_retried(llm, tmp_path: Path) -> None:
         assert run.code == 1, run.stderr
         found = [r for r in run.records() if r["type"] == "attention"]
         assert [r["kind"] for r in found] == ["condense"], found
-        assert found[0]["error"].startswith("malformed reply")
+        assert found[0]["error"] == "the reply left 2 facts, over max_facts (1)", found
         assert found[0]["fix"].startswith("memcli facts extract --pending")
-        llm.script({"content": "<facts><fact>Ana likes tea and jazz</fact></facts>"})
+        merged = '<facts><fact replaces="1, 2">Ana likes tea and jazz</fact></facts>'
+        llm.script({"content": merged})
         assert memcli("--config", config, "facts", "extract", "--pending").code == 0
         assert memcli("--config", config, "check").code == 0
     finally:

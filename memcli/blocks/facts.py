@@ -400,7 +400,8 @@ class FactBlock(LLMBlock):
     def condense(self, store: Any, scope_key: str, flush_id: int | None = None) -> bool:
         """Over max_facts, show the LLM the oldest `candidates` facts to merge (a merged fact
         supersedes the ones it names) and retire; nothing is deleted, the facts not named stay.
-        A bad reply is ignored; True when one was applied."""
+        A bad reply changes nothing; a failure, or a reply that leaves the facts over max_facts,
+        is recorded (`memcli check` lists it) and tried again later. True when it changed facts."""
         from memcli.llm import complete
 
         count = longterm.count_facts(store, self.name, scope_key)
@@ -420,9 +421,8 @@ class FactBlock(LLMBlock):
         if parsed is None or problem is not None:
             # (the reason names no fact text: it would outlive a forget)
             return self._condense_failed(store, scope_key, f"malformed reply ({problem})", count)
-        work.clear_condense_failure(store, self.name, scope_key)
         new, retire = changes_of(parsed)
-        longterm.change_facts(
+        changes = longterm.change_facts(
             store,
             self.name,
             scope_key,
@@ -432,7 +432,13 @@ class FactBlock(LLMBlock):
             action="condensed",
             flush_id=flush_id,
         )
-        return True
+        left = longterm.count_facts(store, self.name, scope_key)
+        if left > self.max_facts:  # applied, but not enough: tried again later
+            reason = f"the reply left {left} facts, over max_facts ({self.max_facts})"
+            self._condense_failed(store, scope_key, reason, left)
+        else:
+            work.clear_condense_failure(store, self.name, scope_key)
+        return bool(changes.added or changes.superseded or changes.retired)
 
     def _condense_failed(self, store: Any, scope_key: str, reason: str, facts: int) -> bool:
         """Keep why condensing failed (`memcli check` lists it; the next extraction, or `memcli
