@@ -577,6 +577,7 @@ def test_tools_are_offered_only_with_the_flag_or_the_option(llm):
     assert [t["function"]["name"] for t in llm.requests[1]["tools"]] == [
         "search_memory",
         "list_facts",
+        "search_facts",
         "add_fact",
         "update_fact",
         "delete_fact",

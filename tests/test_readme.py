@@ -290,6 +290,9 @@ def test_sh_example(example: Example, env: Env, llm: Any) -> None:
         assert out.strip() or err.strip()
     elif "memcli chat" in command and "--json" not in command:
         assert out.endswith("\n\n"), f"{where}: each reply then an empty line: {out!r}"
+    elif ">" in command and "--format markdown" in command:  # a transcript to read
+        target = command.split(">")[-1].split()[0]
+        assert (env.cwd / target).read_text().startswith("# Session "), where
     elif ">" in command:  # output redirected to a file
         target = command.split(">")[-1].split()[0]
         assert json_lines((env.cwd / target).read_text(), where)

@@ -207,7 +207,7 @@ def test_migration_14_deletes_duplicate_vectors_and_makes_them_impossible(tmp_pa
             migrate(before)
     kept = {row[0] for row in before.execute("SELECT name FROM sqlite_master")}
     later = conn.execute(
-        "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'trigger')"
+        "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'trigger', 'index')"
         " AND name NOT LIKE 'sqlite_%' AND name != 'migrations'"
     ).fetchall()
     for kind, name in later:
