@@ -230,7 +230,9 @@ def test_rm_message_keeps_the_session_consistent(tmp_path: Path, isolated: Path)
     store.close()
 
     run = memcli("check")
-    assert run.code == 0 and run.records() == [{"type": "summary", "problems": 0}], run.stderr
+    assert run.code == 0 and run.records() == [
+        {"type": "summary", "problems": 0, "attention": 0}
+    ], run.stderr
     assert memcli("search", "quetzalcrumpet", "--mode", "lexical").records() == []
     assert memcli("search", "garden", "--mode", "lexical").records()
     assert files_holding(isolated, "quetzalcrumpet") == []

@@ -420,8 +420,16 @@ def test_unreadable_requests_get_an_error_reply(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    out, _ = proc.communicate(("\n".join(lines) + "\n").encode(), timeout=60)
-    replies = [json.loads(line) for line in out.decode().splitlines()]
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(("\n".join(lines) + "\n").encode())
+    proc.stdin.flush()
+    replies = []  # read before stdin closes, as a client waits for its answers
+    while len(replies) < 5:
+        line = proc.stdout.readline()
+        assert line, replies
+        replies.append(json.loads(line))
+    proc.stdin.close()
+    proc.wait(timeout=60)
     by_id = {r["id"]: r for r in replies}
     assert sorted(by_id, key=str) == sorted([1, 2, None, 3, 4], key=str), replies
     assert by_id[2]["error"]["code"] == -32700
