@@ -334,12 +334,20 @@ class Memory:
         def real(i: int) -> int:
             return ids[-1 - i] if i < 0 else i
 
-        self._window = [e._replace(id=real(e.id)) for e in self._window]
-        if self._messages is not None:
-            self._messages = [
-                replace(m, id=real(m.id)) if m.id is not None and m.id < 0 else m
-                for m in self._messages
-            ]
+        # The new messages (ids -1, -2, ...) are the window's last entries: only they change
+        # (the lists are this put's own copies).
+        window = self._window
+        for k in range(len(window) - 1, -1, -1):
+            if window[k].id >= 0:
+                break
+            window[k] = window[k]._replace(id=real(window[k].id))
+        held_messages = self._messages
+        if held_messages is not None:
+            for k in range(len(held_messages) - 1, -1, -1):
+                m = held_messages[k]
+                if m.id is None or m.id >= 0:
+                    break
+                held_messages[k] = replace(m, id=real(m.id))
         out: list[list[Flush]] = []
         given = iter(flush_ids)
         for call_plans in planned:
