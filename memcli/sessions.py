@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import SessionNotFound, UsageError
+from memcli.errors import UsageError
 from memcli.flush import Budget, BudgetOverride
 from memcli.messages import format_time
+from memcli.store.base import require_session
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -20,15 +21,6 @@ if TYPE_CHECKING:
     from memcli.messages import Message
     from memcli.store.base import FlushRecord, SessionInfo, Store
     from memcli.tokens import Tokenizer
-
-
-def require(store: Store, session_id: str, user: str | None = None) -> SessionInfo:
-    """The stored session; SessionNotFound when there is none (with `user`, none of that user's:
-    another user's session is not found for them)."""
-    info = store.get_session(session_id)
-    if info is None or (user is not None and info.user_id != user):
-        raise SessionNotFound(session_id, user)
-    return info
 
 
 def check_owner(info: SessionInfo | None, user: str | None, hint: str) -> None:
@@ -174,7 +166,7 @@ def report(
 ) -> Report:
     """A stored session's report: its active messages (every message with `archived`); with
     `budget`, what the session would flush under that budget now (nothing is stored)."""
-    info = require(store, session_id)
+    info = require_session(store, session_id)
     messages = store.get_messages(session_id, status=None if archived else "active")
     what_if = None
     if budget is not None:
@@ -256,7 +248,7 @@ def open_stored(
     """The Memory of a stored session (SessionNotFound when there is none), as its user's."""
     from memcli.memory import Memory
 
-    info = require(store, session_id)
+    info = require_session(store, session_id)
     return Memory(
         store,
         session_id,

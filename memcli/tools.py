@@ -31,7 +31,8 @@ from pydantic import Field
 
 from memcli.errors import InputError, MemcliError, UsageError
 from memcli.messages import Message, check_text, format_time, validate_session_id
-from memcli.sessions import require, session_record
+from memcli.sessions import session_record
+from memcli.store.base import require_session
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -443,7 +444,7 @@ class AgentTools:
         return forgotten.to_dict()
 
     def _session(self, session: str) -> Any:
-        return require(self.store, session, self.user)
+        return require_session(self.store, session, self.user)
 
 
 def parse_messages(messages: Any) -> list[Message]:

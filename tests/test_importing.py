@@ -23,7 +23,7 @@ from memcli.importing import (
     stored_overlap,
 )
 from memcli.memory import Memory
-from memcli.sessions import require
+from memcli.store.base import require_session as require
 from memcli.tokens import TiktokenTokenizer
 from memcli.transcripts import SessionRecord, parse_transcript
 

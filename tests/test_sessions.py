@@ -20,8 +20,8 @@ from memcli.sessions import (
     open_stored,
     owned,
     report,
-    require,
 )
+from memcli.store.base import require_session as require
 from memcli.tokens import TiktokenTokenizer
 
 DEFAULT = BudgetOverride(30000, 0.7)

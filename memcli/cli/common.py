@@ -95,9 +95,9 @@ def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
 
 
 def require_session(store: AnyStore, session_id: str, user: str | None = None) -> SessionInfo:
-    from memcli.sessions import require
+    from memcli.store.base import require_session
 
-    return require(store, session_id, user)
+    return require_session(store, session_id, user)
 
 
 def budget_for(s: Settings, info: SessionInfo | None, asked: BudgetOverride) -> Budget:
