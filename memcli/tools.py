@@ -79,6 +79,17 @@ ExpiresArg = Annotated[
 EntityArg = Annotated[str | None, Field(description="Only the facts about this entity.")]
 
 
+def _check_search(query: str, k: int, mode: str) -> None:
+    """A search's query, hit count and mode, as the search tools take them (UsageError)."""
+    if not query.strip():
+        raise UsageError("the query is empty", "Give words to look for")
+    if mode not in SEARCH_MODES:
+        raise UsageError(f"unknown search mode {mode!r}", f"Use one of: {', '.join(SEARCH_MODES)}")
+    if not 1 <= k <= MAX_HITS:
+        raise UsageError(f"k must be 1 to {MAX_HITS}, not {k}", "Ask for fewer hits")
+    check_text(query, "the query")
+
+
 @dataclass
 class AgentTools:
     """The tools, for one user of one store.
@@ -119,15 +130,7 @@ class AgentTools:
     ) -> list[dict[str, Any]]:
         """The best `k` hits for `query` among the user's messages (or one session's), best
         first: `hybrid` (words and meaning), `lexical` (words only, no model) or `vector`."""
-        if not query.strip():
-            raise UsageError("the query is empty", "Give words to look for")
-        if mode not in SEARCH_MODES:
-            raise UsageError(
-                f"unknown search mode {mode!r}", f"Use one of: {', '.join(SEARCH_MODES)}"
-            )
-        if not 1 <= k <= MAX_HITS:
-            raise UsageError(f"k must be 1 to {MAX_HITS}, not {k}", "Ask for fewer hits")
-        check_text(query, "the query")
+        _check_search(query, k, mode)
         with self._lock:
             if session is not None:
                 validate_session_id(session)
@@ -185,15 +188,7 @@ class AgentTools:
         entities the query names first), best first, each with its `score`."""
         from memcli.search.facts import search_facts
 
-        if not query.strip():
-            raise UsageError("the query is empty", "Give words to look for")
-        if mode not in SEARCH_MODES:
-            raise UsageError(
-                f"unknown search mode {mode!r}", f"Use one of: {', '.join(SEARCH_MODES)}"
-            )
-        if not 1 <= k <= MAX_HITS:
-            raise UsageError(f"k must be 1 to {MAX_HITS}, not {k}", "Ask for fewer hits")
-        check_text(query, "the query")
+        _check_search(query, k, mode)
         with self._lock:
             vectors = self.fact_vectors() if mode != "lexical" else None
             found = search_facts(self.store, self.scope_key, query, k, vectors, mode, entity=entity)
