@@ -25,16 +25,18 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 from memcli.errors import InputError, MemcliError, UsageError
 from memcli.messages import Message, check_text, format_time, validate_session_id
+from memcli.search.types import MAX_HITS
+from memcli.search.types import MODES as SEARCH_MODES
 from memcli.sessions import session_record
 from memcli.store.base import require_session
 
 if TYPE_CHECKING:
+    from pydantic import Field
+
     from memcli.blocks.base import MemoryBlock
     from memcli.blocks.facts import FactBlock
     from memcli.config import Settings
@@ -43,40 +45,19 @@ if TYPE_CHECKING:
     from memcli.store.base import Store
     from memcli.store.longterm import Fact, FactChange
     from memcli.tokens import Tokenizer
-
-SEARCH_MODES = ("hybrid", "lexical", "vector")
-#: The most hits one search returns.
-MAX_HITS = 100
-
-# The tools' parameters as their schemas show them (descriptions, enums, bounds); module-level
-# names, since the schemas are derived from the functions' annotations.
-Query = Annotated[str, Field(description="What to look for, in words.")]
-Hits = Annotated[int, Field(ge=1, le=MAX_HITS, description="How many hits at most (1 to 100).")]
-Mode = Annotated[
-    Literal["hybrid", "lexical", "vector"],
-    Field(description="hybrid: words and meaning; lexical: words only; vector: meaning only."),
-]
-SessionArg = Annotated[str | None, Field(description="A session id of the user's (default: all).")]
-FactId = Annotated[int, Field(ge=1, description="A fact's id (from list_facts or search_facts).")]
-FactText = Annotated[str, Field(description="The fact, one short sentence.")]
-BlockArg = Annotated[
-    str | None, Field(description="A configured fact block's name (default: the first).")
-]
-TopicsArg = Annotated[
-    list[str] | None, Field(description="Short lowercase topics, such as food or work.")
-]
-EntitiesArg = Annotated[
-    list[str] | None,
-    Field(description="The people, places, organisations or things the fact is about."),
-]
-ExpiresArg = Annotated[
-    str | None,
-    Field(
-        description="When the fact stops holding: a date (YYYY-MM-DD, midnight UTC) or an ISO"
-        " 8601 time; none: it holds until changed."
-    ),
-]
-EntityArg = Annotated[str | None, Field(description="Only the facts about this entity.")]
+    from memcli.tool_params import (
+        BlockArg,
+        EntitiesArg,
+        EntityArg,
+        ExpiresArg,
+        FactId,
+        FactText,
+        Hits,
+        Mode,
+        Query,
+        SessionArg,
+        TopicsArg,
+    )
 
 
 def _check_search(query: str, k: int, mode: str) -> None:
@@ -725,7 +706,7 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
         the user first, then call with confirm=true."""
         return tools.forget_user(confirm)
 
-    return [
+    functions: list[Callable[..., Any]] = [
         search_memory,
         list_facts,
         search_facts,
@@ -740,6 +721,14 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
         put_messages,
         forget_user,
     ]
+    # The annotations are strings (postponed evaluation), and the schemas are derived from them:
+    # resolved here against the parameter types, imported now rather than with this module.
+    from memcli import tool_params
+
+    for function in functions:
+        hints = get_type_hints(function, localns=vars(tool_params), include_extras=True)
+        function.__annotations__ = hints
+    return functions
 
 
 def strict(arg_model: Any) -> Any:

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 
 MODES = ("hybrid", "lexical", "vector")
+#: The most hits one search of the memory tools (MCP, chat) returns.
+MAX_HITS = 100
 
 
 @dataclass(frozen=True)
