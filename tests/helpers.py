@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forkserver import startup_env
 
 
 @dataclass
@@ -30,9 +31,13 @@ def memcli(
     env: dict[str, str] | None = None,
     timeout: float = 120,
 ) -> Run:
-    """Run `python -m memcli ARGS` in a subprocess, as a shell would."""
+    """Run `python -m memcli ARGS` in a new process, as a shell would: forked from the fork
+    server (tests/forkserver.py), or a plain subprocess when the call's environment needs one."""
     full_env = {**os.environ, **(env or {})}
     data = input.encode() if isinstance(input, str) else input
+    server = _FORK_SERVER.get(full_env)
+    if server is not None:
+        return server.run(list(args), data, full_env, timeout)
     proc = subprocess.run(
         [sys.executable, "-m", "memcli", *args],
         input=data,
@@ -41,6 +46,164 @@ def memcli(
         timeout=timeout,
     )
     return Run(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+class _ForkServer:
+    """This test process's fork server (started on first use, stopped at exit)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}
+        self.dir = ""
+        self.calls = 0
+        self.failed = False
+
+    def get(self, env: dict[str, str]) -> _ForkServer | None:
+        if os.environ.get("MEMCLI_TEST_NO_FORK") == "1" or self.failed:
+            return None
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        if self.failed or startup_env(env) != startup_env(self.env):
+            return None
+        return self
+
+    def _start(self) -> None:
+        import atexit
+        import tempfile
+
+        self.dir = tempfile.mkdtemp(prefix="memcli-fork-")
+        self.env = dict(os.environ)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("forkserver.py")), self.socket],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            env=self.env,
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != b"ready":
+            self.failed = True  # (every call then runs as a plain subprocess)
+            self.proc.kill()
+        atexit.register(self.stop)
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.dir, "socket")
+
+    def stop(self) -> None:
+        import shutil
+
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run(self, args: list[str], data: bytes | None, env: dict[str, str], timeout: float) -> Run:
+        proc = self.start(args, data, env)
+        try:
+            out, err = proc.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(["memcli", *args], timeout, out, err) from None
+        assert proc.returncode is not None
+        return Run(proc.returncode, out.decode(), err.decode())
+
+    def start(self, args: list[str], data: bytes | None, env: dict[str, str]) -> Forked:
+        import socket
+
+        self.calls += 1
+        base = os.path.join(self.dir, f"call-{os.getpid()}-{self.calls}")
+        stdin = None
+        if data is not None:
+            stdin = base + ".in"
+            Path(stdin).write_bytes(data)
+        request = {
+            "main": str(Path(__file__).resolve().parents[1] / "memcli" / "__main__.py"),
+            "args": args,
+            "env": env,
+            "cwd": os.getcwd(),
+            "stdin": stdin,
+            "stdout": base + ".out",
+            "stderr": base + ".err",
+        }
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.socket)
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        return Forked(conn, [p for p in (stdin, request["stdout"], request["stderr"]) if p])
+
+
+class Forked:
+    """A command forked by the fork server, as much of `subprocess.Popen` as the tests use."""
+
+    def __init__(self, conn: Any, files: list[str]) -> None:
+        self.conn = conn
+        self.stream = conn.makefile("rb")
+        self.files = files
+        self.pid = int(self.stream.readline())
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.wait(0) if self.returncode is None else self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        import select
+
+        if self.returncode is None:
+            if timeout is not None and not select.select([self.conn], [], [], timeout)[0]:
+                if timeout == 0:
+                    return None
+                raise subprocess.TimeoutExpired(["memcli"], timeout)
+            self.returncode = int(self.stream.readline())
+            self.stream.close()
+            self.conn.close()
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # it ended meanwhile
+                pass
+
+    def kill(self) -> None:
+        import signal
+
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[bytes, bytes]:
+        """The command's stdout and stderr, once it ended (its files removed)."""
+        self.wait(timeout)
+        out, err = (_read(p) for p in self.files[-2:])
+        for path in self.files:
+            if os.path.exists(path):
+                os.unlink(path)
+        return out, err
+
+
+def popen_memcli(*args: str, env: dict[str, str] | None = None) -> Forked | subprocess.Popen[bytes]:
+    """Start `python -m memcli ARGS` and return at once (stdout and stderr captured): to kill it,
+    wait for it or run others meanwhile. Forked from the fork server as `memcli()` is."""
+    full_env = {**os.environ, **(env or {})}
+    server = _FORK_SERVER.get(full_env)
+    if server is not None:
+        return server.start(list(args), None, full_env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "memcli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=full_env,
+    )
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+_FORK_SERVER = _ForkServer()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import memcli
+from helpers import memcli, popen_memcli
 
 
 def write_config(tmp_path: Path, llm, blocks: str = '[[blocks]]\nkind = "facts"\n') -> str:
@@ -134,8 +134,6 @@ def test_an_import_killed_while_feeding_leaves_batches_check_lists(llm, tmp_path
     running the import again stores nothing and feeds nothing, and `check` says so."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     config = write_config(tmp_path, llm)
@@ -143,21 +141,7 @@ def test_an_import_killed_while_feeding_leaves_batches_check_lists(llm, tmp_path
     source = transcript(tmp_path, 4)
     try:
         before = len(llm.requests)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "memcli",
-                "--config",
-                config,
-                "import",
-                source,
-                "--session",
-                "s1",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc = popen_memcli("--config", config, "import", source, "--session", "s1")
         deadline = time.monotonic() + 60
         while len(llm.requests) == before and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from copydata import SESSIONS, build
-from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
+from helpers import memcli, no_blocks, popen_memcli  # noqa: F401 (a fixture)
 from pg import drop_database, new_database
 
 from memcli.store import open_store
@@ -196,11 +194,7 @@ def test_a_copy_killed_at_random_points_leaves_all_of_it_or_none(
     outcomes = {"none": 0, "all": 0}
     for trial in range(8):
         dst = destination(trial)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memcli", "copy", src, dst],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc = popen_memcli("copy", src, dst)
         time.sleep(duration * 1.2 * (trial + rng.random()) / 8)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)

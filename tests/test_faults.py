@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import memcli
+from helpers import memcli, popen_memcli
 
 from memcli.errors import StoreDamaged, StoreError
 from memcli.store.sqlite import SQLiteStore
@@ -34,14 +34,6 @@ def write_transcript(path: Path, count: int, tag: str, seed: int = 0) -> Path:
             role = "user" if i % 2 == 0 else "assistant"
             f.write(json.dumps({"role": role, "content": f"{tag} {i} {words}"}) + "\n")
     return path
-
-
-def popen_memcli(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "memcli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
 
 
 def session_rows(db: Path, session: str) -> list[tuple[int, str]]:
