@@ -348,7 +348,8 @@ class PostgresStore(TableStore):
 
     def _first_seq_and_ids(self, session_id: str, count: int) -> tuple[int, list[int]]:
         rows = self._execute_now(
-            "SELECT (SELECT COALESCE(MAX(seq) + 1, 0) FROM messages WHERE session_id = ?),"
+            "SELECT COALESCE((SELECT seq + 1 FROM messages WHERE session_id = ? ORDER BY seq DESC"
+            " LIMIT 1), 0),"
             " nextval('messages_id_seq') FROM generate_series(1, ?)",
             (session_id, count),
         ).fetchall()
