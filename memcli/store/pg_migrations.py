@@ -392,7 +392,9 @@ _SOURCES_20 = (
 #: `messages_order` index (ORDER BY seq DESC LIMIT 1, the plan whatever the statistics), and a
 #: flush archives its messages by a statement planned when it runs (EXECUTE: a flush is one put
 #: in many), which looks them up by id.
-_OLD_SEQ = "SELECT COALESCE(MAX(seq) + 1, 0) INTO first_seq FROM messages WHERE session_id = p_session;"
+_OLD_SEQ = (
+    "SELECT COALESCE(MAX(seq) + 1, 0) INTO first_seq FROM messages WHERE session_id = p_session;"
+)
 _NEW_SEQ = (
     "first_seq := COALESCE((SELECT m.seq + 1 FROM messages m WHERE m.session_id = p_session"
     " ORDER BY m.seq DESC LIMIT 1), 0);"
