@@ -284,6 +284,33 @@ def test_messages_of_a_speaker_the_query_names_come_first(store: SQLiteStore) ->
     assert sql.spoken_by(store, [ana, ben], {"cello"}) == []
 
 
+def test_a_speakers_name_in_the_query_ranks_their_messages_not_the_words(store: Store) -> None:
+    """The name says whose messages to prefer; BM25 and the vector search read the query's other
+    words (a name is indexed with every message of its speaker, so it would match them all)."""
+    options = SearchOptions(context_before=0, context_after=0)
+    ana_tea, ben_tea, ana_office, _ = add(
+        store, "s1", "u1", ["I love tea", "tea is fine", "long day at the office", "ok"]
+    )
+    query = "What does Ana think about tea?"
+    retriever = Retriever(store, WordsEmbedder(), options)
+    assert retriever.search(query, k=5, user_id="u1").hits[0].anchor_id == ana_tea
+    hits = retriever.search(query, k=5, user_id="u1", mode="lexical").hits
+    assert [h.anchor_id for h in hits] == [ana_tea, ben_tea]  # Ana's office day: no other word
+    named = Retriever(store, WordsEmbedder(), dataclasses.replace(options, speaker_weight=0))
+    found = [h.anchor_id for h in named.search(query, k=5, user_id="u1", mode="lexical").hits]
+    assert ana_office in found  # without reading speakers, the name is a word like any other
+    only_name = retriever.search("Ana?", k=5, user_id="u1", mode="lexical")
+    assert {h.anchor_id for h in only_name.hits} == {ana_tea, ana_office}  # nothing else to read
+    # A speaker who comes later is known to the next search.
+    store.append_messages(
+        "s1", [NewMessage(Message("user", "a rainy afternoon", name="Cleo"), 3)]
+    )
+    found = [
+        h.anchor_id for h in retriever.search("Cleo tea", k=5, user_id="u1", mode="lexical").hits
+    ]
+    assert set(found) == {ana_tea, ben_tea}  # not Cleo's afternoon, which has no tea
+
+
 def test_relative_times_count_back_from_the_latest_message_in_scope(store: SQLiteStore) -> None:
     options = SearchOptions(context_before=0, context_after=0)
     add(store, "s1", "u1", ["a swim in the lake"], start=datetime(2021, 3, 4, tzinfo=UTC))

@@ -28,6 +28,14 @@ def query_words(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
 
 
+def without_words(text: str, words: set[str]) -> str | None:
+    """The query with `words` (lowercase) taken out, or None when no informative word is left."""
+    kept = [w for w in re.findall(r"\w+", text) if w.lower() not in words]
+    if not any(w.lower() not in STOPWORDS and len(w) > 1 for w in kept):
+        return None
+    return " ".join(kept)
+
+
 def query_terms(text: str) -> list[str]:
     """A natural-language query's informative words (all its words when none is), once each."""
     words = [w for w in re.findall(r"\w+", text.lower()) if w]

@@ -617,14 +617,43 @@ def spoken_by(store: SQLStore, ids: Sequence[int], words: set[str]) -> list[int]
     the whole name, or one of its words of three letters or more ("Ana" of "Ana Lopez")."""
     if not words or not ids:
         return []
-    rows = store.rows_for_ids("SELECT id, name FROM messages WHERE id IN ({ids})", list(ids))
-    names = {int(i): (name or "").lower() for i, name in rows}
-    out = []
-    for item in ids:
-        name = names.get(item, "")
-        if name and (name in words or any(len(w) >= 3 and w in words for w in name.split())):
-            out.append(item)
+    names = _names(store, ids)
+    return [item for item in ids if _name_words(names.get(item, ""), words)]
+
+
+def speaker_names(store: SQLStore, scope: Scope, after: int = 0) -> tuple[set[str], int]:
+    """The speakers' names (lowercase) of the messages in scope (its user or session; times
+    aside) with an id above `after`, and the highest id read (`after` when none): read once, then
+    only what came since."""
+    where, params = _filters(store, Scope(user_id=scope.user_id, session_id=scope.session_id))
+    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+    rows = store.execute(
+        f"SELECT m.name, MAX(m.id) FROM messages m{join}"
+        f" WHERE m.id > ? AND m.name IS NOT NULL{where} GROUP BY m.name",
+        (after, *params),
+    ).fetchall()
+    return {str(name).lower() for name, _ in rows}, max((int(i) for _, i in rows), default=after)
+
+
+def name_words(names: set[str], words: set[str]) -> set[str]:
+    """The words of `words` that name one of `names` (as `spoken_by` reads names)."""
+    out: set[str] = set()
+    for name in names:
+        out |= _name_words(name, words)
     return out
+
+
+def _names(store: SQLStore, ids: Sequence[int]) -> dict[int, str]:
+    rows = store.rows_for_ids("SELECT id, name FROM messages WHERE id IN ({ids})", list(ids))
+    return {int(i): (name or "").lower() for i, name in rows}
+
+
+def _name_words(name: str, words: set[str]) -> set[str]:
+    """The words of `words` that name `name` (lowercase): the whole name, or its words of three
+    letters or more."""
+    if not name:
+        return set()
+    return ({name} & words) | {w for w in name.split() if len(w) >= 3 and w in words}
 
 
 def session_span(store: SQLStore, session_id: str, first: int, last: int) -> list[MessageRow]:
