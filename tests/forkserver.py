@@ -12,8 +12,9 @@ state a fresh interpreter has after the same imports; the caller gets the exit s
 stderr as `subprocess.run` gives them, and the child's pid to kill it on a timeout.
 
 A call whose environment differs from the server's in what the interpreter or an already imported
-library reads at start (PYTHON*, locale, LITELLM_*, TIKTOKEN_*) is run as a plain subprocess by
-the helper instead. `MEMCLI_TEST_NO_FORK=1` turns the server off (every call a plain subprocess).
+library reads at start (PYTHON*, locale, LITELLM_*) is run as a plain subprocess by the helper
+instead. The server starts with the environment the test process had when it imported the helper
+(before any test changed it). `MEMCLI_TEST_NO_FORK=1` turns the server off (every call a plain subprocess).
 
 Protocol (one call per connection, over a unix socket): the request as one JSON line; the
 answer "PID\n" when the child started, then "STATUS\n" (as `subprocess` gives it: -N for a signal).
@@ -28,12 +29,14 @@ import socket
 import sys
 
 #: Environment variables read when the interpreter starts or when a preloaded library is imported.
-STARTUP_PREFIXES = ("PYTHON", "LC_", "LANG", "LITELLM_", "TIKTOKEN_")
+STARTUP_PREFIXES = ("PYTHON", "LC_", "LANG", "LITELLM_")
+#: ... except what memcli sets itself before it imports litellm (`memcli.llm.load_litellm`).
+SET_BY_MEMCLI = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
     """What of `env` a fork of the server could not take on."""
-    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES)}
+    return {k: v for k, v in {**SET_BY_MEMCLI, **env}.items() if k.startswith(STARTUP_PREFIXES)}
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -144,6 +147,13 @@ def serve(path: str) -> None:
     memcli.llm.load_litellm()
     for name in ("openai.resources", "httpcore"):  # what litellm's first call imports
         importlib.import_module(name)
+    # What searches and PostgreSQL stores import. OpenBLAS starts its threads when numpy is
+    # imported: one thread here (the children's numpy then multiplies on one core, as the tests
+    # need). onnxruntime starts a thread when imported: each child imports it.
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    for name in ("numpy", "psycopg", "faiss", "tiktoken"):
+        importlib.import_module(name)
+    del os.environ["OPENBLAS_NUM_THREADS"]
     if len(os.listdir("/proc/self/task")) != 1:
         sys.exit("the fork server must have one thread when it forks")
 

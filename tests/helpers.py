@@ -72,7 +72,7 @@ class _ForkServer:
         import tempfile
 
         self.dir = tempfile.mkdtemp(prefix="memcli-fork-")
-        self.env = dict(os.environ)
+        self.env = _BASELINE_ENV
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("forkserver.py")), self.socket],
             stdin=subprocess.DEVNULL,
@@ -203,6 +203,8 @@ def _read(path: str) -> bytes:
         return b""
 
 
+#: The environment before any test changed it: the fork server's.
+_BASELINE_ENV = dict(os.environ)
 _FORK_SERVER = _ForkServer()
 
 

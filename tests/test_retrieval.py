@@ -302,9 +302,7 @@ def test_a_speakers_name_in_the_query_ranks_their_messages_not_the_words(store: 
     only_name = retriever.search("Ana?", k=5, user_id="u1", mode="lexical")
     assert {h.anchor_id for h in only_name.hits} == {ana_tea, ana_office}  # nothing else to read
     # A speaker who comes later is known to the next search.
-    store.append_messages(
-        "s1", [NewMessage(Message("user", "a rainy afternoon", name="Cleo"), 3)]
-    )
+    store.append_messages("s1", [NewMessage(Message("user", "a rainy afternoon", name="Cleo"), 3)])
     found = [
         h.anchor_id for h in retriever.search("Cleo tea", k=5, user_id="u1", mode="lexical").hits
     ]
