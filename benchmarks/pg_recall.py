@@ -65,7 +65,7 @@ def pool_vectors(embedder: Any) -> tuple[list[dict[str, str]], Any]:
     return pool, vectors
 
 
-def load(url: str, messages: int, embedder: Any, model: str) -> None:
+def load(url: str, messages: int, embedder: Any, model: str, work_mem: str = "2GB") -> None:
     import numpy as np
     import psycopg
 
@@ -121,7 +121,8 @@ def load(url: str, messages: int, embedder: Any, model: str) -> None:
     pg_index.fill_embeddings(store)
     print(f"filled pgvector's column in {time.perf_counter() - started:.0f} s", flush=True)
     started = time.perf_counter()
-    conn.execute("SET maintenance_work_mem = '2GB'")
+    conn.execute(f"SET maintenance_work_mem = '{work_mem}'")
+    conn.execute("SET max_parallel_maintenance_workers = 1")  # the leader and one worker: 2 cores
     conn.execute(hnsw)
     conn.execute("ANALYZE")
     print(f"built the HNSW index in {time.perf_counter() - started:.0f} s", flush=True)
@@ -196,6 +197,9 @@ def main() -> int:
     parser.add_argument("--database", default="memcli_recall")
     parser.add_argument("--messages", type=int, default=150_000)
     parser.add_argument("--queries", type=int, default=40)
+    parser.add_argument(
+        "--maintenance-work-mem", default="2GB", help="for the HNSW build (1M vectors: 6GB)"
+    )
     parser.add_argument("-k", type=int, default=10)
     parser.add_argument(
         "--model-cache",
@@ -227,7 +231,7 @@ def main() -> int:
     model = Retriever(store, embedder).model
     store.close()
     if not exists:
-        load(url, args.messages, embedder, model)
+        load(url, args.messages, embedder, model, args.maintenance_work_mem)
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     measure(url, embedder, model, args.queries, args.k)
     return 0
