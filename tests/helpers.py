@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,14 +57,16 @@ class _ForkServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.env: dict[str, str] = {}
         self.dir = ""
-        self.calls = 0
+        self.calls = itertools.count(1)  # (next() is atomic: tests may call from threads)
         self.failed = False
+        self.lock = threading.Lock()
 
     def get(self, env: dict[str, str]) -> _ForkServer | None:
         if os.environ.get("MEMCLI_TEST_NO_FORK") == "1" or self.failed:
             return None
-        if self.proc is None or self.proc.poll() is not None:
-            self._start()
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
         if self.failed or startup_env(env) != startup_env(self.env):
             return None
         return self
@@ -111,8 +115,7 @@ class _ForkServer:
     def start(self, args: list[str], data: bytes | None, env: dict[str, str]) -> Forked:
         import socket
 
-        self.calls += 1
-        base = os.path.join(self.dir, f"call-{os.getpid()}-{self.calls}")
+        base = os.path.join(self.dir, f"call-{os.getpid()}-{next(self.calls)}")
         stdin = None
         if data is not None:
             stdin = base + ".in"
