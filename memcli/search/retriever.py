@@ -98,8 +98,6 @@ class Retriever:
         self.model = f"{embedder.name}/{'sum' if context else 'named'}+{context}"
         self.vectors = vectors_for(store, self.model, index_dir)
         self._part_vectors: OrderedDict[str, Any] = OrderedDict()  # see `search(parts=...)`
-        #: Per (user, session) scope: its speakers' names, and the highest message id read.
-        self._speaker_names: dict[tuple[str | None, str | None], tuple[set[str], int]] = {}
         self.lexical = Lexical(store, self.options.lexical_budget)
         self._query: Any = None  # the last search's query vector
         #: The claim's holder (`PID@HOST`) when the last `index` gave up waiting for it, else None.
@@ -246,9 +244,12 @@ class Retriever:
         # prefer (the speaker fusion below), not what they say: BM25 and the query's vector are
         # of the query without it. (Names are indexed and embedded with each message, so the
         # name alone would match, and pull the vector toward, every message of that speaker.)
+        # The names are those of the speakers among the messages BM25 finds for the whole query.
         text = query
+        first: list[tuple[int, float]] | None = None
         if o.speaker_weight > 0:
-            speakers = sql.name_words(self._speakers(scope), query_words(query))
+            first = self.lexical.search(query, scope, o.candidates)
+            speakers = sql.speaker_words(self.store, [i for i, _ in first], query_words(query))
             text = (without_words(query, speakers) if speakers else None) or query
         lexical: list[list[tuple[int, float]]] = [[] for _ in scopes]
         dense: list[list[tuple[int, float]]] = [[] for _ in scopes]
@@ -263,7 +264,12 @@ class Retriever:
             # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
             dense_job = _Background(self._dense, text, scopes, o.candidates, parts)
         if mode != "vector" and o.lexical_weight > 0:
-            lexical = [self.lexical.search(text, s, o.candidates) for s in scopes]
+            lexical = [
+                first
+                if at == 0 and text == query and first is not None
+                else self.lexical.search(text, s, o.candidates)
+                for at, s in enumerate(scopes)
+            ]
         if dense_job is not None:
             dense = dense_job.result()
         weights = {
@@ -285,16 +291,6 @@ class Retriever:
                 fused = fuse([(1.0, [i for i, _ in fused]), (o.speaker_weight, named)], o.rrf_k)
         result.hits = self._hits(fused, lexical[0], dense[0], k, scope, query_terms(query))
         return result
-
-    def _speakers(self, scope: Scope) -> set[str]:
-        """The names of the speakers in the scope's user or session (kept, and brought up to date
-        with the messages stored since)."""
-        key = (scope.user_id, scope.session_id)
-        names, through = self._speaker_names.get(key, (set(), 0))
-        new, through = sql.speaker_names(self.store, scope, through)
-        names = names | new
-        self._speaker_names[key] = (names, through)
-        return names
 
     def _window(self, query: str, scope: Scope) -> TimeWindow | None:
         """The time window the query names within the scope's, or None (see `search.when`):

@@ -621,24 +621,13 @@ def spoken_by(store: SQLStore, ids: Sequence[int], words: set[str]) -> list[int]
     return [item for item in ids if _name_words(names.get(item, ""), words)]
 
 
-def speaker_names(store: SQLStore, scope: Scope, after: int = 0) -> tuple[set[str], int]:
-    """The speakers' names (lowercase) of the messages in scope (its user or session; times
-    aside) with an id above `after`, and the highest id read (`after` when none): read once, then
-    only what came since."""
-    where, params = _filters(store, Scope(user_id=scope.user_id, session_id=scope.session_id))
-    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
-    rows = store.execute(
-        f"SELECT m.name, MAX(m.id) FROM messages m{join}"
-        f" WHERE m.id > ? AND m.name IS NOT NULL{where} GROUP BY m.name",
-        (after, *params),
-    ).fetchall()
-    return {str(name).lower() for name, _ in rows}, max((int(i) for _, i in rows), default=after)
-
-
-def name_words(names: set[str], words: set[str]) -> set[str]:
-    """The words of `words` that name one of `names` (as `spoken_by` reads names)."""
+def speaker_words(store: SQLStore, ids: Sequence[int], words: set[str]) -> set[str]:
+    """The words of `words` (lowercase) that name the speaker of one of the messages `ids`, as
+    `spoken_by` reads names."""
+    if not words or not ids:
+        return set()
     out: set[str] = set()
-    for name in names:
+    for name in set(_names(store, ids).values()):
         out |= _name_words(name, words)
     return out
 
