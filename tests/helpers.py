@@ -211,6 +211,32 @@ _BASELINE_ENV = dict(os.environ)
 _FORK_SERVER = _ForkServer()
 
 
+FACTS_BLOCK = '[[blocks]]\nkind = "facts"\n'
+
+
+def llm_config(tmp_path: Path, llm: Any, blocks: str = FACTS_BLOCK, timeout: float = 5) -> str:
+    """A config file for the loopback LLM server, a small budget (a flush every few turns) and
+    `blocks`; its path."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = {timeout}\n\n'
+        "[memory]\ntoken_limit = 100\nchat_history_token_ratio = 0.1\ntoken_flush_size = 5\n\n"
+        + blocks
+    )
+    return str(path)
+
+
+def turns_transcript(tmp_path: Path, turns: int) -> str:
+    """A JSONL transcript of `turns` user/assistant turns (chat.jsonl in tmp_path); its path."""
+    path = tmp_path / "chat.jsonl"
+    lines = []
+    for i in range(turns):
+        lines.append({"role": "user", "content": f"turn {i}: I say something about myself"})
+        lines.append({"role": "assistant", "content": "Noted."})
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return str(path)
+
+
 @pytest.fixture
 def no_blocks(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A config file without long-term blocks (`blocks = []`) for every command the test runs:

@@ -6,27 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import memcli, popen_memcli
+from helpers import FACTS_BLOCK, llm_config, memcli, popen_memcli
+from helpers import turns_transcript as transcript
 
 
-def write_config(tmp_path: Path, llm, blocks: str = '[[blocks]]\nkind = "facts"\n') -> str:
-    path = tmp_path / "config.toml"
-    path.write_text(
-        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 2\n\n'
-        "[memory]\ntoken_limit = 100\nchat_history_token_ratio = 0.1\ntoken_flush_size = 5\n\n"
-        + blocks
-    )
-    return str(path)
-
-
-def transcript(tmp_path: Path, turns: int) -> str:
-    path = tmp_path / "chat.jsonl"
-    lines = []
-    for i in range(turns):
-        lines.append({"role": "user", "content": f"turn {i}: I say something about myself"})
-        lines.append({"role": "assistant", "content": "Noted."})
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    return str(path)
+def write_config(tmp_path: Path, llm, blocks: str = FACTS_BLOCK) -> str:
+    return llm_config(tmp_path, llm, blocks, timeout=2)
 
 
 @pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from helpers import memcli
+from helpers import llm_config, memcli
+from helpers import turns_transcript as transcript
 
 
 def write_config(tmp_path: Path, llm, extra: str = "") -> str:
-    path = tmp_path / "config.toml"
-    path.write_text(
-        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 5\n\n'
-        "[memory]\ntoken_limit = 100\nchat_history_token_ratio = 0.1\ntoken_flush_size = 5\n\n"
-        f'[[blocks]]\nkind = "summary"\nmax_tokens = 50\n{extra}'
-    )
-    return str(path)
-
-
-def transcript(tmp_path: Path, turns: int) -> str:
-    path = tmp_path / "chat.jsonl"
-    lines = []
-    for i in range(turns):
-        lines.append({"role": "user", "content": f"turn {i}: I say something about myself"})
-        lines.append({"role": "assistant", "content": "Noted."})
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    return str(path)
+    return llm_config(tmp_path, llm, f'[[blocks]]\nkind = "summary"\nmax_tokens = 50\n{extra}')
 
 
 def imported(tmp_path: Path, llm, *replies: dict, turns: int = 3) -> str:
