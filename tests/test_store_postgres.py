@@ -48,14 +48,18 @@ def test_the_tables_and_columns_are_sqlites(
 ) -> None:
     """Same names on both backends (what the SQL helpers and a copy between backends rely on);
     SQLite's full-text index is not there, and PostgreSQL's derived columns are its own: the
-    messages' tsvector, and with pgvector the vectors in its type."""
+    messages' tsvector, and with pgvector the vectors in its type with their messages' users and
+    times (the columns a copy leaves to the destination)."""
+    from memcli.store.copy import DERIVED
+
     url = request.getfixturevalue("pg_url" if server == "postgresql" else "pgvector_url")
     open_store(url).close()
     columns = _columns_pg(url)
     columns["messages"].remove("search")
     if server == "pgvector":
-        columns["retrieval_vectors"].remove("embedding")
-    assert "embedding" not in columns["retrieval_vectors"]
+        for table, column in DERIVED:
+            columns[table].remove(column)
+    assert not {c for t, c in DERIVED} & set(columns["retrieval_vectors"])
     assert columns == _columns_sqlite(tmp_path / "s.db")
 
 
@@ -63,7 +67,7 @@ def test_migrations_recorded_once_at_sqlites_numbers(pg_url: str) -> None:
     open_store(pg_url).close()
     store = open_store(pg_url)
     versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
-    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 22
+    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 23
 
 
 OPEN = textwrap.dedent(
@@ -238,3 +242,103 @@ def test_two_processes_adding_the_same_fact_add_it_once(pg_url: str) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_vectors_keep_their_users_and_times_from_migration_23_on(
+    pgvector_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store made before 23 gets each vector's user and time, its pgvector column kept in the
+    row; a vector stored after it gets them when it is stored; a search within a user or a time
+    window finds what comparing that scope's vectors one by one finds."""
+    from datetime import UTC, datetime, timedelta
+
+    import numpy as np
+
+    import memcli.store.pg_migrations as pgm
+    from memcli.store import index as sql
+    from memcli.store import pg_index
+    from memcli.store import postgres as pg_store
+
+    with monkeypatch.context() as m:
+        m.setattr(pgm, "MIGRATIONS", [x for x in pgm.MIGRATIONS if x[0] < 23])
+        m.setattr(pg_store, "LATEST", 22)
+        store = open_store(pgvector_url)
+        assert store.execute("SELECT MAX(version) FROM migrations").fetchone()[0] == 22
+        start = datetime(2024, 5, 1, tzinfo=UTC)
+        for user in ("ana", "bo"):
+            mem = Memory.from_defaults(
+                session_id=f"{user}-s", user_id=user, db=store, tokenizer=WordTokenizer()
+            )
+            mem.put_messages(
+                [
+                    Message(role="user", content=f"{user} {i}", timestamp=start + timedelta(days=i))
+                    for i in range(30)
+                ]
+            )
+        rng = np.random.default_rng(3)
+        ids = [r[0] for r in store.execute("SELECT id FROM messages ORDER BY id")]
+        vectors = rng.standard_normal((len(ids) + 1, 384)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        sql.add_vectors(
+            store,
+            "m",
+            [(i, 0, 384, v.tobytes()) for i, v in zip(ids, vectors[:-1], strict=True)],
+            ids[-1],
+        )
+        pg_index.fill_embeddings(store)
+        store.close()
+
+    store = open_store(pgvector_url)
+    assert store.execute("SELECT MAX(version) FROM migrations").fetchone()[0] == 23
+    rows = store.execute(
+        "SELECT v.user_id, v.at_ms, s.user_id, m.timestamp FROM retrieval_vectors v"
+        " JOIN messages m ON m.id = v.message_id JOIN sessions s ON s.id = m.session_id"
+    ).fetchall()
+    assert len(rows) == len(ids)
+    for user, at_ms, owner, stamp in rows:
+        assert user == owner
+        assert at_ms == round(datetime.fromisoformat(stamp).timestamp() * 1000)
+    storage = store.execute(
+        "SELECT attstorage FROM pg_attribute WHERE attrelid = 'retrieval_vectors'::regclass"
+        " AND attname = 'embedding'"
+    ).fetchone()[0]
+    assert storage == "p"
+
+    # One more message and vector, stored after 23: the trigger fills its user and time.
+    Memory.from_defaults(
+        session_id="bo-s", user_id="bo", db=store, tokenizer=WordTokenizer()
+    ).put_messages([Message(role="user", content="late", timestamp=start + timedelta(days=40))])
+    late = store.execute("SELECT MAX(id) FROM messages").fetchone()[0]
+    sql.add_vectors(store, "m", [(late, 0, 384, vectors[-1].tobytes())], late)
+    pg_index.fill_embeddings(store)
+    assert store.execute(
+        "SELECT user_id, at_ms FROM retrieval_vectors WHERE message_id = ?", (late,)
+    ).fetchone() == ("bo", round((start + timedelta(days=40)).timestamp() * 1000))
+
+    # Searches within a user and a window: the same as comparing their vectors one by one.
+    owner_of = dict(
+        store.execute(
+            "SELECT m.id, s.user_id FROM messages m JOIN sessions s ON s.id = m.session_id"
+        ).fetchall()
+    )
+    by_id = dict(zip([*ids, late], vectors, strict=True))
+    times = {i: start + timedelta(days=(n % 30)) for n, i in enumerate(ids)}
+    times[late] = start + timedelta(days=40)
+    query = vectors[5] + vectors[40]
+    query /= np.linalg.norm(query)
+    for scope in (
+        sql.Scope(user_id="bo"),
+        sql.Scope(user_id="ana", since=start + timedelta(days=3), until=start + timedelta(days=9)),
+        sql.Scope(since=start + timedelta(days=20)),
+    ):
+        found = sql.vector_search(store, "m", query, scope, 5)
+        within = [
+            i
+            for i in by_id
+            if (scope.user_id is None or owner_of[i] == scope.user_id)
+            and (scope.since is None or times[i] >= scope.since)
+            and (scope.until is None or times[i] < scope.until)
+        ]
+        exact = sorted(within, key=lambda i: -float(by_id[i] @ query))[:5]
+        assert [i for i, _ in found] == exact, scope
+    store.close()

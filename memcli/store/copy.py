@@ -116,8 +116,13 @@ def snapshot(store: Any) -> Iterator[None]:
 
 
 #: Columns a database derives from others, left to the destination: pgvector's copy of a
-#: vector's bytes (filled before a search).
-DERIVED = {("retrieval_vectors", "embedding")}
+#: vector's bytes (filled before a search), and the copies of its message's user and time (set
+#: when the vector is stored).
+DERIVED = {
+    ("retrieval_vectors", "embedding"),
+    ("retrieval_vectors", "user_id"),
+    ("retrieval_vectors", "at_ms"),
+}
 
 
 def catalogue(store: Any) -> dict[str, list[str]]:

@@ -102,7 +102,7 @@ _TIME_MS = (
 
 def _time_ms(store: SQLStore) -> str:
     if store.dialect == "postgresql":
-        from memcli.store.pg_index import TIME_MS
+        from memcli.store.pg_migrations import TIME_MS
 
         return TIME_MS
     return _TIME_MS
@@ -540,11 +540,7 @@ def vector_search(
     `has_pgvector`), each once, best first."""
     from memcli.store import pg_index
 
-    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
-    where = _filters(store, scope)
-    session = scope.session_id is not None
-    size = lambda cap: count_messages(store, scope, cap)  # noqa: E731
-    return pg_index.vector_search(store, model, vector, where, join, n, session, size)
+    return pg_index.vector_search(store, model, vector, scope, n)
 
 
 # -- hits ------------------------------------------------------------------------------------------

@@ -34,22 +34,19 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from memcli.store.pg_migrations import INDEXED_DIM
+from memcli.store.pg_migrations import INDEXED_DIM, has_embedding_column
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     import numpy as np
 
     from memcli.store.base import SQLStore
+    from memcli.store.index import Scope
+    from memcli.store.postgres import PostgresStore
 
-#: A message's time in unix milliseconds: its own timestamp, else when it was stored.
-TIME_MS = (
-    "CAST(ROUND(EXTRACT(EPOCH FROM CAST(COALESCE(m.timestamp, m.created_at) AS TIMESTAMPTZ))"
-    " * 1000) AS BIGINT)"
-)
 #: BM25's parameters (FTS5's).
 K1 = 1.2
 B = 0.75
@@ -73,11 +70,7 @@ def has_pgvector(store: SQLStore) -> bool:
     records it, so every process agrees)."""
     known = _vector_column.get(store)
     if known is None:
-        row = store.execute(
-            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
-            " AND table_name = 'retrieval_vectors' AND column_name = 'embedding'"
-        ).fetchone()
-        known = _vector_column[store] = row is not None
+        known = _vector_column[store] = has_embedding_column(store)
     return known
 
 
@@ -232,51 +225,79 @@ def fill_embeddings(store: SQLStore) -> int:
 
 
 def vector_search(
-    store: SQLStore,
-    model: str,
-    vector: np.ndarray,
-    where: tuple[str, list[Any]],
-    join: str,
-    n: int,
-    session: bool,
-    scope_size: Callable[[int], int],
+    store: SQLStore, model: str, vector: np.ndarray, scope: Scope, n: int
 ) -> list[tuple[int, float]]:
     """(message id, cosine) of the best `n` messages in scope, each once (its best piece), best
-    first: through the HNSW index, or exactly (see the module docstring). `session`: the scope
-    is one session; `scope_size(cap)`: how many messages the scope holds, counted up to `cap`."""
-    filters, params = where
+    first: through the HNSW index, or exactly (see the module docstring)."""
+    where = _vector_filters(scope)
     dim = len(vector)
     want = n * 2  # a message's pieces are rows of their own
-    if dim != INDEXED_DIM or session:
-        return _vector_rows(store, model, vector, where, join, want, None)[:n]
-    if not filters:
+    if dim != INDEXED_DIM or scope.session_id is not None:
+        return _vector_rows(store, model, vector, where, want, None)[:n]
+    if not where[1]:  # the whole store
         attempts: list[int | None] = [max(EF_WHOLE, min(EF_MAX, want)), EF_MAX]
     else:
         # The index serves a scope only when its ef_search rows hold enough of the scope's
         # messages (IN_SCOPE of them, on average) and the scope is too big to compare exactly.
         total = int(store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
         needed = max(EXACT_MAX, -(-total * IN_SCOPE // EF_MAX))
-        attempts = [EF_MAX, None] if scope_size(needed + 1) > needed else [None]
+        attempts = [EF_MAX, None] if _scope_size(store, where, needed + 1) > needed else [None]
     best: list[tuple[int, float]] = []
     for ef in attempts:
-        best = _vector_rows(store, model, vector, where, join, want, ef)
+        best = _vector_rows(store, model, vector, where, want, ef)
         if len(best) >= n:
             break
     return best[:n]
+
+
+def _vector_filters(scope: Scope) -> tuple[str, str, list[Any]]:
+    """(join, conditions, parameters) that keep a vector search within the scope: the user and
+    the time through the vectors' own copies (`retrieval_vectors_scope`), the session and the
+    status through their messages."""
+    join = ""
+    sql = ""
+    params: list[Any] = []
+    if scope.user_id is not None:
+        sql += " AND v.user_id = ?"
+        params.append(scope.user_id)
+    if scope.since is not None:
+        sql += " AND v.at_ms >= ?"
+        params.append(round(scope.since.timestamp() * 1000))
+    if scope.until is not None:
+        sql += " AND v.at_ms < ?"
+        params.append(round(scope.until.timestamp() * 1000))
+    if scope.session_id is not None or scope.archived_only:
+        join = " JOIN messages m ON m.id = v.message_id"
+        if scope.session_id is not None:
+            sql += " AND m.session_id = ?"
+            params.append(scope.session_id)
+        if scope.archived_only:
+            sql += " AND m.status = 'archived'"
+    return join, sql, params
+
+
+def _scope_size(store: SQLStore, where: tuple[str, str, list[Any]], cap: int) -> int:
+    """How many vectors the scope holds, counted up to `cap` (a bounded cost)."""
+    join, filters, params = where
+    row = store.execute(
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM retrieval_vectors v{join} WHERE TRUE{filters}"
+        " LIMIT ?) AS t",
+        (*params, cap),
+    ).fetchone()
+    return int(row[0])
 
 
 def _vector_rows(
     store: SQLStore,
     model: str,
     vector: np.ndarray,
-    where: tuple[str, list[Any]],
-    join: str,
+    where: tuple[str, str, list[Any]],
     want: int,
     ef: int | None,
 ) -> list[tuple[int, float]]:
     """The best `want` vectors' (message id, cosine), each message once: through the HNSW index
     at `ef` (ef_search), or exactly (None)."""
-    filters, params = where
+    join, filters, params = where
     dim = len(vector)
     query = vector.tolist()
     # The cast makes the distance the index's expression; without it, the planner cannot use
@@ -284,13 +305,17 @@ def _vector_rows(
     column = f"CAST(v.embedding AS vector({dim}))" if ef is not None else "v.embedding"
     if ef is not None:
         store.execute("SELECT set_config('hnsw.ef_search', ?, false)", (str(ef),))
-    rows = store.execute(
-        f"SELECT v.message_id, 1 - ({column} <=> {VECTOR}) AS score"
-        f" FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id{join}"
-        f" WHERE v.model = ? AND v.dim = {dim} AND v.embedding IS NOT NULL{filters}"
-        f" ORDER BY {column} <=> {VECTOR} LIMIT ?",
-        (query, model, *params, query, want),
-    ).fetchall()
+    rows = (
+        cast("PostgresStore", store)
+        .execute_unprepared(
+            f"SELECT v.message_id, 1 - ({column} <=> {VECTOR}) AS score"
+            f" FROM retrieval_vectors v{join}"
+            f" WHERE v.model = ? AND v.dim = {dim} AND v.embedding IS NOT NULL{filters}"
+            f" ORDER BY {column} <=> {VECTOR} LIMIT ?",
+            (query, model, *params, query, want),
+        )
+        .fetchall()
+    )
     best: dict[int, float] = {}
     for message_id, score in rows:
         best.setdefault(int(message_id), float(score))

@@ -417,11 +417,60 @@ _PUT_22 = (
 )
 
 
+#: A message's time in unix milliseconds (`m` a messages row): its own timestamp, else when it was
+#: stored. The search filters by it; 23 keeps a copy of it with each vector.
+TIME_MS = (
+    "CAST(ROUND(EXTRACT(EPOCH FROM CAST(COALESCE(m.timestamp, m.created_at) AS TIMESTAMPTZ))"
+    " * 1000) AS BIGINT)"
+)
+
+# With pgvector: each vector carries its message's user and time, so that a search within a
+# user's messages or a time window compares that scope's vectors without a join per vector
+# (the scope through `retrieval_vectors_scope`), and pgvector's column is kept in the row
+# (STORAGE PLAIN; the bytes, the other 1.5 KB, go to TOAST instead), so a distance reads no
+# TOAST. The vectors already stored are rewritten once, without the HNSW index (rebuilt after:
+# an index kept through the rewrite would take every row again, one by one). A session's user
+# and a message's time never change (a message whose text changes loses its vectors).
+_VECTOR_SCOPE_23 = (
+    'ALTER TABLE retrieval_vectors ADD COLUMN user_id TEXT COLLATE "C", ADD COLUMN at_ms BIGINT',
+    "ALTER TABLE retrieval_vectors ALTER COLUMN embedding SET STORAGE PLAIN",
+    "DROP INDEX retrieval_vectors_hnsw",
+    f"""UPDATE retrieval_vectors v SET user_id = s.user_id, at_ms = {TIME_MS},
+   embedding = CAST(CAST(v.embedding AS real[]) AS vector)
+   FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id = v.message_id""",
+    _PGVECTOR[1],
+    "CREATE INDEX retrieval_vectors_scope ON retrieval_vectors (user_id, at_ms)",
+    "CREATE INDEX retrieval_vectors_time ON retrieval_vectors (at_ms)",
+    f"""CREATE FUNCTION memcli_vector_scope() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+   SELECT s.user_id, {TIME_MS} INTO NEW.user_id, NEW.at_ms
+   FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id = NEW.message_id;
+   RETURN NEW;
+END $$""",
+    """CREATE TRIGGER retrieval_vector_scope BEFORE INSERT ON retrieval_vectors
+   FOR EACH ROW EXECUTE FUNCTION memcli_vector_scope()""",
+)
+
+
+def has_embedding_column(conn: Any) -> bool:
+    """Whether the database keeps pgvector's column (made at 16 when the server had pgvector)."""
+    row = conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = 'retrieval_vectors' AND column_name = 'embedding'"
+    ).fetchone()
+    return row is not None
+
+
+def _vector_scope_23(conn: Any) -> None:
+    if has_embedding_column(conn):
+        _run(_VECTOR_SCOPE_23)(conn)
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit. Up to 18
 #: the numbers are SQLite's: a PostgreSQL database at version N holds what a SQLite one at N does;
 #: 19 (the put function) is PostgreSQL's own, SQLite's schema has nothing to match it; 20 is
 #: SQLite's 19 (the sessions' sources), 21 SQLite's 20 (fact states), 22 PostgreSQL's own again (the
-#: put function's next seq).
+#: put function's next seq), 23 too (with pgvector: the vectors' user and time).
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
@@ -430,6 +479,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (20, _run(_SOURCES_20)),
     (21, _run(_FACT_STATE_21)),
     (22, _run(_PUT_22)),
+    (23, _vector_scope_23),
 ]
 
 LATEST = MIGRATIONS[-1][0]

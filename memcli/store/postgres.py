@@ -319,16 +319,28 @@ class PostgresStore(TableStore):
             except self._psycopg.Error:
                 pass
 
-    def _execute_now(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def _execute_now(
+        self, sql: str, params: Sequence[Any] = (), prepare: bool | None = None
+    ) -> Any:
         """Run one statement, leaving buffered inserts buffered."""
         with self.lock:
             self._start()
             try:
                 if params:
-                    return self.conn.execute(translate(sql), params)
-                return self.conn.execute(sql)  # (no parameters: psycopg leaves `%` alone)
+                    return self.conn.execute(translate(sql), params, prepare=prepare)
+                return self.conn.execute(sql, prepare=prepare)  # (psycopg leaves `%` alone)
             except self._psycopg.Error as exc:
                 raise self._error(exc, f"database error in {self.where}") from None
+
+    def execute_unprepared(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """As `execute`, never as a prepared statement: the server plans it for its parameters
+        each time. (psycopg prepares a statement run five times, and PostgreSQL may then keep
+        a generic plan: for a vector search under a user filter, one that compares every vector
+        of the user exactly where the HNSW index was the plan for this user.)"""
+        with self.lock:
+            if self._buffer:
+                self._write_buffer()
+            return self._execute_now(sql, params, prepare=False)
 
     def _executemany_now(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         with self.lock:
