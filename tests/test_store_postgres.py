@@ -315,6 +315,20 @@ def test_vectors_keep_their_users_and_times_from_migration_23_on(
         "SELECT user_id, at_ms FROM retrieval_vectors WHERE message_id = ?", (late,)
     ).fetchone() == ("bo", round((start + timedelta(days=40)).timestamp() * 1000))
 
+    # The latest time of a user's messages: through the vectors' times, and the messages with no
+    # vectors yet.
+    assert sql.latest_time(store, sql.Scope(user_id="ana")) == start + timedelta(days=29)
+    assert sql.latest_time(store, sql.Scope(user_id="bo")) == start + timedelta(days=40)
+    Memory.from_defaults(
+        session_id="ana-s", user_id="ana", db=store, tokenizer=WordTokenizer()
+    ).put_messages([Message(role="user", content="new", timestamp=start + timedelta(days=50))])
+    assert sql.latest_time(store, sql.Scope(user_id="ana")) == start + timedelta(days=50)
+    assert sql.latest_time(store, sql.Scope(user_id="bo")) == start + timedelta(days=40)
+    assert sql.latest_time(
+        store, sql.Scope(user_id="ana", until=start + timedelta(days=10))
+    ) == start + timedelta(days=9)
+    assert sql.latest_time(store, sql.Scope()) == start + timedelta(days=50)
+
     # Searches within a user and a window: the same as comparing their vectors one by one.
     owner_of = dict(
         store.execute(

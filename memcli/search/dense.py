@@ -82,18 +82,27 @@ class PgVectors:
         self.store = store
         self.model = model
 
+    def _connection(self) -> Any:
+        """The store's second connection (`PostgresStore.reader`), so that the search runs
+        while BM25 ranks on the first; the store itself inside a transaction (its writes are
+        not committed, and it may hold the locks the search's filling would wait for)."""
+        reader = getattr(self.store, "reader", None)
+        if reader is None or self.store.transaction_depth > 0:
+            return self.store
+        return reader()
+
     def refresh(self) -> None:
         """Copy the vectors stored since into pgvector's column."""
         from memcli.store import pg_index
 
-        pg_index.fill_embeddings(self.store)
+        pg_index.fill_embeddings(self._connection())
 
     def search(self, vector: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
         """(message id, cosine) of the best `n` messages in scope, each once, best first."""
         if n <= 0:
             return []
         self.refresh()
-        return sql.vector_search(self.store, self.model, vector, scope, n)
+        return sql.vector_search(self._connection(), self.model, vector, scope, n)
 
 
 class MessageVectors:

@@ -270,9 +270,15 @@ def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
     """The latest message's time in scope (its timestamp, else when it was stored), or None."""
     where, params = _filters(store, scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
-    row = store.execute(
-        f"SELECT MAX({_time_ms(store)}) FROM messages m{join} WHERE TRUE{where}", params
-    ).fetchone()
+    sql = f"SELECT MAX({_time_ms(store)}) FROM messages m{join} WHERE TRUE{where}"
+    if store.dialect == "postgresql" and scope.session_id is None and not scope.archived_only:
+        from memcli.store import pg_index
+
+        if pg_index.has_pgvector(store):
+            # The vectors' copies of their messages' times answer through an index, where the
+            # messages' would be read one by one; the messages not embedded yet are read.
+            return pg_index.latest_time(store, scope, sql, params)
+    row = store.execute(sql, params).fetchone()
     if row is None or row[0] is None:
         return None
     return datetime.fromtimestamp(int(row[0]) / 1000, tz=UTC)

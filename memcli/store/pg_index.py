@@ -40,6 +40,7 @@ from memcli.store.pg_migrations import INDEXED_DIM, has_embedding_column
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from datetime import datetime
 
     import numpy as np
 
@@ -61,8 +62,13 @@ EXACT_MAX = 5_000
 IN_SCOPE = 100
 #: The index's ef_search for a search of the whole store (EF_MAX if that finds too few).
 EF_WHOLE = 200
+#: With iterative scans (pgvector 0.8): a row the index reads costs about this many exact
+#: comparisons of a scope's vectors (measured at 1M messages: 1,000 index rows in ~22 ms, a
+#: 100,000-message user compared exactly in ~90 ms with two workers; docs/performance.md).
+ITERATIVE_COST = 20
 
 _vector_column: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+_versions: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()
 
 
 def has_pgvector(store: SQLStore) -> bool:
@@ -234,20 +240,42 @@ def vector_search(
     want = n * 2  # a message's pieces are rows of their own
     if dim != INDEXED_DIM or scope.session_id is not None:
         return _vector_rows(store, model, vector, where, want, None)[:n]
+    iterative = pgvector_version(store) >= (0, 8)
     if not where[1]:  # the whole store
         attempts: list[int | None] = [max(EF_WHOLE, min(EF_MAX, want)), EF_MAX]
     else:
-        # The index serves a scope only when its ef_search rows hold enough of the scope's
-        # messages (IN_SCOPE of them, on average) and the scope is too big to compare exactly.
         total = int(store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
-        needed = max(EXACT_MAX, -(-total * IN_SCOPE // EF_MAX))
-        attempts = [EF_MAX, None] if _scope_size(store, where, needed + 1) > needed else [None]
+        if iterative:
+            # The index goes on past ef_search until it has `want` rows of the scope: about
+            # want * total / size rows read, each ITERATIVE_COST times the cost of comparing
+            # one vector of the scope exactly, so it serves a scope whose exact search (size)
+            # would cost more.
+            cap = max(EXACT_MAX, math.isqrt(ITERATIVE_COST * want * max(total, 1)) + 1)
+            size = _scope_size(store, where, cap)
+            attempts = [EF_MAX, None] if size >= cap else [None]
+        else:
+            # The index serves a scope only when its ef_search rows hold enough of the scope's
+            # messages (IN_SCOPE of them, on average) and the scope is too big to compare exactly.
+            needed = max(EXACT_MAX, -(-total * IN_SCOPE // EF_MAX))
+            attempts = [EF_MAX, None] if _scope_size(store, where, needed + 1) > needed else [None]
     best: list[tuple[int, float]] = []
     for ef in attempts:
-        best = _vector_rows(store, model, vector, where, want, ef)
+        best = _vector_rows(store, model, vector, where, want, ef, iterative)
         if len(best) >= n:
             break
     return best[:n]
+
+
+def pgvector_version(store: SQLStore) -> tuple[int, ...]:
+    """The version of the database's pgvector, as numbers ((0,) if it has none)."""
+    known = _versions.get(store)
+    if known is None:
+        row = store.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+        ).fetchone()
+        parts = [] if row is None else str(row[0]).split(".")
+        known = _versions[store] = tuple(int(p) for p in parts if p.isdigit()) or (0,)
+    return known
 
 
 def _vector_filters(scope: Scope) -> tuple[str, str, list[Any]]:
@@ -276,9 +304,42 @@ def _vector_filters(scope: Scope) -> tuple[str, str, list[Any]]:
     return join, sql, params
 
 
+def latest_time(
+    store: SQLStore, scope: Scope, messages: str, params: Sequence[Any]
+) -> datetime | None:
+    """The latest message's time within a user's messages, a time window or the store (not a
+    session's, nor archived messages only): the latest of the vectors' times (through
+    `retrieval_vectors_scope` or `retrieval_vectors_time`) and of the messages with no vectors
+    yet (`messages`, the query on every message in scope with `params`, kept to those). A
+    message that gets no vector (no text) is not counted once it is marked embedded."""
+    from datetime import UTC, datetime
+
+    _, filters, vector_params = _vector_filters(scope)
+    through = store.execute(
+        "SELECT COALESCE(MIN(CAST(value AS BIGINT)), 0) FROM retrieval_state"
+        " WHERE key LIKE 'embedded:%'"
+    ).fetchone()[0]
+    row = store.execute(
+        f"SELECT GREATEST((SELECT MAX(v.at_ms) FROM retrieval_vectors v WHERE TRUE{filters}),"
+        f" ({messages} AND (m.id > ? OR m.id IN (SELECT message_id FROM retrieval_redo))))",
+        (*vector_params, *params, int(through)),
+    ).fetchone()
+    if row is None or row[0] is None:
+        return None
+    return datetime.fromtimestamp(int(row[0]) / 1000, tz=UTC)
+
+
 def _scope_size(store: SQLStore, where: tuple[str, str, list[Any]], cap: int) -> int:
-    """How many vectors the scope holds, counted up to `cap` (a bounded cost)."""
+    """How many vectors the scope holds, counted up to `cap` (a bounded cost); a user's whole
+    scope by its sessions' message counters."""
     join, filters, params = where
+    if filters == " AND v.user_id = ?" and not join:
+        row = store.execute(
+            "SELECT COALESCE(SUM(active_messages + archived_messages), 0) FROM sessions"
+            " WHERE user_id = ?",
+            params,
+        ).fetchone()
+        return int(row[0])
     row = store.execute(
         f"SELECT COUNT(*) FROM (SELECT 1 FROM retrieval_vectors v{join} WHERE TRUE{filters}"
         " LIMIT ?) AS t",
@@ -294,9 +355,11 @@ def _vector_rows(
     where: tuple[str, str, list[Any]],
     want: int,
     ef: int | None,
+    iterative: bool = False,
 ) -> list[tuple[int, float]]:
     """The best `want` vectors' (message id, cosine), each message once: through the HNSW index
-    at `ef` (ef_search), or exactly (None)."""
+    at `ef` (ef_search; `iterative`: going on past it while it has found fewer than `want` rows
+    of the scope, pgvector 0.8's iterative scan), or exactly (None)."""
     join, filters, params = where
     dim = len(vector)
     query = vector.tolist()
@@ -305,6 +368,9 @@ def _vector_rows(
     column = f"CAST(v.embedding AS vector({dim}))" if ef is not None else "v.embedding"
     if ef is not None:
         store.execute("SELECT set_config('hnsw.ef_search', ?, false)", (str(ef),))
+        if iterative:
+            # (relaxed: the rows come nearly in order; they are sorted below)
+            store.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false)")
     rows = (
         cast("PostgresStore", store)
         .execute_unprepared(
@@ -317,6 +383,6 @@ def _vector_rows(
         .fetchall()
     )
     best: dict[int, float] = {}
-    for message_id, score in rows:
+    for message_id, score in sorted(rows, key=lambda r: -float(r[1])):
         best.setdefault(int(message_id), float(score))
     return list(best.items())

@@ -143,6 +143,8 @@ class PostgresStore(TableStore):
         self._init_tables()
         #: The sessions whose write lock the open transaction holds.
         self._locked: set[str] = set()
+        #: A second connection for reads run alongside this one's (`reader`).
+        self._reader: PostgresStore | None = None
         #: Whether the open transaction waits for a session's lock (`transaction(wait=...)`).
         self._wait = True
         #: The open transaction's BEGIN is not sent yet (it goes with its first statement).
@@ -440,7 +442,18 @@ class PostgresStore(TableStore):
                         continue  # deleted all the same; the server's autovacuum will come
                     raise self._error(exc, f"cannot vacuum {self.where}") from None
 
+    def reader(self) -> PostgresStore:
+        """A second connection to the same database, for reads run alongside this one's (a
+        connection runs one statement at a time: the retriever's vector search goes here while
+        BM25 ranks on this one). Opened on first use, closed with this store."""
+        with self.lock:
+            if self._reader is None or self._reader.conn.closed:
+                self._reader = PostgresStore(self.url)
+            return self._reader
+
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
         self.conn.close()
 
     def __del__(self) -> None:
