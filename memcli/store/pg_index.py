@@ -65,7 +65,7 @@ EF_WHOLE = 200
 #: With iterative scans (pgvector 0.8): a row the index reads costs about this many exact
 #: comparisons of a scope's vectors (measured at 1M messages: 1,000 index rows in ~22 ms, a
 #: 100,000-message user compared exactly in ~90 ms with two workers; docs/performance.md).
-ITERATIVE_COST = 20
+ITERATIVE_COST = 20.0
 
 _vector_column: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _versions: weakref.WeakKeyDictionary[Any, tuple[int, ...]] = weakref.WeakKeyDictionary()
@@ -246,13 +246,17 @@ def vector_search(
     else:
         total = int(store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
         if iterative:
-            # The index goes on past ef_search until it has `want` rows of the scope: about
-            # want * total / size rows read, each ITERATIVE_COST times the cost of comparing
-            # one vector of the scope exactly, so it serves a scope whose exact search (size)
-            # would cost more.
-            cap = max(EXACT_MAX, math.isqrt(ITERATIVE_COST * want * max(total, 1)) + 1)
-            size = _scope_size(store, where, cap)
-            attempts = [EF_MAX, None] if size >= cap else [None]
+            # The index reads ef_search rows, and goes on until it has `want` rows of the scope:
+            # max(EF_MAX, want * total / size) rows, each ITERATIVE_COST times the cost of
+            # comparing one vector of the scope exactly. It serves a scope whose exact search
+            # (size comparisons) would cost more; else exact search, which misses nothing.
+            cap = max(
+                EXACT_MAX,
+                int(ITERATIVE_COST * EF_MAX),
+                math.isqrt(int(ITERATIVE_COST * want * max(total, 1))) + 1,
+            )
+            size = _scope_size(store, where, cap + 1)
+            attempts = [EF_MAX, None] if size > cap else [None]
         else:
             # The index serves a scope only when its ef_search rows hold enough of the scope's
             # messages (IN_SCOPE of them, on average) and the scope is too big to compare exactly.
