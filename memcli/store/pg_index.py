@@ -15,19 +15,26 @@ scores need only order the matches as BM25 would; they differ from SQLite's in v
 stemmer, another length measure, an approximate mean length).
 
 Vectors. With pgvector (the column `retrieval_vectors.embedding`), a query is `ORDER BY embedding
-<=> query LIMIT n` under the scope's filters, through the HNSW index for 384-dimension vectors.
-pgvector 0.6 filters after the index scan, which returns at most `hnsw.ef_search` rows (at most
-1,000; no iterative scans before 0.8): a scope that holds a small share of the store is left
-with few of its messages among them, and not its best ones (a user of 2% of a 150,000-message
-store: 0.90 of the exact top 10 on a store of near-copies). So a session's vectors, and those of any scope of up to
-EXACT_MAX messages, are compared exactly (the scope's own indexes find them); a bigger scope goes
-through the index at ef_search 1000 only when that many rows hold IN_SCOPE of its messages on
-average (the scope is at least a tenth of the store; else it too is compared exactly: the cost
-grows with the scope, the answers stay those of exact search); a search of the whole store goes
-through the index at EF_WHOLE, widened once (ef_search 1000) if that found too few. (Figures:
-benchmarks/pg_recall.py, docs/performance.md.) The column is filled from the stored bytes before a search
-(`fill_embeddings`), so that vectors stored by any path (the retriever, a copy between
-backends) are found.
+<=> query LIMIT n` under the scope's filters, through the HNSW index for 384-dimension vectors,
+or exactly. Each vector row keeps its message's user and time (migration 23), so a user's or a
+time window's vectors are filtered on the vectors alone (`retrieval_vectors_scope`), and the
+vector stays in the row (no TOAST read per distance). pgvector filters after the index scan:
+before 0.8 the scan returns at most `hnsw.ef_search` rows (at most 1,000), so a scope that holds
+a small share of the store would be left with few of its messages among them, and not its best
+ones. So:
+- a session's vectors, and those of any scope of up to EXACT_MAX messages, are compared exactly;
+- with pgvector 0.8, a bigger scope goes through the index with iterative scans (the scan goes
+  on until it has the rows asked for) when that reads fewer rows than exact search would
+  compare, a row of the index costing about ITERATIVE_COST exact comparisons;
+- before 0.8, a bigger scope goes through the index at ef_search 1000 only when that many rows
+  hold IN_SCOPE of its messages on average (a tenth of the store or more);
+- a search of the whole store goes through the index at EF_WHOLE, widened once (ef_search 1000)
+  if that found too few;
+- any scope is compared exactly when the index found too few.
+The answers of exact search are exact; the index's kept >= 0.99 of the exact top 10 at 1M
+messages (benchmarks/pg_recall.py, docs/performance.md). The column is filled from the stored
+bytes before a search (`fill_embeddings`), so that vectors stored by any path (the retriever, a
+copy between backends) are found.
 """
 
 from __future__ import annotations
