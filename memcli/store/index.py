@@ -112,12 +112,17 @@ def unix_ms(value: datetime) -> int:
     return round(value.timestamp() * 1000)
 
 
-def _filters(store: SQLStore, scope: Scope) -> tuple[str, list[Any]]:
-    time_ms = _time_ms(store)
+def _filters(
+    store: SQLStore, scope: Scope, user: str = "s.user_id", time_ms: str | None = None
+) -> tuple[str, list[Any]]:
+    """SQL conditions (and their parameters) that keep `messages m` rows within the scope: the
+    user in `user`, the time in `time_ms` (by default the message's own, `_time_ms`); pgvector's
+    search reads both from the vectors' copies (`v.user_id`, `v.at_ms`)."""
+    time_ms = time_ms or _time_ms(store)
     sql = ""
     params: list[Any] = []
     if scope.user_id is not None:
-        sql += " AND s.user_id = ?"
+        sql += f" AND {user} = ?"
         params.append(scope.user_id)
     if scope.session_id is not None:
         sql += " AND m.session_id = ?"
@@ -277,7 +282,8 @@ def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
         if pg_index.has_pgvector(store):
             # The vectors' copies of their messages' times answer through an index, where the
             # messages' would be read one by one; the messages not embedded yet are read.
-            return pg_index.latest_time(store, scope, sql, params)
+            vectors = _filters(store, scope, "v.user_id", "v.at_ms")
+            return pg_index.latest_time(store, vectors, sql, params)
     row = store.execute(sql, params).fetchone()
     if row is None or row[0] is None:
         return None
@@ -546,7 +552,13 @@ def vector_search(
     `has_pgvector`), each once, best first."""
     from memcli.store import pg_index
 
-    return pg_index.vector_search(store, model, vector, scope, n)
+    # The user and the time from the vectors' own copies; the session and the status from
+    # their messages.
+    join = " JOIN messages m ON m.id = v.message_id"
+    if scope.session_id is None and not scope.archived_only:
+        join = ""
+    where = (join, *_filters(store, scope, "v.user_id", "v.at_ms"))
+    return pg_index.vector_search(store, model, vector, scope, where, n)
 
 
 # -- hits ------------------------------------------------------------------------------------------

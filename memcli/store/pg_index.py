@@ -238,11 +238,16 @@ def fill_embeddings(store: SQLStore) -> int:
 
 
 def vector_search(
-    store: SQLStore, model: str, vector: np.ndarray, scope: Scope, n: int
+    store: SQLStore,
+    model: str,
+    vector: np.ndarray,
+    scope: Scope,
+    where: tuple[str, str, list[Any]],
+    n: int,
 ) -> list[tuple[int, float]]:
     """(message id, cosine) of the best `n` messages in scope, each once (its best piece), best
-    first: through the HNSW index, or exactly (see the module docstring)."""
-    where = _vector_filters(scope)
+    first: through the HNSW index, or exactly (see the module docstring). `where`: (join,
+    conditions, parameters) that keep `retrieval_vectors v` rows within the scope."""
     dim = len(vector)
     want = n * 2  # a message's pieces are rows of their own
     if dim != INDEXED_DIM or scope.session_id is not None:
@@ -262,13 +267,14 @@ def vector_search(
                 int(ITERATIVE_COST * EF_MAX),
                 math.isqrt(int(ITERATIVE_COST * want * max(total, 1))) + 1,
             )
-            size = _scope_size(store, where, cap + 1)
+            size = _scope_size(store, scope, where, cap + 1)
             attempts = [EF_MAX, None] if size > cap else [None]
         else:
             # The index serves a scope only when its ef_search rows hold enough of the scope's
             # messages (IN_SCOPE of them, on average) and the scope is too big to compare exactly.
             needed = max(EXACT_MAX, -(-total * IN_SCOPE // EF_MAX))
-            attempts = [EF_MAX, None] if _scope_size(store, where, needed + 1) > needed else [None]
+            size = _scope_size(store, scope, where, needed + 1)
+            attempts = [EF_MAX, None] if size > needed else [None]
     best: list[tuple[int, float]] = []
     for ef in attempts:
         best = _vector_rows(store, model, vector, where, want, ef, iterative)
@@ -289,43 +295,18 @@ def pgvector_version(store: SQLStore) -> tuple[int, ...]:
     return known
 
 
-def _vector_filters(scope: Scope) -> tuple[str, str, list[Any]]:
-    """(join, conditions, parameters) that keep a vector search within the scope: the user and
-    the time through the vectors' own copies (`retrieval_vectors_scope`), the session and the
-    status through their messages."""
-    join = ""
-    sql = ""
-    params: list[Any] = []
-    if scope.user_id is not None:
-        sql += " AND v.user_id = ?"
-        params.append(scope.user_id)
-    if scope.since is not None:
-        sql += " AND v.at_ms >= ?"
-        params.append(round(scope.since.timestamp() * 1000))
-    if scope.until is not None:
-        sql += " AND v.at_ms < ?"
-        params.append(round(scope.until.timestamp() * 1000))
-    if scope.session_id is not None or scope.archived_only:
-        join = " JOIN messages m ON m.id = v.message_id"
-        if scope.session_id is not None:
-            sql += " AND m.session_id = ?"
-            params.append(scope.session_id)
-        if scope.archived_only:
-            sql += " AND m.status = 'archived'"
-    return join, sql, params
-
-
 def latest_time(
-    store: SQLStore, scope: Scope, messages: str, params: Sequence[Any]
+    store: SQLStore, vectors: tuple[str, list[Any]], messages: str, params: Sequence[Any]
 ) -> datetime | None:
     """The latest message's time within a user's messages, a time window or the store (not a
-    session's, nor archived messages only): the latest of the vectors' times (through
-    `retrieval_vectors_scope` or `retrieval_vectors_time`) and of the messages with no vectors
-    yet (`messages`, the query on every message in scope with `params`, kept to those). A
-    message that gets no vector (no text) is not counted once it is marked embedded."""
+    session's, nor archived messages only): the latest of the vectors' times (`vectors`: the
+    scope's conditions on `retrieval_vectors v`, through `retrieval_vectors_scope` or
+    `retrieval_vectors_time`) and of the messages with no vectors yet (`messages`, the query on
+    every message in scope with `params`, kept to those). A message that gets no vector (no
+    text) is not counted once it is marked embedded."""
     from datetime import UTC, datetime
 
-    _, filters, vector_params = _vector_filters(scope)
+    filters, vector_params = vectors
     through = store.execute(
         "SELECT COALESCE(MIN(CAST(value AS BIGINT)), 0) FROM retrieval_state"
         " WHERE key LIKE 'embedded:%'"
@@ -340,15 +321,15 @@ def latest_time(
     return datetime.fromtimestamp(int(row[0]) / 1000, tz=UTC)
 
 
-def _scope_size(store: SQLStore, where: tuple[str, str, list[Any]], cap: int) -> int:
-    """How many vectors the scope holds, counted up to `cap` (a bounded cost); a user's whole
-    scope by its sessions' message counters."""
+def _scope_size(store: SQLStore, scope: Scope, where: tuple[str, str, list[Any]], cap: int) -> int:
+    """How many vectors the scope holds, counted up to `cap` (a bounded cost); all of a user's
+    messages by their sessions' counters."""
     join, filters, params = where
-    if filters == " AND v.user_id = ?" and not join:
+    if scope.user_id is not None and scope == type(scope)(user_id=scope.user_id):
         row = store.execute(
             "SELECT COALESCE(SUM(active_messages + archived_messages), 0) FROM sessions"
             " WHERE user_id = ?",
-            params,
+            (scope.user_id,),
         ).fetchone()
         return int(row[0])
     row = store.execute(
