@@ -13,7 +13,9 @@ import pytest
 
 from memcli import Memory, Message, WordTokenizer
 from memcli.errors import StoreBusy, StoreError
+from memcli.flush import Budget
 from memcli.store import open_store
+from memcli.store.base import NewMessage
 from memcli.store.pg_migrations import LATEST, MIGRATIONS
 from memcli.store.postgres import PostgresStore
 from memcli.store.sqlite import SQLiteStore
@@ -67,7 +69,7 @@ def test_migrations_recorded_once_at_sqlites_numbers(pg_url: str) -> None:
     open_store(pg_url).close()
     store = open_store(pg_url)
     versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
-    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 23
+    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 24
 
 
 OPEN = textwrap.dedent(
@@ -289,7 +291,7 @@ def test_vectors_keep_their_users_and_times_from_migration_23_on(
         store.close()
 
     store = open_store(pgvector_url)
-    assert store.execute("SELECT MAX(version) FROM migrations").fetchone()[0] == 23
+    assert store.execute("SELECT MAX(version) FROM migrations").fetchone()[0] == LATEST
     rows = store.execute(
         "SELECT v.user_id, v.at_ms, s.user_id, m.timestamp FROM retrieval_vectors v"
         " JOIN messages m ON m.id = v.message_id JOIN sessions s ON s.id = m.session_id"
@@ -409,3 +411,71 @@ def test_a_big_users_vectors_go_through_the_index_and_find_what_exact_search_fin
             assert [i for i, _ in found] == exact, (user, n)
             assert (calls[0] is not None) == (user == "big"), (user, calls)
     store.close()
+
+
+class _Statements:
+    """A connection that remembers the statements it was given (and runs them)."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self._conn = conn
+        self.seen: list[str] = []
+
+    def execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        self.seen.append(str(query))
+        return self._conn.execute(query, params, **kwargs)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._conn, name)
+
+
+def test_a_put_of_one_message_takes_the_lean_function_and_stores_what_sqlite_does(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """One message that flushes nothing goes through `memcli_put_one`, the others through
+    `memcli_put`: the same messages, statuses, flushes and counters as SQLite's, and a stale
+    version writes nothing."""
+    texts = [f"message {i} " + "word " * (i % 7) for i in range(60)]
+    stores = {"pg": open_store(pg_url), "sqlite": open_store(tmp_path / "m.db")}
+    assert isinstance(stores["pg"], PostgresStore)
+    spy = _Statements(stores["pg"].conn)
+    stores["pg"].conn = spy  # type: ignore[assignment]
+    kinds = []
+    for name, store in stores.items():
+        memory = Memory(store, "s", budget=Budget(100, 0.7, 20), tokenizer=WordTokenizer())
+        for i, text in enumerate(texts):
+            before = len(spy.seen)
+            flushes = memory.put(Message("user" if i % 2 == 0 else "assistant", text))
+            if name == "pg" and i > 0:  # (the first put reads the window: the general path)
+                calls = [q for q in spy.seen[before:] if "memcli_put" in q]
+                assert len(calls) == 1, spy.seen[before:]
+                kinds.append(("memcli_put_one" in calls[0], bool(flushes)))
+    assert set(kinds) == {(True, False), (False, True)}  # each put, one kind or the other
+    assert sum(1 for lean, _ in kinds if lean) > 40
+
+    def record(store):  # type: ignore[no-untyped-def]
+        messages = store.get_messages("s")
+        flushes = [(f.messages, f.tokens, f.reason) for f in store.list_flushes("s")]
+        return (
+            [(m.role, m.content) for m in messages],
+            [(m.role, m.content) for m in store.get_messages("s", status="active")],
+            flushes,
+        )
+
+    assert record(stores["pg"]) == record(stores["sqlite"])
+    assert stores["pg"].check() == []
+    with psycopg.connect(pg_url) as conn:
+        seqs = [r[0] for r in conn.execute("SELECT seq FROM messages ORDER BY id")]
+        assert seqs == list(range(len(texts)))
+
+    # A version another writer moved past: nothing written, None returned.
+    pg = stores["pg"]
+    version = pg.session_version("s")
+    assert pg.put_window("s", version - 1, [NewMessage(Message("user", "late"), 1)], []) is None
+    assert pg.session_version("s") == version
+    assert len(pg.get_messages("s")) == len(texts)
+    assert pg.put_window("nobody", 0, [NewMessage(Message("user", "x"), 1)], []) is None
+    done = pg.put_window("s", version, [NewMessage(Message("user", "on time"), 2)], [])
+    assert done is not None and done[1] == [] and done[2] != version
+    assert pg.get_messages("s")[-1].content == "on time" and pg.check() == []
+    for store in stores.values():
+        store.close()

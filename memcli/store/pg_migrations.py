@@ -452,6 +452,37 @@ END $$""",
 )
 
 
+# A put of one message that flushes nothing (most puts: a chat's, an agent's), by a leaner
+# function than memcli_put: scalar parameters (no arrays to build and parse), the version checked
+# by the session's own UPDATE (its counters in the same statement), the message inserted with its
+# table's id. Same lock, same result as memcli_put's: NULLs when the session is not at p_version
+# (nothing written). Measured: 0.49 -> 0.33-0.36 ms a put (docs/performance.md).
+_PUT_ONE_24 = (
+    """CREATE FUNCTION memcli_put_one(
+   p_session TEXT, p_key BIGINT, p_version BIGINT, p_stamp TEXT, p_role TEXT, p_content TEXT,
+   p_name TEXT, p_metadata TEXT, p_tokens BIGINT, p_time TEXT, OUT id BIGINT, OUT version BIGINT
+) LANGUAGE plpgsql AS $$
+BEGIN
+   PERFORM pg_advisory_xact_lock(p_key);
+   UPDATE sessions s SET version = s.version + 1, updated_at = p_stamp,
+      active_messages = s.active_messages + 1, active_tokens = s.active_tokens + p_tokens
+   WHERE s.id = p_session AND s.version = p_version
+   RETURNING s.version INTO version;
+   IF NOT FOUND THEN
+      RETURN;
+   END IF;
+   INSERT INTO messages (session_id, seq, role, content, name, metadata, tokens, status,
+                         timestamp, created_at)
+   VALUES (p_session,
+           COALESCE((SELECT m.seq + 1 FROM messages m WHERE m.session_id = p_session
+                     ORDER BY m.seq DESC LIMIT 1), 0),
+           p_role, p_content, p_name, p_metadata, p_tokens, 'active', p_time, p_stamp)
+   RETURNING messages.id INTO id;
+END
+$$""",
+)
+
+
 def has_embedding_column(conn: Any) -> bool:
     """Whether the database keeps pgvector's column (made at 16 when the server had pgvector)."""
     row = conn.execute(
@@ -470,7 +501,8 @@ def _vector_scope_23(conn: Any) -> None:
 #: the numbers are SQLite's: a PostgreSQL database at version N holds what a SQLite one at N does;
 #: 19 (the put function) is PostgreSQL's own, SQLite's schema has nothing to match it; 20 is
 #: SQLite's 19 (the sessions' sources), 21 SQLite's 20 (fact states), 22 PostgreSQL's own again (the
-#: put function's next seq), 23 too (with pgvector: the vectors' user and time).
+#: put function's next seq), 23 too (with pgvector: the vectors' user and time), 24 too (the put of
+#: one message).
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
@@ -480,6 +512,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (21, _run(_FACT_STATE_21)),
     (22, _run(_PUT_22)),
     (23, _vector_scope_23),
+    (24, _run(_PUT_ONE_24)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -65,6 +65,8 @@ _PUT = (
     " %s::text[], %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::int[], %s::bigint[],"
     " %s::text[])"
 )
+#: The call for one message that flushes nothing (`memcli_put_one`, migration 24).
+_PUT_ONE = "SELECT id, version FROM memcli_put_one(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
 
 @lru_cache(maxsize=2048)
@@ -392,9 +394,10 @@ class PostgresStore(TableStore):
         messages: Sequence[NewMessage],
         flushes: Sequence[FlushPlan],
     ) -> tuple[list[int], list[int], int] | None:
-        """A put in one round trip: one call of the server-side function `memcli_put` (migration
-        19), in its own transaction (see `Store.put_window`). Inside a caller's transaction, the
-        portable path."""
+        """A put in one round trip: one call of a server-side function, in its own transaction
+        (see `Store.put_window`): `memcli_put_one` (migration 24) for one message that flushes
+        nothing, the common put; `memcli_put` (migrations 19 and 22) for the others. Inside a
+        caller's transaction, the portable path."""
         if self._depth:
             return super().put_window(session_id, version, messages, flushes)
         if self.read_only:
@@ -402,6 +405,28 @@ class PostgresStore(TableStore):
                 f"cannot write to {self.where}: the server serves it read-only",
                 "Reading commands work on it; point memcli at the primary server to write",
             )
+        if len(messages) == 1 and not flushes:
+            one = messages[0].message
+            params_one = (
+                session_id,
+                session_key(session_id),
+                version,
+                format_time(now_utc()),
+                one.role,
+                one.content,
+                one.name,
+                metadata_json(one.metadata),
+                messages[0].tokens,
+                format_time(one.timestamp) if one.timestamp else None,
+            )
+            with self.lock:
+                try:
+                    got = self.conn.execute(_PUT_ONE, params_one).fetchone()
+                except self._psycopg.Error as exc:
+                    raise self._error(exc, f"cannot store messages in {self.where}") from None
+            if got is None or got[1] is None:
+                return None
+            return [got[0]], [], got[1]
         rows = [item.message for item in messages]
         params = (
             session_id,
