@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from memcli.blocks.feed import FeedResult
 
 INSERT_METHODS = ("system", "user")
-#: After a put found the session changed by another writer, this many puts take the general
-#: path (window read under the session's lock) before one tries again in one round trip.
+#: After a put found the session changed by another writer twice in a row (once is a writer that
+#: took its turn: the put reads the window again and tries once more), this many puts take the
+#: general path (window read under the session's lock) before one tries again in one round trip.
 CONTENDED_PUTS = 16
 
 
@@ -197,12 +198,7 @@ class Memory:
     def _sync(self, messages: bool = False) -> None:
         """Reload the cached active window if the session changed since it was read (the check is
         one indexed SELECT); with `messages`, make sure the window's messages are held too."""
-        version = self.store.session_version(self.session_id)
-        if version != self._version:
-            self._messages = None
-            if not messages:
-                self._set_window(self.store.active_window(self.session_id))
-            self._version = version
+        self._hold(self.store.session_version(self.session_id), messages)
         if messages and self._messages is None:
             # Read after the version: a write slipping in between makes the next check reload.
             self._messages = self.store.get_messages(self.session_id, status="active")
@@ -210,6 +206,15 @@ class Memory:
         if self.store.transaction_depth:
             # Read inside a transaction that may yet roll back: good only until the next check.
             self._version = -2
+
+    def _hold(self, version: int, messages: bool = False) -> None:
+        """The session is at `version`: read its window again if that is not the one held
+        (without `messages`; with it, `_sync` reads the messages next)."""
+        if version != self._version:
+            self._messages = None
+            if not messages:
+                self._set_window(self.store.active_window(self.session_id))
+            self._version = version
 
     def _set_window(self, window: list[WindowEntry]) -> None:
         self._window = window
@@ -282,19 +287,42 @@ class Memory:
             try:
                 if self._contended:
                     self._contended -= 1
-                elif progress is None and self._version >= 0 and not self.store.transaction_depth:
+                    if progress is None and not self.store.transaction_depth:
+                        out = self._put_locked(calls, messages)
+                        if out is not None:
+                            return out
+                elif progress is None and not self.store.transaction_depth:
                     # (with `progress`, which may raise to undo the put, the general path)
-                    out = self._put_at_once(calls, messages)
-                    if out is not None:
-                        return out
-                    self._forget()  # another writer came first: read the window again
-                    # Writers taking turns on the session: the next puts read it under its lock
-                    # (the general path) rather than fail the version check and wait twice.
+                    for _ in range(2):
+                        if self._version < 0:
+                            # Read without the session's lock (two indexed reads): the put
+                            # checks the version it was planned on, and writes nothing if
+                            # another writer came in between.
+                            self._sync()
+                        out = self._put_at_once(calls, messages)
+                        if out is not None:
+                            return out
+                        self._forget()  # another writer came first: read the window again
+                    # Missed twice: writers putting into the session at the same moment. The
+                    # next puts read it under its lock (the general path) rather than fail the
+                    # version check and read it twice.
                     self._contended = CONTENDED_PUTS
                 return self._put(calls, messages, progress)
             except BaseException:
                 self._forget()  # the store rolled back what this object already holds
                 raise
+
+    def _put_locked(
+        self,
+        calls: Sequence[Sequence[Message]],
+        messages: list[Message],
+    ) -> list[list[Flush]] | None:
+        """`_put_at_once` under the session's lock, taken by reading its version: the window read
+        again if it changed, then the put (on PostgreSQL one statement in the lock's transaction:
+        the lock is held for three round trips, not a put's every statement)."""
+        with self.store.transaction():
+            self._hold(self.store.session_version(self.session_id))
+            return self._put_at_once(calls, messages)
 
     def _put_at_once(
         self,

@@ -88,6 +88,59 @@ def test_two_processes_share_a_session(db: str) -> None:
     assert a.active_tokens() == 7
 
 
+def test_writers_taking_turns_flush_as_one_writer_and_race_safely(db: str, tmp_path: Path) -> None:
+    """Two writers taking turns on a session (two processes, a web app's workers) store and
+    flush exactly what one writer does; a put whose window another writer changes between its
+    read and its write reads it again and tries once more, then takes the session's lock."""
+    budget = Budget(60, 0.7, 15)
+    turns = [
+        Message("user" if i % 2 == 0 else "assistant", f"turn {i} " + "w " * (i % 5))
+        for i in range(80)
+    ]
+    one = Memory(open_store(tmp_path / "one.db"), "s", budget=budget, tokenizer=WordTokenizer())
+    a = Memory(open_store(db), "s", budget=budget, tokenizer=WordTokenizer())
+    b = Memory(open_store(db), "s", budget=budget, tokenizer=WordTokenizer())
+    for i, message in enumerate(turns):
+        expected = one.put(message)
+        got = (a if i % 2 == 0 else b).put(message)
+        assert [(len(f.message_ids), f.tokens) for f in got] == [
+            (len(f.message_ids), f.tokens) for f in expected
+        ], i
+
+    def shape(memory: Memory) -> list[tuple[str, str, str]]:
+        return [(m.role, m.content, m.status) for m in memory.get_all()]
+
+    assert shape(a) == shape(b) == shape(one)
+    assert a.store.check() == []
+    assert a._contended == b._contended == 0  # each put: one miss at most, then at once
+
+    # Another writer slips in between a's read of the window and its put.
+    sync = a._sync
+    slips = {"left": 1}
+
+    def sync_then_another_writer(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sync(*args, **kwargs)
+        if slips["left"] and not a.store.transaction_depth:
+            slips["left"] -= 1
+            b.put(Message("assistant", "slipped in"))
+            one.put(Message("assistant", "slipped in"))
+
+    a._sync = sync_then_another_writer  # type: ignore[method-assign]
+    b.put(Message("assistant", "b first"))
+    one.put(Message("assistant", "b first"))
+    a.put(Message("user", "a after the slip"))  # miss, read again (b slips), miss, then the lock
+    one.put(Message("user", "a after the slip"))
+    assert slips["left"] == 0 and a._contended > 0
+    for i, message in enumerate(turns[:40]):  # and on: the lock, then at once again
+        assert [f.tokens for f in (a if i % 2 == 0 else b).put(message)] == [
+            f.tokens for f in one.put(message)
+        ]
+    assert a._contended == 0
+    assert shape(a) == shape(b) == shape(one)
+    assert [m.content for m in a.get_all()].count("slipped in") == 1
+    assert a.store.check() == []
+
+
 def test_messages_keep_name_metadata_timestamp() -> None:
     memory = Memory.from_defaults()
     memory.put(Message("user", "hi", name="Ana", metadata={"k": 1}, timestamp=None))

@@ -445,7 +445,7 @@ def test_a_put_of_one_message_takes_the_lean_function_and_stores_what_sqlite_doe
         for i, text in enumerate(texts):
             before = len(spy.seen)
             flushes = memory.put(Message("user" if i % 2 == 0 else "assistant", text))
-            if name == "pg" and i > 0:  # (the first put reads the window: the general path)
+            if name == "pg":  # (the first put reads the window first, without the lock)
                 calls = [q for q in spy.seen[before:] if "memcli_put" in q]
                 assert len(calls) == 1, spy.seen[before:]
                 kinds.append(("memcli_put_one" in calls[0], bool(flushes)))
@@ -477,5 +477,26 @@ def test_a_put_of_one_message_takes_the_lean_function_and_stores_what_sqlite_doe
     done = pg.put_window("s", version, [NewMessage(Message("user", "on time"), 2)], [])
     assert done is not None and done[1] == [] and done[2] != version
     assert pg.get_messages("s")[-1].content == "on time" and pg.check() == []
+
+    # Inside a transaction: after what it buffered and counted, before what comes next.
+    with pg.transaction():
+        version = pg.session_version("s")
+        pg.append_messages("s", [NewMessage(Message("user", "buffered"), 1)])
+        late = pg.put_window("s", version, [NewMessage(Message("assistant", "late"), 2)], [])
+        assert late is None  # the transaction's own append moved the session on
+        version = pg.session_version("s")
+        done = pg.put_window("s", version, [NewMessage(Message("assistant", "in it"), 2)], [])
+        assert done is not None and done[2] == version + 1
+        pg.append_messages("s", [NewMessage(Message("user", "after"), 3)])
+    assert [m.content for m in pg.get_messages("s")[-4:]] == [
+        "on time",
+        "buffered",
+        "in it",
+        "after",
+    ]
+    assert pg.check() == []
+    with psycopg.connect(pg_url) as conn:
+        seqs = [r[0] for r in conn.execute("SELECT seq FROM messages ORDER BY seq")]
+        assert seqs == list(range(len(texts) + 4))
     for store in stores.values():
         store.close()

@@ -397,14 +397,20 @@ class PostgresStore(TableStore):
         """A put in one round trip: one call of a server-side function, in its own transaction
         (see `Store.put_window`): `memcli_put_one` (migration 24) for one message that flushes
         nothing, the common put; `memcli_put` (migrations 19 and 22) for the others. Inside a
-        caller's transaction, the portable path."""
-        if self._depth:
-            return super().put_window(session_id, version, messages, flushes)
+        transaction, the same call, in it."""
         if self.read_only:
             raise StoreError(
                 f"cannot write to {self.where}: the server serves it read-only",
                 "Reading commands work on it; point memcli at the primary server to write",
             )
+        if self._depth:
+            # Inside a transaction: under the session's lock, after what the transaction
+            # counted and buffered (the function sees the session as the transaction left it).
+            with self.lock:
+                self._lock_session(session_id)
+                self._apply_touches()
+                self._write_buffer()
+                self._next_seq.pop(session_id, None)  # the function appends: seq read again
         if len(messages) == 1 and not flushes:
             one = messages[0].message
             params_one = (
