@@ -88,6 +88,7 @@ def translate(sql: str) -> str:
     return "".join(out)
 
 
+@lru_cache(maxsize=4096)
 def session_key(session_id: str) -> int:
     """The advisory lock key of a session: 64 bits of a hash of its id (signed, as PostgreSQL's
     bigint). Two sessions sharing a key only take turns more than they need to."""
