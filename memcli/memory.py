@@ -319,7 +319,8 @@ class Memory:
     ) -> list[list[Flush]] | None:
         """`_put_at_once` under the session's lock, taken by reading its version: the window read
         again if it changed, then the put (on PostgreSQL one statement in the lock's transaction:
-        the lock is held for three round trips, not a put's every statement)."""
+        the lock is held over the version, the window if it changed, the put and the commit, not
+        over a put's every statement)."""
         with self.store.transaction():
             self._hold(self.store.session_version(self.session_id))
             return self._put_at_once(calls, messages)

@@ -426,11 +426,7 @@ class PostgresStore(TableStore):
                 messages[0].tokens,
                 format_time(one.timestamp) if one.timestamp else None,
             )
-            with self.lock:
-                try:
-                    got = self.conn.execute(_PUT_ONE, params_one).fetchone()
-                except self._psycopg.Error as exc:
-                    raise self._error(exc, f"cannot store messages in {self.where}") from None
+            got = self._call_put(_PUT_ONE, params_one)
             if got is None or got[1] is None:
                 return None
             return [got[0]], [], got[1]
@@ -451,14 +447,18 @@ class PostgresStore(TableStore):
             [f.tokens for f in flushes],
             [f.reason for f in flushes],
         )
-        with self.lock:
-            try:
-                row = self.conn.execute(_PUT, params).fetchone()
-            except self._psycopg.Error as exc:
-                raise self._error(exc, f"cannot store messages in {self.where}") from None
+        row = self._call_put(_PUT, params)
         if row is None or row[0] is None:
             return None
         return list(row[0]), list(row[1]), row[2]
+
+    def _call_put(self, sql: str, params: tuple[Any, ...]) -> Any:
+        """One call of a put function: its row."""
+        with self.lock:
+            try:
+                return self.conn.execute(sql, params).fetchone()
+            except self._psycopg.Error as exc:
+                raise self._error(exc, f"cannot store messages in {self.where}") from None
 
     def purge(self) -> None:
         """After a delete for good: VACUUM the tables deleted from, so that PostgreSQL drops the
