@@ -87,3 +87,26 @@ def test_locomo_recall_harness_on_a_slice(minilm: OnnxEmbedder) -> None:
         assert overall["tokens@10"] > 0
         assert variant["latency_ms"]["mean"] > 0
     assert report["build"]["messages"] == 60
+
+
+@pytest.mark.slow
+def test_the_background_export_is_a_process_that_a_first_use_waits_for(tmp_path: Path) -> None:
+    """`prepare_in_background` exports in a child process, not a thread of this one (a daemon
+    thread importing torch when the process exits could hold the import lock while a finaliser
+    imports: `memcli chat` then hung after a failed first turn); the first use waits for it and
+    embeds with what it wrote."""
+    import subprocess
+    import threading
+
+    told = []
+    embedder = OnnxEmbedder(tmp_path / "models", on_prepare=lambda: told.append(True))
+    threads = threading.active_count()
+    child = embedder.prepare_in_background()
+    assert isinstance(child, subprocess.Popen) and threading.active_count() == threads
+    assert told == [True]
+    assert embedder.prepare_in_background() is None  # one export at a time
+    vector = embedder.embed(["a first use waits for the export"])[0]
+    assert child.poll() == 0 and embedder.is_exported and len(vector) == 384
+    assert told == [True]  # said once
+    assert not [p for p in (tmp_path / "models").iterdir() if p.name.endswith(".tmp")]
+    assert embedder.prepare_in_background() is None  # exported

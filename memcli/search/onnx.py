@@ -15,6 +15,8 @@ piece that still does not fit is truncated only when the caller skipped `split`)
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -160,7 +162,7 @@ class OnnxEmbedder:
         self.threads = threads
         self._session: Any = None
         self._tokenizer: Any = None
-        self._preparer: threading.Thread | None = None
+        self._preparer: subprocess.Popen[bytes] | None = None
 
     @property
     def dim(self) -> int:
@@ -186,6 +188,7 @@ class OnnxEmbedder:
         """Export the model if it is not exported yet (`memcli setup` does it ahead of the first
         search); True when this call exported it. Nothing is loaded."""
         with _LOCK:
+            self._wait_for_preparer()
             path = onnx_path(self.cache_dir)
             if path.is_file():
                 return False
@@ -194,27 +197,47 @@ class OnnxEmbedder:
             export_onnx(self.model_dir or bundled_model_dir(), path)
             return True
 
-    def prepare_in_background(self) -> threading.Thread | None:
-        """Start exporting the model in a daemon thread (None when it is exported, or a thread
-        of this embedder already exports it). An error there is left for the first use to
-        report (the export is tried again then)."""
-        if self.is_exported or (self._preparer is not None and self._preparer.is_alive()):
+    def prepare_in_background(self) -> subprocess.Popen[bytes] | None:
+        """Start exporting the model in a child process (None when it is exported, or a child of
+        this embedder exports it already). A process, not a thread: the export's imports (torch,
+        seconds) never hold this interpreter's import lock, which a daemon thread frozen at exit
+        could hold for ever while a finaliser imports (a hang at exit); and the export finishes
+        even when this process exits first. An error there is left for the first use to report
+        (the export is tried again then, in this process)."""
+        if self.is_exported or (self._preparer is not None and self._preparer.poll() is None):
             return None
-
-        def run() -> None:
-            try:
-                self.prepare()
-            except ModelError:
-                pass  # the first use tries again, and says why it fails
-
-        self._preparer = threading.Thread(target=run, name="memcli-prepare-model", daemon=True)
-        self._preparer.start()
+        try:
+            model_dir = self.model_dir or bundled_model_dir()
+        except ModelError:
+            return None  # the first use says why
+        if self.on_prepare is not None:
+            self.on_prepare()
+        self._preparer = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memcli.search.onnx",
+                str(model_dir),
+                str(onnx_path(self.cache_dir)),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C at the terminal does not stop it half way
+        )
         return self._preparer
+
+    def _wait_for_preparer(self) -> None:
+        """A use that needs the model waits for the export started in the background."""
+        child = self._preparer
+        if child is not None and child.poll() is None:
+            child.wait()
 
     def _load(self) -> None:
         with _LOCK:
             if self._session is not None:
                 return
+            self._wait_for_preparer()
             model_dir = self.model_dir or bundled_model_dir()
             path = onnx_path(self.cache_dir)
             if not path.is_file():
@@ -354,3 +377,10 @@ class OnnxEmbedder:
                 continue
             out.append([p for p in pieces if p.strip()] or [text])
         return out
+
+
+if __name__ == "__main__":  # the export in a child process (`OnnxEmbedder.prepare_in_background`)
+    try:
+        export_onnx(Path(sys.argv[1]), Path(sys.argv[2]))
+    except ModelError:
+        sys.exit(1)
