@@ -430,7 +430,7 @@ def _put(
             memory = Memory(
                 store,
                 target,
-                user_id=new_user,
+                user_id=new_user if info is None else info.user_id,
                 budget=wanted if info is None else None,
                 tokenizer=o.tokenizer,
                 memory_blocks=o.blocks,

@@ -15,7 +15,14 @@ from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.errors import MessageNotFound, UsageError
 from memcli.flush import Budget, BudgetOverride, plan_flush, truncation_order
 from memcli.messages import Message, format_time, metadata_json, new_session_id, parse_time
-from memcli.store.base import FlushPlan, NewMessage, SessionInfo, Store, WindowEntry
+from memcli.store.base import (
+    FlushPlan,
+    NewMessage,
+    SessionInfo,
+    Store,
+    WindowEntry,
+    check_owner,
+)
 from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages, message_tokens
 
 if TYPE_CHECKING:
@@ -80,7 +87,7 @@ class Memory:
         self,
         store: Store,
         session_id: str | None = None,
-        user_id: str = "default",
+        user_id: str | None = None,
         budget: Budget | None = None,
         tokenizer: Tokenizer | None = None,
         memory_blocks: Iterable[MemoryBlock] = (),
@@ -109,15 +116,18 @@ class Memory:
         info = store.get_session(self.session_id)
         if info is None:
             self.budget = budget or Budget()
-            self.user_id = user_id
+            self.user_id = user_id if user_id is not None else "default"
             info = store.create_session(
                 self.session_id,
-                user_id,
+                self.user_id,
                 self.budget.token_limit,
                 self.budget.chat_history_token_ratio,
                 self.budget.flush_size,
             )
         else:
+            # A user's memory is theirs: a stored session opens as its own user's, and naming
+            # another user is an error (never a put into someone else's session).
+            check_owner(info, user_id, "Open it with user_id={owner}, or leave user_id out")
             self.user_id = info.user_id
             self.budget = stored_budget(info)
             if budget is not None and budget != self.budget:
@@ -146,7 +156,7 @@ class Memory:
     def from_defaults(
         cls,
         session_id: str | None = None,
-        user_id: str = "default",
+        user_id: str | None = None,
         token_limit: int | None = None,
         chat_history_token_ratio: float | None = None,
         token_flush_size: int | None = None,

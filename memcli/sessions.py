@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import UsageError
 from memcli.flush import Budget, BudgetOverride
 from memcli.messages import format_time
-from memcli.store.base import require_session
+from memcli.store.base import check_owner, require_session
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -21,16 +21,6 @@ if TYPE_CHECKING:
     from memcli.messages import Message
     from memcli.store.base import FlushRecord, SessionInfo, Store
     from memcli.tokens import Tokenizer
-
-
-def check_owner(info: SessionInfo | None, user: str | None, hint: str) -> None:
-    """Refuse a stored session of another user than `user` (None: any user may open it) with
-    UsageError; `hint` says what to do instead, `{owner}` in it standing for the session's user."""
-    if info is not None and user is not None and info.user_id != user:
-        raise UsageError(
-            f"session {info.id!r} belongs to user {info.user_id!r}, not {user!r}",
-            hint.replace("{owner}", info.user_id),
-        )
 
 
 def owned(store: Store, session_id: str, user: str | None, hint: str) -> SessionInfo | None:

@@ -288,3 +288,18 @@ def test_rebudget_stores_the_budget_and_flushes_at_once(db: str) -> None:
     again = Memory(open_store(db), "s", tokenizer=WordTokenizer())
     assert again.budget == Budget(20, 0.5, 5)
     assert len(again.store.list_flushes("s")) == len(flushes)
+
+
+def test_a_session_opens_as_its_users_and_never_as_another_users(db: str) -> None:
+    """A stored session is its user's: opened without a user it is theirs, opened as another
+    user's it raises and nothing is written (the CLI refuses the same with exit 2)."""
+    Memory.from_defaults(session_id="s", user_id="ana", db=db).put(Message("user", "I am Ana"))
+    again = Memory.from_defaults(session_id="s", db=db)
+    assert again.user_id == "ana"
+    with pytest.raises(UsageError, match="belongs to user 'ana', not 'bo'"):
+        Memory.from_defaults(session_id="s", user_id="bo", db=db)
+    with pytest.raises(UsageError, match="belongs to user 'ana', not 'default'"):
+        Memory(open_store(db), "s", user_id="default")
+    assert [m.content for m in again.get_all()] == ["I am Ana"]
+    assert Memory.from_defaults(session_id="s", user_id="ana", db=db).user_id == "ana"
+    assert Memory.from_defaults(session_id="new", db=db).user_id == "default"

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from memcli.credentials import redact_url  # noqa: F401 (the stores show their URLs with it)
-from memcli.errors import SessionNotFound
+from memcli.errors import SessionNotFound, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -270,3 +270,13 @@ def require_session(store: Store, session_id: str, user: str | None = None) -> S
     if info is None or (user is not None and info.user_id != user):
         raise SessionNotFound(session_id, user)
     return info
+
+
+def check_owner(info: SessionInfo | None, user: str | None, hint: str) -> None:
+    """Refuse a stored session of another user than `user` (None: any user may open it) with
+    UsageError; `hint` says what to do instead, `{owner}` in it standing for the session's user."""
+    if info is not None and user is not None and info.user_id != user:
+        raise UsageError(
+            f"session {info.id!r} belongs to user {info.user_id!r}, not {user!r}",
+            hint.replace("{owner}", info.user_id),
+        )
