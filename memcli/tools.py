@@ -305,9 +305,10 @@ class AgentTools:
 
         with self._lock:
             with self.store.transaction():
-                fact = self._fact(fact_id)
-                longterm.delete_fact(self.store, fact_id, origin=self.origin)
-            return {"deleted": fact_record(fact)}
+                self._fact(fact_id)
+                deleted = longterm.delete_fact(self.store, fact_id, origin=self.origin)
+            assert deleted is not None  # (a live fact of the user's: `_fact` found it)
+            return {"deleted": fact_record(deleted)}
 
     def _fact(self, fact_id: int) -> Fact:
         """The live fact of that id, if it is the user's (theirs, or of one of their sessions)."""

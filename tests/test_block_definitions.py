@@ -268,6 +268,56 @@ def test_a_fact_block_without_a_model_takes_no_flushes_until_one_is_configured(
     assert texts == ["Ana has a dog", "Ana counts messages"]
 
 
+def test_backfill_says_which_block_waits_for_a_model(tmp_path: Path, llm) -> None:
+    """No model: the fact block took no flushes; backfill names it and how to set a model (exit
+    0: running without a model is a choice), and with a model set it processes those batches."""
+    config = tmp_path / "c.toml"
+    config.write_text(
+        "[memory]\ntoken_limit = 100\nchat_history_token_ratio = 0.1\ntoken_flush_size = 5\n\n"
+        '[[blocks]]\nkind = "facts"\n'
+    )
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(
+        "".join(
+            json.dumps({"role": role, "content": f"turn {i}: I say something about myself"}) + "\n"
+            for i in range(3)
+            for role in ("user", "assistant")
+        )
+    )
+    args = ("--config", str(config), "blocks", "backfill", "--json")
+    assert memcli("--config", str(config), "import", str(chat), "--session", "s1").code == 0
+    run = memcli(*args)
+    assert run.code == 0, run.stderr
+    assert run.records() == [
+        {"type": "block", "name": "extracted_info", "done": 0, "pending": 0, "waiting": 2}
+    ]
+    stderr = " ".join(run.stderr.split())
+    assert "Nothing to backfill" not in stderr
+    assert "Block 'extracted_info' has 2 batches waiting for a model" in stderr, stderr
+    assert "MEMCLI_MODEL" in stderr
+    llm.default = {"content": "<facts><fact>Ana talks about herself</fact></facts>"}
+    model = {"MEMCLI_MODEL": "openai/test", "MEMCLI_API_BASE": llm.api_base}
+    run = memcli(*args, env=model)
+    assert run.code == 0, run.stderr
+    assert run.records() == [
+        {"type": "block", "name": "extracted_info", "done": 2, "pending": 0, "waiting": 0}
+    ]
+    run = memcli(*args)  # every batch processed: nothing waits any more
+    assert run.code == 0 and "Nothing to backfill" in run.stderr, run.stderr
+
+
+def test_backfill_refuses_a_session_of_another_user(tmp_path: Path) -> None:
+    """As `import --session S --user U` refuses it (exit 2), not "Nothing to backfill"."""
+    db = str(tmp_path / "m.db")
+    line = '{"role": "user", "content": "hello"}\n'
+    assert memcli("--db", db, "import", "-", "--session", "s", input=line).code == 0
+    run = memcli("--db", db, "blocks", "backfill", "s", "--user", "bob")
+    assert run.code == 2, run.stderr
+    assert "session 's' belongs to user 'default', not 'bob'" in run.stderr
+    assert "Nothing to backfill" not in run.stderr
+    assert memcli("--db", db, "blocks", "backfill", "s", "--user", "default").code == 0
+
+
 def test_chat_sends_the_apps_blocks(tmp_path: Path, llm) -> None:
     db = str(run_app(tmp_path))
     llm.script({"content": "Arr."})

@@ -92,6 +92,39 @@ def test_fact_id_beyond_sqlite_integers_is_not_found() -> None:
         assert f"no fact {fact_id}" in run.stderr and "Traceback" not in run.stderr
 
 
+def test_add_to_a_block_that_is_not_a_fact_block_is_refused(tmp_path: Path) -> None:
+    """As the memory tools' add_fact: a fact in another block would never reach the context."""
+    config = tmp_path / "c.toml"
+    config.write_text('[[blocks]]\nkind = "facts"\nname = "prefs"\n')
+    for block in ("nosuch", "extracted_info"):
+        run = memcli(
+            "--config", str(config), "facts", "add", "Ana likes jazz", "--block", block,
+            "--user", "ana",
+        )  # fmt: skip
+        assert run.code == 2, run.stderr
+        assert (
+            f"no fact block {block!r}" in run.stderr and "The fact blocks are: prefs" in run.stderr
+        )
+    every = memcli("--config", str(config), "facts", "--all", "--user", "ana", "--json")
+    assert every.code == 0 and every.records() == [], every.stderr
+    run = memcli(
+        "--config", str(config), "facts", "add", "Ana likes jazz", "--block", "prefs",
+        "--user", "ana", "--json",
+    )  # fmt: skip
+    assert run.code == 0 and run.records()[0]["block"] == "prefs", run.stderr
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_rm_reports_the_fact_as_removal_left_it() -> None:
+    assert memcli("facts", "add", "Ana is vegetarian", "--user", "ana").code == 0
+    run = memcli("facts", "rm", "1", "--user", "ana", "--json")
+    assert run.code == 0, run.stderr
+    (removed,) = run.records()
+    assert removed["type"] == "removed" and removed["state"] == "deleted"
+    (listed,) = memcli("facts", "--all", "--user", "ana", "--json").records()
+    assert {**removed, "type": "fact"} == listed
+
+
 @pytest.mark.usefixtures("no_blocks")
 def test_fact_text_not_utf8_is_refused() -> None:
     # bytes that are not UTF-8 on the command line (os.fsdecode keeps them as surrogate escapes,
@@ -130,6 +163,38 @@ def test_failed_extraction_is_pending_then_extract_pending(llm, tmp_path: Path) 
     run = memcli("--config", config, "facts", "extract", "--pending", "--json")
     assert run.records()[-1] == {"type": "summary", "done": 0, "pending": 0}
     assert len(llm.requests) == before
+
+
+@pytest.mark.parametrize(
+    ("blocks", "name", "answer"),
+    [
+        ('[[blocks]]\nkind = "facts"\n', "extracted_info", "<facts></facts>"),
+        ('[[blocks]]\nkind = "summary"\n', "session_summary", "<summary>Ana said hi.</summary>"),
+    ],
+    ids=["facts", "summary"],
+)
+def test_backfill_exits_1_while_batches_stay_pending(
+    llm, tmp_path: Path, blocks: str, name: str, answer: str
+) -> None:
+    """As `facts extract --pending` and `import`: batches the LLM failed on are not a success."""
+    config = llm_config(tmp_path, llm, blocks, timeout=1)
+    run = memcli(
+        "--config", config, "import", transcript(tmp_path, 3), "--session", "s1", "--no-blocks"
+    )
+    assert run.code == 0, run.stderr
+    llm.default = {"status": 500}
+    try:
+        run = memcli("--config", config, "blocks", "backfill", "--json")
+    finally:
+        llm.default = {"content": answer}
+    assert run.code == 1, run.stderr
+    assert run.records() == [{"type": "block", "name": name, "done": 0, "pending": 2, "waiting": 0}]
+    stderr = " ".join(run.stderr.split())
+    assert "2 batches are still pending" in stderr and "(HTTP 500)" in stderr, stderr
+    assert "Run `memcli blocks backfill` again once the LLM answers" in stderr
+    run = memcli("--config", config, "blocks", "backfill", "--json")
+    assert run.code == 0, run.stderr
+    assert run.records() == [{"type": "block", "name": name, "done": 2, "pending": 0, "waiting": 0}]
 
 
 def test_extract_without_a_fact_block(tmp_path: Path) -> None:
@@ -184,6 +249,7 @@ def test_extract_pending_exits_1_while_batches_stay_pending(llm, tmp_path: Path)
     assert run.code == 1, run.stderr
     assert run.records()[-1] == {"type": "summary", "done": 0, "pending": 1}
     assert "1 batch is still pending" in run.stderr
+    assert "(extracted_info: malformed reply: \"I'd rather not say" in run.stderr  # and why
     assert len(poison_calls) == 2 + block.auto_retries  # retried, whatever its back-off
 
     answering["poison"] = True

@@ -28,11 +28,25 @@ def test_backfill_then_search(
 
     run = memcli("blocks", "backfill", "--json")
     assert run.code == 0, run.stderr
-    (record,) = run.records()
-    assert record["name"] == "vector_memory" and record["done"] >= 2 and record["pending"] == 0
+    records = {r["name"]: r for r in run.records()}
+    vector = records["vector_memory"]
+    assert vector["done"] >= 2 and vector["pending"] == vector["waiting"] == 0
+    # The fact block has no model: handed nothing, and said so (not "nothing to backfill").
+    facts = records["extracted_info"]
+    assert facts["done"] == facts["pending"] == 0 and facts["waiting"] == vector["done"]
+    assert "waiting for a model" in run.stderr
     run = memcli("blocks", "backfill", "s1", "--json")
-    assert run.code == 0 and "Nothing to backfill" in run.stderr
-    assert run.records() == [{"type": "block", "name": "vector_memory", "done": 0, "pending": 0}]
+    assert run.code == 0 and "Nothing to backfill" not in run.stderr
+    assert run.records() == [
+        {"type": "block", "name": "vector_memory", "done": 0, "pending": 0, "waiting": 0},
+        {
+            "type": "block",
+            "name": "extracted_info",
+            "done": 0,
+            "pending": 0,
+            "waiting": facts["waiting"],
+        },
+    ]
 
     run = memcli("search", "which musical instrument do I play", "-k", "2", "--json")
     assert run.code == 0, run.stderr
@@ -65,8 +79,12 @@ def test_import_feeds_the_vector_block_and_a_second_session_recalls(tmp_path: Pa
     assert run.code == 0, run.stderr
     summary = run.records()[-1]
     assert summary["blocks_fed"] is True and summary["block_batches"] == summary["flushes"] > 0
-    # Nothing left for backfill.
-    assert "Nothing to backfill" in memcli("blocks", "backfill").stderr
+    # Nothing left for backfill but the fact block's batches, which wait for a model.
+    run = memcli("blocks", "backfill", "--json")
+    assert run.code == 0 and "vector_memory: 0 batches processed." in run.stderr
+    assert [r["waiting"] for r in run.records() if r["name"] == "extracted_info"] == [
+        summary["flushes"]
+    ]
     second = tmp_path / "b.jsonl"
     second.write_text('{"role": "user", "content": "hello again", "session": "second"}\n')
     assert memcli("import", str(second)).code == 0

@@ -122,7 +122,8 @@ def test_facts_go_to_the_users_first_fact_block_with_history(tmp_path: Path) -> 
     assert tools.update_fact(fact["id"], "Ana is vegan")["fact"]["text"] == "Ana is vegan"
     assert [f["text"] for f in tools.list_facts()] == ["Ana is vegan"]
     assert tools.list_facts("other") == []
-    assert tools.delete_fact(fact["id"])["deleted"]["text"] == "Ana is vegan"
+    deleted = tools.delete_fact(fact["id"])["deleted"]
+    assert deleted["text"] == "Ana is vegan" and deleted["state"] == "deleted"  # as it is now
     assert tools.list_facts() == []
     history = longterm.fact_history(tools.store, "user:ana", fact_id=fact["id"])
     assert [c.action for c in history] == ["added", "edited", "deleted"]

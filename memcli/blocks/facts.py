@@ -505,7 +505,8 @@ def extract_pending(
 ) -> FeedResult:
     """Retry every pending batch of these sessions' scopes, whatever its back-off or attempts.
 
-    Per block: how many batches are now done, and how many are still pending afterwards.
+    Per block: how many batches are now done, how many are still pending afterwards, and the
+    newest failure's reason.
     """
     result = FeedResult()
     for block in blocks:
@@ -514,7 +515,12 @@ def extract_pending(
             done += block.retry(store, key, tokenizer)[0]
             if work.condense_failures(store, block.name, key):
                 block.condense(store, key)
-            pending += len(longterm.pending_flushes(store, block.name, key))
+            still = len(longterm.pending_flushes(store, block.name, key))
+            if still:
+                pending += still
+                reason = longterm.pending_work(store, block.name, key)[1]
+                if reason is not None:
+                    result.errors.setdefault(block.name, reason)
         result.done[block.name] = done
         result.pending[block.name] = pending
     return result

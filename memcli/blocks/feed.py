@@ -2,7 +2,8 @@
 
 Each block records, per scope (`user:ID` or `session:ID`) and flush, whether it processed the flush
 (`done`) or must retry it (`pending`). `backfill` hands a block every archived batch it has not
-processed, so a block added later, an `import --no-blocks` or a failed extraction catches up.
+processed, so a block added later, an `import --no-blocks` or a failed extraction catches up; an
+LLM block without a model takes none, and `backfill` counts the batches waiting for one.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
-from memcli.blocks.base import BlockContext, MemoryBlock
+from memcli.blocks.base import BlockContext, LLMBlock, MemoryBlock
+from memcli.errors import MemcliError
 from memcli.store import longterm
 
 if TYPE_CHECKING:
     from memcli.messages import Message
-    from memcli.store.base import SessionInfo
+    from memcli.store.base import FlushRecord, SessionInfo
     from memcli.tokens import Tokenizer
 
 #: How many batches a block is given per put_many call.
@@ -37,14 +39,51 @@ class FlushedBatch:
 
 @dataclass
 class FeedResult:
-    """What feeding did: per block, how many batches were processed and how many stay pending."""
+    """What feeding did: per block, how many batches were processed and how many stay pending,
+    with why (`errors`: a failure's reason, when known; `feed` keeps the first, as later ones
+    may follow from it); and per LLM block without a model, how many batches wait for one
+    (`waiting`: a backfill hands it none)."""
 
     done: dict[str, int] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    waiting: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
         return sum(self.done.values()) + sum(self.pending.values())
+
+    def pending_error(self, again: str) -> MemcliError | None:
+        """The error a command ends with while batches stay pending (exit 1): how many, and
+        why (each block's `errors`); `again` is the command that retries them. None: none is."""
+        still = sum(self.pending.values())
+        if not still:
+            return None
+        why = "; ".join(
+            f"{name}: {(self.errors.get(name) or 'no error recorded').rstrip('.')}"
+            for name, n in self.pending.items()
+            if n
+        )
+        plural = "batch is" if still == 1 else "batches are"
+        return MemcliError(
+            f"{still} {plural} still pending ({why})", f"Run `{again}` again once the LLM answers"
+        )
+
+    def waiting_note(self, again: str) -> str | None:
+        """What to say while LLM blocks without a model have batches waiting for one: which
+        blocks, how many batches, and how to hand them over (`again`, the command to run once a
+        model is set). None: no batch waits. Running without a model is a choice: not an error."""
+        what = [
+            f"block {name!r} has {n:,} {'batch' if n == 1 else 'batches'} waiting for a model"
+            for name, n in self.waiting.items()
+            if n
+        ]
+        if not what:
+            return None
+        return (
+            f'{"; ".join(what).capitalize()}: set [llm] model (MEMCLI_MODEL) or model = "..."'
+            f" on the block, then run `{again}`."
+        )
 
 
 def feed(
@@ -85,6 +124,8 @@ def feed(
                     )
                     key = "done" if outcome is None else "pending"
                     getattr(result, key)[block.name] += 1
+                    if outcome is not None:  # the first failure: later ones may follow from it
+                        result.errors.setdefault(block.name, outcome)
             share.finish()
     return result
 
@@ -124,17 +165,20 @@ def unprocessed(
             continue
         todo[block.name] = []
         for info in sessions:
-            key = block.key_for(info.id, info.user_id)
-            statuses = longterm.flush_statuses(store, block.name, key, info.id)
-            for record in store.list_flushes(info.id):
-                if statuses.get(record.id) == "done":
-                    continue
+            for record in _not_done(store, block, info):
                 if record.id not in messages:
                     messages[record.id] = longterm.flush_messages(store, record.id)
                 todo[block.name].append(
                     FlushedBatch(record.id, info.id, info.user_id, messages[record.id])
                 )
     return todo
+
+
+def _not_done(store: Any, block: MemoryBlock, info: SessionInfo) -> list[FlushRecord]:
+    """The session's flushes that `block` has not processed (never handed it, or pending)."""
+    key = block.key_for(info.id, info.user_id)
+    statuses = longterm.flush_statuses(store, block.name, key, info.id)
+    return [r for r in store.list_flushes(info.id) if statuses.get(r.id) != "done"]
 
 
 def backfill(
@@ -148,16 +192,20 @@ def backfill(
     """Hand each block every archived batch of these sessions that it has not processed.
 
     `on_total(n)` is told first how many (block, batch) pairs there are; running it twice does
-    nothing the second time (unless a batch stayed pending).
+    nothing the second time (unless a batch stayed pending). An LLM block without a model is
+    handed nothing: `waiting` counts the batches it has not processed.
     """
     todo = unprocessed(store, blocks, sessions)
     if on_total is not None:
         on_total(sum(len(v) for v in todo.values()))
     result = FeedResult()
     for block in blocks:
+        if isinstance(block, LLMBlock) and block.llm is None:
+            result.waiting[block.name] = sum(len(_not_done(store, block, i)) for i in sessions)
         if block.name not in todo:
             continue
         part = feed(store, [block], todo[block.name], tokenizer, progress)
         result.done.update(part.done)
         result.pending.update(part.pending)
+        result.errors.update(part.errors)
     return result

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from memcli.cli import common, output
+
+if TYPE_CHECKING:
+    from memcli.blocks.feed import FeedResult
 
 app = typer.Typer(
     help="Long-term memory blocks: list them, or backfill them with archived batches.",
@@ -90,30 +93,55 @@ def backfill_command(
     json_: common.Json = False,
 ) -> None:
     """Hand each block every archived batch it has not processed (after `import --no-blocks`, a
-    block added to the config later, or a failed extraction). A second run does nothing.
+    block added to the config later, or a failed extraction). A second run does nothing. Exit 1
+    while batches stay pending (the LLM failed); a block without a model is said to have
+    batches waiting for one. With --user, a session of another user is refused (exit 2).
 
     Example: memcli blocks backfill --user alice
     """
     from memcli.blocks.feed import backfill
+    from memcli.store.base import check_owner
 
     s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=True)
     if session is not None:
         sessions = [common.require_session(store, session)]
+        check_owner(sessions[0], user, "Leave out --user, or use --user {owner}")
     else:
         sessions = store.list_sessions(s.user)
     blocks = common.make_blocks(s, store, session=session)
     with output.progress("Backfilling") as bar:
         result = backfill(store, blocks, sessions, common.tokenizer(s), bar.advance, bar.total)
+    _report(blocks, result, json_)
+    again = "memcli blocks backfill" + (f" {session}" if session else "")
+    again += f" --user {user}" if user else ""
+    error = result.pending_error(again)
+    if error is not None:  # work the LLM failed is left: not a success
+        raise error
+    note = result.waiting_note(again)
+    if note is not None:  # no model: a choice, said, not an error
+        output.info(note)
+
+
+def _report(blocks: list[Any], result: FeedResult, json_: bool) -> None:
+    """What a backfill did, per block: a line on stderr, a record on stdout in JSON mode."""
     records: list[dict[str, Any]] = [
-        {"type": "block", "name": name, "done": result.done[name], "pending": result.pending[name]}
-        for name in result.done
+        {
+            "type": "block",
+            "name": b.name,
+            "done": result.done.get(b.name, 0),
+            "pending": result.pending.get(b.name, 0),
+            "waiting": result.waiting.get(b.name, 0),
+        }
+        for b in blocks
+        if b.name in result.done or result.waiting.get(b.name)
     ]
-    if result.total == 0:
+    if result.total == 0 and not any(result.waiting.values()):
         output.info("Nothing to backfill: every block has processed every archived batch.")
     else:
         for r in records:
             pending = f", {r['pending']} pending" if r["pending"] else ""
-            output.info(f"{r['name']}: {r['done']} batches processed{pending}.")
+            waiting = f", {r['waiting']} waiting for a model" if r["waiting"] else ""
+            output.info(f"{r['name']}: {r['done']} batches processed{pending}{waiting}.")
     if output.wants_json(json_):
         output.emit_all(records)

@@ -50,12 +50,12 @@ def _scope(
 
 
 def _block_name(s: Any, store: Any, block: str | None, session: str | None) -> str:
-    """The named block, else the first fact block of those the session (or user) uses."""
+    """The named block, else the first fact block of those the session (or user) uses; a named
+    block that is not one of them is refused (UsageError, exit 2), as the memory tools refuse it."""
     from memcli.tools import fact_block_name
 
-    if block is not None:
-        return block
-    return fact_block_name(common.make_blocks(s, store, session=session, warn=False))
+    blocks = common.make_blocks(s, store, session=session, warn=False)
+    return fact_block_name(blocks, block, strict=True)
 
 
 def _fact_record(f: Any) -> dict[str, Any]:
@@ -408,10 +408,10 @@ def rm_command(
     removed = []
     with store.transaction():
         for fact_id in dict.fromkeys(fact_ids):
-            removed.append(_live(s, store, fact_id))
-            longterm.delete_fact(store, fact_id, origin="manual")
+            _live(s, store, fact_id)
+            removed.append(longterm.delete_fact(store, fact_id, origin="manual"))
     output.info(f"Removed {output.plural(len(removed), 'fact')}.")
-    if output.wants_json(json_):
+    if output.wants_json(json_):  # each fact as it is now: deleted
         output.emit_all([{**_fact_record(f), "type": "removed"} for f in removed])
 
 
@@ -518,11 +518,6 @@ def extract_command(
     output.info(f"Extracted from {output.plural(done, 'batch')}; {still} still pending.")
     if output.wants_json(json_):
         output.emit_all([{"type": "summary", "done": done, "pending": still}])
-    if still:  # the LLM failed on them again: not a success
-        from memcli.errors import MemcliError
-
-        plural = "batch is" if still == 1 else "batches are"
-        raise MemcliError(
-            f"{still} {plural} still pending",
-            "Run `memcli facts extract --pending` again once the LLM answers",
-        )
+    error = result.pending_error("memcli facts extract --pending")
+    if error is not None:  # the LLM failed on them again: not a success
+        raise error

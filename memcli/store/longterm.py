@@ -890,8 +890,8 @@ def delete_fact(
     *,
     origin: str = "api",
 ) -> Fact | None:
-    """Mark a fact deleted (kept for its history, with `origin`: see ORIGINS); return it, or
-    None when there is none."""
+    """Mark a fact deleted (kept for its history, with `origin`: see ORIGINS); return it as it
+    is now (deleted), or None when there is none."""
     fact = get_fact(store, fact_id)
     if fact is None or fact.deleted_at is not None:
         return None
@@ -902,7 +902,7 @@ def delete_fact(
             (stamp, stamp, fact_id),
         )
         _history(store, fact, action, origin, stamp, before=fact, flush_id=flush_id)
-    return fact
+    return get_fact(store, fact_id)
 
 
 def fact_history(
