@@ -272,8 +272,12 @@ def provider_error(exc: Exception, config: LLMConfig) -> ProviderError:
     text = str(exc).split("\n")[0]
     if config.api_key:
         text = text.replace(config.api_key, MASK)
-    text = redact_text(text)[:300]
+    text = redact_text(text)[:300].rstrip(". ")  # (the hint follows after ". ")
     where = redact_url(config.api_base) if config.api_base else "the provider"
+    lowered = text.lower()
+    # No key at all: the OpenAI client refuses before any request, and litellm calls that an
+    # internal server error (500).
+    no_key = "api_key" in lowered and ("missing" in lowered or "must be set" in lowered)
     if (
         name in ("Timeout", "APITimeoutError", "ReadTimeout", "ConnectTimeout")
         or "timed out" in text.lower()
@@ -289,6 +293,13 @@ def provider_error(exc: Exception, config: LLMConfig) -> ProviderError:
         kind, hint = (
             "unreachable",
             f"Cannot reach {where}; check that the server runs and --api-base is right",
+        )
+    elif no_key:
+        kind, status, hint = (
+            "auth",
+            None,
+            "No API key for this provider: set its key variable (e.g. OPENAI_API_KEY), or point"
+            " --api-base at a local server",
         )
     elif name == "AuthenticationError" or status == 401 or status == 403:
         kind, hint = (

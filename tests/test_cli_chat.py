@@ -123,6 +123,17 @@ def test_provider_errors_keep_the_message_say_what_to_do_and_exit_1(llm, reply, 
     assert [(m["role"], m["content"]) for m in stored("err")] == [("user", "are you there?")]
 
 
+def test_no_api_key_is_said_as_such_not_as_a_server_error() -> None:
+    """No OPENAI_API_KEY (the tests clear provider keys): the OpenAI client refuses before any
+    request, and litellm calls that a server error (500); memcli says a key is missing."""
+    run = memcli("chat", "--session", "nokey", "--model", "gpt-4o-mini", input="hi\n")
+    assert run.code == 1
+    stderr = " ".join(run.stderr.split())
+    assert "No API key for this provider" in stderr and "OPENAI_API_KEY" in stderr, stderr
+    assert "server error" not in stderr and ".." not in stderr
+    assert [(m["role"], m["content"]) for m in stored("nokey")] == [("user", "hi")]
+
+
 def test_retry_in_plain_mode_resends_without_storing_twice(llm):
     llm.script({"status": 500}, {"content": "Back again."})
     run = memcli("chat", "--session", "r", *model_args(llm), input="hello?\n/retry\n")
