@@ -307,6 +307,11 @@ def test_db_that_is_no_regular_file_is_a_usage_error(tmp_path: Path) -> None:
     garbage.write_bytes(b"not a database" * 100)
     result = run("--db", str(garbage), "import", str(path), "--no-blocks")
     assert result.code == 1 and "file is not a database" in result.stderr  # a store error
+    # Said as what it is (another kind of file), not as a damaged database to restore.
+    assert "is not a memcli database: it is not a SQLite file" in result.stderr
+    for args in (("sessions",), ("copy", str(garbage), str(tmp_path / "c.db"))):
+        other = run("--db", str(garbage), *args) if args[0] != "copy" else run(*args)
+        assert other.code == 1 and "is not a memcli database" in other.stderr, other.stderr
     assert garbage.read_bytes() == b"not a database" * 100
 
 

@@ -176,6 +176,13 @@ class SQLiteStore(TableStore):
         name = getattr(exc, "sqlite_errorname", "") or ""
         if name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB" or _DAMAGE in str(exc):
             self.damaged = True
+            if name == "SQLITE_NOTADB" and not self._sqlite_header():
+                return StoreDamaged(
+                    f"{self.where} is not a memcli database: it is not a SQLite file ({exc})",
+                    "Point --db (or MEMCLI_DB, or db in the config) at memcli's database; a new"
+                    " file name makes a new one. Were it memcli's database, it is damaged: restore"
+                    " it from a backup (`memcli backup`)",
+                )
             return StoreDamaged(
                 f"the database {self.where} is damaged ({exc})",
                 "Nothing more is written to it. Run `memcli check` to see what is wrong, and "
@@ -187,6 +194,15 @@ class SQLiteStore(TableStore):
                 "Reading commands work on it; make the file and its directory writable to write",
             )
         return StoreError(f"{what}: {exc}", "Check the database file (`memcli check`)")
+
+    def _sqlite_header(self) -> bool:
+        """Whether the file starts as every SQLite database does (False: another kind of file,
+        or one damaged from its first bytes)."""
+        try:
+            with open(self.path or "", "rb") as file:
+                return file.read(16) == b"SQLite format 3\x00"
+        except OSError:
+            return True  # unreadable here: SQLite's own word stands
 
     def _migrate(self) -> None:
         try:
