@@ -108,6 +108,19 @@ def test_duplicate_names(tmp_path: Path) -> None:
         build_blocks(s.blocks, Defaults())
 
 
+def test_a_custom_blocks_unknown_key_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `kind = "python"` block's other keys go to its constructor; one it does not take is an
+    error naming the block and the key (it was passed on and dropped)."""
+    shutil.copy(EXAMPLES / "mention_counter.py", tmp_path / "mention_counter.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    table = '[[blocks]]\nkind = "python"\npath = "mention_counter:MentionCounter"\n'
+    s = settings_from(tmp_path, table + 'who = "Rex"\nbogus = 1\nwhoo = 2\n')
+    with pytest.raises(ConfigError, match=r"'mentions'.*unknown keys 'bogus', 'whoo'"):
+        build_blocks(s.blocks, Defaults())
+
+
 def test_custom_block_from_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shutil.copy(EXAMPLES / "mention_counter.py", tmp_path / "mention_counter.py")
     monkeypatch.syspath_prepend(str(tmp_path))

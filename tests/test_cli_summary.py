@@ -120,6 +120,7 @@ def test_a_bad_summary_option_in_the_config_exits_2(llm, tmp_path: Path) -> None
     assert "[[blocks]] #1: block 'session_summary': max_tokens must be a whole number >= 10" in (
         run.stderr
     )
+    assert f"Error: {path}: [[blocks]] #1" in " ".join(run.stderr.split())  # the file, named
 
 
 def test_the_chat_long_term_panel_shows_the_summary_wrapped() -> None:

@@ -81,12 +81,19 @@ class MemoryBlock:
         name: str | None = None,
         priority: int | None = None,
         scope: str | None = None,
-        **_: Any,
+        **unknown: Any,
     ) -> None:
         from memcli.errors import ConfigError
 
         if name is not None:
             self.name = name
+        if unknown:  # a key a block does not take (a `kind = "python"` block's, passed on here)
+            keys = ", ".join(repr(k) for k in sorted(unknown))
+            raise ConfigError(
+                f"block {self.name!r}: unknown key{'s' if len(unknown) > 1 else ''} {keys}",
+                f"{type(self).__name__} does not take {'them' if len(unknown) > 1 else 'it'}:"
+                " check the spelling, or remove the key from the block's table",
+            )
         if priority is not None:
             self.priority = priority
         if scope is not None:

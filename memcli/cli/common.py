@@ -146,6 +146,7 @@ def blocks_with_problems(
     """`make_blocks`, and each recorded definition left out: (origin, table, reason)."""
     from memcli.blocks.registry import Defaults, build_blocks, rebuild
     from memcli.blocks.vector import VectorBlock
+    from memcli.errors import ConfigError
     from memcli.search.types import SearchOptions
     from memcli.store import longterm
 
@@ -162,7 +163,11 @@ def blocks_with_problems(
         recorded = longterm.block_definitions(store, session, user or s.user)
     if s.blocks is not None:
         origin = f"config file {s.config_path}"
-        blocks = build_blocks(s.blocks, defaults)
+        try:
+            blocks = build_blocks(s.blocks, defaults)
+        except ConfigError as exc:  # said with the file, as the other settings' errors are
+            where = f"{s.config_path}: " if s.config_path is not None else ""
+            raise ConfigError(f"{where}{exc.message}", exc.hint) from None
     elif recorded is not None:
         origin = f"stored for session {recorded[0]}"
         blocks, failed = rebuild(recorded[1], defaults)
