@@ -34,18 +34,21 @@ class Budget:
 
     def __post_init__(self) -> None:
         if isinstance(self.token_limit, bool) or not isinstance(self.token_limit, int):
-            raise UsageError("token_limit must be a whole number", "Pass e.g. --token-limit 30000")
+            raise UsageError(
+                "token_limit must be a whole number",
+                "Pass e.g. 30000 (--token-limit on the command line)",
+            )
         if not 0 < self.token_limit <= MAX_TOKEN_LIMIT:
             shown = str(self.token_limit) if self.token_limit < 10**30 else "a far larger number"
             raise UsageError(
                 f"token_limit must be positive and at most {MAX_TOKEN_LIMIT:,}, not {shown}",
-                "Pass e.g. --token-limit 30000",
+                "Pass e.g. 30000 (--token-limit on the command line)",
             )
         ratio = self.chat_history_token_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio <= 1:
             raise UsageError(
                 f"chat_history_token_ratio must be in (0, 1], not {ratio}",
-                "Pass e.g. --ratio 0.7",
+                "Pass e.g. 0.7 (--ratio on the command line)",
             )
         if self.token_flush_size is None:
             object.__setattr__(self, "token_flush_size", max(1, self.token_limit // 10))
@@ -53,12 +56,13 @@ class Budget:
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise UsageError(
                 f"token_flush_size must be a positive whole number, not {size}",
-                "Pass e.g. --flush-size 3000",
+                "Pass e.g. 3000 (--flush-size on the command line)",
             )
         if size > self.token_limit:
             raise UsageError(
                 f"token_flush_size {size} is larger than token_limit {self.token_limit}",
-                "Pass a --flush-size no larger than --token-limit (the default is 10% of it)",
+                "Pass a flush size no larger than the token limit (the default is 10% of it;"
+                " --flush-size and --token-limit on the command line)",
             )
 
     @property

@@ -12,7 +12,7 @@ from os import PathLike
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
-from memcli.errors import MessageNotFound, UsageError
+from memcli.errors import InputError, MessageNotFound, UsageError
 from memcli.flush import Budget, BudgetOverride, plan_flush, truncation_order
 from memcli.messages import Message, format_time, metadata_json, new_session_id, parse_time
 from memcli.store.base import (
@@ -827,6 +827,11 @@ def truncate_blocks(
 def _as_message(value: Message | dict[str, object]) -> Message:
     if isinstance(value, Message):
         return value
+    if not isinstance(value, dict):  # (a dict goes on to from_dict, which names what is wrong)
+        raise InputError(
+            f"a message must be a Message or a dict, not {type(value).__name__}",
+            'Pass Message("user", "...") or {"role": "user", "content": "..."}',
+        )
     return Message.from_dict(value)
 
 

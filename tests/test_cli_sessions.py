@@ -225,6 +225,23 @@ def test_export_round_trip(tmp_path: Path) -> None:
     assert len(active_only) == original[-1]["active_messages"]
 
 
+def test_a_user_with_nothing_stored_is_said_so(tmp_path: Path) -> None:
+    """A user name with no sessions (mistyped, as often as not): `sessions` on a terminal names
+    the users that have some, and `rm --user` says nothing is stored rather than "forgot"."""
+    seed(tmp_path, "one")
+    code = (
+        "import sys; sys.stdout.isatty = lambda: True;"
+        " sys.argv = ['memcli', 'sessions', '--user', 'nobody'];"
+        "from memcli.cli.app import main; main()"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "No sessions of user 'nobody'. The users with sessions: default." in proc.stderr
+    run = memcli("rm", "--user", "nobody", "--yes")
+    assert run.code == 0 and "user 'nobody': nothing is stored for this user" in run.stderr
+    assert [r["session"] for r in memcli("sessions").records()] == ["one"]
+
+
 @pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_rm(tmp_path: Path) -> None:
     seed(tmp_path, "a", n=1)

@@ -303,3 +303,14 @@ def test_a_session_opens_as_its_users_and_never_as_another_users(db: str) -> Non
     assert [m.content for m in again.get_all()] == ["I am Ana"]
     assert Memory.from_defaults(session_id="s", user_id="ana", db=db).user_id == "ana"
     assert Memory.from_defaults(session_id="new", db=db).user_id == "default"
+
+
+def test_a_put_of_something_not_a_message_says_what_to_pass() -> None:
+    from memcli import InputError
+
+    memory = Memory.from_defaults()
+    with pytest.raises(InputError, match=r"a Message or a dict, not str.*Message\(\"user\""):
+        memory.put("hello")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="missing role"):
+        memory.put({"content": "hello"})  # type: ignore[arg-type]
+    assert memory.get_all() == []

@@ -20,7 +20,8 @@ def sessions_command(
     # The default database not made yet: no sessions. One named (--db, MEMCLI_DB, config) that
     # is not there is an error, as on every reading command.
     fresh = s.sources.get("db") == "default" and not common.database_exists(s)
-    infos = [] if fresh else common.open_store(s, must_exist=True).list_sessions(user)
+    store = None if fresh else common.open_store(s, must_exist=True)
+    infos = [] if store is None else store.list_sessions(user)
     records: list[dict[str, Any]] = [
         {
             "type": "session",
@@ -44,6 +45,13 @@ def sessions_command(
         output.emit_all(records)
         return
     if not infos:
+        others = [] if store is None or user is None else store.list_sessions(None)
+        if others:  # a user with none (a mistyped name?) in a database that has sessions
+            users = sorted({i.user_id for i in others})
+            output.info(
+                f"No sessions of user {user!r}. The users with sessions: {', '.join(users)}."
+            )
+            return
         output.info("No sessions yet. Start one with `memcli import FILE` or `memcli chat`.")
         return
     titled = any(i.title for i in infos)  # imported conversations: their titles
