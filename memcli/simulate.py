@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memcli.flush import REASON_FLUSH_SIZE, Budget, BudgetOverride, plan_flush
 from memcli.tokens import Tokenizer, count_contents, count_messages
-from memcli.transcripts import call_sizes, read_columns
+from memcli.transcripts import call_sizes, parse_columns, read_source
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -187,8 +187,25 @@ class Replay:
         cls, source: str | Path, put: str, tokenizer: Tokenizer, stdin: IO[bytes] | None = None
     ) -> tuple[Replay, set[str]]:
         """Read a transcript (a path, or `-` for stdin) and count its tokens; also the sessions it
-        names. It is read as columns (`memcli.transcripts.read_columns`), no Message per line."""
-        columns = read_columns(source, stdin)
+        names. It is read as columns (`memcli.transcripts.parse_columns`), no Message per line; an
+        export (ChatGPT, Claude.ai, llm) is refused with what to do instead."""
+        from memcli.errors import InputError
+        from memcli.formats import export_kind
+
+        data, name = read_source(source, stdin)
+        try:
+            columns = parse_columns(data, name)
+        except InputError:
+            kind = export_kind(data, name)
+            if kind is None:
+                raise
+            what = {"chatgpt": "a ChatGPT", "claude": "a Claude.ai", "llm": "an llm"}[kind]
+            raise InputError(
+                f"{name} is {what} export: simulate replays one transcript (JSON Lines of"
+                " messages) or a stored session",
+                f"Import it first (`memcli import {name}`), then replay a session it made:"
+                " `memcli simulate flush --session ID` (`memcli sessions` lists them)",
+            ) from None
         tokens = count_contents(columns.contents, columns.metadata, tokenizer)
         return cls(columns.roles, tokens, call_sizes(columns.sizes, put)), columns.sessions
 

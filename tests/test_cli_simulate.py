@@ -465,3 +465,17 @@ def test_the_image_draws_every_parameter_set(tmp_path: Path, transcript: Path) -
         for ratio in (0.5, 0.7):
             assert f"limit {limit} · ratio {ratio:g}" in text  # each set's legend entry
     assert "first 6 of 8" not in text
+
+
+@pytest.mark.parametrize("export", ["chatgpt", "claude"])
+def test_an_export_is_said_to_be_one_with_what_to_do(tmp_path: Path, export: str) -> None:
+    """simulate replays a transcript or a stored session; given an export (which `import`
+    reads), it says so and how to replay it, not "item 0: missing role"."""
+    exports = Path(__file__).parent / "data" / "exports"
+    source = next(p for p in sorted(exports.iterdir()) if p.name.startswith(export))
+    run = memcli("simulate", "flush", str(source))
+    assert run.code == 2, run.stderr
+    said = " ".join(run.stderr.split())
+    name = {"chatgpt": "a ChatGPT", "claude": "a Claude.ai"}[export]
+    assert f"is {name} export" in said and "memcli simulate flush --session ID" in said, said
+    assert "missing role" not in said

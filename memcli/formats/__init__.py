@@ -97,6 +97,20 @@ def read(source: str | Path, stdin: IO[bytes] | None = None, format: str = "auto
     return Source("llm", name, conversations=llm.read_json(items, name))
 
 
+def export_kind(data: bytes, name: str = "<input>") -> str | None:
+    """Which export a file's bytes are ("chatgpt", "claude", "llm"), or None: a transcript, or
+    something no reader takes. For a command that reads transcripts only, to say so."""
+    if data.startswith(_SQLITE):
+        return "llm"
+    try:
+        if data.startswith(_ZIP):
+            data, name = _unzip(data, name)
+        kind = _shape(_whole_json(data), data, name)
+    except InputError:
+        return None
+    return None if kind == "transcript" else kind
+
+
 def _transcript(data: bytes, name: str) -> Source:
     header, rest = split_session_record(data, name)
     return Source("transcript", name, records=parse_transcript(rest, name), header=header)
