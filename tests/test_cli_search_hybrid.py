@@ -112,3 +112,12 @@ def test_queries_file_and_stdin(tmp_path: Path) -> None:
     assert run.code == 2 and "<stdin>:2" in run.stderr
     run = memcli("search", "cello", "--queries", "-", input="")
     assert run.code == 2
+    # A line's own session or user that does not fit: the error names the file and line.
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"query": "cello"}\n{"query": "x", "session": "nope"}\n')
+    run = memcli("search", "--queries", str(path))
+    assert run.code == 1 and f"{path}:2: no session 'nope'" in " ".join(run.stderr.split())
+    path.write_text('{"query": "cello", "session": "s2", "user": "ana"}\n')
+    run = memcli("search", "--queries", str(path))
+    said = " ".join(run.stderr.split())
+    assert run.code == 2 and f"{path}:1: session 's2' belongs to user 'bob', not 'ana'" in said

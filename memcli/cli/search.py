@@ -89,6 +89,7 @@ def search_command(
         since=window[0],
         until=window[1],
         mode=mode,
+        source=None if queries is None else ("<stdin>" if queries == "-" else queries),
     )
     records = [
         {**hit.to_dict(explain=explain), **({"query_index": i} if queries is not None else {})}

@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import InputError, UsageError
-from memcli.store.base import require_session
+from memcli.errors import InputError, MemcliError
+from memcli.store.base import check_owner, require_session
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -101,21 +101,23 @@ def search_lines(
     since: datetime | None = None,
     until: datetime | None = None,
     mode: str = "hybrid",
+    source: str | None = None,
 ) -> Found:
     """Each query line searched in turn: its own user, session and k win over the ones given
     here; a named session must exist (SessionNotFound), and belong to the user when one is
-    given (else UsageError, as `chat` refuses another user's session)."""
+    given (else UsageError, as `chat` refuses another user's session). With `source` (the query
+    file's name), an error that a line's own session or user caused names the file and line."""
     found = Found()
     for line in lines:
         target = line.session or session_id
         if target is not None:
-            info = require_session(retriever.store, target)
-            owner = line.user or user
-            if owner is not None and info.user_id != owner:
-                raise UsageError(
-                    f"session {target!r} belongs to user {info.user_id!r}, not {owner!r}",
-                    f"Drop --user, or use --user {info.user_id}",
-                )
+            try:
+                info = require_session(retriever.store, target)
+                check_owner(info, line.user or user, "Drop --user, or use --user {owner}")
+            except MemcliError as exc:
+                if source is not None and (line.session or line.user):
+                    exc.message = f"{source}:{line.index + 1}: {exc.message}"
+                raise
         result = retriever.search(
             line.query,
             k=line.k or k,
