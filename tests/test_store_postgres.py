@@ -428,12 +428,14 @@ class _Statements:
         return getattr(self._conn, name)
 
 
+@pytest.mark.parametrize("server", ["postgresql", "pgvector"])  # PostgreSQL 15 and 18
 def test_a_put_of_one_message_takes_the_lean_function_and_stores_what_sqlite_does(
-    pg_url: str, tmp_path: Path
+    server: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """One message that flushes nothing goes through `memcli_put_one`, the others through
     `memcli_put`: the same messages, statuses, flushes and counters as SQLite's, and a stale
     version writes nothing."""
+    pg_url = request.getfixturevalue("pg_url" if server == "postgresql" else "pgvector_url")
     texts = [f"message {i} " + "word " * (i % 7) for i in range(60)]
     stores = {"pg": open_store(pg_url), "sqlite": open_store(tmp_path / "m.db")}
     assert isinstance(stores["pg"], PostgresStore)
