@@ -40,6 +40,7 @@ class About:
     embedding_model_dir: Path
     embedding_model_exported: bool
     vector_backend: str  # where vectors are searched: pgvector, or FAISS index files (where)
+    db_error: str | None = None  # why a PostgreSQL database cannot be opened (None: it can)
 
     def records(self) -> list[dict[str, Any]]:
         """JSON Lines: one `info` record, then one `setting` and one `block` record each."""
@@ -87,6 +88,7 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
         if f.name not in ("home", "config_path", "blocks", "explicit", "sources")
     ]
     embedder = OnnxEmbedder(settings.home / "models")
+    backend, error = vector_backend(settings)
     return About(
         version=__version__,
         db_path=path or settings.db_label,
@@ -109,7 +111,8 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
         blocks_source="file" if settings.blocks is not None else "default",
         embedding_model_dir=embedder.cache_dir,
         embedding_model_exported=embedder.is_exported,
-        vector_backend=vector_backend(settings),
+        vector_backend=backend,
+        db_error=error,
     )
 
 
@@ -119,9 +122,10 @@ def _shown(value: Any) -> Any:
     return redact_text(value) if isinstance(value, str) else value
 
 
-def vector_backend(settings: Settings) -> str:
+def vector_backend(settings: Settings) -> tuple[str, str | None]:
     """Where the database's vectors are searched (a PostgreSQL database is asked whether it has
-    pgvector; a SQLite file is not opened: its index files are beside it)."""
+    pgvector; a SQLite file is not opened: its index files are beside it), and why a PostgreSQL
+    database cannot be opened (None: it can)."""
     from pathlib import Path
 
     from memcli.errors import MemcliError
@@ -129,14 +133,14 @@ def vector_backend(settings: Settings) -> str:
 
     if settings.db_url is None:
         name = Path(f"{settings.db_path}.retrieval.faiss").name
-        return f"FAISS index files beside the database ({name}, .npz, .json)"
+        return f"FAISS index files beside the database ({name}, .npz, .json)", None
     from memcli.store import open_store
 
     try:
         store = open_store(settings.db_url)
-    except MemcliError:
-        return "unknown: the database cannot be opened"
+    except MemcliError as exc:  # why: `memcli info` is the check the README says it is
+        return "unknown: the database cannot be opened", str(exc)
     try:
-        return describe(store, settings.home / "indexes")
+        return describe(store, settings.home / "indexes"), None
     finally:
         store.close()

@@ -29,8 +29,9 @@ def _rewrite(url: str, mask: str | None) -> str:
     if "@" in netloc:
         user, host = netloc.rsplit("@", 1)
         if ":" in user:
-            name = user.split(":", 1)[0]
-            netloc = (f"{name}:{mask}" if mask is not None else name) + "@" + host
+            name, password = user.split(":", 1)
+            if password:  # (an empty one, `postgres:@`, is no secret: shown as it is)
+                netloc = (f"{name}:{mask}" if mask is not None else name) + "@" + host
     query = parts.query
     pairs = parse_qsl(query, keep_blank_values=True)
     if any(_is_secret(k) for k, _ in pairs):

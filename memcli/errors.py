@@ -18,7 +18,9 @@ class MemcliError(Exception):
 
     def __str__(self) -> str:
         if self.hint:
-            return f"{self.message}. {self.hint}"
+            # (a message may end with its own stop: a server's "...on that socket?")
+            stop = " " if self.message.endswith((".", "?", "!")) else ". "
+            return f"{self.message}{stop}{self.hint}"
         return self.message
 
 

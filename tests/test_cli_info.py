@@ -169,3 +169,16 @@ def test_info_names_where_vectors_are_searched(vdb: str, request: pytest.Fixture
             == f"FAISS index files beside the database ({name}.retrieval.faiss, .npz, .json)"
         )
         assert not Path(vdb).exists()  # not opened
+
+
+def test_info_on_a_database_it_cannot_open_says_why_and_exits_1(tmp_path: Path) -> None:
+    """The README's check after setting MEMCLI_DB: everything else is shown, then the reason."""
+    url = f"postgresql://postgres:@/nodb?host={tmp_path}"  # no server on that socket
+    run = memcli("--db", url, "info", "--json")
+    assert run.code == 1
+    records = run.records()
+    assert records[0]["vector_backend"] == "unknown: the database cannot be opened"
+    assert records[0]["db"] == url  # an empty password is no secret: shown as it is
+    said = " ".join(run.stderr.split())
+    assert "Error: cannot connect to the database" in said and "No such file" in said, said
+    assert "?." not in said and ".." not in said

@@ -502,3 +502,37 @@ def test_a_put_of_one_message_takes_the_lean_function_and_stores_what_sqlite_doe
         assert seqs == list(range(len(texts) + 4))
     for store in stores.values():
         store.close()
+
+
+def test_a_store_connects_again_after_the_server_closed_its_connection(pg_url: str) -> None:
+    """A long-lived Memory (an app's, `memcli mcp`'s) outlives a server restart: the statement
+    that meets the closed connection fails, the next one runs on a new connection; a
+    transaction open on the old one is lost with it, and the one after it works."""
+    memory = Memory.from_defaults(session_id="s", db=pg_url, tokenizer=WordTokenizer())
+    memory.put(Message("user", "before"))
+    store = memory.store
+    assert isinstance(store, PostgresStore)
+
+    def cut() -> None:  # as a restart does to every connection
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (store.conn.info.backend_pid,))
+
+    cut()
+    with pytest.raises(StoreError, match="Check that the database server runs"):
+        memory.put(Message("user", "lost with the connection"))
+    memory.put(Message("user", "after"))  # a new connection
+    cut()
+    with pytest.raises(StoreError):
+        with store.transaction():
+            store.session_version("s")  # BEGIN and the lock, on the cut connection
+    with pytest.raises(StoreError, match="cannot commit"):  # its statements lost: an error
+        with store.transaction():
+            store.session_version("s")
+            cut()
+            with pytest.raises(StoreError):
+                store.session_version("s")
+    assert [m.content for m in memory.get_all()] == ["before", "after"]
+    memory.put(Message("user", "and on"))
+    again = Memory.from_defaults(session_id="s", db=pg_url)
+    assert [m.content for m in again.get_all()] == ["before", "after", "and on"]
+    assert store.check() == []

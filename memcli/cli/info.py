@@ -30,7 +30,15 @@ def info_command(ctx: typer.Context, json_: common.Json = False) -> None:
                 *({"type": "unfinished", "name": k, "count": n} for k, n in work.items()),
             ]
         )
-        return
+    else:
+        _tables(a, work)
+    if a.db_error is not None:  # everything else is shown; the database is not usable
+        from memcli.errors import StoreError
+
+        raise StoreError(a.db_error)
+
+
+def _tables(a: Any, work: dict[str, int]) -> None:
     size = "not created yet" if a.db_bytes is None else output.plural(a.db_bytes, "byte")
     if isinstance(a.db_path, str):
         size = "PostgreSQL"

@@ -238,9 +238,7 @@ def gauge(active: int, threshold: float, limit: int, width: int = 30) -> str:
 
 def print_error(error: MemcliError) -> None:
     """`Error: <what happened>. <how to fix it>` on stderr."""
-    text = error.message
-    if error.hint:
-        text = f"{text}. {error.hint}"
+    text = str(error)  # (MemcliError joins the two, minding a message's own stop)
     if not text.endswith((".", "!", "?")):
         text += "."
     err().print(f"[bold red]Error:[/] {_escape(text)}", soft_wrap=True)

@@ -134,15 +134,7 @@ class PostgresStore(TableStore):
         self.DATABASE_ERRORS = (psycopg.Error,)
         self.url = url
         self.damaged = False  # (PostgreSQL guards its own files: never set)
-        try:
-            conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"cannot connect to the database {self.where}: {self._text(exc)}",
-                "Check the URL (--db, MEMCLI_DB or db in the config), that the server runs, and"
-                " that your role may connect to it",
-            ) from None
-        self.conn = conn
+        conn = self.conn = self._connect(check=False)
         self._init_tables()
         #: The sessions whose write lock the open transaction holds.
         self._locked: set[str] = set()
@@ -153,13 +145,45 @@ class PostgresStore(TableStore):
         #: The open transaction's BEGIN is not sent yet (it goes with its first statement).
         self._begin_pending = False
         try:
-            conn.execute(f"SET lock_timeout = '{WRITE_WAIT_S}s'")
             row = conn.execute("SHOW transaction_read_only").fetchone()
         except psycopg.Error as exc:
             conn.close()
             raise self._error(exc, f"cannot open the database {self.where}") from None
         self.read_only = row is not None and row[0] == "on"
         self._migrate()
+
+    def _connect(self, check: bool = True) -> Any:
+        """A new connection, with the session's settings (the lock timeout)."""
+        psycopg = self._psycopg
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to the database {self.where}: {self._text(exc)}",
+                "Check the URL (--db, MEMCLI_DB or db in the config), that the server runs, and"
+                " that your role may connect to it",
+            ) from None
+        try:
+            conn.execute(f"SET lock_timeout = '{WRITE_WAIT_S}s'")
+        except psycopg.Error as exc:
+            conn.close()
+            raise self._error(exc, f"cannot open the database {self.where}") from None
+        return conn
+
+    def _ensure_connection(self) -> None:
+        """Connect again when the server closed the connection (a restart, an administrator's
+        `pg_terminate_backend`, a network cut): the statement that met the closed connection
+        failed, and the next one, outside a transaction, runs on a new connection. A
+        transaction open on the old connection is lost with it: its own error stands until it
+        ends. (Nothing is sent again: a put whose commit the server may have made before the
+        cut would otherwise be stored twice.)"""
+        conn = self.conn
+        if not (conn.closed or conn.broken):
+            return
+        if self._depth and not self._begin_pending:
+            return
+        with self.lock:
+            self.conn = self._connect()
 
     @property
     def where(self) -> str:
@@ -243,7 +267,8 @@ class PostgresStore(TableStore):
         self.txn_serial += 1
 
     def _start(self) -> None:
-        """Send the pending BEGIN."""
+        """Send the pending BEGIN (on a connection that is open: `_ensure_connection`)."""
+        self._ensure_connection()
         if self._begin_pending:
             self._begin_pending = False
             try:
@@ -262,6 +287,7 @@ class PostgresStore(TableStore):
         key = session_key(session_id)  # (an int: safe as a literal)
         lock = f"SELECT {'pg_advisory_xact_lock' if self._wait else 'pg_try_advisory_xact_lock'}({key})"
         with self.lock:
+            self._ensure_connection()
             try:
                 if self._begin_pending:  # both in one round trip (simple query protocol)
                     self._begin_pending = False
@@ -455,6 +481,7 @@ class PostgresStore(TableStore):
     def _call_put(self, sql: str, params: tuple[Any, ...]) -> Any:
         """One call of a put function: its row."""
         with self.lock:
+            self._ensure_connection()
             try:
                 return self.conn.execute(sql, params).fetchone()
             except self._psycopg.Error as exc:
@@ -466,6 +493,7 @@ class PostgresStore(TableStore):
         if self._depth:
             raise StoreError("purge inside a write transaction", "A bug in memcli")
         with self.lock:
+            self._ensure_connection()
             for table in _PURGED:
                 try:
                     self.conn.execute(f"VACUUM {table}")
@@ -523,6 +551,7 @@ class PostgresStore(TableStore):
             if self._depth:
                 raise StoreError("check inside a write transaction", "A bug in memcli")
             try:
+                self._ensure_connection()
                 self.conn.execute(self.SNAPSHOT_BEGIN)
             except self._psycopg.Error as exc:
                 return [Problem("integrity", f"the database cannot be read: {self._text(exc)}")]
