@@ -497,13 +497,11 @@ def live_fact(store: Store, fact_id: int, user: str | None, hint: str) -> Fact:
     from memcli.store import longterm
 
     fact = longterm.get_fact(store, fact_id)
-    if (
-        fact is None
-        or fact.deleted_at is not None
-        or (user is not None and fact_owner(store, fact) != user)
-    ):
-        owner = f" of user {user!r}" if user is not None else ""
+    owner = f" of user {user!r}" if user is not None else ""
+    if fact is None or (user is not None and fact_owner(store, fact) != user):
         raise MemcliError(f"no fact {fact_id}{owner}", hint)
+    if fact.deleted_at is not None:  # (another user's deleted fact stays "no fact" above)
+        raise MemcliError(f"fact {fact_id}{owner} is deleted (its history stays)", hint)
     return fact
 
 

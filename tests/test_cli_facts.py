@@ -123,6 +123,10 @@ def test_rm_reports_the_fact_as_removal_left_it() -> None:
     assert removed["type"] == "removed" and removed["state"] == "deleted"
     (listed,) = memcli("facts", "--all", "--user", "ana", "--json").records()
     assert {**removed, "type": "fact"} == listed
+    again = memcli("facts", "rm", "1", "--user", "ana")  # said as what it is: deleted
+    assert again.code == 1 and "fact 1 of user 'ana' is deleted" in again.stderr, again.stderr
+    other = memcli("facts", "rm", "1", "--user", "bo")  # not bo's: no fact, deleted or not
+    assert other.code == 1 and "no fact 1 of user 'bo'" in other.stderr, other.stderr
 
 
 @pytest.mark.usefixtures("no_blocks")

@@ -127,8 +127,8 @@ def test_facts_go_to_the_users_first_fact_block_with_history(tmp_path: Path) -> 
     assert tools.list_facts() == []
     history = longterm.fact_history(tools.store, "user:ana", fact_id=fact["id"])
     assert [c.action for c in history] == ["added", "edited", "deleted"]
-    with pytest.raises(MemcliError, match=f"no fact {fact['id']} of user 'ana'"):
-        tools.delete_fact(fact["id"])  # deleted already
+    with pytest.raises(MemcliError, match=f"fact {fact['id']} of user 'ana' is deleted"):
+        tools.delete_fact(fact["id"])  # deleted already: said so
 
 
 def test_another_users_fact_cannot_be_changed(tmp_path: Path) -> None:
