@@ -272,7 +272,7 @@ def provider_error(exc: Exception, config: LLMConfig) -> ProviderError:
     text = str(exc).split("\n")[0]
     if config.api_key:
         text = text.replace(config.api_key, MASK)
-    text = redact_text(text)[:300].rstrip(". ")  # (the hint follows after ". ")
+    text = redact_text(text)[:300]
     where = redact_url(config.api_base) if config.api_base else "the provider"
     lowered = text.lower()
     # No key at all: the OpenAI client refuses before any request, and litellm calls that an

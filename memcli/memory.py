@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 INSERT_METHODS = ("system", "user")
 #: After a put found the session changed by another writer twice in a row (once is a writer that
 #: took its turn: the put reads the window again and tries once more), this many puts take the
-#: general path (window read under the session's lock) before one tries again in one round trip.
+#: locked path (`_put_locked`: the window read under the session's lock) before one tries again
+#: without the lock.
 CONTENDED_PUTS = 16
 
 
@@ -314,7 +315,7 @@ class Memory:
                             return out
                         self._forget()  # another writer came first: read the window again
                     # Missed twice: writers putting into the session at the same moment. The
-                    # next puts read it under its lock (the general path) rather than fail the
+                    # next puts read it under its lock (`_put_locked`) rather than fail the
                     # version check and read it twice.
                     self._contended = CONTENDED_PUTS
                 return self._put(calls, messages, progress)

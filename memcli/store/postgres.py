@@ -134,7 +134,7 @@ class PostgresStore(TableStore):
         self.DATABASE_ERRORS = (psycopg.Error,)
         self.url = url
         self.damaged = False  # (PostgreSQL guards its own files: never set)
-        conn = self.conn = self._connect(check=False)
+        conn = self.conn = self._connect()
         self._init_tables()
         #: The sessions whose write lock the open transaction holds.
         self._locked: set[str] = set()
@@ -152,7 +152,7 @@ class PostgresStore(TableStore):
         self.read_only = row is not None and row[0] == "on"
         self._migrate()
 
-    def _connect(self, check: bool = True) -> Any:
+    def _connect(self) -> Any:
         """A new connection, with the session's settings (the lock timeout)."""
         psycopg = self._psycopg
         try:
@@ -505,9 +505,10 @@ class PostgresStore(TableStore):
     def reader(self) -> PostgresStore:
         """A second connection to the same database, for reads run alongside this one's (a
         connection runs one statement at a time: the retriever's vector search goes here while
-        BM25 ranks on this one). Opened on first use, closed with this store."""
+        BM25 ranks on this one). Opened on first use, closed with this store; it connects again
+        by itself when the server closed its connection (`_ensure_connection`)."""
         with self.lock:
-            if self._reader is None or self._reader.conn.closed:
+            if self._reader is None:
                 self._reader = PostgresStore(self.url)
             return self._reader
 

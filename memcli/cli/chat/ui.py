@@ -425,8 +425,8 @@ class ChatApp:
             self.app.exit()
 
     def _error(self, error: MemcliError) -> None:
-        text = error.message + (f". {error.hint}" if error.hint else "")
-        self.note(text if text.endswith(".") else text + ".", "error")
+        text = str(error)  # (MemcliError joins message and hint, minding the message's own stop)
+        self.note(text if text.endswith((".", "!", "?")) else text + ".", "error")
 
     def _failed_job(self, error: BaseException) -> None:
         if isinstance(error, MemcliError):
