@@ -1,17 +1,19 @@
-"""Every example in README.md, run as a user would, so that the manual stays true.
+"""Every example in README.md and in the docs/ pages it leads to, run as a user would, so that
+the manual stays true.
 
-Each line of each ```sh block is run with bash (in README order: the import examples create the
-sessions the later examples use) in one prepared directory: MEMCLI_HOME and HOME in a temporary
-folder, `memcli` on PATH, sample transcripts under the names the examples use. Each must exit 0
-and print what it says: JSON Lines on stdout in a pipe (as every data command does), the record
-types its comment names, the counts it quotes. The ```python blocks run as scripts in order in
-one folder, the ```toml block as a config file. What a test cannot run as written is handled by
-name below (SKIPPED, SUBSTITUTIONS, STDIN): an example added to the README that this file does
-not know how to run fails `test_every_example_is_known`.
+Each line of each ```sh block is run with bash (in README order, then the pages of SH_PAGES in
+order: the import examples create the sessions the later examples use) in one prepared directory:
+MEMCLI_HOME and HOME in a temporary folder, `memcli` on PATH, sample transcripts under the names
+the examples use. Each must exit 0 and print what it says: JSON Lines on stdout in a pipe (as
+every data command does), the record types its comment names, the counts it quotes. The
+```python blocks (README's, then PYTHON_PAGES') run as scripts in order in one folder, the
+```toml block as a config file. What a test cannot run as written is handled by name below
+(SKIPPED, SUBSTITUTIONS, STDIN): an example added that this file does not know how to run fails
+`test_every_example_is_known`.
 
 Commands run with a `blocks = []` config (no embedding model) except the long-term memory
-section, which uses the default blocks (the vector block and `search` embed with the session's
-shared ONNX export).
+sections (LONG_TERM_SECTIONS), which use the default blocks (the vector block and `search` embed
+with the session's shared ONNX export).
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ from pg import new_database
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+#: The pages of docs/ whose ```sh examples run after the README's, in this order, in the same
+#: folder and on the same database (they go on from where the README's left it).
+SH_PAGES = ("docs/formats.md", "docs/cli.md", "docs/mcp.md", "docs/postgresql.md")
+#: The pages whose ```python examples run after the README's, in this order, in one folder.
+PYTHON_PAGES = ("docs/python.md", "docs/postgresql.md")
 
 # Examples not run, each with the reason.
 SKIPPED = {
@@ -53,15 +60,14 @@ SQLITE_DEFAULT = "~/.local/share/memcli/memcli.db"
 # The full-screen chat needs a terminal: without one (here) it runs in plain mode, reading
 # messages from stdin. These lines get one message on stdin.
 STDIN = "hi\n"
+# Sections whose examples use the default long-term blocks (the others run with `blocks = []`).
+LONG_TERM_SECTIONS = ("Long-term memory", "search, blocks, facts")
 # Lines that need a model configured (`facts extract` exits 2 without one): run with
 # MEMCLI_MODEL/MEMCLI_API_BASE pointing at the loopback server.
 NEEDS_MODEL = ("memcli facts extract",)
 # stdout that is text, not JSON Lines.
 TEXT_OUTPUT = ("memcli --show-completion", "memcli --install-completion")
 
-
-#: The Python API in detail: its examples run after the README's, in the same folder.
-PYTHON_DOC = (ROOT / "docs" / "python.md").read_text()
 
 
 def code_blocks(lang: str, text: str = README) -> list[tuple[str, str]]:
@@ -78,6 +84,7 @@ def code_blocks(lang: str, text: str = README) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class Example:
+    source: str
     section: str
     line: str
 
@@ -109,8 +116,10 @@ def split_comment(line: str) -> tuple[str, str]:
 
 
 SH_EXAMPLES = [
-    Example(section, line.strip())
-    for section, block in code_blocks("sh")
+    Example(source, section, line.strip())
+    for source, text in [("README.md", README)]
+    + [(page, (ROOT / page).read_text()) for page in SH_PAGES]
+    for section, block in code_blocks("sh", text)
     for line in block.splitlines()
     if line.strip()
 ]
@@ -119,12 +128,13 @@ SH_EXAMPLES = [
 def test_every_example_is_known():
     """Every sh line is a memcli command (or a pipeline into or out of one), or skipped by name."""
     assert len(SH_EXAMPLES) > 40
+    assert {e.source for e in SH_EXAMPLES} == {"README.md", *SH_PAGES}
     for example in SH_EXAMPLES:
         command = example.command
         if command in SKIPPED:
             continue
         assert re.match(r"^(memcli |printf .*\| memcli |cat \S+ \| memcli )", command), (
-            f"README example {command!r}: this test does not know how to run it; "
+            f"{example.source} example {command!r}: this test does not know how to run it; "
             "add a way (or a reason to skip it) in tests/test_readme.py"
         )
         assert example.section, command
@@ -275,14 +285,14 @@ def test_sh_example(example: Example, env: Env, llm: Any) -> None:
         pytest.skip(SKIPPED[command])
     command = substitute(command, env)
     extra: dict[str, str] = {}
-    if not example.section.startswith("Long-term memory"):
+    if not example.section.startswith(LONG_TERM_SECTIONS):
         extra["MEMCLI_CONFIG"] = str(env.no_blocks)
     if command.startswith(NEEDS_MODEL):
         extra.update(MEMCLI_MODEL="openai/test", MEMCLI_API_BASE=env.api_base)
     interactive_chat = command.startswith("memcli chat")
     proc = run(env, command, extra, STDIN if interactive_chat else None)
     out, err = proc.stdout.decode(), proc.stderr.decode()
-    where = f"README example {example.command!r}"
+    where = f"{example.source} example {example.command!r}"
     assert proc.returncode == 0, f"{where} exited {proc.returncode}\n{err}\n{out[:2000]}"
     assert "Traceback" not in err, f"{where}\n{err}"
 
@@ -331,23 +341,43 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_links_to_docs_lead_somewhere():
-    """Every link from the README into docs/ names a file that exists and a heading it has."""
-    links = re.findall(r"\]\((docs/[^)#]+)(?:#([^)]+))?\)", README)
-    assert links
-    for path, fragment in links:
-        target = ROOT / path
-        assert target.is_file(), path
+def prose(text: str) -> str:
+    """Markdown without its fenced code blocks."""
+    return re.sub(r"^```.*?^```$", "", text, flags=re.M | re.S)
+
+
+def headings(text: str) -> set[str]:
+    return {anchor(h) for h in re.findall(r"^#+ (.*)$", prose(text), re.M)}
+
+
+MARKDOWN_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", MARKDOWN_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_lead_somewhere(page: Path) -> None:
+    """Every relative link of the README and of docs/ names a file that exists and, with a
+    #fragment, a heading that file has (a bare #fragment: a heading of the page itself)."""
+    text = page.read_text()
+    links = re.findall(r"\]\(([^)\s]*)\)", prose(text))
+    if page.name == "README.md":
+        assert any(link.startswith("docs/") for link in links)
+    for link in links:
+        if re.match(r"^[a-z]+:", link):  # https:, mailto:
+            continue
+        path, _, fragment = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        where = f"{page.relative_to(ROOT)}: ({link})"
+        assert target.exists(), where
         if fragment:
-            headings = re.findall(r"^#+ (.*)$", target.read_text(), re.M)
-            assert fragment in {anchor(h) for h in headings}, f"{path}#{fragment}"
+            assert fragment in headings(target.read_text()), where
 
 
 # --- Python and TOML ----------------------------------------------------------------------
 
 
 def python_blocks() -> list[tuple[str, str]]:
-    return code_blocks("python") + code_blocks("python", PYTHON_DOC)
+    pages = [(ROOT / page).read_text() for page in PYTHON_PAGES]
+    return code_blocks("python") + [b for text in pages for b in code_blocks("python", text)]
 
 
 @pytest.fixture(scope="module")
@@ -360,7 +390,7 @@ def py_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 )
 def test_python_example(block: str, env: Env, py_dir: Path, llm: Any) -> None:
     """Each ```python block runs as a script, in order, in one folder (the blocks build on each
-    other's memcli.db); the README's endpoint is the loopback server."""
+    other's memcli.db); the examples' endpoint is the loopback server."""
     script = py_dir / "example.py"
     script.write_text(substitute(block, env))
     variables = {**env.vars, "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), str(ROOT)])}
@@ -371,12 +401,13 @@ def test_python_example(block: str, env: Env, py_dir: Path, llm: Any) -> None:
         capture_output=True,
         timeout=300,
     )
-    assert proc.returncode == 0, f"README Python example failed:\n{block}\n{proc.stderr.decode()}"
+    assert proc.returncode == 0, f"Python example failed:\n{block}\n{proc.stderr.decode()}"
 
 
 def test_toml_example_is_a_config_memcli_reads(env: Env, tmp_path: Path) -> None:
     """The ```toml block (a custom block from examples/) as a config file: `blocks list` shows it."""
-    (toml,) = [b for _, b in code_blocks("toml") + code_blocks("toml", PYTHON_DOC)]
+    python_doc = (ROOT / "docs" / "python.md").read_text()
+    (toml,) = [b for _, b in code_blocks("toml") + code_blocks("toml", python_doc)]
     config = tmp_path / "config.toml"
     config.write_text(toml)
     variables = {**env.vars, "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), str(ROOT)])}
