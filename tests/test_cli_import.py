@@ -272,7 +272,7 @@ EXPORTS = Path(__file__).parent / "data" / "exports"
 
 
 def test_stdin_twice_stores_nothing_twice(tmp_path: Path) -> None:
-    """The README's `cat chat.jsonl | memcli import - --user alice`, run twice: one copy."""
+    """docs/cli.md's `cat chat.jsonl | memcli import - --user alice`, run twice: one copy."""
     data = "".join(json.dumps(r) + "\n" for r in turns(4))
     first = memcli("import", "-", "--user", "alice", input=data)
     assert first.code == 0, first.stderr

@@ -172,7 +172,7 @@ def test_info_names_where_vectors_are_searched(vdb: str, request: pytest.Fixture
 
 
 def test_info_on_a_database_it_cannot_open_says_why_and_exits_1(tmp_path: Path) -> None:
-    """The README's check after setting MEMCLI_DB: everything else is shown, then the reason."""
+    """docs/postgresql.md's check after setting MEMCLI_DB: everything else is shown, then the reason."""
     url = f"postgresql://postgres:@/nodb?host={tmp_path}"  # no server on that socket
     run = memcli("--db", url, "info", "--json")
     assert run.code == 1

@@ -69,7 +69,6 @@ NEEDS_MODEL = ("memcli facts extract",)
 TEXT_OUTPUT = ("memcli --show-completion", "memcli --install-completion")
 
 
-
 def code_blocks(lang: str, text: str = README) -> list[tuple[str, str]]:
     """(section heading, block text) of every ```lang block of `text`, in order."""
     out = []
