@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
-from llama_index.core.agent.workflow import ReActAgent
+from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
@@ -25,11 +25,20 @@ from llama_index.core.base.llms.types import (
     ThinkingBlock,
     ToolCallBlock,
 )
+from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import CustomLLM
+from llama_index.core.llms.mock import MockFunctionCallingLLM, MockLLM
+from llama_index.core.memory import (
+    FactExtractionMemoryBlock,
+    StaticMemoryBlock,
+    VectorMemoryBlock,
+)
 from llama_index.core.memory.types import BaseMemory
+from llama_index.core.vector_stores import SimpleVectorStore
+from llama_index.core.workflow import Context, JsonSerializer
 from llm_server import LLMServer
 
-from memcli import Memory, Message
+from memcli import Budget, Memory, Message, StaticBlock, UsageError
 from memcli.integrations.llama_index import MemcliMemory, from_chat_message, to_chat_message
 from memcli.tokens import TiktokenTokenizer, message_tokens
 
@@ -295,3 +304,129 @@ def test_flushes_where_llama_index_memory_does_with_tool_calls() -> None:
     assert message_tokens(tool_call, TiktokenTokenizer()) > reference._estimate_token_count(
         messages[1]
     )
+
+
+def scripted_agent(replies: list[str], seen: list[list[str]]) -> FunctionAgent:
+    """A FunctionAgent whose LLM (LlamaIndex's mock) answers `replies` in turn, noting in `seen`
+    the contents of the messages each call was given."""
+
+    def reply(messages: Sequence[ChatMessage], **kwargs: Any) -> ChatMessage:
+        seen.append([m.content or "" for m in messages])
+        return ChatMessage(role="assistant", content=replies.pop(0))
+
+    llm = MockFunctionCallingLLM(response_generator=reply, is_chat_model=True)
+    return FunctionAgent(tools=[], llm=llm)
+
+
+def test_a_paused_agent_resumes_over_the_same_session(tmp_path: Path) -> None:
+    """The agent's context saved as JSON (`Context.to_dict`) and restored in a new Context
+    (`Context.from_dict`, as a paused agent is resumed) holds a MemcliMemory over the same
+    session, user, database, budget and blocks: the second run sees the first one's exchange."""
+    db = tmp_path / "app.db"
+    memory = MemcliMemory.from_defaults(
+        session_id="s",
+        db=str(db),
+        user_id="ana",
+        token_limit=5000,
+        chat_history_token_ratio=0.5,
+        token_flush_size=200,
+        memory_blocks=[StaticBlock(name="about", content="Ana lives in Porto.")],
+    )
+    seen: list[list[str]] = []
+    agent = scripted_agent(["Hi Ana.", "Your name is Ana."], seen)
+
+    async def go() -> Any:
+        ctx = Context(agent)
+        await agent.run("My name is Ana", ctx=ctx, memory=memory)
+        saved = json.dumps(ctx.to_dict(serializer=JsonSerializer()))
+        restored = Context.from_dict(agent, json.loads(saved), serializer=JsonSerializer())
+        answer = await agent.run("What is my name?", ctx=restored)
+        return answer, await restored.store.get("memory")
+
+    answer, resumed = asyncio.run(go())
+    assert "Your name is Ana." in str(answer)
+    assert isinstance(resumed, MemcliMemory)
+    assert resumed is not memory
+    sent = seen[-1]
+    assert sent[-3:] == ["My name is Ana", "Hi Ana.", "What is my name?"]
+    assert "Ana lives in Porto." in sent[0]  # the static block, rebuilt from its definition
+    assert (resumed.session_id, resumed.user_id) == ("s", "ana")
+    assert resumed.memory.budget == Budget(5000, 0.5, 200)
+    assert [b.name for b in resumed.memory.memory_blocks] == ["about"]
+    stored = Memory.from_defaults(session_id="s", db=str(db)).get_all()
+    assert [m.content for m in stored] == [
+        "My name is Ana",
+        "Hi Ana.",
+        "What is my name?",
+        "Your name is Ana.",
+    ]
+
+
+def test_saved_fields_reopen_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    memory = MemcliMemory.from_defaults(session_id="s", db="app.db", user_id="bo", token_limit=900)
+    memory.put(ChatMessage(role="user", content="hello"))
+    saved = memory.to_dict()
+    assert saved["db"] == str(tmp_path / "app.db")  # absolute: it resumes from anywhere
+    assert (saved["session_id"], saved["user_id"], saved["token_limit"]) == ("s", "bo", 900)
+    monkeypatch.chdir(tmp_path.parent)
+    again = MemcliMemory.from_dict(json.loads(json.dumps(saved)))
+    assert again.get_all() == [ChatMessage(role="user", content="hello")]
+    # the budget is read from the memcli session when saved: a rebudget since is kept
+    memory.memory.rebudget(Budget(token_limit=1200))
+    assert memory.to_dict()["token_limit"] == 1200
+    # and a stored session resumes with its own budget, not an older saved one
+    Memory.from_defaults(session_id="s", db=str(tmp_path / "app.db")).rebudget(Budget(1500))
+    assert MemcliMemory.from_dict(saved).memory.budget.token_limit == 1500
+    # the constructor takes the fields too, as LlamaIndex's own Memory does
+    built = MemcliMemory(session_id="s", db=str(tmp_path / "app.db"))
+    assert built.get_all() == again.get_all()
+    with pytest.raises(UsageError, match="not both"):
+        MemcliMemory(memory.memory, session_id="s")
+
+
+def test_static_memory_block_becomes_memcli_static_block(tmp_path: Path) -> None:
+    block = StaticMemoryBlock(name="core", static_content="Ana is vegetarian.", priority=0)
+    memory = MemcliMemory.from_defaults(
+        session_id="s", db=str(tmp_path / "a.db"), memory_blocks=[block]
+    )
+    [ours] = memory.memory.memory_blocks
+    assert isinstance(ours, StaticBlock)
+    assert (ours.name, ours.content, ours.priority) == ("core", "Ana is vegetarian.", 0)
+    memory.put(ChatMessage(role="user", content="What should I cook?"))
+    shown = memory.get()
+    assert shown[0].role == "system"
+    assert "Ana is vegetarian." in (shown[0].content or "")
+    again = MemcliMemory.from_dict(memory.to_dict())
+    assert again.get() == shown
+
+
+def test_llama_index_blocks_memcli_cannot_take_over_are_refused() -> None:
+    image = StaticMemoryBlock(
+        name="look", static_content=[TextBlock(text="Ana"), ImageBlock(url="https://x/a.png")]
+    )
+    with pytest.raises(UsageError, match="ImageBlock") as refused:
+        MemcliMemory.from_defaults(session_id="s", memory_blocks=[image])
+    assert "StaticBlock(name='look'" in refused.value.hint
+
+    facts = FactExtractionMemoryBlock(name="facts", llm=MockLLM(), max_facts=30)
+    with pytest.raises(UsageError, match="FactExtractionMemoryBlock 'facts'") as refused:
+        MemcliMemory.from_defaults(session_id="s", memory_blocks=[facts])
+    assert "FactBlock(name='facts'" in refused.value.hint
+    assert "max_facts=30" in refused.value.hint
+
+    class TextStore(SimpleVectorStore):
+        stores_text: bool = True
+
+    vectors = VectorMemoryBlock(
+        name="recall",
+        vector_store=TextStore(),
+        embed_model=MockEmbedding(embed_dim=8),
+        similarity_top_k=3,
+    )
+    with pytest.raises(UsageError, match="VectorMemoryBlock 'recall'") as refused:
+        MemcliMemory.from_defaults(session_id="s", memory_blocks=[vectors])
+    assert "VectorBlock(name='recall', similarity_top_k=3" in refused.value.hint
+
+    with pytest.raises(UsageError, match="not a block memcli can use"):
+        MemcliMemory.from_defaults(session_id="s", memory_blocks=["core"])

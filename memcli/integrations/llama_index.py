@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -44,15 +45,31 @@ from llama_index.core.base.llms.types import (
     TextBlock,
     VideoBlock,
 )
-from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.memory import (
+    FactExtractionMemoryBlock,
+    StaticMemoryBlock,
+    VectorMemoryBlock,
+)
+from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.memory.types import BaseMemory
 
-from memcli.errors import InputError
+from memcli.blocks.base import MemoryBlock
+from memcli.blocks.static import StaticBlock
+from memcli.errors import InputError, UsageError
+from memcli.flush import Budget
 from memcli.memory import Memory
 from memcli.messages import EXTRA, ROLES, Message
-from memcli.tokens import Tokenizer
+from memcli.store import Store, open_store
+from memcli.tokens import TiktokenTokenizer, Tokenizer
 
-__all__ = ["MemcliMemory", "from_chat_message", "llama_index_tokens", "to_chat_message"]
+__all__ = [
+    "MemcliMemory",
+    "from_chat_message",
+    "llama_index_tokens",
+    "memcli_block",
+    "to_chat_message",
+]
 
 #: The metadata key holding what a memcli message has no field for of a LlamaIndex message.
 KEY = "llama_index"
@@ -160,13 +177,42 @@ def _json(message: ChatMessage) -> dict[str, Any]:
 class MemcliMemory(BaseMemory):
     """LlamaIndex's `BaseMemory` over a memcli `Memory`: what an agent puts is stored in the memcli
     session (flushed and fed to its blocks as `Memory.put` does); `get()` is the active window with
-    long-term memory inserted, `get_all()` every message, active and archived."""
+    long-term memory inserted, `get_all()` every message, active and archived.
+
+    Its fields are what opens the same memcli session again, so that LlamaIndex's serialisation
+    (`Context.to_dict` / `Context.from_dict`, `to_dict` / `from_dict`, pickle) resumes it: the
+    session, its user, the database (a SQLite file's absolute path; a PostgreSQL URL without its
+    password, which libpq then takes from PGPASSWORD or ~/.pgpass; None for an in-memory database,
+    which a resumed memory opens empty, as LlamaIndex's own `Memory` does with its default
+    store), the budget, the insert method, tiktoken's encoding (None for another tokenizer: a
+    resumed memory counts with tiktoken's default) and the blocks' definitions (`[[blocks]]`
+    tables, URLs without credentials, as memcli records them for the CLI). A resumed session
+    keeps the budget stored with it (`Memory.rebudget` changes it); the saved one only makes the
+    session again in a database that has lost it.
+    """
 
     session_id: str
+    user_id: str = "default"
+    db: str | None = None
+    token_limit: int = Budget.token_limit
+    chat_history_token_ratio: float = Budget.chat_history_token_ratio
+    token_flush_size: int | None = None
+    insert_method: str = "system"
+    encoding: str | None = None
+    memory_blocks: list[dict[str, Any]] = Field(default_factory=list)
     _memory: Memory = PrivateAttr()
 
-    def __init__(self, memory: Memory, **data: Any) -> None:
-        super().__init__(session_id=memory.session_id, **data)  # type: ignore[call-arg]
+    def __init__(self, memory: Memory | None = None, **data: Any) -> None:
+        """Over `memory`; or, without it, over the session the fields name (opened, or made),
+        with `memory_blocks` as `from_defaults` takes them."""
+        if memory is None:
+            memory = open_memory(**data)
+        elif data:
+            raise UsageError(
+                "MemcliMemory takes a memcli Memory or the fields of one, not both",
+                "Pass MemcliMemory(memory), or MemcliMemory.from_defaults(session_id=..., db=...)",
+            )
+        super().__init__(**saved_fields(memory))
         memory.given_tokens = True  # the messages come counted as LlamaIndex counts them
         self._memory = memory
 
@@ -179,8 +225,24 @@ class MemcliMemory(BaseMemory):
         """Open (or create) a memcli session: the arguments are `memcli.Memory.from_defaults`'s
         (`session_id`, `db`, `user_id`, `token_limit`, `chat_history_token_ratio`,
         `token_flush_size`, `memory_blocks`, `insert_method`, `tokenizer`); `db=None` is an
-        in-memory database."""
-        return cls(Memory.from_defaults(**kwargs))
+        in-memory database. `memory_blocks` may hold LlamaIndex's `StaticMemoryBlock` (made a
+        memcli `StaticBlock`: see `memcli_block`)."""
+        return cls(open_memory(**kwargs))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **kwargs: Any) -> MemcliMemory:
+        """The memory `to_dict` saved, over the same session: a stored session opens with its
+        own budget (the saved one makes it again where the database has lost it)."""
+        data = {**data, **kwargs}
+        data.pop("class_name", None)
+        return cls(open_memory(**data, resume=True))
+
+    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
+        """The fields (see the class's docstring), read from the memcli `Memory` now (its budget
+        may have changed since)."""
+        for key, value in saved_fields(self._memory).items():
+            setattr(self, key, value)
+        return super().to_dict(**kwargs)
 
     @property
     def memory(self) -> Memory:
@@ -236,3 +298,122 @@ class MemcliMemory(BaseMemory):
 
     async def areset(self) -> None:
         await self._memory.areset()
+
+
+def open_memory(
+    *,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    db: str | Path | Store | None = None,
+    token_limit: int | None = None,
+    chat_history_token_ratio: float | None = None,
+    token_flush_size: int | None = None,
+    insert_method: str = "system",
+    memory_blocks: Sequence[Any] = (),
+    tokenizer: Tokenizer | None = None,
+    encoding: str | None = None,
+    resume: bool = False,
+) -> Memory:
+    """`Memory.from_defaults` with the blocks made memcli's (`memcli_block`) and the tokenizer
+    tiktoken's `encoding` when given; `resume` opens a stored session with its own budget."""
+    store: Store = open_store(db) if db is None or isinstance(db, str | Path) else db
+    if resume and session_id is not None and store.get_session(session_id) is not None:
+        token_limit = chat_history_token_ratio = token_flush_size = None  # the session's own
+    if tokenizer is None and encoding is not None:
+        tokenizer = TiktokenTokenizer(encoding)
+    return Memory.from_defaults(
+        session_id=session_id,
+        user_id=user_id,
+        token_limit=token_limit,
+        chat_history_token_ratio=chat_history_token_ratio,
+        token_flush_size=token_flush_size,
+        insert_method=insert_method,
+        memory_blocks=[memcli_block(block, i) for i, block in enumerate(memory_blocks)],
+        db=store,
+        tokenizer=tokenizer,
+    )
+
+
+def saved_fields(memory: Memory) -> dict[str, Any]:
+    """What `MemcliMemory` saves of a memcli `Memory` (see its docstring)."""
+    from memcli.credentials import without_credentials
+
+    tokenizer = memory.tokenizer
+    return {
+        "session_id": memory.session_id,
+        "user_id": memory.user_id,
+        "db": _location(memory.store),
+        "token_limit": memory.budget.token_limit,
+        "chat_history_token_ratio": memory.budget.chat_history_token_ratio,
+        "token_flush_size": memory.budget.flush_size,
+        "insert_method": memory.insert_method,
+        "encoding": tokenizer.encoding_name if isinstance(tokenizer, TiktokenTokenizer) else None,
+        "memory_blocks": [without_credentials(b.definition()) for b in memory.memory_blocks],
+    }
+
+
+def _location(store: Store) -> str | None:
+    """The database as `open_store` takes it again: a SQLite file's absolute path (None: in
+    memory), a PostgreSQL URL without its password."""
+    from memcli.credentials import strip_credentials
+
+    if store.dialect == "postgresql":
+        return strip_credentials(str(getattr(store, "url", "")))
+    path = getattr(store, "path", None)
+    return None if path is None else str(Path(path).absolute())
+
+
+def memcli_block(block: Any, index: int = 0) -> MemoryBlock:
+    """A memcli block for what `memory_blocks` holds: a memcli block as it is; a definition (a
+    `[[blocks]]` table, as `MemcliMemory` saves them) built; LlamaIndex's `StaticMemoryBlock`
+    as memcli's `StaticBlock` with its name, priority and text. LlamaIndex's
+    `FactExtractionMemoryBlock` and `VectorMemoryBlock` keep their memory in themselves and in a
+    LlamaIndex vector store, which memcli cannot take over: UsageError, naming the memcli block
+    to use instead (`FactBlock`, `VectorBlock`), as for any other object."""
+    if isinstance(block, MemoryBlock):
+        return block
+    if isinstance(block, dict):
+        from memcli.blocks.registry import Defaults, build_block
+
+        return build_block(index, block, Defaults())
+    if isinstance(block, StaticMemoryBlock):
+        return _static_block(block)
+    if isinstance(block, FactExtractionMemoryBlock):
+        raise UsageError(
+            f"LlamaIndex's FactExtractionMemoryBlock {block.name!r} keeps its facts in itself and"
+            " extracts them with a LlamaIndex LLM: memcli cannot take it over",
+            f"Use memcli's FactBlock(name={block.name!r}, model='PROVIDER/MODEL',"
+            f" max_facts={block.max_facts}, priority={block.priority}): its facts are kept in"
+            " the memcli database and extracted through litellm (a litellm model name)",
+        )
+    if isinstance(block, VectorMemoryBlock):
+        raise UsageError(
+            f"LlamaIndex's VectorMemoryBlock {block.name!r} keeps its memory in a LlamaIndex"
+            " vector store, which memcli cannot read",
+            f"Use memcli's VectorBlock(name={block.name!r},"
+            f" similarity_top_k={block.similarity_top_k},"
+            f" retrieval_context_window={block.retrieval_context_window},"
+            f" priority={block.priority}): it searches the flushed messages in the memcli"
+            " database",
+        )
+    what = f"LlamaIndex's {type(block).__name__}" if isinstance(block, BaseMemoryBlock) else None
+    raise UsageError(
+        f"{what or repr(block)} is not a block memcli can use",
+        "Give memcli blocks (memcli.StaticBlock, FactBlock, VectorBlock, SummaryBlock), a"
+        " memcli.MemoryBlock subclass, or LlamaIndex's StaticMemoryBlock",
+    )
+
+
+def _static_block(block: StaticMemoryBlock) -> StaticBlock:
+    """memcli's static block for LlamaIndex's: its text blocks joined by newlines."""
+    others = sorted(
+        {type(b).__name__ for b in block.static_content if not isinstance(b, TextBlock)}
+    )
+    if others:
+        raise UsageError(
+            f"LlamaIndex's StaticMemoryBlock {block.name!r} holds {', '.join(others)}:"
+            " memcli's static block holds text only",
+            f"Give its content as text: memcli's StaticBlock(name={block.name!r}, content='...')",
+        )
+    text = "\n".join(b.text for b in block.static_content if isinstance(b, TextBlock))
+    return StaticBlock(name=block.name, content=text, priority=block.priority)
