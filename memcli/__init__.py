@@ -21,10 +21,10 @@ _EXPORTS = {
     "BudgetOverride": "memcli.flush",
     "Chat": "memcli.chat.session",
     "ConfigError": "memcli.errors",
-    "Context": "memcli.memory",
+    "Context": "memcli.context",
     "Deferred": "memcli.blocks.base",
     "FactBlock": "memcli.blocks.facts",
-    "Flush": "memcli.memory",
+    "Flush": "memcli.writer",
     "InputError": "memcli.errors",
     "MemcliError": "memcli.errors",
     "MessageNotFound": "memcli.errors",
@@ -117,6 +117,7 @@ if TYPE_CHECKING:
     from memcli.blocks.summary import SummaryBlock
     from memcli.blocks.vector import VectorBlock
     from memcli.chat.session import Chat
+    from memcli.context import Context
     from memcli.errors import (
         ConfigError,
         InputError,
@@ -131,7 +132,7 @@ if TYPE_CHECKING:
     from memcli.flush import Batch, Budget, BudgetOverride, plan_flush
     from memcli.forgetting import forget_user
     from memcli.health import Attention, unfinished
-    from memcli.memory import Context, Flush, Memory
+    from memcli.memory import Memory
     from memcli.messages import Message
     from memcli.search import OnnxEmbedder, Retriever, SearchOptions
     from memcli.store import open_store
@@ -140,3 +141,4 @@ if TYPE_CHECKING:
     from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import TiktokenTokenizer, Tokenizer, WordTokenizer
     from memcli.tools import AgentTools
+    from memcli.writer import Flush

@@ -25,7 +25,9 @@ ALLOWED: dict[str, set[str]] = {
     "transcripts": {"errors", "messages", "flush"},
     "formats": {"transcripts", "errors", "messages", "flush"},
     "blocks": FOUNDATIONS | {"store", "search", "llm"},
-    "memory": FOUNDATIONS | {"store", "search", "blocks"},
+    "context": FOUNDATIONS,
+    "writer": FOUNDATIONS | {"store"},
+    "memory": FOUNDATIONS | {"store", "search", "blocks", "context", "writer"},
 }
 
 

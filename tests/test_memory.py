@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memcli import Memory, Message, UsageError, WordTokenizer
+from memcli.context import insert_memory, render_memory
 from memcli.flush import Budget
-from memcli.memory import insert_memory, render_memory
 from memcli.store import open_store
 from memcli.store.sqlite import SQLiteStore
 
@@ -112,10 +112,11 @@ def test_writers_taking_turns_flush_as_one_writer_and_race_safely(db: str, tmp_p
 
     assert shape(a) == shape(b) == shape(one)
     assert a.store.check() == []
-    assert a._contended == b._contended == 0  # each put: one miss at most, then at once
+    # Each put: one miss at most, then at once.
+    assert a._writer.contended == b._writer.contended == 0
 
     # Another writer slips in between a's read of the window and its put.
-    sync = a._sync
+    sync = a._writer.sync
     slips = {"left": 1}
 
     def sync_then_another_writer(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -125,17 +126,17 @@ def test_writers_taking_turns_flush_as_one_writer_and_race_safely(db: str, tmp_p
             b.put(Message("assistant", "slipped in"))
             one.put(Message("assistant", "slipped in"))
 
-    a._sync = sync_then_another_writer  # type: ignore[method-assign]
+    a._writer.sync = sync_then_another_writer  # type: ignore[method-assign]
     b.put(Message("assistant", "b first"))
     one.put(Message("assistant", "b first"))
     a.put(Message("user", "a after the slip"))  # miss, read again (b slips), miss, then the lock
     one.put(Message("user", "a after the slip"))
-    assert slips["left"] == 0 and a._contended > 0
+    assert slips["left"] == 0 and a._writer.contended > 0
     for i, message in enumerate(turns[:40]):  # and on: the lock, then at once again
         assert [f.tokens for f in (a if i % 2 == 0 else b).put(message)] == [
             f.tokens for f in one.put(message)
         ]
-    assert a._contended == 0
+    assert a._writer.contended == 0
     assert shape(a) == shape(b) == shape(one)
     assert [m.content for m in a.get_all()].count("slipped in") == 1
     assert a.store.check() == []
@@ -211,7 +212,7 @@ CRASH = textwrap.dedent(
 
     def touches():
         original_touches()
-        if point == "commit" and memory._window_tokens < 30:
+        if point == "commit" and memory._writer.window_tokens < 30:
             os._exit(3)  # dies with everything written but not committed
 
     store.archive = archive

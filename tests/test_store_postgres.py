@@ -6,16 +6,17 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from memcli import Memory, Message, WordTokenizer
+from memcli import Flush, Memory, Message, WordTokenizer
 from memcli.errors import StoreBusy, StoreError
 from memcli.flush import Budget
 from memcli.store import open_store
-from memcli.store.base import NewMessage
+from memcli.store.base import FlushPlan, NewMessage
 from memcli.store.pg_migrations import LATEST, MIGRATIONS
 from memcli.store.postgres import PostgresStore
 from memcli.store.sqlite import SQLiteStore
@@ -428,53 +429,105 @@ class _Statements:
         return getattr(self._conn, name)
 
 
+#: Every column a put writes (the times it wrote them aside: `created_at`, `updated_at`).
+_PUT_ROWS = {
+    "sessions": "SELECT id, user_id, version, active_messages, archived_messages, active_tokens,"
+    " flushes FROM sessions ORDER BY id",
+    "flushes": "SELECT id, session_id, messages, tokens, first_message_id, last_message_id,"
+    " reason FROM flushes ORDER BY id",
+    "messages": "SELECT id, session_id, seq, role, content, name, metadata, tokens, status,"
+    " flush_id, timestamp FROM messages ORDER BY id",
+}
+
+
+def _put_rows(store) -> dict[str, list[tuple]]:  # type: ignore[no-untyped-def]
+    return {table: [tuple(r) for r in store.execute(sql)] for table, sql in _PUT_ROWS.items()}
+
+
+def _put_message(i: int, text: str) -> Message:
+    return Message(
+        "user" if i % 2 == 0 else "assistant",
+        text,
+        name="ann" if i % 5 == 0 else None,
+        metadata={"i": i, "tags": ["a", "b"]} if i % 3 == 0 else None,
+        timestamp=datetime(2024, 5, 1, 12, i % 60, tzinfo=UTC) if i % 4 == 0 else None,
+    )
+
+
 @pytest.mark.parametrize("server", ["postgresql", "pgvector"])  # PostgreSQL 15 and 18
-def test_a_put_of_one_message_takes_the_lean_function_and_stores_what_sqlite_does(
+def test_puts_lean_and_flushing_store_every_row_as_sqlite_does(
     server: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    """One message that flushes nothing goes through `memcli_put_one`, the others through
-    `memcli_put`: the same messages, statuses, flushes and counters as SQLite's, and a stale
-    version writes nothing."""
+    """The same puts on both backends write the same rows, column for column: one message that
+    flushes nothing goes through `memcli_put_one`; a put that crosses the threshold goes through
+    `memcli_put`, whose flushes archive whole turns (older messages, and the put's own when whole
+    turns of them leave too; several batches in one call). Same messages, statuses, flush
+    records, session counters and versions as SQLite's; a stale version writes nothing."""
     pg_url = request.getfixturevalue("pg_url" if server == "postgresql" else "pgvector_url")
     texts = [f"message {i} " + "word " * (i % 7) for i in range(60)]
+    calls = [
+        [_put_message(2 * j, f"question {j} " * 8), _put_message(2 * j + 1, f"answer {j} " * 9)]
+        for j in range(6)
+    ]
     stores = {"pg": open_store(pg_url), "sqlite": open_store(tmp_path / "m.db")}
     assert isinstance(stores["pg"], PostgresStore)
     spy = _Statements(stores["pg"].conn)
     stores["pg"].conn = spy  # type: ignore[assignment]
     kinds = []
+    flushed: dict[str, list[list[Flush]]] = {}
     for name, store in stores.items():
         memory = Memory(store, "s", budget=Budget(100, 0.7, 20), tokenizer=WordTokenizer())
         for i, text in enumerate(texts):
             before = len(spy.seen)
-            flushes = memory.put(Message("user" if i % 2 == 0 else "assistant", text))
+            flushes = memory.put(_put_message(i, text))
             if name == "pg":  # (the first put reads the window first, without the lock)
-                calls = [q for q in spy.seen[before:] if "memcli_put" in q]
-                assert len(calls) == 1, spy.seen[before:]
-                kinds.append(("memcli_put_one" in calls[0], bool(flushes)))
+                puts = [q for q in spy.seen[before:] if "memcli_put" in q]
+                assert len(puts) == 1, spy.seen[before:]
+                kinds.append(("memcli_put_one" in puts[0], bool(flushes)))
+        before = len(spy.seen)
+        flushed[name] = memory.put_calls(calls)
+        flushed[name].append(memory.put_messages([Message("user", "long " * 90)]))
+        if name == "pg":  # the six calls in one statement, the long turn in another
+            puts = [q for q in spy.seen[before:] if "memcli_put" in q]
+            assert len(puts) == 2 and not any("memcli_put_one" in q for q in puts)
     assert set(kinds) == {(True, False), (False, True)}  # each put, one kind or the other
     assert sum(1 for lean, _ in kinds if lean) > 40
+    # The six calls flushed several batches in their one statement, their own messages among them.
+    batches = [f for call in flushed["pg"][:-1] for f in call]
+    assert len(batches) >= 2
+    new_ids = {m.id for m in stores["pg"].get_messages("s")[len(texts) : len(texts) + 12]}
+    assert any(set(f.message_ids) & new_ids for f in batches)
+    assert flushed["pg"][-1]  # the long turn pushed the rest out
 
-    def record(store):  # type: ignore[no-untyped-def]
-        messages = store.get_messages("s")
-        flushes = [(f.messages, f.tokens, f.reason) for f in store.list_flushes("s")]
-        return (
-            [(m.role, m.content) for m in messages],
-            [(m.role, m.content) for m in store.get_messages("s", status="active")],
-            flushes,
-        )
-
-    assert record(stores["pg"]) == record(stores["sqlite"])
+    rows = {name: _put_rows(store) for name, store in stores.items()}
+    assert rows["pg"] == rows["sqlite"]
+    assert {r[8] for r in rows["pg"]["messages"]} == {"active", "archived"}
+    assert any(r[6] for r in rows["pg"]["messages"]) and any(r[10] for r in rows["pg"]["messages"])
+    assert [[f.id for f in call] for call in flushed["pg"]] == [
+        [f.id for f in call] for call in flushed["sqlite"]
+    ]
     assert stores["pg"].check() == []
     with psycopg.connect(pg_url) as conn:
         seqs = [r[0] for r in conn.execute("SELECT seq FROM messages ORDER BY id")]
-        assert seqs == list(range(len(texts)))
+        assert seqs == list(range(len(texts) + 13))
+
+    # A flush naming a message that is no longer active: an error, nothing written (both).
+    for store in stores.values():
+        before_rows = _put_rows(store)
+        gone = store.get_messages("s", status="archived")[0].id
+        assert gone is not None
+        plan = FlushPlan([gone, -1], 2, "reached the flush size")
+        new = [NewMessage(Message("user", "too late"), 1)]
+        with pytest.raises(StoreError, match="changed while it was being flushed"):
+            store.put_window("s", store.session_version("s"), new, [plan])
+        assert _put_rows(store) == before_rows
 
     # A version another writer moved past: nothing written, None returned.
     pg = stores["pg"]
     version = pg.session_version("s")
     assert pg.put_window("s", version - 1, [NewMessage(Message("user", "late"), 1)], []) is None
     assert pg.session_version("s") == version
-    assert len(pg.get_messages("s")) == len(texts)
+    assert len(pg.get_messages("s")) == len(texts) + 13
     assert pg.put_window("nobody", 0, [NewMessage(Message("user", "x"), 1)], []) is None
     done = pg.put_window("s", version, [NewMessage(Message("user", "on time"), 2)], [])
     assert done is not None and done[1] == [] and done[2] != version
@@ -499,7 +552,7 @@ def test_a_put_of_one_message_takes_the_lean_function_and_stores_what_sqlite_doe
     assert pg.check() == []
     with psycopg.connect(pg_url) as conn:
         seqs = [r[0] for r in conn.execute("SELECT seq FROM messages ORDER BY seq")]
-        assert seqs == list(range(len(texts) + 4))
+        assert seqs == list(range(len(texts) + 13 + 4))
     for store in stores.values():
         store.close()
 

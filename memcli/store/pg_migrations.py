@@ -385,35 +385,80 @@ _SOURCES_20 = (
     "CREATE INDEX sessions_source ON sessions (user_id, source_id)",
 )
 
-#: The put function again (CREATE OR REPLACE). Its statements' plans are made once per connection,
-#: and a new database's are made while the tables are small and unanalysed: such plans then read
-#: every message of the session on every put (1.9 ms a put at 5,000 messages, growing) until
-#: autovacuum analyses the table. So the session's next seq is the last row of its
+#: The put function again (CREATE OR REPLACE), written out whole: 19's but for two statements, the
+#: next seq and the archiving of a flush's older messages. Its statements' plans are made once per
+#: connection, and a new database's are made while the tables are small and unanalysed: such plans
+#: then read every message of the session on every put (1.9 ms a put at 5,000 messages, growing)
+#: until autovacuum analyses the table. So the session's next seq is the last row of its
 #: `messages_order` index (ORDER BY seq DESC LIMIT 1, the plan whatever the statistics), and a
 #: flush archives its messages by a statement planned when it runs (EXECUTE: a flush is one put
 #: in many), which looks them up by id.
-_OLD_SEQ = (
-    "SELECT COALESCE(MAX(seq) + 1, 0) INTO first_seq FROM messages WHERE session_id = p_session;"
-)
-_NEW_SEQ = (
-    "first_seq := COALESCE((SELECT m.seq + 1 FROM messages m WHERE m.session_id = p_session"
-    " ORDER BY m.seq DESC LIMIT 1), 0);"
-)
-_OLD_ARCHIVE = (
-    "      UPDATE messages SET status = 'archived', flush_id = v_flush_id\n"
-    "      WHERE session_id = p_session AND messages.status = 'active' AND id = ANY (old);"
-)
-_NEW_ARCHIVE = (
-    "      EXECUTE 'UPDATE messages SET status = ''archived'', flush_id = $1'\n"
-    "              ' WHERE id = ANY ($2) AND session_id = $3 AND status = ''active'''\n"
-    "         USING v_flush_id, old, p_session;"
-)
-assert _OLD_SEQ in _PUT_19[0] and _OLD_ARCHIVE in _PUT_19[0]
 _PUT_22 = (
-    _PUT_19[0]
-    .replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-    .replace(_OLD_SEQ, _NEW_SEQ)
-    .replace(_OLD_ARCHIVE, _NEW_ARCHIVE),
+    """CREATE OR REPLACE FUNCTION memcli_put(
+   p_session TEXT, p_key BIGINT, p_version BIGINT, p_stamp TEXT,
+   p_roles TEXT[], p_contents TEXT[], p_names TEXT[], p_metadata TEXT[], p_tokens BIGINT[],
+   p_times TEXT[], p_archive BIGINT[], p_counts INT[], p_flush_tokens BIGINT[],
+   p_reasons TEXT[], OUT ids BIGINT[], OUT flush_ids BIGINT[], OUT version BIGINT
+) LANGUAGE plpgsql AS $$
+DECLARE
+   n INT := cardinality(p_roles);
+   first_seq BIGINT;
+   v_status TEXT[] := array_fill('active'::TEXT, ARRAY[n]);
+   v_flush BIGINT[] := array_fill(NULL::BIGINT, ARRAY[n]);
+   batch BIGINT[];
+   old BIGINT[];
+   v_flush_id BIGINT;
+   at INT := 1;
+   changed INT;
+BEGIN
+   PERFORM pg_advisory_xact_lock(p_key);
+   IF (SELECT s.version FROM sessions s WHERE s.id = p_session) IS DISTINCT FROM p_version THEN
+      RETURN;
+   END IF;
+   first_seq := COALESCE((SELECT m.seq + 1 FROM messages m WHERE m.session_id = p_session ORDER BY m.seq DESC LIMIT 1), 0);
+   ids := ARRAY(SELECT nextval('messages_id_seq') FROM generate_series(1, n));
+   flush_ids := '{}';
+   FOR b IN 1 .. COALESCE(cardinality(p_counts), 0) LOOP
+      batch := ARRAY(SELECT CASE WHEN x < 0 THEN ids[-x] ELSE x END
+                     FROM unnest(p_archive[at : at + p_counts[b] - 1]) WITH ORDINALITY AS u(x, o)
+                     ORDER BY o);
+      INSERT INTO flushes (session_id, created_at, messages, tokens, first_message_id,
+                           last_message_id, reason)
+      VALUES (p_session, p_stamp, p_counts[b], p_flush_tokens[b], batch[1],
+              batch[cardinality(batch)], p_reasons[b])
+      RETURNING id INTO v_flush_id;
+      flush_ids := flush_ids || v_flush_id;
+      FOR i IN at .. at + p_counts[b] - 1 LOOP
+         IF p_archive[i] < 0 THEN
+            v_status[-p_archive[i]] := 'archived';
+            v_flush[-p_archive[i]] := v_flush_id;
+         END IF;
+      END LOOP;
+      old := ARRAY(SELECT x FROM unnest(p_archive[at : at + p_counts[b] - 1]) AS x WHERE x > 0);
+      EXECUTE 'UPDATE messages SET status = ''archived'', flush_id = $1'
+              ' WHERE id = ANY ($2) AND session_id = $3 AND status = ''active'''
+         USING v_flush_id, old, p_session;
+      GET DIAGNOSTICS changed = ROW_COUNT;
+      IF changed <> cardinality(old) THEN
+         RAISE EXCEPTION 'session % changed while it was being flushed', p_session;
+      END IF;
+      at := at + p_counts[b];
+   END LOOP;
+   INSERT INTO messages (id, session_id, seq, role, content, name, metadata, tokens, status,
+                         flush_id, timestamp, created_at)
+   SELECT ids[o], p_session, first_seq + o - 1, r, c, nm, md, t, v_status[o], v_flush[o], ts, p_stamp
+   FROM unnest(p_roles, p_contents, p_names, p_metadata, p_tokens, p_times)
+        WITH ORDINALITY AS u(r, c, nm, md, t, ts, o);
+   UPDATE sessions s SET version = s.version + 1, updated_at = p_stamp,
+      active_messages = s.active_messages + n - (at - 1),
+      archived_messages = s.archived_messages + (at - 1),
+      active_tokens = s.active_tokens + (SELECT COALESCE(SUM(x), 0) FROM unnest(p_tokens) x)
+                      - (SELECT COALESCE(SUM(x), 0) FROM unnest(p_flush_tokens) x),
+      flushes = s.flushes + COALESCE(cardinality(p_counts), 0)
+   WHERE s.id = p_session
+   RETURNING s.version INTO version;
+END
+$$""",
 )
 
 
