@@ -82,11 +82,31 @@ def database_exists(s: Settings) -> bool:
     return s.db_url is not None or s.db_path.exists()
 
 
+def budget_asked(
+    token_limit: int | None, ratio: float | None, flush_size: int | None
+) -> BudgetOverride:
+    """The budget options of a command, checked (UsageError, exit 2) before it opens anything."""
+    from memcli.flush import BudgetOverride
+
+    return BudgetOverride(token_limit, ratio, flush_size).check()
+
+
 def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
     """The settings' database: a PostgreSQL one for a `postgresql://` URL, else a SQLite file
-    (with `must_exist`, a file that is not there is an error, not a new database)."""
+    (with `must_exist`, a file that is not there is an error, not a new database). A database
+    named by --db or MEMCLI_DB must be in a folder that exists (the default home is made)."""
     from memcli.store.sqlite import SQLiteStore
 
+    if s.db_url is None and "db" in s.explicit and not s.db_path.parent.is_dir():
+        from memcli.errors import UsageError
+
+        where = {"flag": "--db", "env": "MEMCLI_DB"}.get(
+            s.sources.get("db", ""), "db in the config"
+        )
+        raise UsageError(
+            f"no folder {str(s.db_path.parent)!r} for the database {str(s.db_path)!r} ({where})",
+            "Create the folder first, or point --db at a file in a folder that exists",
+        )
     if s.db_url is not None:
         from memcli.store.postgres import PostgresStore
 
@@ -95,9 +115,21 @@ def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
 
 
 def require_session(store: AnyStore, session_id: str, user: str | None = None) -> SessionInfo:
-    from memcli.store.base import require_session
+    """The stored session (of `user`, when given); SessionNotFound (exit 1) otherwise, as every
+    command says it: another user's session is named as theirs, a missing one gets the close ids."""
+    from memcli.store.base import check_owner, require_session
 
+    check_owner(store.get_session(session_id), user, OTHER_USERS_SESSION)
     return require_session(store, session_id, user)
+
+
+#: The hint every command gives for a session of another user than --user.
+OTHER_USERS_SESSION = "It belongs to user {owner}: use --user {owner}, or leave --user out"
+
+
+def asked_user(s: Settings) -> str | None:
+    """The user a command was told (--user or MEMCLI_USER), else None: any user's session."""
+    return s.user if "user" in s.explicit else None
 
 
 def budget_for(s: Settings, info: SessionInfo | None, asked: BudgetOverride) -> Budget:

@@ -91,7 +91,6 @@ def import_command(
     Example: memcli import chat.jsonl --session demo --token-limit 4000
     """
     from memcli.errors import UsageError
-    from memcli.flush import BudgetOverride
     from memcli.formats import FORMATS, read
     from memcli.importing import Opening, from_source, import_conversations
     from memcli.transcripts import PUT_MODES
@@ -101,6 +100,7 @@ def import_command(
     if format_ not in FORMATS:
         raise UsageError(f"unknown --format {format_!r}", f"Use one of: {', '.join(FORMATS)}")
     s = common.settings(ctx, user=user)
+    asked = common.budget_asked(token_limit, ratio, flush_size)
     source = read(file, format=format_)  # validated whole before the store is touched
     found = from_source(source, session)
     header = source.header
@@ -119,7 +119,7 @@ def import_command(
         s,
         blocks,
         user=user,
-        budget=BudgetOverride(token_limit, ratio, flush_size),
+        budget=asked,
         rebudget=rebudget,
     )
     bar = output.progress("Long-term memory")
