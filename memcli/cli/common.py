@@ -40,7 +40,13 @@ FlushSize = Annotated[
     ),
 ]
 User = Annotated[
-    str | None, typer.Option("--user", metavar="NAME", help="The user whose memory this is.")
+    str | None,
+    typer.Option(
+        "--user",
+        metavar="NAME",
+        help="The user whose memory this is.",
+        autocompletion=lambda ctx, incomplete: complete_user(ctx, incomplete),
+    ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="JSON Lines on stdout (the default in a pipe).")]
 
@@ -234,3 +240,57 @@ def embedder(s: Settings) -> OnnxEmbedder:
     from memcli.search.onnx import OnnxEmbedder
 
     return OnnxEmbedder(s.home / "models", on_prepare=lambda: output.info(PREPARING))
+
+
+# -- shell completion ---------------------------------------------------------------------------
+# Typer calls these with what the shell has typed so far; they open nothing that is not there and
+# never fail (a completion that raises prints a traceback into the user's prompt).
+
+
+def choices(module: str, name: str) -> Any:
+    """Completion of a choice-valued option: the values of the tuple `module.name` (imported
+    only when a shell asks) that start with what is typed."""
+
+    def complete(incomplete: str) -> list[str]:
+        from importlib import import_module
+
+        values: tuple[str, ...] = getattr(import_module(module), name)
+        return [v for v in values if v.startswith(incomplete)]
+
+    return complete
+
+
+def _completion_store(ctx: typer.Context) -> Any:
+    """The store the command being completed would open (--db / MEMCLI_DB / the home's), read
+    only; None when there is no database."""
+    from memcli.config import load_settings
+
+    root = ctx.find_root()
+    flags = {"db": root.params.get("db")}
+    s = load_settings(os.environ, flags, root.params.get("config"))
+    return open_store(s, must_exist=True) if database_exists(s) else None
+
+
+def complete_session(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Session ids of the database the command would open (of its --user, when given) starting
+    with what is typed, newest first."""
+    try:
+        store = _completion_store(ctx)
+        if store is None:
+            return []
+        user = ctx.params.get("user")
+        return [i.id for i in store.list_sessions(user) if i.id.startswith(incomplete)]
+    except Exception:  # noqa: BLE001 (a completion never fails: it offers nothing)
+        return []
+
+
+def complete_user(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The users of the database the command would open, starting with what is typed."""
+    try:
+        store = _completion_store(ctx)
+        if store is None:
+            return []
+        users = dict.fromkeys(i.user_id for i in store.list_sessions())
+        return sorted(u for u in users if u.startswith(incomplete))
+    except Exception:  # noqa: BLE001
+        return []

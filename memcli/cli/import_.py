@@ -18,13 +18,16 @@ def import_command(
         str,
         typer.Argument(
             help="A transcript (JSON Lines, a JSON array), a ChatGPT or Claude.ai export"
-            " (conversations.json or the .zip), llm's logs.db or `llm logs --json`; - for stdin."
+            " (conversations.json or the .zip), llm's logs.db or `llm logs --json`; - for stdin.",
+            metavar="FILE",
         ),
     ],
     format_: Annotated[
         str,
         typer.Option(
             "--format",
+            metavar="FORMAT",
+            autocompletion=common.choices("memcli.formats", "FORMATS"),
             help="The input's format: auto (by its shape), transcript, chatgpt, claude, llm.",
         ),
     ] = "auto",
@@ -32,7 +35,9 @@ def import_command(
         str | None,
         typer.Option(
             "--session",
+            metavar="SESSION",
             help="Put everything in this session (default: from the records, else new).",
+            autocompletion=common.complete_session,
         ),
     ] = None,
     user: common.User = None,
@@ -43,6 +48,8 @@ def import_command(
         str,
         typer.Option(
             "--put",
+            metavar="[call|message|batch]",
+            autocompletion=common.choices("memcli.transcripts", "PUT_MODES"),
             help="How messages are put: one call per record (call), one at a time (message), all at once (batch).",
         ),
     ] = "call",

@@ -24,7 +24,12 @@ def chat_command(
     ctx: typer.Context,
     session: Annotated[
         str | None,
-        typer.Option("--session", help="Resume this session (or start one with this id)."),
+        typer.Option(
+            "--session",
+            metavar="SESSION",
+            help="Resume this session (or start one with this id).",
+            autocompletion=common.complete_session,
+        ),
     ] = None,
     user: common.User = None,
     model: Annotated[
