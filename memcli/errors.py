@@ -47,11 +47,11 @@ class SessionNotFound(MemcliError):
 
     exit_code = 1
 
-    def __init__(self, session_id: str, user: str | None = None) -> None:
+    def __init__(self, session_id: str, user: str | None = None, hint: str | None = None) -> None:
         whose = "" if user is None else f" of user {user!r}"
         super().__init__(
             f"no session {session_id!r}{whose}",
-            "Run `memcli sessions` to see the sessions",
+            hint or "Run `memcli sessions` to see the sessions",
         )
         self.session_id = session_id
 

@@ -90,6 +90,17 @@ class BudgetOverride:
         """Nothing is asked for."""
         return self.token_limit is None and self.ratio is None and self.flush_size is None
 
+    def check(self) -> BudgetOverride:
+        """These values are each valid, and together when given together (a flush size no larger
+        than a token limit given with it): UsageError as `Budget` says it. Checked before a command
+        creates anything."""
+        Budget(
+            self.token_limit if self.token_limit is not None else MAX_TOKEN_LIMIT,
+            self.ratio if self.ratio is not None else 0.7,
+            self.flush_size if self.flush_size is not None else 1,
+        )
+        return self
+
     def over(self, base: BudgetOverride) -> BudgetOverride:
         """The values asked for here, else `base`'s (flags over the settings)."""
         return BudgetOverride(

@@ -312,8 +312,8 @@ def test_backfill_refuses_a_session_of_another_user(tmp_path: Path) -> None:
     line = '{"role": "user", "content": "hello"}\n'
     assert memcli("--db", db, "import", "-", "--session", "s", input=line).code == 0
     run = memcli("--db", db, "blocks", "backfill", "s", "--user", "bob")
-    assert run.code == 2, run.stderr
-    assert "session 's' belongs to user 'default', not 'bob'" in run.stderr
+    assert run.code == 1, run.stderr
+    assert "no session 's' of user 'bob'" in run.stderr
     assert "Nothing to backfill" not in run.stderr
     assert memcli("--db", db, "blocks", "backfill", "s", "--user", "default").code == 0
 

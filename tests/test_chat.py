@@ -22,6 +22,7 @@ from memcli.chat import (
     default_model,
 )
 from memcli.chat.view import facts_in, panels
+from memcli.errors import SessionNotFound
 from memcli.flush import Budget
 from memcli.llm import Hangup, LLMConfig
 
@@ -263,7 +264,7 @@ def test_commands(tmp_path):
 def test_switching_to_a_session_of_another_user_is_refused(tmp_path):
     chat = make_chat(tmp_path)
     Chat(chat.store, user_id="bob").open("bobs")
-    with pytest.raises(UsageError, match="belongs to user 'bob'"):
+    with pytest.raises(SessionNotFound, match="no session 'bobs' of user"):
         Commands(chat).run("/session bobs")
 
 

@@ -218,8 +218,9 @@ def test_unknown_command_in_plain_mode_is_reported(llm):
 def test_another_users_session_is_refused(llm):
     memcli("chat", "--session", "ann1", "--user", "ann", input="hi\n")
     run = memcli("chat", "--session", "ann1", "--user", "bob", input="hi\n")
-    assert run.code == 2
-    assert "belongs to user 'ann'" in run.stderr
+    assert run.code == 1
+    assert "no session 'ann1' of user 'bob'" in run.stderr
+    assert "--user ann" in run.stderr
 
 
 # -- the full-screen app through prompt-toolkit's pipe input --------------------------------------

@@ -58,7 +58,7 @@ def test_backfill_then_search(
     assert memcli("search", "cello", "--session", "s1", "--json").records()
     assert memcli("search", "cello", "--user", "bob", "--json").records() == []
     run = memcli("search", "cello", "--session", "s1", "--user", "bob")  # refused, as in chat
-    assert run.code == 2 and "belongs to user 'default', not 'bob'" in run.stderr
+    assert run.code == 1 and "no session 's1' of user 'bob'" in run.stderr
     assert "--user default" in run.stderr
     run = memcli("search", "cello", "--session", "nope")
     assert run.code == 1 and "no session 'nope'" in run.stderr

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memcli import Message, SQLiteStore, UsageError
-from memcli.errors import InputError
+from memcli.errors import InputError, SessionNotFound
 from memcli.flush import Budget, BudgetOverride
 from memcli.importing import (
     Opening,
@@ -50,7 +50,7 @@ def opening(rebudget: bool = False, user: str | None = None, **budget: object) -
 def test_import_into_another_users_session_stores_nothing(tmp_path: Path) -> None:
     store = store_with(tmp_path)
     records = parse_transcript(b'{"role": "user", "content": "a"}\n')
-    with pytest.raises(UsageError, match="belongs to user 'ann', not 'bob'"):
+    with pytest.raises(SessionNotFound, match="no session 's1' of user 'bob'"):
         import_transcript(store, records, opening(user="bob"), session_id="s1")
     assert require(store, "s1").active_messages == 2
     with pytest.raises(UsageError, match="has the budget 500"):

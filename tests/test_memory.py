@@ -11,6 +11,7 @@ import pytest
 
 from memcli import Memory, Message, UsageError, WordTokenizer
 from memcli.context import insert_memory, render_memory
+from memcli.errors import SessionNotFound
 from memcli.flush import Budget
 from memcli.store import open_store
 from memcli.store.sqlite import SQLiteStore
@@ -293,13 +294,13 @@ def test_rebudget_stores_the_budget_and_flushes_at_once(db: str) -> None:
 
 def test_a_session_opens_as_its_users_and_never_as_another_users(db: str) -> None:
     """A stored session is its user's: opened without a user it is theirs, opened as another
-    user's it raises and nothing is written (the CLI refuses the same with exit 2)."""
+    user's it raises and nothing is written (the CLI refuses the same with exit 1)."""
     Memory.from_defaults(session_id="s", user_id="ana", db=db).put(Message("user", "I am Ana"))
     again = Memory.from_defaults(session_id="s", db=db)
     assert again.user_id == "ana"
-    with pytest.raises(UsageError, match="belongs to user 'ana', not 'bo'"):
+    with pytest.raises(SessionNotFound, match="no session 's' of user 'bo'"):
         Memory.from_defaults(session_id="s", user_id="bo", db=db)
-    with pytest.raises(UsageError, match="belongs to user 'ana', not 'default'"):
+    with pytest.raises(SessionNotFound, match="no session 's' of user 'default'"):
         Memory(open_store(db), "s", user_id="default")
     assert [m.content for m in again.get_all()] == ["I am Ana"]
     assert Memory.from_defaults(session_id="s", user_id="ana", db=db).user_id == "ana"

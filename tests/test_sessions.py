@@ -46,9 +46,10 @@ class Whose(MemoryBlock):
 
 def test_a_session_of_another_user_is_refused_with_what_to_do(tmp_path: Path) -> None:
     store = store_with(tmp_path)
-    with pytest.raises(UsageError) as caught:
+    with pytest.raises(SessionNotFound) as caught:
         owned(store, "s1", "bob", "Use --user {owner}, or another --session")
-    assert caught.value.message == "session 's1' belongs to user 'ann', not 'bob'"
+    assert caught.value.message == "no session 's1' of user 'bob'"
+    assert caught.value.exit_code == 1
     assert caught.value.hint == "Use --user ann, or another --session"
     assert owned(store, "s1", "ann", "unused").user_id == "ann"
     assert owned(store, "s1", None, "unused").user_id == "ann"  # no user given: anyone's

@@ -252,7 +252,36 @@ def main() -> None:
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except Exception as error:  # click's usage errors and aborts come through here too
+        _misplaced_global(error, sys.argv[1:])
         _click_error(error)
+
+
+def _misplaced_global(error: Exception, argv: list[str]) -> None:
+    """A global option given after the command (`memcli sessions --db x.db`): say where it goes,
+    with the command line moved so (exit 2). Other errors pass."""
+    name = getattr(error, "option_name", None)
+    if type(error).__name__ != "NoSuchOption" or name not in _GLOBAL_OPTIONS:
+        return
+    from memcli.cli.output import print_error
+    from memcli.errors import UsageError
+
+    moved, rest, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == name and i + 1 < len(argv):
+            moved += argv[i : i + 2]
+            i += 2
+            continue
+        if arg.startswith(f"{name}="):
+            moved.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    import shlex
+
+    line = shlex.join(["memcli", *moved, *rest])
+    print_error(UsageError(f"{name} goes before the command", f"Run `{line}`"))
+    sys.exit(2)
 
 
 def _click_error(error: Exception) -> None:

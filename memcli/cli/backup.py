@@ -12,7 +12,9 @@ from memcli.cli import common, output
 
 def backup_command(
     ctx: typer.Context,
-    file: Annotated[str, typer.Argument(help="Where to write the copy (a new file).")],
+    file: Annotated[
+        str, typer.Argument(help="Where to write the copy (a new file).", metavar="FILE")
+    ],
     force: Annotated[bool, typer.Option("--force", help="Overwrite FILE if it exists.")] = False,
 ) -> None:
     """Copy the database to FILE with SQLite's online backup: one consistent snapshot, taken

@@ -23,7 +23,11 @@ def list_command(
     ctx: typer.Context,
     session: Annotated[
         str | None,
-        typer.Argument(help="The blocks of this session (default: those of the user's last)."),
+        typer.Argument(
+            help="The blocks of this session (default: those of the user's last).",
+            metavar="[SESSION]",
+            autocompletion=common.complete_session,
+        ),
     ] = None,
     user: common.User = None,
     json_: common.Json = False,
@@ -87,7 +91,12 @@ def list_command(
 def backfill_command(
     ctx: typer.Context,
     session: Annotated[
-        str | None, typer.Argument(help="Only this session (default: all of the user's).")
+        str | None,
+        typer.Argument(
+            help="Only this session (default: all of the user's).",
+            metavar="[SESSION]",
+            autocompletion=common.complete_session,
+        ),
     ] = None,
     user: common.User = None,
     json_: common.Json = False,

@@ -40,7 +40,13 @@ FlushSize = Annotated[
     ),
 ]
 User = Annotated[
-    str | None, typer.Option("--user", metavar="NAME", help="The user whose memory this is.")
+    str | None,
+    typer.Option(
+        "--user",
+        metavar="NAME",
+        help="The user whose memory this is.",
+        autocompletion=lambda ctx, incomplete: complete_user(ctx, incomplete),
+    ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="JSON Lines on stdout (the default in a pipe).")]
 
@@ -82,11 +88,31 @@ def database_exists(s: Settings) -> bool:
     return s.db_url is not None or s.db_path.exists()
 
 
+def budget_asked(
+    token_limit: int | None, ratio: float | None, flush_size: int | None
+) -> BudgetOverride:
+    """The budget options of a command, checked (UsageError, exit 2) before it opens anything."""
+    from memcli.flush import BudgetOverride
+
+    return BudgetOverride(token_limit, ratio, flush_size).check()
+
+
 def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
     """The settings' database: a PostgreSQL one for a `postgresql://` URL, else a SQLite file
-    (with `must_exist`, a file that is not there is an error, not a new database)."""
+    (with `must_exist`, a file that is not there is an error, not a new database). A database
+    named by --db or MEMCLI_DB must be in a folder that exists (the default home is made)."""
     from memcli.store.sqlite import SQLiteStore
 
+    if s.db_url is None and "db" in s.explicit and not s.db_path.parent.is_dir():
+        from memcli.errors import UsageError
+
+        where = {"flag": "--db", "env": "MEMCLI_DB"}.get(
+            s.sources.get("db", ""), "db in the config"
+        )
+        raise UsageError(
+            f"no folder {str(s.db_path.parent)!r} for the database {str(s.db_path)!r} ({where})",
+            "Create the folder first, or point --db at a file in a folder that exists",
+        )
     if s.db_url is not None:
         from memcli.store.postgres import PostgresStore
 
@@ -95,9 +121,21 @@ def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
 
 
 def require_session(store: AnyStore, session_id: str, user: str | None = None) -> SessionInfo:
-    from memcli.store.base import require_session
+    """The stored session (of `user`, when given); SessionNotFound (exit 1) otherwise, as every
+    command says it: another user's session is named as theirs, a missing one gets the close ids."""
+    from memcli.store.base import check_owner, require_session
 
+    check_owner(store.get_session(session_id), user, OTHER_USERS_SESSION)
     return require_session(store, session_id, user)
+
+
+#: The hint every command gives for a session of another user than --user.
+OTHER_USERS_SESSION = "It belongs to user {owner}: use --user {owner}, or leave --user out"
+
+
+def asked_user(s: Settings) -> str | None:
+    """The user a command was told (--user or MEMCLI_USER), else None: any user's session."""
+    return s.user if "user" in s.explicit else None
 
 
 def budget_for(s: Settings, info: SessionInfo | None, asked: BudgetOverride) -> Budget:
@@ -202,3 +240,57 @@ def embedder(s: Settings) -> OnnxEmbedder:
     from memcli.search.onnx import OnnxEmbedder
 
     return OnnxEmbedder(s.home / "models", on_prepare=lambda: output.info(PREPARING))
+
+
+# -- shell completion ---------------------------------------------------------------------------
+# Typer calls these with what the shell has typed so far; they open nothing that is not there and
+# never fail (a completion that raises prints a traceback into the user's prompt).
+
+
+def choices(module: str, name: str) -> Any:
+    """Completion of a choice-valued option: the values of the tuple `module.name` (imported
+    only when a shell asks) that start with what is typed."""
+
+    def complete(incomplete: str) -> list[str]:
+        from importlib import import_module
+
+        values: tuple[str, ...] = getattr(import_module(module), name)
+        return [v for v in values if v.startswith(incomplete)]
+
+    return complete
+
+
+def _completion_store(ctx: typer.Context) -> Any:
+    """The store the command being completed would open (--db / MEMCLI_DB / the home's), read
+    only; None when there is no database."""
+    from memcli.config import load_settings
+
+    root = ctx.find_root()
+    flags = {"db": root.params.get("db")}
+    s = load_settings(os.environ, flags, root.params.get("config"))
+    return open_store(s, must_exist=True) if database_exists(s) else None
+
+
+def complete_session(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Session ids of the database the command would open (of its --user, when given) starting
+    with what is typed, newest first."""
+    try:
+        store = _completion_store(ctx)
+        if store is None:
+            return []
+        user = ctx.params.get("user")
+        return [i.id for i in store.list_sessions(user) if i.id.startswith(incomplete)]
+    except Exception:  # noqa: BLE001 (a completion never fails: it offers nothing)
+        return []
+
+
+def complete_user(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The users of the database the command would open, starting with what is typed."""
+    try:
+        store = _completion_store(ctx)
+        if store is None:
+            return []
+        users = dict.fromkeys(i.user_id for i in store.list_sessions())
+        return sorted(u for u in users if u.startswith(incomplete))
+    except Exception:  # noqa: BLE001
+        return []

@@ -31,7 +31,12 @@ WhatIfLimit = Annotated[
 def blocks_command(
     ctx: typer.Context,
     session: Annotated[
-        str | None, typer.Argument(help="The session (default: none, an empty chat history).")
+        str | None,
+        typer.Argument(
+            help="The session (default: none, an empty chat history).",
+            metavar="[SESSION]",
+            autocompletion=common.complete_session,
+        ),
     ] = None,
     block: Annotated[str | None, typer.Option("--block", help="Only this block.")] = None,
     input_: Input = None,
@@ -115,7 +120,12 @@ def content_text(content: Any) -> str:
 @app.command("context")
 def context_command(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(help="The session.")],
+    session: Annotated[
+        str,
+        typer.Argument(
+            help="The session.", metavar="SESSION", autocompletion=common.complete_session
+        ),
+    ],
     input_: Input = None,
     token_limit: WhatIfLimit = None,
     json_: common.Json = False,

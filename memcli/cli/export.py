@@ -12,7 +12,14 @@ from memcli.cli import common, output
 
 def export_command(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(help="The session id (see `memcli sessions`).")],
+    session: Annotated[
+        str,
+        typer.Argument(
+            help="The session id (see `memcli sessions`).",
+            metavar="SESSION",
+            autocompletion=common.complete_session,
+        ),
+    ],
     all_: Annotated[
         bool, typer.Option("--all", help="Include archived messages, with their status.")
     ] = False,
@@ -22,7 +29,8 @@ def export_command(
             "--format",
             help="jsonl (memcli's own, read back whole), openai (one fine-tuning line) or"
             " markdown (a transcript to read).",
-            metavar="jsonl|openai|markdown",
+            metavar="[jsonl|openai|markdown]",
+            autocompletion=common.choices("memcli.transcripts", "EXPORT_FORMATS"),
         ),
     ] = "jsonl",
     user: common.User = None,

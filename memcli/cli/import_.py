@@ -18,13 +18,16 @@ def import_command(
         str,
         typer.Argument(
             help="A transcript (JSON Lines, a JSON array), a ChatGPT or Claude.ai export"
-            " (conversations.json or the .zip), llm's logs.db or `llm logs --json`; - for stdin."
+            " (conversations.json or the .zip), llm's logs.db or `llm logs --json`; - for stdin.",
+            metavar="FILE",
         ),
     ],
     format_: Annotated[
         str,
         typer.Option(
             "--format",
+            metavar="FORMAT",
+            autocompletion=common.choices("memcli.formats", "FORMATS"),
             help="The input's format: auto (by its shape), transcript, chatgpt, claude, llm.",
         ),
     ] = "auto",
@@ -32,7 +35,9 @@ def import_command(
         str | None,
         typer.Option(
             "--session",
+            metavar="SESSION",
             help="Put everything in this session (default: from the records, else new).",
+            autocompletion=common.complete_session,
         ),
     ] = None,
     user: common.User = None,
@@ -43,6 +48,8 @@ def import_command(
         str,
         typer.Option(
             "--put",
+            metavar="[call|message|batch]",
+            autocompletion=common.choices("memcli.transcripts", "PUT_MODES"),
             help="How messages are put: one call per record (call), one at a time (message), all at once (batch).",
         ),
     ] = "call",
@@ -91,7 +98,6 @@ def import_command(
     Example: memcli import chat.jsonl --session demo --token-limit 4000
     """
     from memcli.errors import UsageError
-    from memcli.flush import BudgetOverride
     from memcli.formats import FORMATS, read
     from memcli.importing import Opening, from_source, import_conversations
     from memcli.transcripts import PUT_MODES
@@ -101,6 +107,7 @@ def import_command(
     if format_ not in FORMATS:
         raise UsageError(f"unknown --format {format_!r}", f"Use one of: {', '.join(FORMATS)}")
     s = common.settings(ctx, user=user)
+    asked = common.budget_asked(token_limit, ratio, flush_size)
     source = read(file, format=format_)  # validated whole before the store is touched
     found = from_source(source, session)
     header = source.header
@@ -119,7 +126,7 @@ def import_command(
         s,
         blocks,
         user=user,
-        budget=BudgetOverride(token_limit, ratio, flush_size),
+        budget=asked,
         rebudget=rebudget,
     )
     bar = output.progress("Long-term memory")

@@ -13,7 +13,12 @@ from memcli.cli import common, output
 def inspect_command(
     ctx: typer.Context,
     session: Annotated[
-        str, typer.Argument(help="The session id (see `memcli sessions`).", metavar="SESSION")
+        str,
+        typer.Argument(
+            help="The session id (see `memcli sessions`).",
+            metavar="SESSION",
+            autocompletion=common.complete_session,
+        ),
     ],
     all_: Annotated[bool, typer.Option("--all", help="Show archived messages too.")] = False,
     token_limit: common.TokenLimit = None,
@@ -23,6 +28,7 @@ def inspect_command(
         int | None,
         typer.Option("--limit", metavar="N", min=1, help="Only the last N messages."),
     ] = None,
+    user: common.User = None,
     json_: common.Json = False,
 ) -> None:
     """Show a session: its active messages, the token budget gauge, archived count and flushes.
@@ -31,18 +37,17 @@ def inspect_command(
     now; nothing is stored (`memcli import`/`chat --rebudget` store a budget). On a terminal,
     long output goes through $PAGER (default `less`), as git's does.
 
+    With --user, only that user's session (another user's is "no session", exit 1).
+
     Example: memcli inspect demo --all
     """
-    from memcli.flush import BudgetOverride
     from memcli.sessions import report
 
-    s = common.settings(ctx)
+    s = common.settings(ctx, user=user)
+    asked = common.budget_asked(token_limit, ratio, flush_size)
     store = common.open_store(s, must_exist=True)
-    budget = None
-    asked = BudgetOverride(token_limit, ratio, flush_size)
-    if not asked.is_empty:
-        info = common.require_session(store, session)
-        budget = common.budget_for(s, info, asked)
+    info = common.require_session(store, session, common.asked_user(s))
+    budget = None if asked.is_empty else common.budget_for(s, info, asked)
     r = report(store, session, archived=all_, budget=budget)
     total = len(r.messages)
     if limit is not None:

@@ -17,7 +17,11 @@ def rm_command(
     ctx: typer.Context,
     session: Annotated[
         list[str] | None,
-        typer.Argument(help="Sessions to delete (none: give --user).", metavar="[SESSION]..."),
+        typer.Argument(
+            help="Sessions to delete (none: give --user).",
+            metavar="[SESSION]...",
+            autocompletion=common.complete_session,
+        ),
     ] = None,
     message: Annotated[
         list[int] | None,

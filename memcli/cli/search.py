@@ -57,6 +57,7 @@ def search_command(
         typer.Option(
             "--mode",
             metavar="[hybrid|lexical|vector]",
+            autocompletion=common.choices("memcli.search.types", "MODES"),
             help="hybrid (words and meaning), lexical (BM25 only) or vector (dense only).",
         ),
     ] = "hybrid",

@@ -36,7 +36,10 @@ def flush_command(
     session: Annotated[
         str | None,
         typer.Option(
-            "--session", metavar="SESSION", help="Replay a stored session instead (read only)."
+            "--session",
+            metavar="SESSION",
+            help="Replay a stored session instead (read only).",
+            autocompletion=common.complete_session,
         ),
     ] = None,
     token_limit: Annotated[
@@ -64,6 +67,7 @@ def flush_command(
         typer.Option(
             "--put",
             metavar="[call|message|batch]",
+            autocompletion=common.choices("memcli.transcripts", "PUT_MODES"),
             help="How messages are put: one call per record (call), one at a time (message), all at once (batch).",
         ),
     ] = "call",

@@ -15,7 +15,12 @@ if TYPE_CHECKING:
 def summary_command(
     ctx: typer.Context,
     session: Annotated[
-        str, typer.Argument(help="The session id (see `memcli sessions`).", metavar="SESSION")
+        str,
+        typer.Argument(
+            help="The session id (see `memcli sessions`).",
+            metavar="SESSION",
+            autocompletion=common.complete_session,
+        ),
     ],
     history: Annotated[
         bool, typer.Option("--history", help="Every version, oldest first, not only the current.")

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from memcli.credentials import redact_url  # noqa: F401 (the stores show their URLs with it)
-from memcli.errors import SessionNotFound, UsageError
+from memcli.errors import SessionNotFound
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -268,15 +268,28 @@ def require_session(store: Store, session_id: str, user: str | None = None) -> S
     another user's session is not found for them)."""
     info = store.get_session(session_id)
     if info is None or (user is not None and info.user_id != user):
-        raise SessionNotFound(session_id, user)
+        raise SessionNotFound(session_id, user, suggestion(store, session_id, user))
     return info
 
 
+def suggestion(store: Store, session_id: str, user: str | None) -> str | None:
+    """ "Did you mean ...?" for a session id that is not there: the closest ids among the
+    sessions of `user` (None: of every user), as a hint; None when no id is close."""
+    from difflib import get_close_matches
+
+    ids = [i.id for i in store.list_sessions(user)]
+    close = get_close_matches(session_id, ids, n=3, cutoff=0.6)
+    if not close:
+        return None
+    names = " or ".join(repr(c) for c in close)
+    return f"Did you mean {names}? Run `memcli sessions` to see the sessions"
+
+
 def check_owner(info: SessionInfo | None, user: str | None, hint: str) -> None:
-    """Refuse a stored session of another user than `user` (None: any user may open it) with
-    UsageError; `hint` says what to do instead, `{owner}` in it standing for the session's user."""
+    """Refuse a stored session of another user than `user` (None: any user may open it) as
+    every command and tool refuses it: SessionNotFound, "no session 'x' of user 'bo'" (exit 1).
+    `hint` says what to do instead; `{owner}` in it stands for the session's user (the CLI names
+    the owner to its own user; the agent tools give a hint without it, so that a session of
+    another user is not told from one that does not exist)."""
     if info is not None and user is not None and info.user_id != user:
-        raise UsageError(
-            f"session {info.id!r} belongs to user {info.user_id!r}, not {user!r}",
-            hint.replace("{owner}", info.user_id),
-        )
+        raise SessionNotFound(info.id, user, hint.replace("{owner}", info.user_id))

@@ -24,7 +24,12 @@ def chat_command(
     ctx: typer.Context,
     session: Annotated[
         str | None,
-        typer.Option("--session", help="Resume this session (or start one with this id)."),
+        typer.Option(
+            "--session",
+            metavar="SESSION",
+            help="Resume this session (or start one with this id).",
+            autocompletion=common.complete_session,
+        ),
     ] = None,
     user: common.User = None,
     model: Annotated[
@@ -132,18 +137,17 @@ def build_chat(
     Budget options that differ from a stored session's budget are an error (exit 2) unless
     `rebudget`, which stores them in the session first and says what that flushed."""
     from memcli.chat.session import Chat
-    from memcli.flush import BudgetOverride
     from memcli.search.types import SearchOptions
     from memcli.sessions import budget_rule, default_budget, owned
 
+    asked = common.budget_asked(token_limit, ratio, flush_size)
     store = common.open_store(s)
-    asked = BudgetOverride(token_limit, ratio, flush_size)
     user_id = s.user
     info = None
     if session:
         # A session of another user: refused for an explicit --user, else chatted in as its user's.
         user = s.user if "user" in s.explicit else None
-        info = owned(store, session, user, "Use --user {owner}, or another --session")
+        info = owned(store, session, user, common.OTHER_USERS_SESSION)
         if info is not None:
             user_id = info.user_id
     blocks = common.make_blocks(s, store, session=session, user=user_id)
