@@ -82,12 +82,6 @@ class Record(NamedTuple):
     dropped: int = 0
 
 
-def read_transcript(source: str | Path, stdin: IO[bytes] | None = None) -> list[Record]:
-    """Read and validate a whole transcript (`-` is stdin); raises InputError naming the line."""
-    data, name = read_source(source, stdin)
-    return parse_transcript(data, name)
-
-
 def read_source(source: str | Path, stdin: IO[bytes] | None = None) -> tuple[bytes, str]:
     """The bytes of a file, or of stdin for `-`, and the name errors should use for it."""
     name = str(source)
@@ -205,14 +199,9 @@ class Columns(NamedTuple):
     sessions: set[str]
 
 
-def read_columns(source: str | Path, stdin: IO[bytes] | None = None) -> Columns:
-    """`read_transcript`, as columns: the same checks, the same errors naming the line."""
-    data, name = read_source(source, stdin)
-    return parse_columns(data, name)
-
-
 def parse_columns(data: bytes, name: str = "<input>", first_line: int = 1) -> Columns:
-    """Parse transcript bytes into columns. `first_line` > 1: `data` is the rest of a JSON Lines
+    """Parse transcript bytes into columns: the checks of `parse_transcript`, the same errors
+    naming the line. `first_line` > 1: `data` is the rest of a JSON Lines
     source from that line on (errors name the source's line)."""
     columns = Columns([], [], {}, [], set())
     if first_line == 1 and is_array(data):
@@ -387,7 +376,7 @@ def plan_calls(records: Iterable[Record], put: str = "call") -> list[list[Messag
 def export_lines(
     messages: Iterable[Message], *, with_status: bool = False
 ) -> Iterator[dict[str, Any]]:
-    """Records that `read_transcript` reads back to the same messages."""
+    """Records that `parse_transcript` reads back to the same messages."""
     for m in messages:
         record = m.export_record()
         if m.session_id is not None:

@@ -12,12 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from helpers import import_file
 
 from memcli import SQLiteStore
 from memcli.errors import InputError
 from memcli.flush import BudgetOverride
 from memcli.formats import read
-from memcli.importing import Opening, from_source, import_conversations
+from memcli.importing import Opening
 from memcli.tokens import TiktokenTokenizer
 
 DATA = Path(__file__).parent / "data" / "exports"
@@ -29,8 +30,7 @@ def opening(user: str = "alice") -> Opening:
 
 
 def load(path: Path | str, store: SQLiteStore, session: str | None = None, **options: object):
-    source = read(path)
-    return import_conversations(store, from_source(source, session), opening(), **options)  # type: ignore[arg-type]
+    return import_file(store, path, opening(), session, **options)
 
 
 def sessions(store: SQLiteStore) -> dict[str, list[tuple[str, str]]]:

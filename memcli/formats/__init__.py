@@ -7,7 +7,8 @@ messages, errors, `memcli.transcripts` only).
   messages, `memcli export`'s output;
 - `chatgpt`: ChatGPT's data export (`conversations.json`, or the `.zip` it comes in);
 - `claude`: Claude.ai's data export (`conversations.json`, or its `.zip`);
-- `llm`: simonw/llm's `logs.db` (both its schemas) and the output of `llm logs --json`.
+- `llm`: simonw/llm's `logs.db` (both its schemas) and the output of `llm logs --json`
+  (`memcli.formats.llm_logs`).
 
 Each conversation found carries its id in the source (`source_id`: `chatgpt:ID`, `claude:UUID`,
 `llm:ID`; a transcript's conversations get a hash of their first messages when the import needs
@@ -67,10 +68,10 @@ def read(source: str | Path, stdin: IO[bytes] | None = None, format: str = "auto
         raise InputError(f"unknown format {format!r}", f"Use one of: {', '.join(FORMATS)}")
     data, name = read_source(source, stdin)
     if data.startswith(_SQLITE):
-        from memcli.formats import llm
+        from memcli.formats import llm_logs
 
         path = None if name == "<stdin>" else str(source)
-        return Source("llm", name, conversations=llm.read_db(data, name, path))
+        return Source("llm", name, conversations=llm_logs.read_db(data, name, path))
     if data.startswith(_ZIP):
         data, name = _unzip(data, name)
     if format == "transcript":
@@ -92,9 +93,9 @@ def read(source: str | Path, stdin: IO[bytes] | None = None, format: str = "auto
         from memcli.formats import claude
 
         return Source(kind, name, conversations=claude.read(items, name))
-    from memcli.formats import llm
+    from memcli.formats import llm_logs
 
-    return Source("llm", name, conversations=llm.read_json(items, name))
+    return Source("llm", name, conversations=llm_logs.read_json(items, name))
 
 
 def export_kind(data: bytes, name: str = "<input>") -> str | None:
