@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import StoreError
+from memcli.errors import InputError, StoreError
 from memcli.flush import Budget, BudgetOverride
 from memcli.formats.base import CONTENT_ID, Conversation, content_ids
 from memcli.messages import format_time, new_session_id, validate_session_id
@@ -75,7 +75,7 @@ def from_source(source: Source, session_id: str | None = None) -> list[Conversat
     `session_id`, all of them as one conversation in that session."""
     if source.format == "transcript":
         return conversations(source.records, session_id, source.header)
-    found = [c for c in content_ids(source.conversations) if c.records]
+    found = _once(source.name, [c for c in content_ids(source.conversations) if c.records])
     if session_id is None or not found:
         return found
     validate_session_id(session_id, "--session")
@@ -86,6 +86,24 @@ def from_source(source: Source, session_id: str | None = None) -> list[Conversat
     if len(found) > 1:
         merged.source_id = merged.title = None
     return [merged]
+
+
+def _once(name: str, found: list[Conversation]) -> list[Conversation]:
+    """An export's conversations, each once: a conversation given again with the same source id
+    and messages (a split export whose parts overlap) is left out; given again with other
+    messages, it is an InputError naming it (which of the two is the conversation?)."""
+    seen: dict[str, Conversation] = {}
+    out = []
+    for c in found:
+        first = seen.setdefault(c.source_id, c) if c.source_id is not None else c
+        if first is c:
+            out.append(c)
+        elif first.messages != c.messages:
+            raise InputError(
+                f"{name}: conversation {c.source_id} is in it twice, with other messages",
+                "Give each conversation once (the newest export holds the newest version)",
+            )
+    return out
 
 
 # -- how sessions are opened ------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -82,20 +83,39 @@ class Record(NamedTuple):
     dropped: int = 0
 
 
-def read_source(source: str | Path, stdin: IO[bytes] | None = None) -> tuple[bytes, str]:
-    """The bytes of a file, or of stdin for `-`, and the name errors should use for it."""
+def read_source(
+    source: str | Path, stdin: IO[bytes] | None = None, limit: int | None = None
+) -> tuple[bytes, str]:
+    """The bytes of a file, or of stdin for `-`, and the name errors should use for it; with
+    `limit`, InputError for more bytes than that (never read past it)."""
     name = str(source)
     if name == "-":
         if stdin is None:
             stdin = sys.stdin.buffer
-        return stdin.read(), "<stdin>"
-    try:
-        with open(source, "rb") as handle:
-            return handle.read(), name
-    except FileNotFoundError:
-        raise InputError(f"no such file: {name}", "Check the path") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {name}: {exc}", "Check the path and permissions") from None
+        data = stdin.read() if limit is None else stdin.read(limit + 1)
+        name = "<stdin>"
+    else:
+        try:
+            with open(source, "rb") as handle:
+                if limit is not None and os.fstat(handle.fileno()).st_size > limit:
+                    raise _too_big(name, limit)
+                data = handle.read() if limit is None else handle.read(limit + 1)
+        except FileNotFoundError:
+            raise InputError(f"no such file: {name}", "Check the path") from None
+        except OSError as exc:
+            raise InputError(
+                f"cannot read {name}: {exc}", "Check the path and permissions"
+            ) from None
+    if limit is not None and len(data) > limit:
+        raise _too_big(name, limit)
+    return data, name
+
+
+def _too_big(name: str, limit: int) -> InputError:
+    return InputError(
+        f"{name}: more than {limit:,} bytes, the most memcli reads of one input",
+        "Split it into smaller files and import them one by one",
+    )
 
 
 def parse_transcript(data: bytes, name: str = "<input>") -> list[Record]:
