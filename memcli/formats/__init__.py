@@ -219,11 +219,11 @@ def _unzip(data: bytes, name: str, limits: Limits = LIMITS) -> tuple[bytes, str]
                 f" {limits.max_parts:,} memcli reads",
                 "Import the conversations in smaller zips or files",
             )
+        if len(entries) == 1:
+            return _entry(archive, entries[0], name, limits), f"{name}:{entries[0].filename}"
         declared = sum(i.file_size for i in entries)
         if declared > limits.max_bytes:
             raise _over(name, f"its conversations expand to {declared:,} bytes", limits)
-        if len(entries) == 1:
-            return _entry(archive, entries[0], name, limits), f"{name}:{entries[0].filename}"
         parts = []
         for entry in entries:
             value = _whole_json(_entry(archive, entry, name, limits))
