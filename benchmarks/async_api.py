@@ -25,7 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from memcli import Memory, Message, WordTokenizer  # noqa: E402
+from fakes import WordTokenizer  # noqa: E402
+
+from memcli import Memory, Message  # noqa: E402
 from memcli.flush import Budget  # noqa: E402
 from memcli.store import Store, open_store  # noqa: E402
 

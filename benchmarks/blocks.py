@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -41,11 +42,11 @@ from memcli import (  # noqa: E402
     TiktokenTokenizer,
     VectorBlock,
 )
-from memcli.importing import Opening, import_transcript  # noqa: E402
+from memcli.formats import read  # noqa: E402
+from memcli.importing import Opening, from_source, import_conversations  # noqa: E402
 from memcli.search.retriever import Retriever  # noqa: E402
 from memcli.store import index as sql  # noqa: E402
 from memcli.store.base import NewMessage  # noqa: E402
-from memcli.transcripts import Record  # noqa: E402
 
 TOPICS = [
     "my sister's wedding in Lisbon",
@@ -73,7 +74,8 @@ def message(i: int, rng: random.Random) -> Message:
 
 def bench_import(n: int, embedder: OnnxEmbedder, limit: int, flush: int, options: Any) -> None:
     rng = random.Random(7)
-    records = [Record(i + 1, [message(i, rng)], "bench") for i in range(n)]
+    lines = [{**message(i, rng).export_record(), "session": "bench"} for i in range(n)]
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
     folder = Path(tempfile.mkdtemp())
 
     def run(with_blocks: bool) -> tuple[float, SQLiteStore]:
@@ -83,8 +85,9 @@ def bench_import(n: int, embedder: OnnxEmbedder, limit: int, flush: int, options
         opening = Opening(
             TiktokenTokenizer(), default_budget=BudgetOverride(limit, 0.7, flush), blocks=blocks
         )
+        found = from_source(read("-", io.BytesIO(data)))  # as `memcli import` reads a file
         start = time.perf_counter()
-        result = import_transcript(store, records, opening, put="call")
+        result = import_conversations(store, found, opening, put="call")
         elapsed = time.perf_counter() - start
         print(
             f"  import {n:,} messages, blocks={'vector' if with_blocks else 'none'}: "

@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 NAMES = ["Ana", "Ben", "Chloe", "Dev", "Emma", "Farid", "Gus", "Hana", "Ivan", "Jade"]
 QUERIES = [
@@ -174,12 +175,12 @@ def warm(
     turn pays): `VectorBlock.get` as `Memory.get` calls it, for user3 (scope "user", k = 2,
     archived messages only), with two shapes of context: the input alone (a LoCoMo question), and
     a window of 5 messages (4 LoCoMo turns, then the question), the block's default."""
+    from fakes import WordTokenizer
     from locomo import DEFAULT_DATA
 
     from memcli import Message, SQLiteStore, VectorBlock
     from memcli.blocks.base import BlockContext
     from memcli.search.onnx import OnnxEmbedder
-    from memcli.tokens import WordTokenizer
 
     questions: list[str] = []
     turns: list[str] = []

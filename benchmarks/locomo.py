@@ -1,9 +1,9 @@
 """LoCoMo evidence recall of memcli search: hybrid, and dense-only and BM25-only as baselines.
 
-Each conversation goes through the real import path (memcli.importing.import_transcript, as
-`memcli import` does): speaker_a as `user`, speaker_b as `assistant`, the speaker's name in
-`name`, each turn's session date as its `timestamp`, an image's caption after the text as
-`[image: CAPTION]`. The LoCoMo dia_id of each message is kept in a side mapping (message id ->
+Each conversation goes through the real import path (memcli.formats.read, then
+memcli.importing.from_source and import_conversations, as `memcli import` does): speaker_a as
+`user`, speaker_b as `assistant`, the speaker's name in `name`, each turn's session date as its
+`timestamp`, an image's caption after the text as `[image: CAPTION]`. The LoCoMo dia_id of each message is kept in a side mapping (message id ->
 dia_id), not in the message, so it changes neither token counts nor retrieval. Every question of
 categories 1-4 is then asked of `Retriever.search` with the conversation's user as scope.
 
@@ -24,6 +24,7 @@ shows it with the speakers' names, fits, counted with tiktoken's cl100k_base), t
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import statistics
@@ -125,13 +126,13 @@ def evidence_of(qa: dict[str, Any]) -> set[str]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from memcli.importing import Opening, import_transcript
+    from memcli.formats import read
+    from memcli.importing import Opening, from_source, import_conversations
     from memcli.search.onnx import OnnxEmbedder
     from memcli.search.retriever import Retriever
     from memcli.search.types import SearchOptions
     from memcli.store import open_store
     from memcli.tokens import TiktokenTokenizer
-    from memcli.transcripts import parse_transcript
 
     files = sorted(Path(args.data).glob("*.json"))
     if args.conversations:
@@ -161,8 +162,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             records, dia_ids = records[: args.turns], dia_ids[: args.turns]
         data = "\n".join(json.dumps(r) for r in records).encode()
         started = time.perf_counter()
-        parsed = parse_transcript(data, path.name)
-        import_transcript(store, parsed, Opening(tokenizer, default_user=user))
+        source = read("-", io.BytesIO(data))
+        opening = Opening(tokenizer, default_user=user)
+        import_conversations(store, from_source(source), opening)
         build["import_s"] += time.perf_counter() - started
         ids = [m.id for m in store.iter_messages(user)]
         dia = dict(zip(ids, dia_ids, strict=True))

@@ -26,7 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from memcli import Memory, Message, WordTokenizer  # noqa: E402
+from fakes import WordTokenizer, importing_fakes  # noqa: E402
+
+from memcli import Memory, Message  # noqa: E402
 from memcli.flush import Budget  # noqa: E402
 from memcli.store import open_store  # noqa: E402
 
@@ -37,7 +39,8 @@ WORKER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from memcli import Memory, Message, WordTokenizer
+    from memcli import Memory, Message
+    from fakes import WordTokenizer
     from memcli.flush import Budget
 
     from memcli.store import open_store
@@ -70,7 +73,7 @@ def one_writer(db: str, puts: int) -> float:
 def many_writers(db: str, workers: int, puts: int, shared: bool, tmp: Path) -> float:
     """Puts per second of `workers` processes at once (from the moment all are ready)."""
     script = tmp / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(importing_fakes(WORKER))
     tag = f"{'shared' if shared else 'own'}-{time.monotonic_ns()}"
     go = tmp / f"go-{tag}"
     if shared:

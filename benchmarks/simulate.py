@@ -131,7 +131,7 @@ def line(label: str, wall: float, cpu: float) -> None:
 
 def main() -> None:
     from memcli.tokens import load_encoding
-    from memcli.transcripts import read_columns
+    from memcli.transcripts import parse_columns, read_source
 
     sizes = [int(a) for a in sys.argv[1:]] or [25_000, 50_000, 100_000]
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; best of {RUNS}")
@@ -146,7 +146,7 @@ def main() -> None:
         for n, new_words in runs:
             path = Path(folder) / f"{'ids' if new_words else 'chat'}{n}.jsonl"
             write_transcript(path, n, new_words=new_words)
-            texts = read_columns(path).contents
+            texts = parse_columns(*read_source(path)).contents  # as simulate reads it
             tokens = sum(len(t) for t in encoding.encode_ordinary_batch(texts))
             kind = "new words (2 in 3 ids)" if new_words else "chat"
             size = path.stat().st_size / 1e6
@@ -206,9 +206,9 @@ def count_all(tokenizer, texts: list[str]) -> list[int]:  # type: ignore[no-unty
 def engine(path: Path, encoding) -> None:  # type: ignore[no-untyped-def]
     """Memory.put_messages of the transcript, a call a line, with the word cache and without."""
     from memcli import Memory
-    from memcli.transcripts import read_transcript
+    from memcli.formats import read
 
-    calls = [record.messages for record in read_transcript(path)]
+    calls = [record.messages for record in read(path).records]  # as import reads it
     n = sum(len(c) for c in calls)
 
     class Whole:

@@ -47,7 +47,6 @@ _EXPORTS = {
     "Tokenizer": "memcli.tokens",
     "UsageError": "memcli.errors",
     "VectorBlock": "memcli.blocks.vector",
-    "WordTokenizer": "memcli.tokens",
     "forget_user": "memcli.forgetting",
     "open_store": "memcli.store",
     "plan_flush": "memcli.flush",
@@ -89,7 +88,6 @@ __all__ = [
     "Tokenizer",
     "UsageError",
     "VectorBlock",
-    "WordTokenizer",
     "forget_user",
     "open_store",
     "plan_flush",
@@ -139,6 +137,6 @@ if TYPE_CHECKING:
     from memcli.store.base import Store
     from memcli.store.postgres import PostgresStore
     from memcli.store.sqlite import SQLiteStore
-    from memcli.tokens import TiktokenTokenizer, Tokenizer, WordTokenizer
+    from memcli.tokens import TiktokenTokenizer, Tokenizer
     from memcli.tools import AgentTools
     from memcli.writer import Flush

@@ -1,7 +1,7 @@
-"""The import pipeline, in one room: read a transcript (through `memcli.transcripts`, the format
-layer), group its records into conversations, align them with what is stored, put what is new
-through the engine (one transaction: all or nothing), then feed the flushed batches to the
-long-term blocks. Each step calls lower layers only.
+"""The import pipeline, in one room: take a file read by `memcli.formats` (the format layer) as
+its conversations (`from_source`: a transcript's records grouped by session), align them with
+what is stored, put what is new through the engine (one transaction: all or nothing), then feed
+the flushed batches to the long-term blocks. Each step calls lower layers only.
 
 The unit is a `Conversation`: messages in order (as the source's records: one record, one put
 call), the session it names (or none: a new one), and what a source says of it (its own id, a
@@ -14,18 +14,17 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from memcli.errors import StoreError
+from memcli.errors import InputError, StoreError
 from memcli.flush import Budget, BudgetOverride
 from memcli.formats.base import CONTENT_ID, Conversation, content_ids
 from memcli.messages import format_time, new_session_id, validate_session_id
 from memcli.sessions import budget_rule, check_owner, default_budget
-from memcli.transcripts import SessionRecord, parse_transcript, plan_calls, read_source
+from memcli.transcripts import SessionRecord, plan_calls
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from pathlib import Path
 
     from memcli.blocks.base import MemoryBlock
     from memcli.config import Settings
@@ -39,18 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["Conversation", "Imported", "Opening", "conversations", "import_conversations"]
 
 # -- what is imported -------------------------------------------------------------------------
-
-
-def read_import(
-    source: str | Path, stdin: IO[bytes] | None = None
-) -> tuple[SessionRecord | None, list[Record]]:
-    """A transcript to import (`-` is stdin), validated whole, and the session record it starts
-    with, if any (`memcli export` writes one; other transcripts need none)."""
-    from memcli.transcripts import split_session_record
-
-    data, name = read_source(source, stdin)
-    header, rest = split_session_record(data, name)
-    return header, parse_transcript(rest, name)
 
 
 def conversations(
@@ -88,7 +75,7 @@ def from_source(source: Source, session_id: str | None = None) -> list[Conversat
     `session_id`, all of them as one conversation in that session."""
     if source.format == "transcript":
         return conversations(source.records, session_id, source.header)
-    found = [c for c in content_ids(source.conversations) if c.records]
+    found = _once(source.name, [c for c in content_ids(source.conversations) if c.records])
     if session_id is None or not found:
         return found
     validate_session_id(session_id, "--session")
@@ -99,6 +86,24 @@ def from_source(source: Source, session_id: str | None = None) -> list[Conversat
     if len(found) > 1:
         merged.source_id = merged.title = None
     return [merged]
+
+
+def _once(name: str, found: list[Conversation]) -> list[Conversation]:
+    """An export's conversations, each once: a conversation given again with the same source id
+    and messages (a split export whose parts overlap) is left out; given again with other
+    messages, it is an InputError naming it (which of the two is the conversation?)."""
+    seen: dict[str, Conversation] = {}
+    out = []
+    for c in found:
+        first = seen.setdefault(c.source_id, c) if c.source_id is not None else c
+        if first is c:
+            out.append(c)
+        elif first.messages != c.messages:
+            raise InputError(
+                f"{name}: conversation {c.source_id} is in it twice, with other messages",
+                "Give each conversation once (the newest export holds the newest version)",
+            )
+    return out
 
 
 # -- how sessions are opened ------------------------------------------------------------------
@@ -202,24 +207,6 @@ class Rebudget:
 
 
 # -- the pipeline -----------------------------------------------------------------------------
-
-
-def import_transcript(
-    store: Store,
-    records: list[Record],
-    opening: Opening,
-    *,
-    session_id: str | None = None,
-    session_record: SessionRecord | None = None,
-    **options: Any,
-) -> Imported:
-    """Import a transcript's records into their sessions (or all into `session_id`): its
-    `conversations`, then `import_conversations` (which takes the same `options`).
-
-    `session_record` (an export's first record) names the session of records that name none
-    and gives new sessions their budget and user (flags and --user win)."""
-    found = conversations(records, session_id, session_record)
-    return import_conversations(store, found, opening, session_record=session_record, **options)
 
 
 def import_conversations(

@@ -225,13 +225,6 @@ def _lines_apart(text: str) -> bool:
     return " \n" not in text and "\n " not in text and text.replace("\n", "").isprintable()
 
 
-class WordTokenizer:
-    """One token per white-space separated word: a fast stand-in for tests and examples."""
-
-    def count(self, text: str) -> int:
-        return len(text.split())
-
-
 def count_texts(texts: Sequence[str], tokenizer: Tokenizer) -> list[int]:
     """`[tokenizer.count(t) for t in texts]`. (A text met again is not looked up whole: with
     `TiktokenTokenizer` its words are, and that costs less than keeping every text.)"""

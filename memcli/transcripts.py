@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -82,26 +83,39 @@ class Record(NamedTuple):
     dropped: int = 0
 
 
-def read_transcript(source: str | Path, stdin: IO[bytes] | None = None) -> list[Record]:
-    """Read and validate a whole transcript (`-` is stdin); raises InputError naming the line."""
-    data, name = read_source(source, stdin)
-    return parse_transcript(data, name)
-
-
-def read_source(source: str | Path, stdin: IO[bytes] | None = None) -> tuple[bytes, str]:
-    """The bytes of a file, or of stdin for `-`, and the name errors should use for it."""
+def read_source(
+    source: str | Path, stdin: IO[bytes] | None = None, limit: int | None = None
+) -> tuple[bytes, str]:
+    """The bytes of a file, or of stdin for `-`, and the name errors should use for it; with
+    `limit`, InputError for more bytes than that (never read past it)."""
     name = str(source)
     if name == "-":
         if stdin is None:
             stdin = sys.stdin.buffer
-        return stdin.read(), "<stdin>"
-    try:
-        with open(source, "rb") as handle:
-            return handle.read(), name
-    except FileNotFoundError:
-        raise InputError(f"no such file: {name}", "Check the path") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {name}: {exc}", "Check the path and permissions") from None
+        data = stdin.read() if limit is None else stdin.read(limit + 1)
+        name = "<stdin>"
+    else:
+        try:
+            with open(source, "rb") as handle:
+                if limit is not None and os.fstat(handle.fileno()).st_size > limit:
+                    raise _too_big(name, limit)
+                data = handle.read() if limit is None else handle.read(limit + 1)
+        except FileNotFoundError:
+            raise InputError(f"no such file: {name}", "Check the path") from None
+        except OSError as exc:
+            raise InputError(
+                f"cannot read {name}: {exc}", "Check the path and permissions"
+            ) from None
+    if limit is not None and len(data) > limit:
+        raise _too_big(name, limit)
+    return data, name
+
+
+def _too_big(name: str, limit: int) -> InputError:
+    return InputError(
+        f"{name}: more than {limit:,} bytes, the most memcli reads of one input",
+        "Split it into smaller files and import them one by one",
+    )
 
 
 def parse_transcript(data: bytes, name: str = "<input>") -> list[Record]:
@@ -205,14 +219,9 @@ class Columns(NamedTuple):
     sessions: set[str]
 
 
-def read_columns(source: str | Path, stdin: IO[bytes] | None = None) -> Columns:
-    """`read_transcript`, as columns: the same checks, the same errors naming the line."""
-    data, name = read_source(source, stdin)
-    return parse_columns(data, name)
-
-
 def parse_columns(data: bytes, name: str = "<input>", first_line: int = 1) -> Columns:
-    """Parse transcript bytes into columns. `first_line` > 1: `data` is the rest of a JSON Lines
+    """Parse transcript bytes into columns: the checks of `parse_transcript`, the same errors
+    naming the line. `first_line` > 1: `data` is the rest of a JSON Lines
     source from that line on (errors name the source's line)."""
     columns = Columns([], [], {}, [], set())
     if first_line == 1 and is_array(data):
@@ -387,7 +396,7 @@ def plan_calls(records: Iterable[Record], put: str = "call") -> list[list[Messag
 def export_lines(
     messages: Iterable[Message], *, with_status: bool = False
 ) -> Iterator[dict[str, Any]]:
-    """Records that `read_transcript` reads back to the same messages."""
+    """Records that `parse_transcript` reads back to the same messages."""
     for m in messages:
         record = m.export_record()
         if m.session_id is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -12,6 +13,18 @@ from memcli.search.embedder import cut
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+
+class WordTokenizer:
+    """One token per white-space separated word: a fast stand-in for tiktoken in tests."""
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+def importing_fakes(script: str) -> str:
+    """A script for another Python process that can `from fakes import WordTokenizer`."""
+    return f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n{script}"
 
 
 class HashEmbedder:

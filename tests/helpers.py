@@ -246,3 +246,25 @@ def no_blocks(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path.write_text("blocks = []\n")
     monkeypatch.setenv("MEMCLI_CONFIG", str(path))
     return path
+
+
+def import_file(
+    store: Any, file: str | Path | bytes, opening: Any, session: str | None = None, **options: Any
+) -> Any:
+    """A file (or its bytes, as stdin) imported as `memcli import` imports it, through the library:
+    `formats.read`, `importing.from_source`, then `import_conversations` with the file's session
+    record; `options` as `import_conversations` takes them. Returns its `Imported`."""
+    import io
+
+    from memcli.formats import read
+    from memcli.importing import from_source, import_conversations
+
+    source = read("-", io.BytesIO(file)) if isinstance(file, bytes) else read(file)
+    found = from_source(source, session)
+    return import_conversations(store, found, opening, session_record=source.header, **options)
+
+
+def transcript_lines(*records: dict[str, Any], session: str | None = None) -> bytes:
+    """Records as JSON Lines (each naming `session` when given)."""
+    extra = {} if session is None else {"session": session}
+    return "".join(json.dumps({**r, **extra}) + "\n" for r in records).encode()

@@ -12,10 +12,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from fakes import HashEmbedder
+from fakes import HashEmbedder, WordTokenizer
 from helpers import memcli
 
-from memcli import FactBlock, Memory, MemoryBlock, Message, StaticBlock, VectorBlock, WordTokenizer
+from memcli import FactBlock, Memory, MemoryBlock, Message, StaticBlock, VectorBlock
 from memcli.blocks.feed import backfill, unprocessed
 from memcli.blocks.registry import Defaults, build_block, build_blocks, rebuild
 from memcli.flush import Budget

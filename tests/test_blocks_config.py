@@ -6,8 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fakes import WordTokenizer
 
-from memcli import ConfigError, FactBlock, Memory, Message, StaticBlock, VectorBlock, WordTokenizer
+from memcli import ConfigError, FactBlock, Memory, Message, StaticBlock, VectorBlock
 from memcli.blocks.registry import Defaults, build_blocks
 from memcli.config import load_settings
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fakes import WordTokenizer
 
-from memcli import FactBlock, Memory, Message, WordTokenizer
+from memcli import FactBlock, Memory, Message
 from memcli.blocks.facts import parse_fact_topics
 from memcli.store import longterm, open_store
 

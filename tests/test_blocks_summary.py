@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from fakes import WordTokenizer
 
 from memcli import (
     ConfigError,
@@ -14,7 +15,6 @@ from memcli import (
     SQLiteStore,
     SummaryBlock,
     TiktokenTokenizer,
-    WordTokenizer,
 )
 from memcli.blocks.feed import backfill
 from memcli.blocks.registry import Defaults, build_blocks

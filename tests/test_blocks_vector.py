@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fakes import HashEmbedder
+from helpers import import_file, transcript_lines
 
 from memcli import BudgetOverride, Memory, Message, SQLiteStore, TiktokenTokenizer, VectorBlock
 
@@ -162,24 +163,26 @@ def test_reset_forgets_and_reused_flush_ids_are_processed(tmp_path: Path) -> Non
 
 def test_import_embeds_in_bulk(tmp_path: Path) -> None:
     from memcli.blocks.feed import CHUNK
-    from memcli.importing import Opening, import_transcript
-    from memcli.transcripts import Record
+    from memcli.importing import Opening
 
     embedder = HashEmbedder(dim=32)
     block = VectorBlock(embedder=embedder)
     store = SQLiteStore(tmp_path / "m.db")
-    records = [
-        Record(i, [Message("user" if i % 2 == 0 else "assistant", f"message number {i} " * 4)], "s")
-        for i in range(400)
-    ]
+    data = transcript_lines(
+        *(
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i} " * 4}
+            for i in range(400)
+        ),
+        session="s",
+    )
     totals: list[int] = []
     progress: list[int] = []
     opening = Opening(
         TiktokenTokenizer(), default_budget=BudgetOverride(100, 0.7, 20), blocks=[block]
     )
-    result = import_transcript(
+    result = import_file(
         store,
-        records,
+        data,
         opening,
         block_total=totals.append,
         block_progress=progress.append,

@@ -214,7 +214,9 @@ def test_extract_without_a_fact_block(tmp_path: Path) -> None:
 
 def test_extract_pending_exits_1_while_batches_stay_pending(llm, tmp_path: Path) -> None:
     """A batch left after its automatic retries: `--pending` retries it, exit 1 while it fails."""
-    from memcli import FactBlock, Memory, Message, WordTokenizer
+    from fakes import WordTokenizer
+
+    from memcli import FactBlock, Memory, Message
     from memcli.store import longterm
 
     answering = {"poison": False}

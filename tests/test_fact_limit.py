@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fakes import WordTokenizer
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 
-from memcli import FactBlock, Memory, Message, WordTokenizer
+from memcli import FactBlock, Memory, Message
 from memcli.errors import InputError
 from memcli.store import longterm, open_store
 from memcli.store.longterm import MAX_FACT_CHARS

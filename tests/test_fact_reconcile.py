@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import WordTokenizer
 
-from memcli import FactBlock, Memory, Message, WordTokenizer
+from memcli import FactBlock, Memory, Message
 from memcli.blocks.facts import parse_fact_reply
 from memcli.store import longterm
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from fakes import WordTokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memcli import Budget, Memory, Message, UsageError, WordTokenizer, plan_flush
+from memcli import Budget, Memory, Message, UsageError, plan_flush
 from memcli.flush import truncation_order
 
 

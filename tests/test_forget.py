@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import WordTokenizer
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 
-from memcli import Budget, Memory, Message, MessageNotFound, UsageError, WordTokenizer
+from memcli import Budget, Memory, Message, MessageNotFound, UsageError
 from memcli.store import longterm, open_store, work
 from memcli.tools import AgentTools
 

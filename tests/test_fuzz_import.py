@@ -13,8 +13,10 @@ import io
 import json
 import math
 import os
+import sqlite3
 import sys
 import tempfile
+import zipfile
 from contextlib import redirect_stderr, redirect_stdout
 from datetime import UTC, datetime
 from pathlib import Path
@@ -609,3 +611,181 @@ def test_fuzzed_import_round_trips_or_exits_2_storing_nothing(
             second.replace('"session": "c"', '"session": "s"').replace('"id": "c"', '"id": "s"')
             == first.stdout
         )
+
+
+# --- Every format, fuzzed: a MemcliError or an import, never a traceback ------------------------
+
+EXPORTS = Path(__file__).parent / "data" / "exports"
+#: A seed of each format, as the JSON value its file holds (a fine-tuning file: its lines).
+SEEDS = {
+    "chatgpt": json.loads((EXPORTS / "chatgpt-conversations.json").read_text()),
+    "claude": json.loads((EXPORTS / "claude-conversations.json").read_text()),
+    "llm": json.loads((EXPORTS / "llm-0.36-logs.json").read_text()),
+    "finetune": [
+        json.loads(line) for line in (EXPORTS / "finetune.jsonl").read_text().splitlines()
+    ],
+}
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def paths(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON value (the value itself included)."""
+    found = [at]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += paths(item, (*at, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found += paths(item, (*at, i))
+    return found
+
+
+def replaced(value: Any, at: tuple[Any, ...], new: Any) -> Any:
+    if not at:
+        return new
+    copy = json.loads(json.dumps(value))
+    inner = copy
+    for key in at[:-1]:
+        inner = inner[key]
+    inner[at[-1]] = new
+    return copy
+
+
+@st.composite
+def export_files(draw: st.DrawFn) -> tuple[str, bytes]:
+    """A seed export with a few of its values replaced by anything (non-objects, lone
+    surrogates, loops of ids), written as JSON, JSON Lines, or in a zip (whole or split)."""
+    kind = draw(st.sampled_from(sorted(SEEDS)))
+    value = SEEDS[kind]
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.sampled_from(paths(value)))
+        new = draw(ANY_JSON | st.sampled_from(["a2", "b1", "\ud800", 1e400, [None], {}]))
+        value = replaced(value, at, new)
+    if kind == "finetune" and isinstance(value, list):
+        return kind, "".join(json.dumps(line) + "\n" for line in value).encode()
+    data = json.dumps(value).encode()
+    wrap = draw(st.sampled_from(["json", "json", "zip", "split"]))
+    if wrap == "json" or kind not in ("chatgpt", "claude"):
+        return kind, data
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        if wrap == "zip" or not isinstance(value, list):
+            z.writestr("conversations.json", data)
+        else:
+            for i, item in enumerate(value):
+                z.writestr(f"conversations-{i:03}.json", json.dumps([item]))
+    return kind, out.getvalue()
+
+
+def import_bytes(data: bytes) -> None:
+    """`data` imported as `memcli import` imports it, into a new database in memory."""
+    from memcli.flush import BudgetOverride
+    from memcli.formats import read
+    from memcli.importing import Opening, from_source, import_conversations
+    from memcli.store.sqlite import SQLiteStore
+    from memcli.tokens import TiktokenTokenizer
+
+    source = read("-", io.BytesIO(data))
+    found = from_source(source)
+    store = SQLiteStore(":memory:")
+    try:
+        opening = Opening(TiktokenTokenizer(), default_budget=BudgetOverride(4000, 0.7))
+        import_conversations(store, found, opening, session_record=source.header)
+    finally:
+        store.close()
+
+
+@settings(max_examples=80, deadline=None)
+@given(export_files())
+def test_fuzzed_exports_of_every_format_import_or_raise_a_memcli_error(
+    export: tuple[str, bytes],
+) -> None:
+    from memcli.errors import MemcliError
+
+    kind, data = export
+    try:
+        import_bytes(data)
+        event(f"{kind}: imported")
+    except MemcliError as exc:
+        event(f"{kind}: {type(exc).__name__}")
+        assert exc.exit_code == 2, exc
+
+
+LOG_VALUES = st.one_of(
+    st.none(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+    st.binary(max_size=8),
+    CLEAN_TEXT,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(*[LOG_VALUES] * 5), max_size=6),
+    st.lists(st.tuples(*[LOG_VALUES] * 4), max_size=6),
+    st.lists(st.tuples(*[LOG_VALUES] * 4), max_size=6),
+)
+def test_fuzzed_logs_dbs_import_or_raise_a_memcli_error(
+    responses: list[tuple[Any, ...]], messages: list[tuple[Any, ...]], parts: list[tuple[Any, ...]]
+) -> None:
+    """llm's logs.db, either schema, holding values of any SQLite type in its columns."""
+    from memcli.errors import MemcliError
+
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "logs.db"
+        conn = sqlite3.connect(db)
+        conn.executescript(
+            "CREATE TABLE conversations (id, name);"
+            "CREATE TABLE responses (id, prompt, response, conversation_id, datetime_utc);"
+            "CREATE TABLE threads (id, name, tip_message_hash, datetime_utc);"
+            "CREATE TABLE messages (hash, parent_hash, role);"
+            "CREATE TABLE parts (message_hash, type, text, position);"
+            "CREATE TABLE turns (parent_message_hash, tip_message_hash, datetime_utc);"
+        )
+        conn.executemany("INSERT INTO responses VALUES (?, ?, ?, ?, ?)", responses)
+        conn.executemany("INSERT INTO threads VALUES (?, ?, ?, ?)", messages)
+        conn.executemany("INSERT INTO messages VALUES (?, ?, ?)", [m[:3] for m in messages])
+        conn.executemany("INSERT INTO parts VALUES (?, ?, ?, ?)", parts)
+        conn.commit()
+        conn.close()
+        try:
+            import_bytes(db.read_bytes())
+        except MemcliError as exc:
+            assert exc.exit_code == 2, exc
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "what"),
+    [
+        ("array.json", b'[1, {"mapping": {}, "current_node": null}]', "conversation 0: no mapping"),
+        (
+            "surrogate.json",
+            b'[{"mapping": {}, "current_node": null, "conversation_id": "c\\ud800"}]',
+            "its id holds a lone surrogate",
+        ),
+    ],
+)
+def test_a_bad_export_exits_2_and_makes_no_database(
+    tmp_path: Path, name: str, data: bytes, what: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    db = tmp_path / "m.db"
+    result = run("--db", str(db), "import", str(path), "--no-blocks")
+    assert result.code == 2 and what in result.stderr and str(path) in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not db.exists()
+
+
+def test_a_zip_bomb_exits_2_storing_nothing(tmp_path: Path) -> None:
+    db = seeded(tmp_path)
+    bomb = tmp_path / "export.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("conversations.json", b"[" + b" " * (8 * 2**20) + b"]")
+    result = run("--db", str(db), "import", str(bomb), "--no-blocks")
+    assert result.code == 2 and "conversations.json: expands from" in result.stderr, result.stderr
+    assert stored(db) == {"seed": 2}

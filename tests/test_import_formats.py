@@ -5,19 +5,22 @@ zip), and bad input refused naming the conversation."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
+import sqlite3
 import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from helpers import import_file
 
 from memcli import SQLiteStore
 from memcli.errors import InputError
 from memcli.flush import BudgetOverride
-from memcli.formats import read
-from memcli.importing import Opening, from_source, import_conversations
+from memcli.formats import Limits, read
+from memcli.importing import Opening
 from memcli.tokens import TiktokenTokenizer
 
 DATA = Path(__file__).parent / "data" / "exports"
@@ -29,8 +32,7 @@ def opening(user: str = "alice") -> Opening:
 
 
 def load(path: Path | str, store: SQLiteStore, session: str | None = None, **options: object):
-    source = read(path)
-    return import_conversations(store, from_source(source, session), opening(), **options)  # type: ignore[arg-type]
+    return import_file(store, path, opening(), session, **options)
 
 
 def sessions(store: SQLiteStore) -> dict[str, list[tuple[str, str]]]:
@@ -386,3 +388,130 @@ def test_an_export_carries_title_source_and_keys_to_another_store(tmp_path: Path
         info.metadata,
     )
     assert load(path, other).messages == 0
+
+
+# -- bounds: every input is read within its limits, and over one nothing is stored ---------------
+
+
+def chatgpt_items() -> list[dict[str, object]]:
+    return json.loads((DATA / "chatgpt-conversations.json").read_text())
+
+
+def refused(path: Path, what: str, limits: Limits | None = None) -> str:
+    with pytest.raises(InputError) as info:
+        read(path, limits=limits or Limits())
+    message = info.value.message
+    assert str(path) in message and what in message, message
+    return message
+
+
+def test_a_zip_bomb_is_refused_naming_its_entry_before_it_is_expanded(tmp_path: Path) -> None:
+    bomb = tmp_path / "export.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("conversations.json", b"[" + b" " * (8 * 2**20) + b"]")  # 8 MB of spaces
+    assert bomb.stat().st_size < 20_000
+    refused(bomb, "conversations.json: expands from")
+    # Not one byte too many read, whatever the header says: lowered, the size limit holds too.
+    small = tmp_path / "small.zip"
+    with zipfile.ZipFile(small, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("conversations.json", json.dumps(chatgpt_items()))
+    limit = small.stat().st_size + 1  # the zip is read, its entry is larger
+    refused(small, "conversations.json: it expands to", Limits(max_bytes=limit))
+    assert len(read(small).conversations) == 2
+
+
+def test_a_split_zip_is_read_within_its_part_and_size_limits(tmp_path: Path) -> None:
+    items = chatgpt_items()
+    split = tmp_path / "split.zip"
+    with zipfile.ZipFile(split, "w", zipfile.ZIP_DEFLATED) as z:
+        for i in range(3):
+            z.writestr(f"conversations-{i:03}.json", json.dumps(items[i % 2 : i % 2 + 1]))
+    refused(split, "a zip of 3 conversation files, more than the 2", Limits(max_parts=2))
+    limit = split.stat().st_size + 1
+    refused(split, "its conversations expand to", Limits(max_bytes=limit))
+
+
+def test_a_split_zip_holding_a_conversation_many_times_imports_it_once(tmp_path: Path) -> None:
+    items = chatgpt_items()
+    same = tmp_path / "same.zip"
+    with zipfile.ZipFile(same, "w") as z:
+        for i in range(300):
+            z.writestr(f"conversations-{i:03}.json", json.dumps(items[:1]))
+    store = SQLiteStore(tmp_path / "m.db")
+    result = load(same, store)  # was: "the sessions kept changing ... other writers"
+    assert result.messages == 7 and len(store.list_sessions()) == 1
+    edited = json.loads(json.dumps(items[:1]))
+    edited[0]["current_node"] = "a2old"
+    other = tmp_path / "other.zip"
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("conversations-000.json", json.dumps(items[:1]))
+        z.writestr("conversations-001.json", json.dumps(edited))
+    with pytest.raises(InputError, match="is in it twice, with other messages"):
+        load(other, store)
+    assert len(store.list_sessions()) == 1
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"role": "user", "content": "hello there"}\n')
+    refused(path, "more than 10 bytes", Limits(max_bytes=10))
+    with pytest.raises(InputError, match="<stdin>: more than 10 bytes"):
+        read("-", io.BytesIO(path.read_bytes()), limits=Limits(max_bytes=10))
+
+
+def test_a_logs_db_whose_tables_are_views_is_refused_not_read_forever(tmp_path: Path) -> None:
+    path = tmp_path / "logs.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE conversations (id TEXT, name TEXT, model TEXT);
+        CREATE VIEW responses AS
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n)
+            SELECT i AS id, 'p' AS prompt, 'r' AS response, 'c' AS conversation_id FROM n;
+        """
+    )
+    conn.close()
+    refused(path, "responses is a view, not a table")
+
+
+@pytest.mark.parametrize("name", ["llm-0.27-logs.db", "llm-0.36-logs.db"])
+def test_a_logs_db_is_read_within_its_row_and_text_limits(name: str) -> None:
+    refused(DATA / name, "rows", Limits(max_rows=1))
+    refused(DATA / name, "bytes of text", Limits(max_bytes=50))
+    assert read(DATA / name, limits=Limits(max_rows=100)).conversations
+
+
+def test_a_claude_attachment_over_its_limit_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "conversations.json"
+    shutil.copy(DATA / "claude-conversations.json", path)
+    message = refused(path, "attachment 0 ('prices.txt') holds", Limits(max_attachment=10))
+    assert "conversation 0 ('Bakery price list'): message 0" in message
+
+
+@pytest.mark.parametrize(
+    ("items", "what"),
+    [
+        ([1, *chatgpt_items()], "conversation 0: no mapping of messages"),
+        ([*chatgpt_items(), "x"], "conversation 2: no mapping of messages"),
+        (
+            [{"uuid": "u", "chat_messages": []}, None],
+            "conversation 1: no chat_messages list",
+        ),
+        (
+            [{**chatgpt_items()[0], "conversation_id": "a\ud800"}],
+            "its id holds a lone surrogate",
+        ),
+        ([{**chatgpt_items()[0], "title": "\udc00"}], "its title holds a lone surrogate"),
+        ([{"uuid": "\ud800", "chat_messages": []}], "its uuid holds a lone surrogate"),
+        (
+            [{"prompt": "p", "response": "r", "conversation_id": "\ud800"}],
+            "response 0: conversation_id holds a lone surrogate",
+        ),
+    ],
+)
+def test_an_export_that_is_not_as_its_format_says_is_an_input_error(
+    tmp_path: Path, items: list[object], what: str
+) -> None:
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(items))  # a lone surrogate written as its escape
+    refused(path, what)

@@ -1,5 +1,6 @@
 """memcli.importing: a transcript's conversations imported into sessions, all or nothing, as
-whom and under which budget, nothing twice."""
+whom and under which budget, nothing twice; through the path `memcli import` takes (`formats.read`,
+`from_source`, `import_conversations`: `helpers.import_file`)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,15 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from helpers import import_file
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memcli import Message, SQLiteStore, UsageError
 from memcli.errors import InputError, SessionNotFound
 from memcli.flush import Budget, BudgetOverride
-from memcli.importing import (
-    Opening,
-    conversations,
-    import_transcript,
-    read_import,
-    stored_overlap,
-)
+from memcli.formats import read
+from memcli.importing import Opening, conversations, stored_overlap
 from memcli.memory import Memory
 from memcli.store.base import require_session as require
 from memcli.tokens import TiktokenTokenizer
@@ -49,16 +46,14 @@ def opening(rebudget: bool = False, user: str | None = None, **budget: object) -
 
 def test_import_into_another_users_session_stores_nothing(tmp_path: Path) -> None:
     store = store_with(tmp_path)
-    records = parse_transcript(b'{"role": "user", "content": "a"}\n')
+    data = b'{"role": "user", "content": "a"}\n'
     with pytest.raises(SessionNotFound, match="no session 's1' of user 'bob'"):
-        import_transcript(store, records, opening(user="bob"), session_id="s1")
+        import_file(store, data, opening(user="bob"), "s1")
     assert require(store, "s1").active_messages == 2
     with pytest.raises(UsageError, match="has the budget 500"):
-        import_transcript(store, records, opening(token_limit=800), session_id="s1")
+        import_file(store, data, opening(token_limit=800), "s1")
     assert require(store, "s1").active_messages == 2 and require(store, "s1").token_limit == 500
-    result = import_transcript(
-        store, records, opening(token_limit=800, rebudget=True), session_id="s1"
-    )
+    result = import_file(store, data, opening(token_limit=800, rebudget=True), "s1")
     assert result.sessions == {"s1": 1} and result.new_sessions == []
     assert result.rebudgets["s1"].old == Budget(500, 0.5, 40)
     assert result.rebudgets["s1"].new == Budget(800, 0.5, 80)
@@ -69,10 +64,8 @@ def test_import_into_another_users_session_stores_nothing(tmp_path: Path) -> Non
 def test_a_smaller_budget_flushes_at_once_and_says_so(tmp_path: Path) -> None:
     store = store_with(tmp_path)
     Memory(store, "s1").put_messages([Message("user", "and the sea"), Message("assistant", "Yes")])
-    records = parse_transcript(b'{"role": "user", "content": "and I like the sea"}\n')
-    result = import_transcript(
-        store, records, opening(token_limit=8, flush_size=2, rebudget=True), session_id="s1"
-    )
+    data = b'{"role": "user", "content": "and I like the sea"}\n'
+    result = import_file(store, data, opening(token_limit=8, flush_size=2, rebudget=True), "s1")
     change = result.rebudgets["s1"]
     assert change.flushes == 1 and change.archived == 2  # the old turn left at once
     assert result.archived >= 2 and require(store, "s1").archived_messages == result.archived
@@ -81,7 +74,7 @@ def test_a_smaller_budget_flushes_at_once_and_says_so(tmp_path: Path) -> None:
 def test_import_opens_new_sessions_as_the_default_user_with_the_flags(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
     data = b'{"role": "user", "content": "a", "session": "x"}\n{"role": "user", "content": "b"}\n'
-    result = import_transcript(store, parse_transcript(data), opening(ratio=0.5))
+    result = import_file(store, data, opening(ratio=0.5))
     assert result.new_sessions[0] == "x" and len(result.new_sessions) == 2  # one made up
     for session in result.new_sessions:
         info = require(store, session)
@@ -114,32 +107,32 @@ def contents(store: SQLiteStore, session: str) -> list[str]:
 
 def test_importing_the_same_records_again_stores_nothing(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
-    records = parse_transcript(lines(*CHAT))
-    first = import_transcript(store, records, opening(), session_id="s")
+    data = lines(*CHAT)
+    first = import_file(store, data, opening(), "s")
     assert (first.messages, first.already_stored) == (4, 0)  # "ok" twice: both stored
-    again = import_transcript(store, records, opening(), session_id="s")
+    again = import_file(store, data, opening(), "s")
     assert (again.messages, again.already_stored, again.sessions) == (0, 4, {"s": 0})
     assert contents(store, "s") == ["hi", "ok", "thanks", "ok"]
-    copy = import_transcript(store, records, opening(), session_id="s", again=True)
+    copy = import_file(store, data, opening(), "s", again=True)
     assert (copy.messages, copy.already_stored) == (4, 0)
     assert len(contents(store, "s")) == 8
 
 
 def test_a_grown_transcript_appends_only_what_is_new(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
-    import_transcript(store, parse_transcript(lines(*CHAT, session="s")), opening())
-    grown = parse_transcript(lines(*CHAT, ("user", "bye"), ("assistant", "ok"), session="s"))
-    result = import_transcript(store, grown, opening())
+    import_file(store, lines(*CHAT, session="s"), opening())
+    grown = lines(*CHAT, ("user", "bye"), ("assistant", "ok"), session="s")
+    result = import_file(store, grown, opening())
     assert (result.messages, result.already_stored, result.skipped) == (2, 4, {"s": 4})
     assert contents(store, "s") == ["hi", "ok", "thanks", "ok", "bye", "ok"]
 
 
 def test_equal_messages_elsewhere_in_the_session_are_not_duplicates(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
-    import_transcript(store, parse_transcript(lines(*CHAT)), opening(), session_id="s")
-    other = parse_transcript(lines(("user", "hi"), ("assistant", "ok")))
+    import_file(store, lines(*CHAT), opening(), "s")
+    other = lines(("user", "hi"), ("assistant", "ok"))
     # Stored, but not at the end (which is "thanks", "ok"): both are new.
-    result = import_transcript(store, other, opening(), session_id="s")
+    result = import_file(store, other, opening(), "s")
     assert (result.messages, result.already_stored) == (2, 0)
     assert contents(store, "s") == ["hi", "ok", "thanks", "ok", "hi", "ok"]
 
@@ -162,7 +155,7 @@ def test_a_sessions_export_imports_back_as_nothing_new(tmp_path: Path) -> None:
             json.dumps(r) + "\n"
             for r in export_lines(store.iter_messages("s", status), with_status=True)
         )
-        result = import_transcript(store, parse_transcript(data.encode()), opening())
+        result = import_file(store, data.encode(), opening())
         assert result.messages == 0 and result.already_stored == data.count("\n")
     assert len(store.get_messages("s")) == 12
 
@@ -170,12 +163,10 @@ def test_a_sessions_export_imports_back_as_nothing_new(tmp_path: Path) -> None:
 def test_a_transcript_without_timestamps_matches_stored_ones_with_them(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
     Memory(store, "s").put(Message("user", "hi", timestamp=datetime(2024, 1, 1)))
-    result = import_transcript(
-        store, parse_transcript(lines(("user", "hi"))), opening(), session_id="s"
-    )
+    result = import_file(store, lines(("user", "hi")), opening(), "s")
     assert result.already_stored == 1
     timed = b'{"role": "user", "content": "hi", "timestamp": "2025-01-01T00:00:00Z"}\n'
-    result = import_transcript(store, parse_transcript(timed), opening(), session_id="s")
+    result = import_file(store, timed, opening(), "s")
     assert result.messages == 1  # another time: another message
 
 
@@ -212,19 +203,17 @@ SESSION = {
 def test_a_session_record_gives_a_new_session_its_budget_and_user(tmp_path: Path) -> None:
     path = tmp_path / "a.jsonl"
     path.write_bytes((json.dumps(SESSION) + "\n").encode() + lines(*CHAT))
-    header, records = read_import(path)
+    header = read(path).header
     assert header == SessionRecord("a", "ann", Budget(400, 0.5, 20))
     store = SQLiteStore(tmp_path / "m.db")
-    result = import_transcript(store, records, opening(), session_record=header)
+    result = import_file(store, path, opening())
     assert result.new_sessions == ["a"]  # records naming no session go to the record's
     info = require(store, "a")
     assert (info.user_id, info.token_limit, info.token_flush_size) == ("ann", 400, 20)
-    import_transcript(
-        store, records, opening(token_limit=300), session_record=header, session_id="b"
-    )
+    import_file(store, path, opening(token_limit=300), "b")
     assert require(store, "b").token_limit == 300  # the flags win
     with pytest.raises(UsageError, match="session record"):
-        import_transcript(store, records, opening(), session_record=header, session_id="b")
+        import_file(store, path, opening(), "b")
     assert header.to_dict() == SESSION
 
 
@@ -232,12 +221,12 @@ def test_a_bad_session_record_names_its_line_and_later_lines_keep_theirs(tmp_pat
     path = tmp_path / "a.jsonl"
     path.write_bytes(b"\n" + json.dumps({**SESSION, "token_limit": -1}).encode() + b"\n")
     with pytest.raises(InputError, match=r"a.jsonl:2: token_limit must be positive"):
-        read_import(path)
+        read(path)
     path.write_bytes(json.dumps(SESSION).encode() + b'\n{"role": "user"}\n')
     with pytest.raises(InputError, match=r"a.jsonl:2: missing content"):
-        read_import(path)
+        read(path)
     path.write_bytes(lines(*CHAT))
-    assert read_import(path)[0] is None
+    assert read(path).header is None
 
 
 def test_an_import_racing_another_into_one_session_aligns_again(tmp_path: Path) -> None:
@@ -245,8 +234,8 @@ def test_an_import_racing_another_into_one_session_aligns_again(tmp_path: Path) 
     its transaction: the session's version tells, and the import aligns again (nothing twice)."""
     db = tmp_path / "m.db"
     store, other = SQLiteStore(db), SQLiteStore(db)
-    records = parse_transcript(lines(*CHAT))
-    import_transcript(store, records[:2], opening(), session_id="s")
+    data = lines(*CHAT)
+    import_file(store, lines(*CHAT[:2]), opening(), "s")
     reads = 0
     read = store.iter_messages
 
@@ -255,10 +244,10 @@ def test_an_import_racing_another_into_one_session_aligns_again(tmp_path: Path) 
         reads += 1
         yield from read(session_id, status)
         if reads == 1:  # the other import commits right after this one read the session
-            import_transcript(other, records, opening(), session_id="s")
+            import_file(other, data, opening(), "s")
 
     store.iter_messages = racing  # type: ignore[method-assign]
-    result = import_transcript(store, records, opening(), session_id="s")
+    result = import_file(store, data, opening(), "s")
     assert reads == 2 and (result.messages, result.already_stored) == (0, 4)
     assert contents(store, "s") == ["hi", "ok", "thanks", "ok"]
 

@@ -8,8 +8,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fakes import WordTokenizer, importing_fakes
 
-from memcli import Memory, Message, UsageError, WordTokenizer
+from memcli import Memory, Message, UsageError
 from memcli.context import insert_memory, render_memory
 from memcli.errors import SessionNotFound
 from memcli.flush import Budget
@@ -196,7 +197,8 @@ def test_render_and_insert() -> None:
 CRASH = textwrap.dedent(
     """
     import os, sys
-    from memcli import Memory, Message, WordTokenizer
+    from memcli import Memory, Message
+    from fakes import WordTokenizer
     from memcli.store.sqlite import SQLiteStore
 
     point = sys.argv[2]
@@ -246,7 +248,7 @@ def test_crash_in_the_middle_of_a_flush(tmp_path: Path, point: str) -> None:
     memory.put_messages(chat(2))
     before = _consistent(db)
     script = tmp_path / "crash.py"
-    script.write_text(CRASH)
+    script.write_text(importing_fakes(CRASH))
     proc = subprocess.run([sys.executable, str(script), str(db), point], capture_output=True)
     assert proc.returncode == 3, proc.stderr.decode()
     # The crash left the state before the put and its flush: nothing half-written.

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memcli import FactBlock, Memory, Message, SQLiteStore, StaticBlock, WordTokenizer
+from fakes import WordTokenizer
+
+from memcli import FactBlock, Memory, Message, SQLiteStore, StaticBlock
 from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.store import Store, longterm, open_store
 

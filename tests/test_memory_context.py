@@ -4,8 +4,9 @@ and the input shown to blocks."""
 from __future__ import annotations
 
 import pytest
+from fakes import WordTokenizer
 
-from memcli import Memory, MemoryBlock, Message, WordTokenizer
+from memcli import Memory, MemoryBlock, Message
 from memcli.blocks.base import BlockContext
 
 

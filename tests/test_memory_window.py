@@ -11,10 +11,11 @@ from contextlib import suppress
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
+from fakes import WordTokenizer, importing_fakes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli import Budget, Memory, Message, StaticBlock, WordTokenizer
+from memcli import Budget, Memory, Message, StaticBlock
 from memcli.store import open_store
 from memcli.store.sqlite import SQLiteStore
 
@@ -170,7 +171,8 @@ def test_blocks_see_the_window_held(db: str) -> None:
 OTHER_PROCESS = textwrap.dedent(
     """
     import sys
-    from memcli import Memory, Message, WordTokenizer
+    from memcli import Memory, Message
+    from fakes import WordTokenizer
     from memcli.store import open_store
 
     memory = Memory(open_store(sys.argv[1]), "s", tokenizer=WordTokenizer())
@@ -185,7 +187,7 @@ def test_sees_what_another_process_wrote(db: str, tmp_path: Path) -> None:
     memory.put_messages([Message("user", "first question"), Message("assistant", "first answer")])
     before = memory.get()
     script = tmp_path / "other.py"
-    script.write_text(OTHER_PROCESS)
+    script.write_text(importing_fakes(OTHER_PROCESS))
     subprocess.run([sys.executable, str(script), db], check=True)
     after = memory.get()
     assert exact(after) == exact(fresh_get(db))

@@ -7,8 +7,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from fakes import WordTokenizer
 
-from memcli import Memory, Message, WordTokenizer
+from memcli import Memory, Message
 from memcli.errors import StoreError
 from memcli.store import longterm
 from memcli.store.migrations import MIGRATIONS

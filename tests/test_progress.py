@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from fakes import HashEmbedder
-from helpers import memcli
+from helpers import import_file, memcli, transcript_lines
 
 from memcli import BudgetOverride, Memory, Message, SQLiteStore, TiktokenTokenizer, VectorBlock
 from memcli.cli.common import PREPARING
@@ -16,16 +16,18 @@ from memcli.cli.common import PREPARING
 
 def test_import_progress_moves_as_messages_are_embedded(tmp_path: Path) -> None:
     from memcli.blocks.feed import CHUNK
-    from memcli.importing import Opening, import_transcript
-    from memcli.transcripts import Record
+    from memcli.importing import Opening
 
     embedder = HashEmbedder(dim=16)
     block = VectorBlock(embedder=embedder)
     store = SQLiteStore(tmp_path / "m.db")
-    records = [
-        Record(i, [Message("user" if i % 2 == 0 else "assistant", f"message number {i} " * 4)], "s")
-        for i in range(1600)
-    ]
+    data = transcript_lines(
+        *(
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i} " * 4}
+            for i in range(1600)
+        ),
+        session="s",
+    )
     calls_at_tick: list[int] = []
     ticks: list[int] = []
 
@@ -36,9 +38,9 @@ def test_import_progress_moves_as_messages_are_embedded(tmp_path: Path) -> None:
     opening = Opening(
         TiktokenTokenizer(), default_budget=BudgetOverride(100, 0.7, 20), blocks=[block]
     )
-    result = import_transcript(
+    result = import_file(
         store,
-        records,
+        data,
         opening,
         block_progress=tick,
     )
@@ -117,7 +119,9 @@ def test_ctrl_c_while_blocks_are_fed_says_what_is_stored_and_how_to_catch_up(tmp
 def test_a_block_that_only_puts_shows_progress_after_each_batch(tmp_path: Path) -> None:
     """The default `put_many` (a block that only overrides `put`) reports each batch as it is
     processed: a backfill's progress moves with the block's work, not once at the end."""
-    from memcli import MemoryBlock, WordTokenizer
+    from fakes import WordTokenizer
+
+    from memcli import MemoryBlock
     from memcli.blocks.feed import backfill
 
     class Counting(MemoryBlock):

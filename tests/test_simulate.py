@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from fakes import WordTokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memcli import Memory, Message, WordTokenizer
+from memcli import Memory, Message
 from memcli.flush import Budget, BudgetOverride
 from memcli.simulate import FlushEvent, PutEvent, Replay, Simulation, budgets, simulate
 from memcli.tokens import TiktokenTokenizer, message_tokens
@@ -268,7 +269,7 @@ def test_events_json_is_json_dumps_of_each_event() -> None:
 
 def test_openai_records_replayed_count_the_tokens_import_stores(tmp_path: Path) -> None:
     """Content parts, tool calls and kept keys: simulate counts what an import stores."""
-    from memcli.transcripts import read_transcript
+    from memcli.formats import read
 
     calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
     lines = [
@@ -282,7 +283,7 @@ def test_openai_records_replayed_count_the_tokens_import_stores(tmp_path: Path) 
     tok = TiktokenTokenizer()
     replay, _ = Replay.from_source(path, "call", tok)
     memory = Memory.from_defaults(session_id="s", tokenizer=tok)
-    for record in read_transcript(path):
+    for record in read(path).records:  # as `memcli import` reads it
         memory.put_messages(record.messages)
     stored = [m.tokens for m in memory.get_all()]
     assert replay.tokens == stored

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fakes import WordTokenizer
 
-from memcli import Memory, Message, WordTokenizer
+from memcli import Memory, Message
 from memcli.store import open_store
 from memcli.store.migrations import MIGRATIONS
 from memcli.store.sqlite import SQLiteStore

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from fakes import WordTokenizer
 
-from memcli import Flush, Memory, Message, WordTokenizer
+from memcli import Flush, Memory, Message
 from memcli.errors import StoreBusy, StoreError
 from memcli.flush import Budget
 from memcli.store import open_store

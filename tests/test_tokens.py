@@ -7,10 +7,11 @@ import tracemalloc
 from collections.abc import Callable, Iterator
 
 import pytest
+from fakes import WordTokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcli import ConfigError, Message, TiktokenTokenizer, WordTokenizer, tokens
+from memcli import ConfigError, Message, TiktokenTokenizer, tokens
 from memcli.tokens import count_contents, count_messages, count_texts, load_encoding, message_tokens
 
 

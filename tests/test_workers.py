@@ -10,7 +10,9 @@ import textwrap
 import threading
 from pathlib import Path
 
-from memcli import Memory, Message, WordTokenizer
+from fakes import WordTokenizer, importing_fakes
+
+from memcli import Memory, Message
 from memcli.flush import Budget
 from memcli.store import open_store
 
@@ -19,7 +21,8 @@ WORKER = textwrap.dedent(
     import sys
     from pathlib import Path
 
-    from memcli import Memory, Message, WordTokenizer
+    from memcli import Memory, Message
+    from fakes import WordTokenizer
     from memcli.flush import Budget
     from memcli.store import open_store
 
@@ -44,7 +47,7 @@ TURNS = 25
 
 def _start_workers(db: str, tmp_path: Path) -> tuple[list[subprocess.Popen[bytes]], Path]:
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(importing_fakes(WORKER))
     go = tmp_path / "go"
     sessions = ["shared"] * SHARED + [f"own{w}" for w in range(OWN)]
     procs = [

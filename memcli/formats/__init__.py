@@ -7,7 +7,8 @@ messages, errors, `memcli.transcripts` only).
   messages, `memcli export`'s output;
 - `chatgpt`: ChatGPT's data export (`conversations.json`, or the `.zip` it comes in);
 - `claude`: Claude.ai's data export (`conversations.json`, or its `.zip`);
-- `llm`: simonw/llm's `logs.db` (both its schemas) and the output of `llm logs --json`.
+- `llm`: simonw/llm's `logs.db` (both its schemas) and the output of `llm logs --json`
+  (`memcli.formats.llm_logs`).
 
 Each conversation found carries its id in the source (`source_id`: `chatgpt:ID`, `claude:UUID`,
 `llm:ID`; a transcript's conversations get a hash of their first messages when the import needs
@@ -20,11 +21,12 @@ import io
 import json
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation
+from memcli.formats.base import LIMITS, Conversation, Limits
 from memcli.transcripts import SessionRecord, parse_transcript, read_source, split_session_record
 
 if TYPE_CHECKING:
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
     from memcli.transcripts import Record
 
-__all__ = ["FORMATS", "Conversation", "Source", "read"]
+__all__ = ["FORMATS", "LIMITS", "Conversation", "Limits", "Source", "read"]
 
 #: The names `--format` takes (`auto`: by the input's shape).
 FORMATS = ("auto", "transcript", "chatgpt", "claude", "llm")
@@ -60,19 +62,29 @@ _ZIP = b"PK\x03\x04"
 _SPLIT = re.compile(r"(?:^|/)conversations(?:-\d+)?\.json$")
 
 
-def read(source: str | Path, stdin: IO[bytes] | None = None, format: str = "auto") -> Source:
-    """Read a file (`-`: stdin) in any format read, validated whole; InputError naming the
-    file, and the line or conversation, for anything that is not as its format says."""
+def read(
+    source: str | Path,
+    stdin: IO[bytes] | None = None,
+    format: str = "auto",
+    limits: Limits = LIMITS,
+) -> Source:
+    """Read a file (`-`: stdin) in any format read, validated whole, within `limits`; InputError
+    naming the file, and the line, entry or conversation, for anything that is not as its
+    format says or is over a limit."""
     if format not in FORMATS:
         raise InputError(f"unknown format {format!r}", f"Use one of: {', '.join(FORMATS)}")
-    data, name = read_source(source, stdin)
-    if data.startswith(_SQLITE):
-        from memcli.formats import llm
+    if _is_sqlite_file(source):  # opened by SQLite, never read whole
+        from memcli.formats import llm_logs
 
-        path = None if name == "<stdin>" else str(source)
-        return Source("llm", name, conversations=llm.read_db(data, name, path))
+        name = str(source)
+        return Source("llm", name, conversations=llm_logs.read_db(None, name, name, limits))
+    data, name = read_source(source, stdin, limits.max_bytes)
+    if data.startswith(_SQLITE):
+        from memcli.formats import llm_logs
+
+        return Source("llm", name, conversations=llm_logs.read_db(data, name, None, limits))
     if data.startswith(_ZIP):
-        data, name = _unzip(data, name)
+        data, name = _unzip(data, name, limits)
     if format == "transcript":
         return _transcript(data, name)
     value = _whole_json(data) if format != "transcript" else None
@@ -91,10 +103,21 @@ def read(source: str | Path, stdin: IO[bytes] | None = None, format: str = "auto
     if kind == "claude":
         from memcli.formats import claude
 
-        return Source(kind, name, conversations=claude.read(items, name))
-    from memcli.formats import llm
+        return Source(kind, name, conversations=claude.read(items, name, limits))
+    from memcli.formats import llm_logs
 
-    return Source("llm", name, conversations=llm.read_json(items, name))
+    return Source("llm", name, conversations=llm_logs.read_json(items, name))
+
+
+def _is_sqlite_file(source: str | Path) -> bool:
+    """Whether `source` names a file (not stdin) that starts as an SQLite database does."""
+    if str(source) == "-":
+        return False
+    try:
+        with open(source, "rb") as handle:
+            return handle.read(len(_SQLITE)) == _SQLITE
+    except OSError:
+        return False  # read_source says why
 
 
 def export_kind(data: bytes, name: str = "<input>") -> str | None:
@@ -177,24 +200,82 @@ def _unknown(name: str, obj: dict[str, Any], what: str) -> InputError:
     )
 
 
-def _unzip(data: bytes, name: str) -> tuple[bytes, str]:
+def _unzip(data: bytes, name: str, limits: Limits = LIMITS) -> tuple[bytes, str]:
     """The conversations of an export's zip: its `conversations.json`, or the parts ChatGPT
-    splits it into (`conversations-000.json`, ...) joined as one JSON array."""
+    splits it into (`conversations-000.json`, ...) joined as one JSON array. Each entry is read
+    within `limits` (its declared and its actual size, and how much it expands)."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-        names = sorted(n for n in archive.namelist() if _SPLIT.search(n))
-        if not names:
+        entries = sorted(
+            (i for i in archive.infolist() if _SPLIT.search(i.filename)), key=lambda i: i.filename
+        )
+        if not entries:
             raise InputError(
                 f"{name}: a zip without conversations.json", "Give the export's zip as it came"
             )
-        if len(names) == 1:
-            return archive.read(names[0]), f"{name}:{names[0]}"
+        if len(entries) > limits.max_parts:
+            raise InputError(
+                f"{name}: a zip of {len(entries):,} conversation files, more than the"
+                f" {limits.max_parts:,} memcli reads",
+                "Import the conversations in smaller zips or files",
+            )
+        if len(entries) == 1:
+            return _entry(archive, entries[0], name, limits), f"{name}:{entries[0].filename}"
+        declared = sum(i.file_size for i in entries)
+        if declared > limits.max_bytes:
+            raise _over(name, f"its conversations expand to {declared:,} bytes", limits)
         parts = []
-        for part in names:
-            value = _whole_json(archive.read(part))
+        for entry in entries:
+            value = _whole_json(_entry(archive, entry, name, limits))
             if not isinstance(value, list):
-                raise InputError(f"{name}:{part}: not a JSON array", "Give the zip as it came")
+                raise InputError(
+                    f"{name}:{entry.filename}: not a JSON array", "Give the zip as it came"
+                )
             parts.extend(value)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError) as exc:
         raise InputError(f"{name}: not a readable zip ({exc})", "Give the zip as it came") from None
+    except NotImplementedError as exc:  # a compression method zipfile does not know
+        raise InputError(f"{name}: {exc}", "Give the zip as it came") from None
     return json.dumps(parts).encode(), name
+
+
+#: An entry may expand by any ratio up to this size (small files compress as they may).
+_RATIO_FREE = 2**20
+_CHUNK = 2**20
+
+
+def _entry(archive: zipfile.ZipFile, entry: zipfile.ZipInfo, name: str, limits: Limits) -> bytes:
+    """An entry's bytes, read a chunk at a time: InputError (naming it) as soon as it is larger
+    than it says, than `limits.max_bytes`, or expands more than `limits.max_ratio` times."""
+    at = f"{name}:{entry.filename}"
+    most = min(entry.file_size, limits.max_bytes)
+    if entry.file_size > limits.max_bytes:
+        raise _over(at, f"it expands to {entry.file_size:,} bytes", limits)
+    ratio_cap = max(_RATIO_FREE, limits.max_ratio * max(entry.compress_size, 1))
+    if entry.file_size > ratio_cap:
+        raise _bomb(at, entry, limits)
+    chunks, size = [], 0
+    with archive.open(entry) as handle:
+        while chunk := handle.read(_CHUNK):
+            size += len(chunk)
+            if size > most:
+                raise _over(at, "it holds more bytes than its header says", limits)
+            if size > ratio_cap:
+                raise _bomb(at, entry, limits)
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _over(at: str, what: str, limits: Limits) -> InputError:
+    return InputError(
+        f"{at}: {what}, more than the {limits.max_bytes:,} memcli reads of one input",
+        "Import the conversations in smaller files",
+    )
+
+
+def _bomb(at: str, entry: zipfile.ZipInfo, limits: Limits) -> InputError:
+    return InputError(
+        f"{at}: expands from {entry.compress_size:,} bytes to more than"
+        f" {limits.max_ratio} times that, as a zip bomb does",
+        "Give the export's zip as it came",
+    )

@@ -17,6 +17,45 @@ if TYPE_CHECKING:
 
 #: How a source id made from a conversation's content (`content_ids`) starts.
 CONTENT_ID = "sha256:"
+_MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds an input is read within, each checked before what it bounds is read whole (so
+    that memory stays under about 1 GB whatever the input); over one, `InputError` names the
+    file or entry and nothing is stored."""
+
+    #: Bytes of a file, of a zip's conversations expanded, of the text read from a database.
+    max_bytes: int = 200 * _MiB
+    #: How many times its compressed size a zip entry may expand to (past its first MiB).
+    max_ratio: int = 100
+    #: Files of an export split in a zip (`conversations-000.json`, ...).
+    max_parts: int = 1000
+    #: Rows read from one table of a database.
+    max_rows: int = 2_000_000
+    #: Seconds reading a database may take.
+    max_seconds: float = 600.0
+    #: Characters of an attachment's text kept with its message.
+    max_attachment: int = 4 * _MiB
+
+
+#: The bounds `memcli import` reads within.
+LIMITS = Limits()
+
+
+def clean_text(value: Any, at: str, what: str) -> str | None:
+    """A string of a conversation (its id, its title) when it is one and valid Unicode; None when
+    it is no string or empty; InputError naming `at` for a lone surrogate (which no store holds)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    from memcli.messages import check_text
+
+    try:
+        check_text(value, what)
+    except InputError as exc:
+        raise InputError(f"{at}: {exc.message}", exc.hint) from None
+    return value
 
 
 @dataclass
@@ -41,8 +80,10 @@ class Conversation:
         return [m for r in self.records for m in r.messages]
 
 
-def where(name: str, i: int, conversation: dict[str, Any]) -> str:
+def where(name: str, i: int, conversation: Any) -> str:
     """How an error names a conversation of an export: its position and title."""
+    if not isinstance(conversation, dict):
+        return f"{name}: conversation {i}"
     title = conversation.get("title") or conversation.get("name")
     return f"{name}: conversation {i}" + (f" ({title!r})" if isinstance(title, str) else "")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, message, records, where
+from memcli.formats.base import Conversation, clean_text, message, records, where
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -41,12 +41,11 @@ def _conversation(item: Any, at: str) -> Conversation:
         dropped += left_out
         if found is not None:
             messages.append(found)
-    ident = item.get("conversation_id") or item.get("id")
-    title = item.get("title")
+    ident = clean_text(item.get("conversation_id") or item.get("id"), at, "its id")
     return Conversation(
         records(messages),
-        source_id=f"chatgpt:{ident}" if isinstance(ident, str) and ident else None,
-        title=title if isinstance(title, str) and title.strip() else None,
+        source_id=f"chatgpt:{ident}" if ident else None,
+        title=clean_text(item.get("title"), at, "its title"),
         dropped=dropped,
     )
 
@@ -56,9 +55,15 @@ def _branch(mapping: dict[str, Any], current: Any, at: str) -> list[str]:
     first children, as an export without one is read)."""
     if current is None:
         current = next(iter(mapping), None)
-        while current is not None and (mapping[current] or {}).get("children"):
-            current = mapping[current]["children"][-1]
-            if current not in mapping:
+        walked: set[str] = set()
+        while current is not None:
+            node = mapping[current]
+            children = node.get("children") if isinstance(node, dict) else None
+            if not children or not isinstance(children, list) or current in walked:
+                break  # a node without children (or a loop of them): the last
+            walked.add(current)
+            current = children[-1]
+            if not isinstance(current, str) or current not in mapping:
                 raise InputError(f"{at}: node {current!r} is not in the mapping", _HINT)
     path: list[str] = []
     seen: set[str] = set()
@@ -88,6 +93,8 @@ def _message(data: Any, at: str) -> tuple[Message | None, int]:
     if not isinstance(author, dict) or not isinstance(content, dict):
         raise InputError(f"{at}: author and content must be objects", _HINT)
     role, kind = author.get("role"), content.get("content_type")
+    if not isinstance(kind, str | None):
+        raise InputError(f"{at}: content_type is not a string", _HINT)
     meta = data.get("metadata") or {}
     if kind in _THOUGHTS or (
         isinstance(meta, dict) and meta.get("is_visually_hidden_from_conversation")

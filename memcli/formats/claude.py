@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, message, records, where
+from memcli.formats.base import LIMITS, Conversation, Limits, clean_text, message, records, where
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -18,42 +18,49 @@ _HINT = "Give conversations.json as Claude.ai exported it"
 _ROLES = {"human": "user", "assistant": "assistant"}
 
 
-def read(items: list[Any], name: str) -> list[Conversation]:
-    return [_conversation(item, where(name, i, item)) for i, item in enumerate(items)]
+def read(items: list[Any], name: str, limits: Limits = LIMITS) -> list[Conversation]:
+    return [_conversation(item, where(name, i, item), limits) for i, item in enumerate(items)]
 
 
-def _conversation(item: Any, at: str) -> Conversation:
+def _conversation(item: Any, at: str, limits: Limits) -> Conversation:
     if not isinstance(item, dict) or not isinstance(item.get("chat_messages"), list):
         raise InputError(f"{at}: no chat_messages list", _HINT)
     messages: list[Message] = []
     dropped = 0
     for i, data in enumerate(item["chat_messages"]):
-        found, left_out = _message(data, f"{at}: message {i}")
+        found, left_out = _message(data, f"{at}: message {i}", limits)
         dropped += left_out
         if found is not None:
             messages.append(found)
-    ident, title = item.get("uuid"), item.get("name")
+    ident = clean_text(item.get("uuid"), at, "its uuid")
     return Conversation(
         records(messages),
-        source_id=f"claude:{ident}" if isinstance(ident, str) and ident else None,
-        title=title if isinstance(title, str) and title.strip() else None,
+        source_id=f"claude:{ident}" if ident else None,
+        title=clean_text(item.get("name"), at, "its name"),
         dropped=dropped,
     )
 
 
-def _message(data: Any, at: str) -> tuple[Message | None, int]:
+def _message(data: Any, at: str, limits: Limits) -> tuple[Message | None, int]:
     if not isinstance(data, dict):
         raise InputError(f"{at}: not an object", _HINT)
-    role = _ROLES.get(data.get("sender"))  # type: ignore[arg-type]
+    sender = data.get("sender")
+    role = _ROLES.get(sender) if isinstance(sender, str) else None
     if role is None:
-        raise InputError(f"{at}: sender {data.get('sender')!r} is not human or assistant", _HINT)
+        raise InputError(f"{at}: sender {sender!r} is not human or assistant", _HINT)
     texts, dropped = _texts(data, at)
-    for attachment in data.get("attachments") or ():
+    for i, attachment in enumerate(_list(data, "attachments", at)):
         if isinstance(attachment, dict) and isinstance(attachment.get("extracted_content"), str):
-            texts.append(
-                f"[{attachment.get('file_name') or 'attachment'}]\n{attachment['extracted_content']}"
-            )
-    dropped += sum(1 for f in data.get("files") or () if isinstance(f, dict))
+            text, file = attachment["extracted_content"], attachment.get("file_name")
+            file = file if isinstance(file, str) and file else "attachment"
+            if len(text) > limits.max_attachment:
+                raise InputError(
+                    f"{at}: attachment {i} ({file!r}) holds {len(text):,} characters of text,"
+                    f" more than the {limits.max_attachment:,} memcli keeps with a message",
+                    "Remove the attachment from the export (or shorten it), then import again",
+                )
+            texts.append(f"[{file}]\n{text}")
+    dropped += sum(1 for f in _list(data, "files", at) if isinstance(f, dict))
     text = "\n\n".join(t for t in texts if t)
     if not text.strip():
         return None, dropped
@@ -78,3 +85,13 @@ def _texts(data: dict[str, Any], at: str) -> tuple[list[str], int]:
         else:
             dropped += 1
     return texts, dropped
+
+
+def _list(data: dict[str, Any], key: str, at: str) -> list[Any]:
+    """A message's list under `key` (none: empty); InputError when it is something else."""
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InputError(f"{at}: {key} is not a list", _HINT)
+    return value

@@ -13,21 +13,28 @@ as the source id (`llm:ID`, the same in the database and in the JSON), its name 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, message, records
+from memcli.formats.base import LIMITS, Conversation, Limits, clean_text, message, records
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from memcli.messages import Message
 
 _HINT = "Give llm's logs.db (`llm logs path`) or the output of `llm logs --json`"
 
 
-def read_db(data: bytes, name: str, path: str | None) -> list[Conversation]:
+def read_db(
+    data: bytes | None, name: str, path: str | None, limits: Limits = LIMITS
+) -> list[Conversation]:
     """The conversations of a logs.db: the file at `path` opened read-only (its WAL included),
-    else (stdin) `data` in memory."""
+    else (stdin) `data` in memory. Only tables are read (a view, which llm never makes, could
+    take forever), within `limits`: rows per table, bytes of text, seconds."""
+    db: _Reader | None = None
     try:
         if path is not None:
             from urllib.parse import quote
@@ -35,28 +42,85 @@ def read_db(data: bytes, name: str, path: str | None) -> list[Conversation]:
             conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
         else:
             conn = sqlite3.connect(":memory:")
-            conn.deserialize(data)
+            conn.deserialize(data or b"")
+        db = _Reader(conn, name, limits)
         try:
-            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            conn.execute("PRAGMA trusted_schema = OFF")
+            kinds = {n: (k, sql) for n, k, sql in conn.execute(_SCHEMA)}
+            tables = {n for n, (k, sql) in kinds.items() if k == "table" and not _virtual(sql)}
+            for wanted in ("threads", "messages", "parts", "turns", "conversations", "responses"):
+                if wanted in kinds and wanted not in tables:
+                    raise InputError(
+                        f"{name}: {wanted} is a {kinds[wanted][0]}, not a table: not llm's logs.db",
+                        _HINT,
+                    )
             if {"threads", "messages", "parts"} <= tables and _count(conn, "threads"):
-                return _threads(conn, name)
+                return _threads(db, name)
             if {"conversations", "responses"} <= tables:
-                return _responses(conn, name)
+                return _responses(db, name)
         finally:
             conn.close()
     except sqlite3.Error as exc:
+        if db is not None and db.timed_out:
+            raise InputError(
+                f"{name}: reading the database took more than {limits.max_seconds:g} s", _HINT
+            ) from None
         raise InputError(f"{name}: cannot read the database ({exc})", _HINT) from None
     raise InputError(f"{name}: an SQLite database that is not llm's logs.db", _HINT)
+
+
+_SCHEMA = "SELECT name, type, sql FROM sqlite_master WHERE type IN ('table', 'view')"
+
+
+def _virtual(sql: Any) -> bool:
+    return isinstance(sql, str) and sql.lstrip()[:14].upper() == "CREATE VIRTUAL"
+
+
+class _Reader:
+    """Rows of a database's tables read within the limits: at most `max_rows` a query, at most
+    `max_bytes` of text in all, at most `max_seconds` (SQLite's progress handler stops a query
+    past it)."""
+
+    def __init__(self, conn: sqlite3.Connection, name: str, limits: Limits) -> None:
+        self.conn, self.name, self.limits = conn, name, limits
+        self.bytes = 0
+        self.timed_out = False
+        deadline = time.monotonic() + limits.max_seconds
+
+        def past_deadline() -> int:
+            self.timed_out = self.timed_out or time.monotonic() > deadline
+            return int(self.timed_out)
+
+        conn.set_progress_handler(past_deadline, 10_000)
+
+    def rows(self, sql: str, table: str) -> Iterator[Any]:
+        limit = self.limits.max_rows
+        for n, row in enumerate(self.conn.execute(f"{sql} LIMIT ?", (limit + 1,))):
+            if n == limit:
+                raise InputError(
+                    f"{self.name}: table {table} has more than {limit:,} rows",
+                    "Import a smaller logs.db (or `llm logs --json` of part of it)",
+                )
+            self.bytes += sum(len(v) for v in row if isinstance(v, str | bytes))
+            if self.bytes > self.limits.max_bytes:
+                raise InputError(
+                    f"{self.name}: more than {self.limits.max_bytes:,} bytes of text",
+                    "Import a smaller logs.db (or `llm logs --json` of part of it)",
+                )
+            yield row
 
 
 def _count(conn: sqlite3.Connection, table: str) -> int:
     return int(conn.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0])
 
 
-def _responses(conn: sqlite3.Connection, name: str) -> list[Conversation]:
-    conn.row_factory = sqlite3.Row
-    rows = [dict(row) for row in conn.execute("SELECT * FROM responses")]
-    names = {row["id"]: row["name"] for row in conn.execute("SELECT id, name FROM conversations")}
+def _responses(db: _Reader, name: str) -> list[Conversation]:
+    db.conn.row_factory = sqlite3.Row
+    rows = [dict(row) for row in db.rows("SELECT * FROM responses", "responses")]
+    names = {
+        row["id"]: row["name"]
+        for row in db.rows("SELECT id, name FROM conversations", "conversations")
+    }
     for row in rows:
         row["conversation_name"] = names.get(row["conversation_id"])
     return read_json(rows, name)
@@ -69,6 +133,7 @@ def read_json(items: list[Any], name: str) -> list[Conversation]:
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("conversation_id"), str):
             raise InputError(f"{name}: response {i} has no conversation_id", _HINT)
+        clean_text(item["conversation_id"], f"{name}: response {i}", "conversation_id")
         groups[item["conversation_id"]].append(item)
     found = []
     for ident, rows in groups.items():
@@ -85,40 +150,46 @@ def read_json(items: list[Any], name: str) -> list[Conversation]:
                 messages.append(message(at, "user", row["prompt"], timestamp=when))
             if row.get("response"):
                 messages.append(message(at, "assistant", row["response"], timestamp=when))
-        title = rows[0].get("conversation_name")
+        title = clean_text(rows[0].get("conversation_name"), f"{name}: {ident}", "its name")
         found.append((rows[0].get("datetime_utc") or "", ident, messages, title))
     found.sort(key=lambda f: str(f[0]))
-    return [
-        Conversation(records(m), source_id=f"llm:{i}", title=t if isinstance(t, str) else None)
-        for _, i, m, t in found
-    ]
+    return [Conversation(records(m), source_id=f"llm:{i}", title=t) for _, i, m, t in found]
 
 
-def _threads(conn: sqlite3.Connection, name: str) -> list[Conversation]:
-    roles = {h: (p, r) for h, p, r in conn.execute("SELECT hash, parent_hash, role FROM messages")}
+def _threads(db: _Reader, name: str) -> list[Conversation]:
+    roles = {
+        h: (p, r) for h, p, r in db.rows("SELECT hash, parent_hash, role FROM messages", "messages")
+    }
     parts: dict[str, list[tuple[str, Any]]] = defaultdict(list)
-    for h, kind, text in conn.execute(
-        "SELECT message_hash, type, text FROM parts ORDER BY message_hash, position"
+    for h, kind, text in db.rows(
+        "SELECT message_hash, type, text FROM parts ORDER BY message_hash, position", "parts"
     ):
         parts[h].append((kind, text))
     times: dict[str, str] = {}
-    for parent, tip, when in conn.execute(
-        "SELECT parent_message_hash, tip_message_hash, datetime_utc FROM turns ORDER BY datetime_utc"
+    for parent, tip, when in db.rows(
+        "SELECT parent_message_hash, tip_message_hash, datetime_utc FROM turns"
+        " ORDER BY datetime_utc",
+        "turns",
     ):
         times.setdefault(tip, when)
         if parent is not None:
             times.setdefault(parent, when)
     found = []
-    for ident, title, tip, started in conn.execute(
-        "SELECT id, name, tip_message_hash, datetime_utc FROM threads ORDER BY datetime_utc, id"
+    for ident, title, tip, started in db.rows(
+        "SELECT id, name, tip_message_hash, datetime_utc FROM threads ORDER BY datetime_utc, id",
+        "threads",
     ):
         at = f"{name}: thread {ident}"
+        if isinstance(ident, str):
+            clean_text(ident, at, "its id")
         chain: list[str] = []
+        seen: set[Any] = set()
         current = tip
         while current is not None:
-            if current not in roles or current in chain:
+            if current not in roles or current in seen:
                 raise InputError(f"{at}: message {current} is missing or loops", _HINT)
             chain.append(current)
+            seen.add(current)
             current = roles[current][0]
         chain.reverse()
         # A message outside any turn (the system prompt at the root) takes the time of the
@@ -138,7 +209,7 @@ def _threads(conn: sqlite3.Connection, name: str) -> list[Conversation]:
             Conversation(
                 records(messages),
                 source_id=f"llm:{ident}",
-                title=title if isinstance(title, str) else None,
+                title=clean_text(title, at, "its name"),
                 dropped=dropped,
             )
         )
