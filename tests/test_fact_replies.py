@@ -80,6 +80,12 @@ CORPUS = [
     ),
     ("json-fenced-plain-texts", '```json\n{"facts": ["A"], "retire": []}\n```', ["A"]),
     ("json-empty", '{"facts": [], "retire": []}', []),
+    (
+        "json-with-prose-around",
+        'Here is the JSON:\n{"facts": [{"text": "A"}], "retire": []}\nDone.',
+        ["A"],
+    ),
+    ("json-fenced-after-prose", 'Sure.\n```json\n{"facts": ["A"]}\n```\nBye', ["A"]),
     # Refused: nothing is stored, the batch stays pending.
     ("empty", "", None),
     ("blank", "   \n ", None),
@@ -101,6 +107,7 @@ CORPUS = [
     ("json-cut", '{"facts": [{"text": "A"}, {"text": "B', None),
     ("json-other-shape", '{"answer": "Ana likes tea"}', None),
     ("json-empty-fact", '{"facts": [{"text": "  "}], "retire": []}', None),
+    ("prose-with-braces", "No facts {none} here.", None),
     ("json-retire-without-id", '{"facts": [], "retire": [{"reason": "x"}]}', None),
 ]
 

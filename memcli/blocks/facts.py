@@ -161,7 +161,7 @@ _FACT_OPEN = re.compile(r"<fact[\s>]")
 _ATTRIBUTE = re.compile(r"""\s*([A-Za-z_]+)\s*=\s*(?:"([^"]*)"|'([^']*)')\s*""")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _THINKING = re.compile(r"<think>.*?</think>", re.S)
-_FENCE = re.compile(r"^```[A-Za-z]*\s*\n(.*?)\n?```$", re.S)
+_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)\n?```", re.S)
 _FACT_ATTRIBUTES = ("topics", "entities", "replaces", "expires")
 
 
@@ -226,15 +226,16 @@ def parse_fact_reply(reply: str) -> FactReply | None:
     example echoed. Lenient about a fact's attributes: malformed, repeated or unknown ones lose
     them all (its topics, entities, replaces, expiry), never the fact.
 
-    JSON (structured output, `FACTS_SCHEMA`), in a code fence or not: `{"facts": [...],
-    "retire": [...]}`, each fact an object with a non-empty "text" (or the text itself).
+    JSON (structured output, `FACTS_SCHEMA`), when the reply has no such element: `{"facts":
+    [...], "retire": [...]}` (in a code fence, or the reply's outermost braces, text around it
+    ignored), each fact an object with a non-empty "text" (or the text itself).
     """
     text = _THINKING.sub("", _COMMENT.sub("", reply)).strip()
     if not text or text.startswith("<think>"):  # nothing, or cut while thinking
         return None
-    fenced = _FENCE.match(text)
-    body = fenced.group(1).strip() if fenced else text
-    if body.startswith("{"):
+    if "<fact" not in text and "<retire" not in text and "{" in text:
+        fenced = _FENCE.search(text)
+        body = fenced.group(1) if fenced else text[text.index("{") : text.rindex("}") + 1]
         try:
             return _json_reply(json.loads(body))
         except ValueError:  # not JSON (a cut one too)
