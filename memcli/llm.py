@@ -161,17 +161,45 @@ def _env_key_for(model: str) -> str | None:
     return None
 
 
-def complete(config: LLMConfig, messages: Sequence[dict[str, Any]]) -> str:
-    """The model's whole reply to these messages (`{"role", "content"}` dicts)."""
+def complete(
+    config: LLMConfig,
+    messages: Sequence[dict[str, Any]],
+    *,
+    max_tokens: int | None = None,
+    schema: tuple[str, dict[str, Any]] | None = None,
+) -> str:
+    """The model's whole reply to these messages (`{"role", "content"}` dicts), within the
+    config's timeout (a timed-out call's connection is closed: the server sees the client leave).
+    `max_tokens` bounds the reply; `schema`, a (name, JSON schema) pair, asks for a JSON reply of
+    that shape (structured output: `response_format`; see `supports_schema`)."""
     litellm = load_litellm()
+    kwargs = _kwargs(config, messages)
+    if max_tokens is not None:
+        kwargs["max_tokens"] = max_tokens
+    if schema is not None:
+        name, body = schema
+        kwargs["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": body, "strict": True},
+        }
     try:
-        response = litellm.completion(**_kwargs(config, messages))
+        response = litellm.completion(**kwargs)
         content = response.choices[0].message.content
     except ProviderError:
         raise
     except Exception as exc:
         raise provider_error(exc, config) from None
     return content or ""
+
+
+def supports_schema(config: LLMConfig) -> bool:
+    """Whether the model answers in a given JSON schema (structured output), as litellm's model
+    table says: True for OpenAI's recent models, False for a model it does not know (most names
+    a local server is asked for). Read from the table alone: no request is sent."""
+    try:
+        return bool(load_litellm().supports_response_schema(model=config.model))
+    except Exception:  # a model name litellm cannot place
+        return False
 
 
 def stream(

@@ -12,7 +12,8 @@ A reply is a dict:
   send (bad JSON included); `id` is optional. Streamed as OpenAI streams calls: the id and name
   first, then the arguments in pieces;
 - `{"status": 500}` (or 401, 429, ...): an error response with that HTTP status;
-- `{"delay": 2.0, ...}`: wait that many seconds before answering (for timeouts);
+- `{"delay": 2.0, ...}`: wait that many seconds before answering (for timeouts); when the client
+  closes the connection meanwhile, the time is recorded in `server.disconnects` (no reply);
 - `{"raw": "not json"}`: a 200 response whose body is that text;
 - `{"content": ..., "chunk_delay": 0.5}`: a slow stream, one chunk every 0.5 s. Meanwhile the
   server watches the connection: when the client closes it, the stream stops and the time is
@@ -124,8 +125,9 @@ class LLMServer:
                 with server.lock:
                     server.authorizations.append(self.headers.get("Authorization"))
                 reply = server._next(body)
-                if reply.get("delay"):
-                    time.sleep(float(reply["delay"]))
+                if reply.get("delay") and self._client_left(float(reply["delay"])):
+                    self._record_disconnect()  # it gave up waiting (a timeout): no reply
+                    return
                 status = int(reply.get("status", 200))
                 if status != 200:
                     self._send(

@@ -8,7 +8,6 @@ import pytest
 from fakes import WordTokenizer
 
 from memcli import FactBlock, Memory, Message
-from memcli.blocks.facts import parse_fact_topics
 from memcli.store import longterm, open_store
 
 
@@ -37,29 +36,6 @@ def turn(memory: Memory, text: str) -> list:
 
 def facts(memory: Memory) -> list[str]:
     return [f.text for f in longterm.list_facts(memory.store, "extracted_info", "user:ana")]
-
-
-@pytest.mark.parametrize(
-    ("reply", "expected"),
-    [
-        ("<facts><fact>A</fact><fact> B  c </fact></facts>", ["A", "B c"]),
-        ("Here you go:\n<facts>\n  <fact>A &amp; B</fact>\n  <!-- more -->\n</facts>", ["A & B"]),
-        ("```xml\n<facts></facts>\n```", []),
-        ("<facts/>", []),
-        ("", None),
-        ("   ", None),
-        ("I could not find any facts.", None),
-        ("<facts><fact>A</fact>stray text</facts>", None),
-        ("<facts><fact>A</fact><fact></fact></facts>", None),
-        ("<facts><fact>A</facts>", None),
-        ("<fact>A</fact>", None),
-        ("<facts><fact>A</fact></facts><facts><fact>B</fact></facts>", None),
-    ],
-)
-def test_parse_facts(reply: str, expected) -> None:
-    """The parser the block reads replies with (`parse_fact_topics`): the facts' texts."""
-    parsed = parse_fact_topics(reply)
-    assert (None if parsed is None else [text for text, _ in parsed]) == expected
 
 
 def test_extracts_facts_with_provenance(llm, db: str) -> None:

@@ -83,6 +83,17 @@ def pending(memory: Memory) -> list[int]:
         ("<summary>As an AI, I cannot summarise.</summary>", None),
         ("<summary><message role='user'>hi</message></summary>", None),
         ("<summary>Ana has a dog.", None),
+        (
+            "<summary>Ana has a dog.</summary>\n<summary> Ana has  a dog.</summary>",
+            "Ana has a dog.",
+        ),
+        ("<think>Hm, a <summary> tag.</think><summary>Ana has a dog.</summary>", "Ana has a dog."),
+        ('{"summary": "Ana has a dog."}', "Ana has a dog."),
+        ('```json\n{"summary": "Ana has a dog."}\n```', "Ana has a dog."),
+        ('{"summary": "Ana has', None),
+        ('{"text": "Ana has a dog."}', None),
+        ('{"summary": ""}', None),
+        ('{"summary": "Sorry, I cannot help."}', None),
     ],
 )
 def test_parse_summary(reply: str, expected) -> None:

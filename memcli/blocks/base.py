@@ -217,16 +217,27 @@ class MemoryBlock:
         return f"{type(self).__name__}(name={self.name!r}, priority={self.priority})"
 
 
+INSTRUCTIONS = ("user", "system")
+
+
 class LLMBlock(MemoryBlock):
     """Base class for blocks an LLM writes from each flushed batch (FactBlock, SummaryBlock).
 
     It holds what they share: the model (`llm`, an LLMConfig, or one made from `model`,
     `api_base`, `api_key`, `timeout` and extra litellm keyword arguments), the retry settings
     (`retry_pending` failed batches retried per flush, each at most `auto_retries` times), the
-    tokenizer of the last context (for `truncate`), `ask` (the batch sent to the LLM under a
-    system prompt) and the model's part of `definition()`. Without a model the block shows what
-    it holds and takes no flushes (none is marked done or pending: `memcli blocks backfill`
-    hands it every batch once a model is set).
+    tokenizer of the last context (for `truncate`), `ask` (the batch sent to the LLM with the
+    block's instructions) and the model's part of `definition()`. Without a model the block
+    shows what it holds and takes no flushes (none is marked done or pending: `memcli blocks
+    backfill` hands it every batch once a model is set).
+
+    How each call is made: `reply_tokens` bounds the reply (litellm's `max_tokens`; None: the
+    block's default, `default_reply_tokens()`; a `max_tokens` litellm argument means the same);
+    `instructions` is "user" (the default: the instructions and the batch in one user message,
+    which every chat template keeps) or "system" (the instructions as a system message, which
+    some local templates drop); `structured_output` True asks for a JSON reply of the block's
+    schema, False for the tagged text, None (the default) for JSON when litellm's model table
+    says the model supports it (`memcli.llm.supports_schema`).
     """
 
     #: The litellm options a `[[blocks]]` table records (`definition`).
@@ -246,12 +257,22 @@ class LLMBlock(MemoryBlock):
         retry_pending: int = 3,
         auto_retries: int = 3,
         llm: LLMConfig | None = None,
+        reply_tokens: int | None = None,
+        instructions: str = "user",
+        structured_output: bool | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         from memcli.errors import ConfigError
         from memcli.llm import LLMConfig
 
         super().__init__(name=name, priority=priority, scope=scope)
+        if "max_tokens" in litellm_kwargs:  # litellm's name for the reply's bound
+            if reply_tokens is not None:
+                raise ConfigError(
+                    f"block {self.name!r}: both reply_tokens and max_tokens bound the reply",
+                    "Keep reply_tokens only",
+                )
+            reply_tokens = litellm_kwargs.pop("max_tokens")
         if llm is None and model is not None:
             if not model or not isinstance(model, str):
                 raise ConfigError(
@@ -267,28 +288,88 @@ class LLMBlock(MemoryBlock):
                     f"block {self.name!r}: {key} must be a whole number >= 0, not {value!r}",
                     "0 turns automatic retries off",
                 )
+        if reply_tokens is not None and (
+            not isinstance(reply_tokens, int) or isinstance(reply_tokens, bool) or reply_tokens < 16
+        ):
+            raise ConfigError(
+                f"block {self.name!r}: reply_tokens must be a whole number >= 16,"
+                f" not {reply_tokens!r}",
+                "It bounds the model's reply, in the model's tokens; leave it out for the default",
+            )
+        if instructions not in INSTRUCTIONS:
+            raise ConfigError(
+                f"block {self.name!r}: instructions must be 'user' or 'system',"
+                f" not {instructions!r}",
+                "'user' sends them in the user message (every chat template keeps it);"
+                " 'system' as a system message",
+            )
+        if structured_output is not None and not isinstance(structured_output, bool):
+            raise ConfigError(
+                f"block {self.name!r}: structured_output must be true or false,"
+                f" not {structured_output!r}",
+                "Leave it out to use JSON replies when litellm says the model supports them",
+            )
         self.llm: LLMConfig | None = llm
         self.retry_pending = retry_pending
         self.auto_retries = auto_retries
+        self.instructions = instructions
+        self.structured_output = structured_output
+        self._reply_tokens = reply_tokens
         self._tokenizer: Tokenizer | None = None
+
+    def default_reply_tokens(self) -> int:
+        """The bound on a reply when `reply_tokens` is not given."""
+        return 1024
+
+    @property
+    def reply_tokens(self) -> int:
+        """The bound on each reply of the model (sent as `max_tokens`)."""
+        return self._reply_tokens if self._reply_tokens is not None else self.default_reply_tokens()
+
+    @property
+    def uses_schema(self) -> bool:
+        """Whether calls ask for JSON replies (structured output) rather than tagged text."""
+        if self.structured_output is not None:
+            return self.structured_output
+        if self.llm is None:
+            return False
+        from memcli.llm import supports_schema
+
+        return supports_schema(self.llm)
 
     def model_table(self) -> dict[str, Any]:
         """The model's part of a `[[blocks]]` table: model, API base, timeout and the options of
-        `TABLE_OPTIONS` it was given; never the API key. Empty without a model."""
-        if self.llm is None:
-            return {}
-        table: dict[str, Any] = {"model": self.llm.model}
-        if self.llm.api_base is not None:
-            table["api_base"] = self.llm.api_base
-        table["timeout"] = self.llm.timeout
-        for key in self.TABLE_OPTIONS:
-            if key in self.llm.extra:
-                table[key] = self.llm.extra[key]
+        `TABLE_OPTIONS` it was given (without a model: none of those), and how calls are made
+        (reply_tokens and structured_output when given, instructions when not the default);
+        never the API key."""
+        table: dict[str, Any] = {}
+        if self.llm is not None:
+            table["model"] = self.llm.model
+            if self.llm.api_base is not None:
+                table["api_base"] = self.llm.api_base
+            table["timeout"] = self.llm.timeout
+            for key in self.TABLE_OPTIONS:
+                if key in self.llm.extra:
+                    table[key] = self.llm.extra[key]
+        if self._reply_tokens is not None:
+            table["reply_tokens"] = self._reply_tokens
+        if self.instructions != "user":
+            table["instructions"] = self.instructions
+        if self.structured_output is not None:
+            table["structured_output"] = self.structured_output
         return table
 
-    def ask(self, prompt: str, batch: Sequence[Message]) -> str:
-        """The LLM's reply to `prompt` (the system message) and the batch (`conversation_text`,
-        the user message). ConfigError without a model; ProviderError when the call fails."""
+    def ask(
+        self,
+        prompt: str,
+        batch: Sequence[Message] | None = None,
+        schema: tuple[str, dict[str, Any]] | None = None,
+    ) -> str:
+        """The LLM's reply to `prompt` (the instructions) and the batch (`conversation_text`):
+        both in one user message, or the instructions as the system message (`instructions`);
+        without a batch, the prompt alone as the user message. The reply is bounded by
+        `reply_tokens`; `schema` (name, JSON schema) is sent when `uses_schema`. ConfigError
+        without a model; ProviderError when the call fails."""
         from memcli.errors import ConfigError
         from memcli.llm import complete
 
@@ -297,10 +378,18 @@ class LLMBlock(MemoryBlock):
                 f"block {self.name!r} has no model: it cannot {self.task}",
                 'Set [llm] model (--model, MEMCLI_MODEL) or model = "..." on the block',
             )
-        return complete(
-            self.llm,
-            [
+        if batch is None:
+            messages = [{"role": "user", "content": prompt}]
+        elif self.instructions == "system":
+            messages = [
                 {"role": "system", "content": prompt},
                 {"role": "user", "content": conversation_text(batch)},
-            ],
+            ]
+        else:
+            messages = [{"role": "user", "content": f"{prompt}\n\n{conversation_text(batch)}"}]
+        return complete(
+            self.llm,
+            messages,
+            max_tokens=self.reply_tokens,
+            schema=schema if self.uses_schema else None,
         )

@@ -12,6 +12,7 @@ with back-off: after 1, 2, 4, ... later flushes, at most `auto_retries` times; t
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 EXTRACT_PROMPT = """You are a precise fact extraction system that finds key information in conversations.
 
 INSTRUCTIONS:
-1. Read the conversation segment in the next message.
+1. Read the conversation segment in <conversation>.
 2. Extract the specific, concrete facts the user disclosed, and important information discovered.
 3. Focus on facts such as preferences, personal details, requirements, constraints and context.
 4. Write each fact as a separate <fact> XML tag.
@@ -86,11 +87,81 @@ Answer ONLY with the merged and retired facts, in exactly this format:
 
 If nothing is to merge or retire, answer: <facts></facts>"""
 
+#: A JSON reply in place of the tags, asked for with structured output (`FACTS_SCHEMA`).
+JSON_ANSWER = """Answer ONLY with a JSON object of the {what}: "facts", a list of objects with
+"text" (the fact), "topics" (a list), "entities" (a list), "replaces" (the list of ids it
+replaces, or []) and "expires" ("YYYY-MM-DD", or ""); and "retire", a list of objects with "id"
+and "reason". For example:
+{{"facts": [{{"text": "Specific fact 1", "topics": ["topic a"], "entities": ["Name"],
+"replaces": [], "expires": ""}}], "retire": [{{"id": "7", "reason": "Why fact 7 is no longer true"}}]}}
+
+If there are none, answer: {{"facts": [], "retire": []}}"""
+
+_TEXTS = {"type": "array", "items": {"type": "string"}}
+#: The JSON schema of a reply (structured output): the facts and the facts retired.
+FACTS_SCHEMA: tuple[str, dict[str, Any]] = (
+    "facts",
+    {
+        "type": "object",
+        "properties": {
+            "facts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "text": {"type": "string"},
+                        "topics": _TEXTS,
+                        "entities": _TEXTS,
+                        "replaces": _TEXTS,
+                        "expires": {"type": "string"},
+                    },
+                    "required": ["text", "topics", "entities", "replaces", "expires"],
+                    "additionalProperties": False,
+                },
+            },
+            "retire": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"id": {"type": "string"}, "reason": {"type": "string"}},
+                    "required": ["id", "reason"],
+                    "additionalProperties": False,
+                },
+            },
+        },
+        "required": ["facts", "retire"],
+        "additionalProperties": False,
+    },
+)
+
+
+def fact_prompt(template: str, as_json: bool, **values: Any) -> str:
+    """A prompt (EXTRACT_PROMPT, CONDENSE_PROMPT) with these values; `as_json`: answered as
+    JSON (`JSON_ANSWER`) rather than in tags."""
+    if as_json:
+        head, _, tail = template.partition("\nAnswer ONLY with the ")
+        what = tail.split(",", 1)[0]
+        template = head + "\n" + JSON_ANSWER.replace("{what}", what)
+    return template.format(**values)
+
+
+#: The example facts of the prompts: a reply that holds one echoed the prompt back.
+_EXAMPLES = {
+    "Specific fact 1",
+    "A fact that replaces fact 12",
+    "The fact that merges facts 3 and 4",
+    "Why fact 7 is no longer true",
+}
 _FACTS = re.compile(r"<facts>(.*?)</facts>", re.S)
-_ITEM = re.compile(r"""\s*<(fact|retire)(\s(?:[^<>"']|"[^"]*"|'[^']*')*)?>(.*?)</\1>\s*""", re.S)
+_FACTS_OPEN = re.compile(r"<facts>")
+_ITEM = re.compile(r"""<(fact|retire)(\s(?:[^<>"']|"[^"]*"|'[^']*')*)?>(.*?)</\1>""", re.S)
+#: Between items: white space, and list markers at the start of a line ("-", "*", "1.").
+_GAP = re.compile(r"(?:\s|(?<![^\n])[ \t]*(?:[-*•]|\d{1,3}[.)])[ \t]+)*")
 _FACT_OPEN = re.compile(r"<fact[\s>]")
 _ATTRIBUTE = re.compile(r"""\s*([A-Za-z_]+)\s*=\s*(?:"([^"]*)"|'([^']*)')\s*""")
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
+_THINKING = re.compile(r"<think>.*?</think>", re.S)
+_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)\n?```", re.S)
 _FACT_ATTRIBUTES = ("topics", "entities", "replaces", "expires")
 
 
@@ -142,56 +213,185 @@ def _expiry(value: str | None) -> datetime | None:
 
 
 def parse_fact_reply(reply: str) -> FactReply | None:
-    """A `<facts>` reply: its `<fact>` elements (with their attributes) and `<retire id="ID">`
-    elements, or None when it is not one.
+    """A reply in the facts protocol: its facts (with their attributes) and retired facts, or
+    None when it is not one. Nothing is stored from a reply that is None.
 
-    Strict about the elements: exactly one `<facts>` element holding only `<fact>` and `<retire>`
-    elements (and white space or comments); each fact non-empty; a retire with exactly an `id`.
-    Text around the `<facts>` element (a code fence, a preamble) is ignored. `<facts></facts>`
-    and `<facts/>` are empty. Lenient about a fact's attributes: malformed, repeated or unknown
-    ones lose them all (its topics, entities, replaces, expiry), never the fact.
+    Tags: `<facts>` holding `<fact>` and `<retire id="ID">` elements, separated by white space,
+    comments or list markers. Read as well: text around the element (a code fence, a preamble, a
+    `<think>` section), bare `<fact>` elements without `<facts>`, a `<facts>` element repeated
+    (the facts of each, once), and one left unclosed (a reply cut by its token bound: the
+    complete elements are kept, the cut one dropped). `<facts></facts>` and `<facts/>` are
+    empty. Refused: no element, an element holding anything else (stray text, other tags, an
+    empty fact, a retire without exactly an `id`), several runs of bare elements, the prompt's
+    example echoed. Lenient about a fact's attributes: malformed, repeated or unknown ones lose
+    them all (its topics, entities, replaces, expiry), never the fact.
+
+    JSON (structured output, `FACTS_SCHEMA`), when the reply has no such element: `{"facts":
+    [...], "retire": [...]}` (in a code fence, or the reply's outermost braces, text around it
+    ignored), each fact an object with a non-empty "text" (or the text itself).
     """
-    text = reply.strip()
-    if not text:
+    text = _THINKING.sub("", _COMMENT.sub("", reply)).strip()
+    if not text or text.startswith("<think>"):  # nothing, or cut while thinking
         return None
-    blocks = _FACTS.findall(text)
-    if not blocks:
-        empty = re.fullmatch(r"(?s).*<facts\s*/>.*", text) and not _FACT_OPEN.search(text)
-        return FactReply([], []) if empty else None
-    if len(blocks) != 1:
+    if "<fact" not in text and "<retire" not in text and "{" in text:
+        fenced = _FENCE.search(text)
+        body = fenced.group(1) if fenced else text[text.index("{") : text.rindex("}") + 1]
+        try:
+            return _json_reply(json.loads(body))
+        except ValueError:  # not JSON (a cut one too)
+            return None
+    replies: list[FactReply] = []
+    end = 0
+    for block in _FACTS.finditer(text):
+        parsed = _items(block.group(1), closed=True)
+        if parsed is None:
+            return None
+        replies.append(parsed)
+        end = block.end()
+    rest = text[end:]
+    unclosed = _FACTS_OPEN.search(rest)
+    if unclosed is not None:  # cut before </facts>
+        parsed = _items(rest[unclosed.end() :], closed=False)
+        if parsed is None:
+            return None
+        replies.append(parsed)
+    elif not replies:
+        if re.search(r"<facts\s*/>", text) and not _FACT_OPEN.search(text):
+            return FactReply([], [])
+        first = re.search(r"<(fact|retire)[\s>]", text)
+        if first is None:
+            return None
+        parsed = _items(text[first.start() :], closed=False)
+        if parsed is None or (not parsed.facts and not parsed.retire):
+            return None
+        replies.append(parsed)
+    if any(_echoes_example(r) for r in replies):
         return None
-    inner = _COMMENT.sub("", blocks[0])
+    return _merged(replies)
+
+
+def _items(inner: str, closed: bool) -> FactReply | None:
+    """The `<fact>` and `<retire>` elements at the start of `inner`. Of a closed `<facts>`
+    element, nothing else may follow them; of an unclosed one (or bare elements), what follows
+    is a cut element (dropped) or text without tags."""
     result = FactReply([], [])
     position = 0
-    for match in _ITEM.finditer(inner):
-        if match.start() != position:
-            return None
+    while True:
+        position = _GAP.match(inner, position).end()  # type: ignore[union-attr]
+        match = _ITEM.match(inner, position)
+        if match is None:
+            break
         position = match.end()
-        body = " ".join(html.unescape(match.group(3)).split())
-        if "<fact" in body or "</fact" in body or "<retire" in body:
+        if not _add_item(result, match):
             return None
-        if match.group(1) == "retire":
-            attributes = _attributes(match.group(2), ("id",))
-            if attributes is None or "id" not in attributes:
-                return None
-            result.retire.append((attributes["id"].strip(), body))
-            continue
-        if not body:
+    rest = inner[position:].strip()
+    if not rest:
+        return result
+    if closed:
+        return None
+    is_cut = rest.startswith(("<fact", "<retire")) or any(
+        tag.startswith(rest) for tag in ("<fact", "<retire", "</facts>")
+    )
+    if is_cut and "</fact>" not in rest and "</retire>" not in rest:
+        return result
+    return result if "<" not in rest else None
+
+
+def _add_item(result: FactReply, match: re.Match[str]) -> bool:
+    """Add a `<fact>` or `<retire>` element to `result`; False when it is malformed."""
+    body = " ".join(html.unescape(match.group(3)).split())
+    if "<fact" in body or "</fact" in body or "<retire" in body:
+        return False
+    if match.group(1) == "retire":
+        attributes = _attributes(match.group(2), ("id",))
+        if attributes is None or "id" not in attributes:
+            return False
+        result.retire.append((attributes["id"].strip(), body))
+        return True
+    if not body:
+        return False
+    attributes = _attributes(match.group(2), _FACT_ATTRIBUTES) or {}
+    result.facts.append(
+        ParsedFact(
+            body,
+            topics=longterm.normalize_topics(attributes.get("topics", "")),
+            entities=longterm.normalize_entities(attributes.get("entities", "")),
+            replaces=[i.strip() for i in attributes.get("replaces", "").split(",") if i.strip()],
+            expires_at=_expiry(attributes.get("expires")),
+        )
+    )
+    return True
+
+
+def _json_reply(data: Any) -> FactReply | None:
+    """A JSON reply (`FACTS_SCHEMA`) as a FactReply; None when it is not one. A fact's
+    attributes that are not of the schema's types are dropped, never the fact."""
+    if not isinstance(data, dict) or not isinstance(data.get("facts"), list):
+        return None
+    retire = data.get("retire", [])
+    if set(data) - {"facts", "retire"} or not isinstance(retire, list):
+        return None
+    result = FactReply([], [])
+    for item in data["facts"]:
+        item = {"text": item} if isinstance(item, str) else item
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str):
             return None
-        attributes = _attributes(match.group(2), _FACT_ATTRIBUTES) or {}
+        body = " ".join(item["text"].split())
+        if not body or "<fact" in body or "<retire" in body:
+            return None
         result.facts.append(
             ParsedFact(
                 body,
-                topics=longterm.normalize_topics(attributes.get("topics", "")),
-                entities=longterm.normalize_entities(attributes.get("entities", "")),
-                replaces=[
-                    i.strip() for i in attributes.get("replaces", "").split(",") if i.strip()
-                ],
-                expires_at=_expiry(attributes.get("expires")),
+                topics=longterm.normalize_topics(_joined(item.get("topics"))),
+                entities=longterm.normalize_entities(_joined(item.get("entities"))),
+                replaces=[i.strip() for i in _joined(item.get("replaces")).split(",") if i.strip()],
+                expires_at=_expiry(_joined(item.get("expires"))),
             )
         )
-    if inner[position:].strip():
-        return None
+    for item in retire:
+        fact_id = item.get("id") if isinstance(item, dict) else None
+        reason = item.get("reason", "") if isinstance(item, dict) else None
+        if not isinstance(fact_id, str | int) or isinstance(fact_id, bool):
+            return None
+        if not isinstance(reason, str):
+            return None
+        result.retire.append((str(fact_id).strip(), " ".join(reason.split())))
+    return None if _echoes_example(result) else result
+
+
+def _joined(value: Any) -> str:
+    """A JSON attribute as the text of a tag's attribute: a text or number as it is, a list of
+    them joined with commas; anything else is no attribute ("")."""
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, list) and all(
+        isinstance(v, str | int) and not isinstance(v, bool) for v in value
+    ):
+        return ", ".join(str(v) for v in value)
+    return ""
+
+
+def _echoes_example(reply: FactReply) -> bool:
+    return any(f.text in _EXAMPLES for f in reply.facts) or any(
+        why in _EXAMPLES for _, why in reply.retire
+    )
+
+
+def _merged(replies: Sequence[FactReply]) -> FactReply:
+    """The facts and retirements of several replies (a repeated block), each once: a fact by
+    its text (case and white space aside), a retirement by its id."""
+    result = FactReply([], [])
+    seen: set[str] = set()
+    retired: set[str] = set()
+    for reply in replies:
+        for fact in reply.facts:
+            if fact.text.casefold() not in seen:
+                seen.add(fact.text.casefold())
+                result.facts.append(fact)
+        for fact_id, why in reply.retire:
+            if fact_id not in retired:
+                retired.add(fact_id)
+                result.retire.append((fact_id, why))
     return result
 
 
@@ -246,7 +446,7 @@ class FactBlock(LLMBlock):
 
     name = "extracted_info"
     priority = 1
-    TABLE_OPTIONS = ("temperature", "max_tokens")
+    TABLE_OPTIONS = ("temperature",)
     task = "extract facts"
 
     def __init__(
@@ -301,7 +501,7 @@ class FactBlock(LLMBlock):
 
     def definition(self) -> dict[str, Any]:
         """kind "facts" with its model, API base, limits and the litellm options a table takes
-        (temperature, max_tokens); never the API key."""
+        (temperature) and how calls are made (`model_table`); never the API key."""
         if type(self) is not FactBlock:
             return super().definition()
         table: dict[str, Any] = {
@@ -371,9 +571,10 @@ class FactBlock(LLMBlock):
         failed (nothing stored), or None."""
         key = self.scope_key(ctx)
         shown = self.related(ctx.store, key, "\n".join(m.content for m in batch))
-        prompt = EXTRACT_PROMPT.format(existing=self._render(shown, ids=True))
+        as_json = self.uses_schema
+        prompt = fact_prompt(EXTRACT_PROMPT, as_json, existing=self._render(shown, ids=True))
         try:
-            reply = self.ask(prompt, batch)
+            reply = self.ask(prompt, batch, FACTS_SCHEMA)
         except ProviderError as error:
             return error.reason
         parsed = parse_fact_reply(reply)
@@ -402,8 +603,6 @@ class FactBlock(LLMBlock):
         supersedes the ones it names) and retire; nothing is deleted, the facts not named stay.
         A bad reply changes nothing; a failure, or a reply that leaves the facts over max_facts,
         is recorded (`memcli check` lists it) and tried again later. True when it changed facts."""
-        from memcli.llm import complete
-
         count = longterm.count_facts(store, self.name, scope_key)
         if self.llm is None or count <= self.max_facts:
             work.clear_condense_failure(store, self.name, scope_key)
@@ -411,9 +610,11 @@ class FactBlock(LLMBlock):
         oldest = longterm.fact_texts(store, self.name, scope_key)[: self.candidates]
         shown = longterm.get_facts(store, [f.id for f in oldest])
         existing = self._render(shown, ids=True)
-        prompt = CONDENSE_PROMPT.format(max_facts=self.max_facts, existing=existing)
+        prompt = fact_prompt(
+            CONDENSE_PROMPT, self.uses_schema, max_facts=self.max_facts, existing=existing
+        )
         try:
-            reply = complete(self.llm, [{"role": "user", "content": prompt}])
+            reply = self.ask(prompt, schema=FACTS_SCHEMA)
         except ProviderError as error:
             return self._condense_failed(store, scope_key, error.reason, count)
         parsed = parse_fact_reply(reply)

@@ -34,6 +34,13 @@ class Defaults:
     index_dir: Any = None
 
 
+#: How an LLM block's calls are made (memcli.blocks.base.LLMBlock).
+_CALL_KEYS: dict[str, tuple[type, ...]] = {
+    "reply_tokens": (int,),
+    "instructions": (str,),
+    "structured_output": (bool,),
+}
+
 #: Per kind: the keys a table may have besides `kind`, with the type each must be.
 KINDS: dict[str, dict[str, tuple[type, ...]]] = {
     "static": {"name": (str,), "priority": (int,), "content": (str,), "file": (str,)},
@@ -50,6 +57,7 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "max_tokens": (int,),
         "retry_pending": (int,),
         "auto_retries": (int,),
+        **_CALL_KEYS,
     },
     "summary": {
         "name": (str,),
@@ -62,6 +70,7 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "temperature": (int, float),
         "retry_pending": (int,),
         "auto_retries": (int,),
+        **_CALL_KEYS,
     },
     "vector": {
         "name": (str,),
@@ -90,12 +99,19 @@ def _check_keys(where: str, kind: str, table: Mapping[str, Any]) -> None:
                 f"Known keys: kind, {', '.join(allowed)}",
             )
         types = allowed[key]
-        if isinstance(value, bool) or not isinstance(value, types):
-            names = " or ".join("number" if t is float else t.__name__ for t in types)
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            names = " or ".join(
+                "number" if t is float else "true or false" if t is bool else t.__name__
+                for t in types
+            )
             raise ConfigError(
                 f"{where}: {key} must be {names}, not {value!r}", "See config.example.toml"
             )
-        if isinstance(value, int | float) and not abs(value) <= MAX_TOKEN_LIMIT:  # NaN too
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not abs(value) <= MAX_TOKEN_LIMIT  # NaN too
+        ):
             raise ConfigError(
                 f"{where}: {key} must be at most {MAX_TOKEN_LIMIT:,}, not {value!r}",
                 "See config.example.toml",

@@ -19,6 +19,7 @@ order, whatever its back-off.
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,7 @@ SUMMARY_PROMPT = """You keep a running summary of a conversation between a user 
 
 INSTRUCTIONS:
 1. The summary so far is in <previous_summary> below (empty at the start).
-2. The next part of the conversation is in the next message.
+2. The next part of the conversation is in <conversation>.
 3. Write the new summary: the summary so far, updated with what the new part adds or changes.
 4. Keep what still matters: who the user is, what they want, what was decided or done, what is
    still open. Drop what no longer matters.
@@ -53,7 +54,23 @@ INSTRUCTIONS:
 Answer ONLY with the new summary, in exactly this format:
 <summary>The new summary.</summary>"""
 
+#: The answer section of SUMMARY_PROMPT when the reply is JSON (structured output).
+JSON_ANSWER = """Answer ONLY with the new summary, as a JSON object:
+{{"summary": "The new summary."}}"""
+#: The JSON schema of a reply (structured output).
+SUMMARY_SCHEMA: tuple[str, dict[str, Any]] = (
+    "summary",
+    {
+        "type": "object",
+        "properties": {"summary": {"type": "string"}},
+        "required": ["summary"],
+        "additionalProperties": False,
+    },
+)
+
 _SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.S)
+_THINKING = re.compile(r"<think>.*?</think>", re.S)
+_FENCE = re.compile(r"^```[A-Za-z]*\s*\n(.*?)\n?```$", re.S)
 _REFUSAL = re.compile(
     r"^(i'?m sorry|i am sorry|sorry[,.!]|i can(?:'|no)t|i am unable|i'?m unable|as an ai)", re.I
 )
@@ -63,13 +80,29 @@ _WORD_END = re.compile(r"\S(?=\s|$)")
 
 
 def parse_summary(reply: str) -> str | None:
-    """The summary of a `<summary>...</summary>` reply (text around the element ignored; white
-    space collapsed within each line, empty lines dropped), or None when the reply is not one:
-    no or several `<summary>` elements, an empty one, markup of the prompt inside it (the
-    conversation echoed back), or a refusal ("I'm sorry, ...")."""
-    found = _SUMMARY.findall(reply)
-    if len(found) != 1:
-        return None
+    """The summary of a `<summary>...</summary>` reply (text around the element ignored, a
+    `<think>` section too; the element repeated the same is read once; white space collapsed
+    within each line, empty lines dropped), or of a JSON reply `{"summary": "..."}` (structured
+    output, `SUMMARY_SCHEMA`; in a code fence or not). None when the reply is not one: no
+    element, or different ones, an empty one, an unclosed one (a reply cut by its bound), markup
+    of the prompt inside it (the conversation echoed back), or a refusal ("I'm sorry, ...")."""
+    reply = _THINKING.sub("", reply).strip()
+    fenced = _FENCE.match(reply)
+    body = fenced.group(1).strip() if fenced else reply
+    if body.startswith("{"):
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or set(data) != {"summary"}:
+            return None
+        if not isinstance(data["summary"], str):
+            return None
+        found = [data["summary"]]
+    else:
+        found = _SUMMARY.findall(reply)
+        if len({" ".join(f.split()) for f in found}) != 1:  # none, or different ones
+            return None
     text = html.unescape(found[0])
     lines = [" ".join(line.split()) for line in text.splitlines()]
     text = "\n".join(line for line in lines if line)
@@ -110,7 +143,8 @@ def _longest_fitting(text: str, ends: list[int], max_tokens: int, tokenizer: Tok
 class SummaryBlock(LLMBlock):
     """A running summary of the session, kept in the store with every version, rendered as is.
 
-    `max_tokens` caps the summary (counted with memcli's tokenizer). `retry_pending` and
+    `max_tokens` caps the summary (counted with memcli's tokenizer); the model's reply is bounded
+    by `reply_tokens` (default: twice `max_tokens`, at least 256). `retry_pending` and
     `auto_retries` mean what they mean for FactBlock. Extra keyword arguments go to litellm as
     they are (temperature=0, ...). A summary is of one session: scope is always "session".
     """
@@ -161,6 +195,10 @@ class SummaryBlock(LLMBlock):
                 "It caps the summary, in tokens; the default is 400",
             )
         self.max_tokens = max_tokens
+
+    def default_reply_tokens(self) -> int:
+        """Twice the summary's cap (a model's tokens are not memcli's), at least 256."""
+        return max(256, 2 * self.max_tokens)
 
     def definition(self) -> dict[str, Any]:
         """kind "summary" with its model, API base, cap and retry limits, and the litellm option
@@ -257,12 +295,15 @@ class SummaryBlock(LLMBlock):
         (the batch marked done with it); the reason it failed, or None."""
         store = ctx.store
         previous = summaries.latest_summary(store, ctx.session_id, self.name)
-        prompt = SUMMARY_PROMPT.format(
+        template = SUMMARY_PROMPT
+        if self.uses_schema:
+            template = template.partition("\nAnswer ONLY")[0] + "\n" + JSON_ANSWER
+        prompt = template.format(
             max_words=max(1, self.max_tokens * 3 // 4),
             previous=previous.text if previous else "",
         )
         try:
-            reply = self.ask(prompt, batch)
+            reply = self.ask(prompt, batch, SUMMARY_SCHEMA)
         except ProviderError as error:
             return error.reason
         text = parse_summary(reply)
