@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memcli import FactBlock, Memory, Message, WordTokenizer
-from memcli.blocks.facts import parse_fact_topics
+from memcli.blocks.facts import parse_fact_reply
 from memcli.store import facts as fact_store
 from memcli.store import longterm, open_store
 
@@ -57,9 +57,9 @@ def facts(memory: Memory) -> list[str]:
     ],
 )
 def test_parse_facts(reply: str, expected) -> None:
-    """The parser the block reads replies with (`parse_fact_topics`): the facts' texts."""
-    parsed = parse_fact_topics(reply)
-    assert (None if parsed is None else [text for text, _ in parsed]) == expected
+    """The parser the block reads replies with (`parse_fact_reply`): the facts' texts."""
+    parsed = parse_fact_reply(reply)
+    assert (None if parsed is None else [f.text for f in parsed.facts]) == expected
 
 
 def test_extracts_facts_with_provenance(llm, db: str) -> None:

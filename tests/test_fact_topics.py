@@ -9,7 +9,7 @@ import pytest
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 from test_blocks_facts import facts_memory, turn
 
-from memcli.blocks.facts import EXTRACT_PROMPT, parse_fact_topics
+from memcli.blocks.facts import EXTRACT_PROMPT, parse_fact_reply
 from memcli.store import facts as fact_store
 from memcli.store import longterm, open_store
 
@@ -35,8 +35,10 @@ from memcli.store import longterm, open_store
         ('<facts><factoid topics="a">A</factoid></facts>', None),
     ],
 )
-def test_parse_fact_topics(reply: str, expected) -> None:
-    assert parse_fact_topics(reply) == expected
+def test_parse_fact_reply_topics(reply: str, expected) -> None:
+    """The parser the block reads replies with (`parse_fact_reply`): the facts' topics."""
+    parsed = parse_fact_reply(reply)
+    assert (None if parsed is None else [(f.text, f.topics) for f in parsed.facts]) == expected
 
 
 def test_extraction_asks_for_topics_and_stores_them(llm, tmp_path: Path) -> None:

@@ -196,13 +196,6 @@ def parse_fact_reply(reply: str) -> FactReply | None:
     return result
 
 
-def parse_fact_topics(reply: str) -> list[tuple[str, list[str]]] | None:
-    """The facts of a `<facts><fact topics="...">...</fact></facts>` reply with their topics, or
-    None when it is not one (`parse_fact_reply`, the texts and topics only)."""
-    parsed = parse_fact_reply(reply)
-    return None if parsed is None else [(f.text, f.topics) for f in parsed.facts]
-
-
 def check_reply(reply: FactReply, shown: Sequence[fact_store.Fact]) -> str | None:
     """Why a reply's replacements and retirements cannot be applied to the facts it was shown
     (an id it was not shown, more replaced than shown, a fact both replaced and retired), or
