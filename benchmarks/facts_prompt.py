@@ -27,7 +27,8 @@ from llm_server import LLMServer  # noqa: E402
 
 from memcli import FactBlock, Message  # noqa: E402
 from memcli.blocks.base import BlockContext  # noqa: E402
-from memcli.store import longterm, open_store  # noqa: E402
+from memcli.store import facts as fact_store  # noqa: E402
+from memcli.store import open_store  # noqa: E402
 from memcli.tokens import TiktokenTokenizer  # noqa: E402
 
 SUBJECTS = "jazz tea chess painting bread hiking sailing opera poetry cycling gardening".split()
@@ -47,7 +48,7 @@ def run(size: int, server: LLMServer, hybrid: bool, tokenizer: TiktokenTokenizer
     with tempfile.TemporaryDirectory() as folder:
         store = open_store(Path(folder) / "facts.db")
         texts = [fact(i) for i in range(size - 1)] + ["Ana lives in Bern"]
-        longterm.add_facts(store, FactBlock.name, "user:ana", texts)
+        fact_store.add_facts(store, FactBlock.name, "user:ana", texts)
         embedder = None
         if hybrid:
             from memcli.search import OnnxEmbedder
@@ -66,7 +67,7 @@ def run(size: int, server: LLMServer, hybrid: bool, tokenizer: TiktokenTokenizer
         request = server.requests[-1]
         prompt = sum(tokenizer.count(m["content"]) for m in request["messages"])
         shown = request["messages"][0]["content"].count('<fact id="')
-        every = FactBlock._render(longterm.list_facts(store, block.name, "user:ana"), ids=True)
+        every = FactBlock._render(fact_store.list_facts(store, block.name, "user:ana"), ids=True)
         store.close()
     return shown, prompt, tokenizer.count(every), statistics.median(times)
 

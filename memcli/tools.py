@@ -10,13 +10,10 @@ definition of the tools, from which the MCP SDK derives the schemas `memcli mcp`
 arguments checked first.
 
 Everything runs as the commands run it: search through the same Retriever as `memcli search`,
-facts through `memcli.store.longterm` in the user's scope (as `memcli facts`), the context as
-`memcli dump context` shows it, puts through `Memory.put_messages` (flushes, then the blocks).
-Only the user's own sessions and facts are visible: another user's session is not found.
-
-The facts' helpers every front end (`memcli facts`, these tools, the chat's `/facts`) shares live
-here too: `fact_record` (a fact as a dict), `fact_block_name` / `fact_blocks` (which fact block),
-`check_fact_text` (a fact's text and topics are valid), `live_fact` (a fact that is a user's).
+facts through the facts service `memcli.facts.Facts` (as `memcli facts`), owned by the user, the
+context as `memcli dump context` shows it, puts through `Memory.put_messages` (flushes, then the
+blocks). Only the user's own sessions and facts are visible: another user's session or fact is
+not found.
 """
 
 from __future__ import annotations
@@ -24,13 +21,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 from memcli.errors import InputError, MemcliError, UsageError
-from memcli.messages import Message, check_text, format_time, validate_session_id
-from memcli.search.types import MAX_HITS
-from memcli.search.types import MODES as SEARCH_MODES
+from memcli.facts import Facts, change_record, check_search, fact_record
+from memcli.messages import Message, validate_session_id
 from memcli.sessions import session_record
 from memcli.store.base import require_session
 
@@ -38,12 +33,9 @@ if TYPE_CHECKING:
     from pydantic import Field
 
     from memcli.blocks.base import MemoryBlock
-    from memcli.blocks.facts import FactBlock
     from memcli.config import Settings
-    from memcli.search.facts import FactVectors
     from memcli.search.retriever import Retriever
     from memcli.store.base import Store
-    from memcli.store.longterm import Fact, FactChange
     from memcli.tokens import Tokenizer
     from memcli.tool_params import (
         BlockArg,
@@ -60,17 +52,6 @@ if TYPE_CHECKING:
     )
 
 
-def _check_search(query: str, k: int, mode: str) -> None:
-    """A search's query, hit count and mode, as the search tools take them (UsageError)."""
-    if not query.strip():
-        raise UsageError("the query is empty", "Give words to look for")
-    if mode not in SEARCH_MODES:
-        raise UsageError(f"unknown search mode {mode!r}", f"Use one of: {', '.join(SEARCH_MODES)}")
-    if not 1 <= k <= MAX_HITS:
-        raise UsageError(f"k must be 1 to {MAX_HITS}, not {k}", "Ask for fewer hits")
-    check_text(query, "the query")
-
-
 @dataclass
 class AgentTools:
     """The tools, for one user of one store.
@@ -78,7 +59,7 @@ class AgentTools:
     `blocks(session)` builds the long-term blocks of a session (None: of the user), as the
     commands do; `retriever()` builds the search's Retriever (called once, on the first
     search). `origin` is what the fact history records for the changes made through these
-    tools (`memcli.store.longterm.ORIGINS`: mcp, chat-tool; api for a Python caller). Calls are
+    tools (`memcli.store.facts.ORIGINS`: mcp, chat-tool; api for a Python caller). Calls are
     serialised: one store connection serves them all.
     """
 
@@ -91,7 +72,7 @@ class AgentTools:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _retriever: Retriever | None = field(default=None, repr=False)
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
-    _vectors: FactVectors | None = field(default=None, repr=False)
+    _facts: Facts | None = field(default=None, repr=False)
 
     @property
     def scope_key(self) -> str:
@@ -111,7 +92,7 @@ class AgentTools:
     ) -> list[dict[str, Any]]:
         """The best `k` hits for `query` among the user's messages (or one session's), best
         first: `hybrid` (words and meaning), `lexical` (words only, no model) or `vector`."""
-        _check_search(query, k, mode)
+        check_search(query, k, mode)
         with self._lock:
             if session is not None:
                 validate_session_id(session)
@@ -140,7 +121,27 @@ class AgentTools:
                 )
         return self._retriever
 
-    # -- facts --------------------------------------------------------------------------------
+    # -- facts: through the facts service, owned by the user ----------------------------------
+
+    @property
+    def facts(self) -> Facts:
+        """The user's facts (`memcli.facts.Facts`): only theirs, changes recorded as `origin`."""
+        if self._facts is None:
+
+            def embedder() -> Any:
+                from memcli.search import OnnxEmbedder
+
+                return OnnxEmbedder(self.settings.home / "models")
+
+            self._facts = Facts(
+                self.store,
+                self.user,
+                self.blocks,
+                owner=self.user,
+                origin=self.origin,
+                embedder=embedder,
+            )
+        return self._facts
 
     def list_facts(
         self,
@@ -152,67 +153,41 @@ class AgentTools:
         """The user's current facts (of one block, or of every block; of one topic, about one
         entity, or any), oldest first; with `everything`, the superseded, retired, expired and
         deleted ones too, each with its `state`."""
-        from memcli.store import longterm
-
         with self._lock:
-            return [
-                fact_record(f)
-                for f in longterm.list_facts(
-                    self.store, block, self.scope_key, topic, everything=everything, entity=entity
-                )
-            ]
+            found = self.facts.list_facts(
+                block=block, topic=topic, entity=entity, everything=everything
+            )
+            return [fact_record(f) for f in found]
 
     def search_facts(
         self, query: str, k: int = 10, mode: str = "hybrid", entity: str | None = None
     ) -> list[dict[str, Any]]:
         """The user's current facts best matching `query` by words and meaning (facts whose
         entities the query names first), best first, each with its `score`."""
-        from memcli.search.facts import search_facts
-
-        _check_search(query, k, mode)
         with self._lock:
-            vectors = self.fact_vectors() if mode != "lexical" else None
-            found = search_facts(self.store, self.scope_key, query, k, vectors, mode, entity=entity)
+            found = self.facts.search(query, k, mode, entity=entity)
             return [{**fact_record(f), "score": round(score, 6)} for f, score in found]
-
-    def fact_vectors(self) -> FactVectors:
-        """The facts' vectors (the bundled model, loaded on first use), kept between calls."""
-        if self._vectors is None:
-            from memcli.search import OnnxEmbedder
-            from memcli.search.facts import FactVectors
-
-            self._vectors = FactVectors(OnnxEmbedder(self.settings.home / "models"))
-        return self._vectors
 
     def get_fact(self, fact_id: int) -> dict[str, Any]:
         """One of the user's facts, whatever its state (current, superseded, ...)."""
         with self._lock:
-            return fact_record(self._any_fact(fact_id))
+            return fact_record(self.facts.get(fact_id))
 
     def fact_history(self, fact_id: int) -> dict[str, Any]:
         """A fact's versions (the facts it superseded and that superseded it, oldest first) and
         every change to them, oldest first, each with its reason."""
-        from memcli.store import longterm
-
         with self._lock:
-            fact = self._any_fact(fact_id)
-            chain = longterm.fact_chain(self.store, fact_id)
-            changes = longterm.fact_history(
-                self.store, fact.scope_key, fact_ids=[f.id for f in chain]
-            )
+            history = self.facts.history(fact_id)
             return {
-                "versions": [fact_record(f) for f in chain],
-                "changes": [change_record(c) for c in changes],
+                "versions": [fact_record(f) for f in history.versions],
+                "changes": [change_record(c) for c in history.changes],
             }
 
     def restore_fact(self, fact_id: int) -> dict[str, Any]:
         """Make an older version of one of the user's facts current again (a new change in its
         history); the fact that superseded it is superseded by it in turn."""
-        from memcli.store import longterm
-
         with self._lock:
-            self._any_fact(fact_id)
-            restored, displaced = longterm.restore_fact(self.store, fact_id, origin=self.origin)
+            restored, displaced = self.facts.restore(fact_id)
             return {
                 "fact": fact_record(restored),
                 "superseded": [fact_record(f) for f in displaced],
@@ -221,27 +196,15 @@ class AgentTools:
     def delete_all_facts(self, keep_history: bool = False) -> dict[str, Any]:
         """Forget all the user's facts (theirs and their sessions'): gone with their history, or
         with `keep_history` marked deleted and kept in it."""
-        from memcli.store import longterm
-
         with self._lock:
-            keys = [self.scope_key] + [
-                f"session:{i.id}" for i in self.store.list_sessions(self.user)
-            ]
-            count = longterm.forget_facts(
-                self.store, keys, keep_history=keep_history, origin=self.origin
-            )
+            count = self.facts.delete_all(keep_history=keep_history)
             return {"forgotten": count, "history_kept": keep_history}
 
     def list_entities(self) -> list[dict[str, Any]]:
         """The entities the user's current facts name, each with how many facts name it, most
         first."""
-        from memcli.store import longterm
-
         with self._lock:
-            return [
-                {"entity": name, "facts": count}
-                for name, count in longterm.entity_counts(self.store, self.scope_key)
-            ]
+            return [{"entity": name, "facts": count} for name, count in self.facts.entities()]
 
     def add_fact(
         self,
@@ -255,75 +218,26 @@ class AgentTools:
         first), with its `topics`, `entities` and expiry (`expires`: a date or an ISO time); a
         duplicate of a current fact (ignoring case and spaces) is not added: `added` is false
         and `fact` the known one."""
-        from memcli.store import longterm
-
-        check_fact_text(text, "Give the fact's text", topics)
-        for i, name in enumerate(entities or []):
-            check_text(name, f"entity {i}")
-        expires_at = parse_expiry(expires) if expires is not None else None
         with self._lock:
-            name = fact_block_name(self.blocks(None), block, strict=True)
-            added = longterm.add_facts(
-                self.store,
-                name,
-                self.scope_key,
-                [text],
-                origin=self.origin,
-                topics=[topics or []],
-                entities=[entities or []],
-                expires_at=expires_at,
+            fact, added = self.facts.add(
+                text, block=block, topics=topics, entities=entities, expires=expires
             )
-            if added:
-                return {"added": True, "fact": fact_record(added[0])}
-            norm = longterm.normalize_fact(text)
-            known = next(
-                f
-                for f in longterm.list_facts(self.store, name, self.scope_key)
-                if longterm.normalize_fact(f.text) == norm
-            )
-            return {"added": False, "fact": fact_record(known)}
+            return {"added": added, "fact": fact_record(fact)}
 
     def update_fact(
         self, fact_id: int, text: str, topics: list[str] | None = None
     ) -> dict[str, Any]:
         """Change the text of one of the user's facts (and its topics, when given; else they
         stay); the old text and topics stay in its history."""
-        from memcli.store import longterm
-
-        check_fact_text(text, "Give the new text, or delete the fact", topics)
         with self._lock:
-            self._fact(fact_id)
-            changed = longterm.edit_fact(
-                self.store, fact_id, text, topics=topics, origin=self.origin
-            )
-            assert changed is not None
-            return {"before": fact_record(changed[0]), "fact": fact_record(changed[1])}
+            before, after = self.facts.edit(fact_id, text, topics)
+            return {"before": fact_record(before), "fact": fact_record(after)}
 
     def delete_fact(self, fact_id: int) -> dict[str, Any]:
         """Delete one of the user's facts (kept in the history as deleted)."""
-        from memcli.store import longterm
-
         with self._lock:
-            with self.store.transaction():
-                self._fact(fact_id)
-                deleted = longterm.delete_fact(self.store, fact_id, origin=self.origin)
-            assert deleted is not None  # (a live fact of the user's: `_fact` found it)
+            (deleted,) = self.facts.delete([fact_id])
             return {"deleted": fact_record(deleted)}
-
-    def _fact(self, fact_id: int) -> Fact:
-        """The live fact of that id, if it is the user's (theirs, or of one of their sessions)."""
-        return live_fact(self.store, fact_id, self.user, "List the facts to see their ids")
-
-    def _any_fact(self, fact_id: int) -> Fact:
-        """The fact of that id in any state, if it is the user's."""
-        from memcli.store import longterm
-
-        fact = longterm.get_fact(self.store, fact_id)
-        if fact is None or fact_owner(self.store, fact) != self.user:
-            raise MemcliError(
-                f"no fact {fact_id} of user {self.user!r}", "List the facts to see their ids"
-            )
-        return fact
 
     # -- sessions -----------------------------------------------------------------------------
 
@@ -441,149 +355,6 @@ def parse_messages(messages: Any) -> list[Message]:
         except InputError as error:
             raise InputError(f"message {i}: {error.message}", error.hint) from None
     return out
-
-
-def fact_blocks(blocks: Sequence[MemoryBlock]) -> list[FactBlock]:
-    """The fact blocks among `blocks`, in order."""
-    from memcli.blocks.facts import FactBlock
-
-    return [b for b in blocks if isinstance(b, FactBlock)]
-
-
-def fact_block_name(
-    blocks: Sequence[MemoryBlock], block: str | None = None, *, strict: bool = False
-) -> str:
-    """Which fact block a new fact goes to: the named block, else the first fact block of
-    `blocks`, else the default fact block's name. With `strict`, a named block must be one of
-    the fact blocks of `blocks` (or, when there are none, the default's name): UsageError."""
-    from memcli.blocks.facts import FactBlock
-
-    names = [b.name for b in fact_blocks(blocks)]
-    if block is not None:
-        if strict and block not in (names or [FactBlock.name]):
-            raise UsageError(
-                f"no fact block {block!r}",
-                f"The fact blocks are: {', '.join(names or [FactBlock.name])}",
-            )
-        return block
-    return next(iter(names), FactBlock.name)
-
-
-def parse_expiry(value: str) -> datetime:
-    """An expiry as given: a date (YYYY-MM-DD: midnight UTC, when that day starts) or an ISO 8601
-    time (a naive one taken as UTC); UsageError otherwise."""
-    try:
-        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(
-            f"not a date or time: {value!r}", "Give a date (2026-12-31) or an ISO 8601 time"
-        ) from None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
-def fact_owner(store: Store, fact: Fact) -> str | None:
-    """The user a fact belongs to: its user scope, or its session's user."""
-    kind, _, key = fact.scope_key.partition(":")
-    if kind == "user":
-        return key
-    info = store.get_session(key) if kind == "session" else None
-    return None if info is None else info.user_id
-
-
-def live_fact(store: Store, fact_id: int, user: str | None, hint: str) -> Fact:
-    """The fact of that id, not deleted; with `user`, only one of theirs (of their scope or of one
-    of their sessions). MemcliError (exit 1, as an unknown session) naming it otherwise, with
-    `hint`."""
-    from memcli.store import longterm
-
-    fact = longterm.get_fact(store, fact_id)
-    owner = f" of user {user!r}" if user is not None else ""
-    if fact is None or (user is not None and fact_owner(store, fact) != user):
-        raise MemcliError(f"no fact {fact_id}{owner}", hint)
-    if fact.deleted_at is not None:  # (another user's deleted fact stays "no fact" above)
-        raise MemcliError(f"fact {fact_id}{owner} is deleted (its history stays)", hint)
-    return fact
-
-
-def fact_record(f: Fact) -> dict[str, Any]:
-    """A fact as a JSON-ready dict: what `memcli facts --json`, MCP and the chat's tools show.
-    `state` is its status now (current, superseded, retired, expired, deleted)."""
-
-    def time(value: datetime | None) -> str | None:
-        return None if value is None else format_time(value)
-
-    return {
-        "id": f.id,
-        "block": f.block,
-        "text": f.text,
-        "topics": f.topics,
-        "entities": f.entities,
-        "state": f.status(),
-        "superseded_by": f.superseded_by,
-        "reason": f.reason,
-        "valid_from": time(f.valid_from or f.created_at),
-        "expires_at": time(f.expires_at),
-        "origin": f.origin,
-        "session": f.session_id,
-        "flush_id": f.flush_id,
-        "message_ids": f.message_ids,
-        "created_at": format_time(f.created_at),
-        "updated_at": format_time(f.updated_at),
-    }
-
-
-def change_record(c: FactChange) -> dict[str, Any]:
-    """One change of a fact's history as a JSON-ready dict (`memcli facts history --json`)."""
-    return {
-        "id": c.id,
-        "fact_id": c.fact_id,
-        "action": c.action,
-        "text": c.text,
-        "old_text": c.old_text,
-        "topics": c.topics,
-        "old_topics": c.old_topics,
-        "reason": c.reason,
-        "origin": c.origin,
-        "flush_id": c.flush_id,
-        "at": format_time(c.at),
-    }
-
-
-def check_fact_text(text: str, hint: str, topics: Sequence[str] | None = None) -> None:
-    """A fact's text is not empty, at most MAX_FACT_CHARS characters and, with its topics, valid
-    Unicode; UsageError (empty, too long) or InputError (naming the bad byte) otherwise. Text that was not UTF-8 reaches Python with its
-    bad bytes as lone surrogates (U+DC80-U+DCFF, as `surrogateescape` decodes a command-line
-    argument), which no store keeps."""
-    _check_unicode(text)
-    if not text.strip():
-        raise UsageError("the fact is empty", hint)
-    from memcli.store.longterm import MAX_FACT_CHARS
-
-    if len(text.strip()) > MAX_FACT_CHARS:
-        raise UsageError(
-            f"the fact is {len(text.strip()):,} characters long; at most {MAX_FACT_CHARS:,}",
-            "Keep a fact to a sentence or two",
-        )
-    for i, topic in enumerate(topics or []):
-        check_text(topic, f"topic {i}")
-
-
-def _check_unicode(text: str) -> None:
-    try:
-        check_text(text, "the fact's text")
-    except InputError as error:
-        try:
-            raw = text.encode("utf-8", "surrogateescape")
-            raw.decode("utf-8")
-        except UnicodeEncodeError:  # a surrogate no byte stands for: check_text's message
-            raise error from None
-        except UnicodeDecodeError as exc:
-            raise InputError(
-                f"the fact's text is not valid UTF-8 (byte 0x{raw[exc.start]:02x} at byte"
-                f" {exc.start})",
-                "Give the text in UTF-8",
-            ) from None
-        raise
 
 
 # -- the tools as a model calls them ---------------------------------------------------------

@@ -14,7 +14,8 @@ from fakes import HashEmbedder
 
 from memcli import Memory, Message, VectorBlock
 from memcli.blocks.base import MemoryBlock
-from memcli.store import longterm, open_store, summaries
+from memcli.store import facts as fact_store
+from memcli.store import open_store, summaries
 
 
 class Tally(MemoryBlock):
@@ -79,7 +80,7 @@ def build(db: str) -> None:
         # A message whose text changed after it was embedded (its vectors go; it waits in
         # retrieval_redo to be embedded again), as the schema's trigger records it.
         store.execute("UPDATE messages SET content = 'edited' WHERE session_id = 'b1' AND seq = 3")
-        ana = longterm.add_facts(
+        ana = fact_store.add_facts(
             store,
             "facts",
             "user:ana",
@@ -87,9 +88,9 @@ def build(db: str) -> None:
             origin="user",
             topics=[["pets"], ["home", "city"], []],
         )
-        longterm.add_facts(store, "facts", "user:bo", ["Bo likes tea"], topics=[["food"]])
-        longterm.edit_fact(store, ana[1].id, "Ana lives in Lisbon", topics=["home"])
-        longterm.delete_fact(store, ana[2].id)
+        fact_store.add_facts(store, "facts", "user:bo", ["Bo likes tea"], topics=[["food"]])
+        fact_store.edit_fact(store, ana[1].id, "Ana lives in Lisbon", topics=["home"])
+        fact_store.delete_fact(store, ana[2].id)
         # Two versions of a session's running summary (the summary block's table).
         summaries.add_summary(store, "a1", "session_summary", "Ana has a dog.", 4, flush_id=1)
         summaries.add_summary(

@@ -19,6 +19,7 @@ from memcli import FactBlock, Memory, MemoryBlock, Message, StaticBlock, VectorB
 from memcli.blocks.feed import backfill, unprocessed
 from memcli.blocks.registry import Defaults, build_block, build_blocks, rebuild
 from memcli.flush import Budget
+from memcli.store import facts as fact_store
 from memcli.store import longterm
 from memcli.store.sqlite import SQLiteStore
 
@@ -242,7 +243,7 @@ def test_a_fact_block_without_a_model_takes_no_flushes_until_one_is_configured(
     tmp_path: Path, llm
 ) -> None:
     store = SQLiteStore(tmp_path / "m.db")
-    longterm.add_facts(store, "extracted_info", "user:ana", ["Ana has a dog"], origin="manual")
+    fact_store.add_facts(store, "extracted_info", "user:ana", ["Ana has a dog"], origin="manual")
     memory = Memory(
         store,
         "s",
@@ -264,7 +265,7 @@ def test_a_fact_block_without_a_model_takes_no_flushes_until_one_is_configured(
     assert len(unprocessed(store, [later], sessions)["extracted_info"]) == len(flushes)
     result = backfill(store, [later], sessions, WordTokenizer())
     assert result.done == {"extracted_info": len(flushes)} and result.pending["extracted_info"] == 0
-    texts = [f.text for f in longterm.list_facts(store, "extracted_info", "user:ana")]
+    texts = [f.text for f in fact_store.list_facts(store, "extracted_info", "user:ana")]
     assert texts == ["Ana has a dog", "Ana counts messages"]
 
 

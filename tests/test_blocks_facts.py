@@ -8,6 +8,7 @@ import pytest
 from fakes import WordTokenizer
 
 from memcli import FactBlock, Memory, Message
+from memcli.store import facts as fact_store
 from memcli.store import longterm, open_store
 
 
@@ -35,7 +36,7 @@ def turn(memory: Memory, text: str) -> list:
 
 
 def facts(memory: Memory) -> list[str]:
-    return [f.text for f in longterm.list_facts(memory.store, "extracted_info", "user:ana")]
+    return [f.text for f in fact_store.list_facts(memory.store, "extracted_info", "user:ana")]
 
 
 def test_extracts_facts_with_provenance(llm, db: str) -> None:
@@ -44,7 +45,7 @@ def test_extracts_facts_with_provenance(llm, db: str) -> None:
     flushes = turn(memory, "my dog is Rex") + turn(memory, "and I like tea")
     assert len(flushes) == 1 and len(flushes[0].message_ids) == 2
     assert facts(memory) == ["Ana has a dog named Rex"]
-    fact = longterm.list_facts(memory.store, "extracted_info", "user:ana")[0]
+    fact = fact_store.list_facts(memory.store, "extracted_info", "user:ana")[0]
     assert fact.flush_id == flushes[0].id
     assert fact.message_ids == flushes[0].message_ids
     assert fact.session_id == "s1" and fact.origin == "extracted"
@@ -101,7 +102,7 @@ def test_failed_extraction_keeps_facts_and_is_retried(llm, tmp_path: Path, failu
     turn(memory, "four")  # extracts "three", then retries "two"
     assert facts(memory) == ["Ana likes tea", "Ana lives in Porto"]
     assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == []
-    porto = longterm.list_facts(memory.store, "extracted_info", "user:ana")[1]
+    porto = fact_store.list_facts(memory.store, "extracted_info", "user:ana")[1]
     assert porto.flush_id == second[0].id
 
 
@@ -144,7 +145,7 @@ def test_a_batch_that_always_fails_is_retried_with_back_off_then_left(
     assert len(llm.requests) == 21 + 3  # one per flush, plus the retries
     # Garbage never touched the facts; the batch stays pending, left for `extract --pending`.
     assert facts(memory) == ["Ana likes tea"]
-    assert [c.action for c in longterm.fact_history(memory.store, "user:ana")] == ["added"]
+    assert [c.action for c in fact_store.fact_history(memory.store, "user:ana")] == ["added"]
     pending = longterm.pending_flushes(memory.store, "extracted_info", "user:ana")
     assert len(pending) == 1
     assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana", retries=3) == []
@@ -165,7 +166,7 @@ def test_a_batch_that_fails_then_succeeds_on_a_retry_gets_its_facts(llm, db: str
     turn(memory, "later 3")  # two flushes later: retried, and it works
     assert len(calls) == 3
     assert facts(memory) == ["Ana likes tea", "Ana lives in Porto"]
-    porto = longterm.list_facts(memory.store, "extracted_info", "user:ana")[1]
+    porto = fact_store.list_facts(memory.store, "extracted_info", "user:ana")[1]
     assert porto.flush_id == poison_flush
     assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == []
     for i in range(4, 10):  # done: never asked again
@@ -217,7 +218,7 @@ def test_condense_over_max_facts(llm, db: str) -> None:
     assert facts(memory) == ["F1", "F3 and F4"]
     prompt = llm.requests[2]["messages"][0]["content"]
     assert "more than 3" in prompt and '<fact id="3">F3</fact>' in prompt
-    every = longterm.list_facts(memory.store, "extracted_info", "user:ana", everything=True)
+    every = fact_store.list_facts(memory.store, "extracted_info", "user:ana", everything=True)
     assert [(f.text, f.status(), f.superseded_by, f.reason) for f in every] == [
         ("F1", "current", None, None),
         ("F2", "retired", None, "F2 is old news"),
@@ -225,7 +226,7 @@ def test_condense_over_max_facts(llm, db: str) -> None:
         ("F4", "superseded", 5, "superseded by fact 5"),
         ("F3 and F4", "current", None, None),
     ]
-    history = longterm.fact_history(memory.store, "user:ana")
+    history = fact_store.fact_history(memory.store, "user:ana")
     actions = [(c.action, c.fact_id) for c in history]
     assert actions == [
         ("added", 1),
@@ -292,16 +293,16 @@ def test_fact_block_checks_its_settings() -> None:
 
 def test_edit_and_delete_keep_history(db: str) -> None:
     store = open_store(db)
-    added = longterm.add_facts(
+    added = fact_store.add_facts(
         store, "extracted_info", "user:ana", ["A", "B", " a "], origin="manual"
     )
     assert [f.text for f in added] == ["A", "B"]
-    before, after = longterm.edit_fact(store, added[0].id, "A2")
+    before, after = fact_store.edit_fact(store, added[0].id, "A2")
     assert (before.text, after.text) == ("A", "A2")
-    assert longterm.delete_fact(store, added[1].id) is not None
-    assert longterm.delete_fact(store, added[1].id) is None
-    assert [f.text for f in longterm.list_facts(store, None, "user:ana")] == ["A2"]
-    assert [(c.action, c.text, c.old_text) for c in longterm.fact_history(store, "user:ana")] == [
+    assert fact_store.delete_fact(store, added[1].id) is not None
+    assert fact_store.delete_fact(store, added[1].id) is None
+    assert [f.text for f in fact_store.list_facts(store, None, "user:ana")] == ["A2"]
+    assert [(c.action, c.text, c.old_text) for c in fact_store.fact_history(store, "user:ana")] == [
         ("added", "A", None),
         ("added", "B", None),
         ("edited", "A2", "A"),

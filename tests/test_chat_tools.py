@@ -16,7 +16,7 @@ from memcli.chat.session import MAX_TOOL_ROUNDS
 from memcli.config import load_settings
 from memcli.flush import Budget
 from memcli.llm import LLMConfig
-from memcli.store import longterm
+from memcli.store import facts as fact_store
 from memcli.tools import CHAT_TOOLS, AgentTools, chat_tools
 
 ADD = {
@@ -48,8 +48,8 @@ def extra(message: Message) -> dict[str, Any]:
     return (message.metadata or {}).get("extra", {})
 
 
-def facts(chat: Chat) -> list[longterm.Fact]:
-    return longterm.list_facts(chat.store, None, "user:ana")
+def facts(chat: Chat) -> list[fact_store.Fact]:
+    return fact_store.list_facts(chat.store, None, "user:ana")
 
 
 def test_add_fact_is_stored_with_origin_chat_tool_and_the_calls_are_kept_as_messages(tmp_path, llm):
@@ -75,7 +75,7 @@ def test_add_fact_is_stored_with_origin_chat_tool_and_the_calls_are_kept_as_mess
     # The fact, and its history, say where it came from.
     (fact,) = facts(chat)
     assert (fact.text, fact.topics, fact.origin) == ("Ana is vegan", ["food"], "chat-tool")
-    (change,) = longterm.fact_history(chat.store, "user:ana")
+    (change,) = fact_store.fact_history(chat.store, "user:ana")
     assert (change.action, change.origin, change.topics) == ("added", "chat-tool", ["food"])
 
     # The first request offered exactly the chat's tools; the second sent the call and its result.
@@ -130,7 +130,7 @@ def test_search_memory_gives_the_model_the_hits(tmp_path, llm):
 
 def test_update_and_delete_are_recorded_in_the_history(tmp_path, llm):
     chat = make_chat(tmp_path, llm)
-    [tea, dog] = longterm.add_facts(
+    [tea, dog] = fact_store.add_facts(
         chat.store,
         "extracted_info",
         "user:ana",
@@ -160,7 +160,7 @@ def test_update_and_delete_are_recorded_in_the_history(tmp_path, llm):
     assert [f["text"] for f in listed.value] == ["Ana drinks tea", "Ana has a dog"]
     assert updated.ok and deleted.ok
     assert [(f.text, f.topics) for f in facts(chat)] == [("Ana drinks coffee", ["drinks"])]
-    history = longterm.fact_history(chat.store, "user:ana")
+    history = fact_store.fact_history(chat.store, "user:ana")
     assert [(c.fact_id, c.action, c.origin) for c in history] == [
         (tea.id, "added", "manual"),
         (dog.id, "added", "manual"),
@@ -220,14 +220,14 @@ def test_a_bad_call_is_an_error_result_the_model_reads_and_the_chat_goes_on(
 
 def test_another_users_fact_cannot_be_touched(tmp_path, llm):
     chat = make_chat(tmp_path, llm)
-    [bobs] = longterm.add_facts(chat.store, "extracted_info", "user:bob", ["Bob likes chess"])
+    [bobs] = fact_store.add_facts(chat.store, "extracted_info", "user:bob", ["Bob likes chess"])
     llm.script(
         {"tool_calls": [{"name": "delete_fact", "arguments": {"fact_id": bobs.id}}]},
         {"content": "I cannot."},
     )
     (result,) = called(play(chat, "forget bob"))
     assert not result.ok and "no fact" in result.value
-    assert longterm.get_fact(chat.store, bobs.id).deleted_at is None  # type: ignore[union-attr]
+    assert fact_store.get_fact(chat.store, bobs.id).deleted_at is None  # type: ignore[union-attr]
 
 
 def test_tool_rounds_are_capped_then_the_model_is_asked_for_text(tmp_path, llm):

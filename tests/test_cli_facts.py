@@ -393,3 +393,82 @@ def test_query_by_meaning_finds_the_fact_without_shared_words() -> None:
     found = memcli("facts", "--user", "ana", "--query", "which city is her home", "--json")
     assert found.code == 0, found.stderr
     assert found.records()[0]["text"] == "Ana resides in Zurich"
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_the_groups_user_is_every_subcommands_user() -> None:
+    """`memcli facts --user ana SUBCOMMAND` acts on ana's facts, as `--user` after it does."""
+    run = memcli("facts", "--user", "ana", "add", "Ana likes tea", "--json")
+    assert run.code == 0, run.stderr
+    assert [f["text"] for f in memcli("facts", "--user", "ana", "--json").records()] == [
+        "Ana likes tea"
+    ]
+    assert memcli("facts", "--json").records() == []  # not the default user's
+    run = memcli("facts", "add", "Dee plays chess", "--json")  # the default user's fact 2
+    assert run.code == 0 and run.records()[0]["id"] == 2, run.stderr
+    for args in (["rm", "2"], ["edit", "2", "x"], ["history", "2"], ["restore", "2"]):
+        run = memcli("facts", "--user", "ana", *args)
+        assert run.code == 1 and "no fact 2 of user 'ana'" in run.stderr, (args, run.stderr)
+    assert [f["text"] for f in memcli("facts", "--json").records()] == ["Dee plays chess"]
+    run = memcli("facts", "--user", "ana", "edit", "1", "Ana likes green tea")
+    assert run.code == 0, run.stderr
+    assert memcli("facts", "--user", "ana", "rm", "1").code == 0
+    assert memcli("facts", "--user", "ana", "--json").records() == []
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_history_of_another_users_fact_is_no_fact() -> None:
+    assert memcli("facts", "add", "Ana likes tea", "--user", "ana").code == 0
+    run = memcli("facts", "history", "1", "--user", "bo", "--json")
+    assert run.code == 1 and "no fact 1 of user 'bo'" in run.stderr, run.stderr
+    assert run.stdout == ""  # nothing of ana's fact shown
+    run = memcli("facts", "history", "1", "--user", "ana", "--json")
+    assert run.code == 0 and [c["text"] for c in run.records()] == ["Ana likes tea"]
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_the_groups_topic_is_the_subcommands_topic() -> None:
+    run = memcli("facts", "--topic", "food", "add", "Ana likes tea", "--user", "ana", "--json")
+    assert run.code == 0 and run.records()[0]["topics"] == ["food"], run.stderr
+    found = memcli("facts", "--topic", "food", "search", "tea", "--user", "ana", "--json")
+    assert [f["text"] for f in found.records()] == ["Ana likes tea"], found.stderr
+    found = memcli("facts", "--topic", "work", "search", "tea", "--user", "ana", "--json")
+    assert found.code == 0 and found.records() == [], found.stderr
+    run = memcli("facts", "--topic", "home", "edit", "1", "Ana likes green tea", "--user", "ana")
+    assert run.code == 0, run.stderr
+    (fact,) = memcli("facts", "--user", "ana", "--json").records()
+    assert fact["text"] == "Ana likes green tea" and fact["topics"] == ["home"]
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_a_clash_between_the_group_and_the_subcommand_is_refused() -> None:
+    assert memcli("facts", "add", "Ana likes tea", "--user", "ana").code == 0
+    cases = [
+        (["--user", "ana", "rm", "1", "--user", "bo"], "--user 'ana' before `rm` and --user 'bo'"),
+        (["--topic", "food", "add", "x", "--topic", "work"], "--topic 'food' before `add`"),
+        (["--session", "s1", "rm", "1"], "`memcli facts rm` takes no --session"),
+        (["--topic", "food", "history"], "`memcli facts history` takes no --topic"),
+    ]
+    for args, message in cases:
+        run = memcli("facts", *args)
+        assert run.code == 2 and message in run.stderr, (args, run.stderr)
+    (fact,) = memcli("facts", "--user", "ana", "--all", "--json").records()
+    assert fact["state"] == "current" and fact["topics"] == []  # nothing changed
+    same = memcli("facts", "--user", "ana", "rm", "1", "--user", "ana")  # the same: no clash
+    assert same.code == 0, same.stderr
+
+
+def test_the_groups_session_is_the_subcommands_session(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[[blocks]]\nkind = "facts"\nscope = "session"\n')
+    c = ["--config", str(config)]
+    assert memcli(*c, "import", transcript(tmp_path, 1), "--session", "s1").code == 0
+    run = memcli(*c, "facts", "--session", "s1", "add", "Ana is in Rome", "--json")
+    assert run.code == 0, run.stderr
+    listed = memcli(*c, "facts", "--session", "s1", "--json").records()
+    assert [f["text"] for f in listed] == ["Ana is in Rome"]
+    assert memcli(*c, "facts", "--json").records() == []  # not the user's scope
+    found = memcli(*c, "facts", "--session", "s1", "search", "rome", "--json")
+    assert [f["text"] for f in found.records()] == ["Ana is in Rome"], found.stderr
+    history = memcli(*c, "facts", "--session", "s1", "history", "--json")
+    assert [h["text"] for h in history.records()] == ["Ana is in Rome"], history.stderr

@@ -10,8 +10,9 @@ from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 
 from memcli import FactBlock, Memory, Message
 from memcli.errors import InputError
-from memcli.store import longterm, open_store
-from memcli.store.longterm import MAX_FACT_CHARS
+from memcli.store import facts as fact_store
+from memcli.store import open_store
+from memcli.store.facts import MAX_FACT_CHARS
 
 
 @pytest.mark.usefixtures("no_blocks")
@@ -27,11 +28,11 @@ def test_cli_refuses_a_fact_over_the_limit() -> None:
 
 def test_store_leaves_out_or_refuses_an_over_long_fact(tmp_path: Path) -> None:
     store = open_store(tmp_path / "m.db")
-    added = longterm.add_facts(store, "f", "user:a", ["z" * 2_000_000, "Ana likes tea"])
+    added = fact_store.add_facts(store, "f", "user:a", ["z" * 2_000_000, "Ana likes tea"])
     assert [f.text for f in added] == ["Ana likes tea"]
     with pytest.raises(InputError, match="at most 2,000"):
-        longterm.edit_fact(store, added[0].id, "z" * (MAX_FACT_CHARS + 1))
-    assert [f.text for f in longterm.list_facts(store, "f", "user:a")] == ["Ana likes tea"]
+        fact_store.edit_fact(store, added[0].id, "z" * (MAX_FACT_CHARS + 1))
+    assert [f.text for f in fact_store.list_facts(store, "f", "user:a")] == ["Ana likes tea"]
 
 
 def test_extraction_leaves_out_an_over_long_fact(llm, tmp_path: Path) -> None:
@@ -52,5 +53,5 @@ def test_extraction_leaves_out_an_over_long_fact(llm, tmp_path: Path) -> None:
         memory.put_messages(
             [Message("user", f"{text} is what I say today"), Message("assistant", "ok noted")]
         )
-    texts = [f.text for f in longterm.list_facts(memory.store, block.name, "user:ana")]
+    texts = [f.text for f in fact_store.list_facts(memory.store, block.name, "user:ana")]
     assert texts == ["Ana lives in Porto"]

@@ -13,6 +13,7 @@ from fakes import WordTokenizer
 
 from memcli import FactBlock, Memory, Message
 from memcli.blocks.facts import parse_fact_reply
+from memcli.store import facts as fact_store
 from memcli.store import longterm
 
 KEY = "user:ana"
@@ -91,9 +92,9 @@ def test_a_move_supersedes_the_old_home_and_can_be_undone(llm, db: str) -> None:
     say(memory, "I live in Bern")
     say(memory, "I moved to Zurich")
     say(memory, "nice weather")
-    current = longterm.list_facts(memory.store, BLOCK, KEY)
+    current = fact_store.list_facts(memory.store, BLOCK, KEY)
     assert [f.text for f in current] == ["Ana lives in Zurich"]
-    every = longterm.list_facts(memory.store, BLOCK, KEY, everything=True)
+    every = fact_store.list_facts(memory.store, BLOCK, KEY, everything=True)
     bern, zurich = every
     assert (bern.text, bern.status(), bern.superseded_by) == (
         "Ana lives in Bern",
@@ -102,7 +103,7 @@ def test_a_move_supersedes_the_old_home_and_can_be_undone(llm, db: str) -> None:
     )
     assert bern.entities == ["Bern"] and zurich.entities == ["Zurich"]
     # What caused it: the flush of "I moved to Zurich", and its messages.
-    changes = longterm.fact_history(memory.store, KEY, fact_id=bern.id)
+    changes = fact_store.fact_history(memory.store, KEY, fact_id=bern.id)
     assert [c.action for c in changes] == ["added", "superseded"]
     assert (
         changes[1].flush_id == zurich.flush_id
@@ -115,23 +116,25 @@ def test_a_move_supersedes_the_old_home_and_can_be_undone(llm, db: str) -> None:
     assert "<fact>Ana lives in Zurich</fact>" in memory.context().memory_text
     assert "Bern" not in memory.context().memory_text
     # The chain of versions, from either end.
-    chain = longterm.fact_chain(memory.store, bern.id)
+    chain = fact_store.fact_chain(memory.store, bern.id)
     assert (
         [f.id for f in chain]
         == [bern.id, zurich.id]
-        == [f.id for f in longterm.fact_chain(memory.store, zurich.id)]
+        == [f.id for f in fact_store.fact_chain(memory.store, zurich.id)]
     )
     # Undo: Bern is current again, Zurich superseded by it; both changes recorded.
-    restored, displaced = longterm.restore_fact(memory.store, bern.id, origin="manual")
+    restored, displaced = fact_store.restore_fact(memory.store, bern.id, origin="manual")
     assert restored.status() == "current" and [f.id for f in displaced] == [zurich.id]
-    assert [f.text for f in longterm.list_facts(memory.store, BLOCK, KEY)] == ["Ana lives in Bern"]
-    assert longterm.get_fact(memory.store, zurich.id).superseded_by == bern.id  # type: ignore[union-attr]
-    actions = [(c.fact_id, c.action) for c in longterm.fact_history(memory.store, KEY)]
+    assert [f.text for f in fact_store.list_facts(memory.store, BLOCK, KEY)] == [
+        "Ana lives in Bern"
+    ]
+    assert fact_store.get_fact(memory.store, zurich.id).superseded_by == bern.id  # type: ignore[union-attr]
+    actions = [(c.fact_id, c.action) for c in fact_store.fact_history(memory.store, KEY)]
     assert actions[-2:] == [(bern.id, "restored"), (zurich.id, "superseded")]
     from memcli.errors import MemcliError
 
     with pytest.raises(MemcliError, match="is current"):
-        longterm.restore_fact(memory.store, bern.id)
+        fact_store.restore_fact(memory.store, bern.id)
 
 
 def unrelated(n: int) -> list[str]:
@@ -146,9 +149,9 @@ def test_150_unrelated_facts_the_prompt_shows_few_and_the_right_one(
 ) -> None:
     llm.default = protocol
     memory = memory_with(llm, tmp_path / "m.db", embedder=minilm if vectors else None)
-    longterm.add_facts(memory.store, BLOCK, KEY, unrelated(75))
-    longterm.add_facts(memory.store, BLOCK, KEY, ["Ana lives in Bern"], entities=[["Bern"]])
-    longterm.add_facts(memory.store, BLOCK, KEY, unrelated(150)[75:])
+    fact_store.add_facts(memory.store, BLOCK, KEY, unrelated(75))
+    fact_store.add_facts(memory.store, BLOCK, KEY, ["Ana lives in Bern"], entities=[["Bern"]])
+    fact_store.add_facts(memory.store, BLOCK, KEY, unrelated(150)[75:])
     # Meaning finds the old home from "I moved to Zurich"; words need a shared word.
     say(memory, "I moved to Zurich" if vectors else "I moved from Bern to Zurich")
     say(memory, "nice weather")
@@ -156,7 +159,7 @@ def test_150_unrelated_facts_the_prompt_shows_few_and_the_right_one(
     facts = shown(request)
     assert len(facts) <= 30
     assert "Ana lives in Bern" in facts.values()
-    current = [f.text for f in longterm.list_facts(memory.store, BLOCK, KEY)]
+    current = [f.text for f in fact_store.list_facts(memory.store, BLOCK, KEY)]
     assert "Ana lives in Zurich" in current and "Ana lives in Bern" not in current
     assert len(current) == 151  # nothing else touched
 
@@ -185,7 +188,7 @@ def test_a_bad_reply_changes_nothing_and_the_batch_is_retried(
     say(memory, "I live in Bern")
     say(memory, "I moved to Zurich")
     say(memory, "filler")
-    assert [f.text for f in longterm.list_facts(memory.store, BLOCK, KEY, everything=True)] == [
+    assert [f.text for f in fact_store.list_facts(memory.store, BLOCK, KEY, everything=True)] == [
         "Ana lives in Bern"
     ]
     row = memory.store.execute(
@@ -193,7 +196,7 @@ def test_a_bad_reply_changes_nothing_and_the_batch_is_retried(
     ).fetchone()
     assert row[0] == "pending" and error in row[1]
     say(memory, "more filler")  # a flush that works, then the pending batch again
-    every = longterm.list_facts(memory.store, BLOCK, KEY, everything=True)
+    every = fact_store.list_facts(memory.store, BLOCK, KEY, everything=True)
     assert [(f.text, f.status()) for f in every] == [
         ("Ana lives in Bern", "superseded"),
         ("Ana lives in Zurich", "current"),
@@ -215,13 +218,15 @@ def test_retire_expire_and_entities_from_the_model(llm, tmp_path: Path) -> None:
     assert "Rome" not in memory.context().memory_text  # expired: not in the context
     say(memory, "facts two")
     say(memory, "filler")
-    every = {f.text: f for f in longterm.list_facts(memory.store, BLOCK, KEY, everything=True)}
+    every = {f.text: f for f in fact_store.list_facts(memory.store, BLOCK, KEY, everything=True)}
     assert every["Ana has a dog named Rex"].status() == "retired"
     assert every["Ana has a dog named Rex"].reason == "Rex was given away"
     assert every["Ana is in Rome this week"].status() == "expired"
-    assert [f.text for f in longterm.list_facts(memory.store, BLOCK, KEY)] == ["Rex sees Vet Lisa"]
-    assert longterm.entity_counts(memory.store, KEY) == [("Rex", 1), ("Vet Lisa", 1)]
-    assert [f.text for f in longterm.list_facts(memory.store, None, KEY, entity="vet  lisa")] == [
+    assert [f.text for f in fact_store.list_facts(memory.store, BLOCK, KEY)] == [
+        "Rex sees Vet Lisa"
+    ]
+    assert fact_store.entity_counts(memory.store, KEY) == [("Rex", 1), ("Vet Lisa", 1)]
+    assert [f.text for f in fact_store.list_facts(memory.store, None, KEY, entity="vet  lisa")] == [
         "Rex sees Vet Lisa"
     ]
 
@@ -236,8 +241,8 @@ def test_truncation_keeps_the_facts_related_to_the_input(tmp_path: Path) -> None
         memory_blocks=[block],
         tokenizer=WordTokenizer(),
     )
-    longterm.add_facts(memory.store, BLOCK, KEY, ["Ana lives in Zurich"])
-    longterm.add_facts(
+    fact_store.add_facts(memory.store, BLOCK, KEY, ["Ana lives in Zurich"])
+    fact_store.add_facts(
         memory.store, BLOCK, KEY, [f"Ana once read book number {i}" for i in range(20)]
     )
     text = memory.context("where do I live now?").memory_text
@@ -262,7 +267,7 @@ def test_candidates_is_a_block_setting() -> None:
 def test_the_prompt_shows_at_most_candidates(llm, tmp_path: Path) -> None:
     llm.default = {"content": "<facts></facts>"}
     memory = memory_with(llm, tmp_path / "m.db", candidates=3)
-    longterm.add_facts(memory.store, BLOCK, KEY, [f"Ana likes tea number {i}" for i in range(10)])
+    fact_store.add_facts(memory.store, BLOCK, KEY, [f"Ana likes tea number {i}" for i in range(10)])
     say(memory, "I like tea with milk")
     say(memory, "filler")
     assert len(shown(llm.requests[0])) == 3

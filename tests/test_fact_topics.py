@@ -9,7 +9,8 @@ import pytest
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 from test_blocks_facts import facts_memory, turn
 
-from memcli.blocks.facts import EXTRACT_PROMPT, parse_fact_topics
+from memcli.blocks.facts import EXTRACT_PROMPT, parse_fact_reply
+from memcli.store import facts as fact_store
 from memcli.store import longterm, open_store
 
 
@@ -34,8 +35,10 @@ from memcli.store import longterm, open_store
         ('<facts><factoid topics="a">A</factoid></facts>', None),
     ],
 )
-def test_parse_fact_topics(reply: str, expected) -> None:
-    assert parse_fact_topics(reply) == expected
+def test_parse_fact_reply_topics(reply: str, expected) -> None:
+    """The parser the block reads replies with (`parse_fact_reply`): the facts' topics."""
+    parsed = parse_fact_reply(reply)
+    assert (None if parsed is None else [(f.text, f.topics) for f in parsed.facts]) == expected
 
 
 def test_extraction_asks_for_topics_and_stores_them(llm, tmp_path: Path) -> None:
@@ -51,13 +54,13 @@ def test_extraction_asks_for_topics_and_stores_them(llm, tmp_path: Path) -> None
     turn(memory, "and I like tea")
     assert 'topics="' in EXTRACT_PROMPT
     assert 'topics="' in llm.requests[0]["messages"][0]["content"]
-    stored = longterm.list_facts(memory.store, "extracted_info", "user:ana")
+    stored = fact_store.list_facts(memory.store, "extracted_info", "user:ana")
     assert [(f.text, f.topics) for f in stored] == [
         ("Ana is vegetarian", ["food", "health"]),
         ("Ana has a dog named Rex", []),
         ("Rex is three", []),  # malformed topics: the fact kept, the batch done
     ]
-    food = longterm.list_facts(memory.store, None, "user:ana", topic=" FOOD ")
+    food = fact_store.list_facts(memory.store, None, "user:ana", topic=" FOOD ")
     assert [f.text for f in food] == ["Ana is vegetarian"]
     assert longterm.pending_flushes(memory.store, "extracted_info", "user:ana") == []
     # The context the model sees is unchanged: <fact> lines.
@@ -78,7 +81,7 @@ def test_condense_keeps_the_topics_it_is_given(llm, tmp_path: Path) -> None:
         '<fact id="1" topics="food">F1</fact>' in condense_prompt
         and '<fact id="2">F2</fact>' in condense_prompt
     )
-    stored = longterm.list_facts(memory.store, "extracted_info", "user:ana")
+    stored = fact_store.list_facts(memory.store, "extracted_info", "user:ana")
     assert [(f.text, f.topics) for f in stored] == [
         ("F1", ["food"]),
         ("F2", []),
@@ -88,15 +91,15 @@ def test_condense_keeps_the_topics_it_is_given(llm, tmp_path: Path) -> None:
 
 def test_edit_keeps_topics_unless_given(db: str) -> None:
     store = open_store(db)
-    [fact] = longterm.add_facts(store, "facts", "user:ana", ["A"], topics=[["Food", "food "]])
+    [fact] = fact_store.add_facts(store, "facts", "user:ana", ["A"], topics=[["Food", "food "]])
     assert fact.topics == ["food"]
-    assert longterm.edit_fact(store, fact.id, "B")[1].topics == ["food"]  # type: ignore[index]
-    after = longterm.edit_fact(store, fact.id, "C", topics=["Work, Home"])[1]  # type: ignore[index]
+    assert fact_store.edit_fact(store, fact.id, "B")[1].topics == ["food"]  # type: ignore[index]
+    after = fact_store.edit_fact(store, fact.id, "C", topics=["Work, Home"])[1]  # type: ignore[index]
     assert after.topics == ["home", "work"]
-    assert longterm.list_facts(store, None, "user:ana", topic="food") == []
-    assert longterm.edit_fact(store, fact.id, "D", topics=[])[1].topics == []  # type: ignore[index]
+    assert fact_store.list_facts(store, None, "user:ana", topic="food") == []
+    assert fact_store.edit_fact(store, fact.id, "D", topics=[])[1].topics == []  # type: ignore[index]
     with pytest.raises(ValueError, match="one list of topics per text"):
-        longterm.add_facts(store, "facts", "user:ana", ["E", "F"], topics=[["a"]])
+        fact_store.add_facts(store, "facts", "user:ana", ["E", "F"], topics=[["a"]])
 
 
 @pytest.mark.usefixtures("no_blocks")

@@ -15,6 +15,7 @@ from fakes import WordTokenizer
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 
 from memcli import Budget, Memory, Message, MessageNotFound, UsageError
+from memcli.store import facts as fact_store
 from memcli.store import longterm, open_store, work
 from memcli.tools import AgentTools
 
@@ -189,7 +190,7 @@ def test_rm_message_keeps_the_session_consistent(tmp_path: Path, isolated: Path)
     assert target["status"] == "archived" and target["flush_id"] is not None
     active = next(m for m in messages.values() if m["status"] == "active")
     store = open_store(isolated / "memcli.db")
-    [fact] = longterm.add_facts(
+    [fact] = fact_store.add_facts(
         store,
         "facts",
         "user:default",
@@ -225,7 +226,7 @@ def test_rm_message_keeps_the_session_consistent(tmp_path: Path, isolated: Path)
     kept = next(f for f in store.list_flushes("demo") if f.id == flush.id)
     assert kept.messages == flush.messages - 1
     assert kept.tokens == flush.tokens - target["tokens"]
-    changed = longterm.get_fact(store, fact.id)
+    changed = fact_store.get_fact(store, fact.id)
     assert changed is not None and changed.text == "The recipe has eggs"
     assert changed.message_ids == [target["id"] + 1]  # provenance without the deleted id
     store.close()
@@ -261,9 +262,9 @@ def test_store_forget_user(db: str) -> None:
     fill(store, "a1", "alice", words)
     fill(store, "a2", "alice", ["quetzalcrumpet for breakfast", "noted"])
     fill(store, "b1", "bob", [f"bob talks about steam trains {i}" for i in range(12)])
-    longterm.add_facts(store, "facts", "user:alice", ["Alice has a flamingo"], session_id="a1")
-    longterm.add_facts(store, "facts", "session:a2", ["Crumpets daily"], session_id="a2")
-    longterm.add_facts(store, "facts", "user:bob", ["Bob restores trains"], session_id="b1")
+    fact_store.add_facts(store, "facts", "user:alice", ["Alice has a flamingo"], session_id="a1")
+    fact_store.add_facts(store, "facts", "session:a2", ["Crumpets daily"], session_id="a2")
+    fact_store.add_facts(store, "facts", "user:bob", ["Bob restores trains"], session_id="b1")
     longterm.save_state(store, "custom", "user:alice", {"mood": "flamingo"})
     longterm.save_state(store, "custom", "user:bob", {"mood": "trains"})
     work.record_condense_failure(store, "facts", "user:alice", "HTTP 500", 120, 100)
@@ -284,7 +285,7 @@ def test_store_forget_user(db: str) -> None:
         ("block_state", "scope_key IN ('user:alice', 'condense:user:alice')"),
     ):
         assert store.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}").fetchone()[0] == 0
-    assert [f.text for f in longterm.list_facts(store, "facts", "user:bob")] == [
+    assert [f.text for f in fact_store.list_facts(store, "facts", "user:bob")] == [
         "Bob restores trains"
     ]
     assert longterm.load_state(store, "custom", "user:bob") == {"mood": "trains"}

@@ -20,7 +20,7 @@ pytest.importorskip("mcp")
 from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
-from memcli.store import longterm  # noqa: E402
+from memcli.store import facts as fact_store  # noqa: E402
 from memcli.store.sqlite import SQLiteStore  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_blocks")  # no model loads: search runs lexical
@@ -166,13 +166,13 @@ def test_tools_and_resources_over_stdio(tmp_path: Path) -> None:
     store = SQLiteStore(db)
     info = store.get_session("s1")
     assert info is not None and info.user_id == "ana"
-    history = longterm.fact_history(store, "user:ana")
+    history = fact_store.fact_history(store, "user:ana")
     assert [(c.action, c.text, c.old_text, c.origin) for c in history] == [
         ("added", "Ana has a dog called Biscuit", None, "mcp"),
         ("edited", "Ana's dog is Biscuit", "Ana has a dog called Biscuit", "mcp"),
         ("deleted", None, "Ana's dog is Biscuit", "mcp"),
     ]
-    fact = longterm.get_fact(store, history[0].fact_id)
+    fact = fact_store.get_fact(store, history[0].fact_id)
     assert fact is not None and fact.origin == "mcp" and fact.deleted_at is not None
 
 
@@ -182,8 +182,8 @@ def test_bad_input_is_a_tool_error_and_stores_nothing(tmp_path: Path) -> None:
     from memcli import Memory, Message
 
     Memory(store, "bobs", user_id="bob").put(Message("user", "Bob's secret plan"))
-    longterm.add_facts(store, "facts", "user:bob", ["Bob likes chess"], origin="manual")
-    bob_fact = longterm.list_facts(store, None, "user:bob")[0].id
+    fact_store.add_facts(store, "facts", "user:bob", ["Bob likes chess"], origin="manual")
+    bob_fact = fact_store.list_facts(store, None, "user:bob")[0].id
     store.close()
 
     async def script(s: ClientSession) -> dict[str, Any]:
@@ -221,8 +221,8 @@ def test_bad_input_is_a_tool_error_and_stores_nothing(tmp_path: Path) -> None:
     store = SQLiteStore(db)
     assert store.get_session("new") is None
     assert [s.id for s in store.list_sessions()] == ["bobs"]
-    assert [f.text for f in longterm.list_facts(store, None, "user:bob")] == ["Bob likes chess"]
-    assert longterm.list_facts(store, None, "user:ana") == []
+    assert [f.text for f in fact_store.list_facts(store, None, "user:bob")] == ["Bob likes chess"]
+    assert fact_store.list_facts(store, None, "user:ana") == []
 
 
 def test_stdout_carries_only_the_protocol(tmp_path: Path) -> None:
@@ -306,17 +306,17 @@ def test_fact_tools_search_get_history_entities_forget(tmp_path: Path) -> None:
     unknown arguments and unknown blocks refused."""
     db = tmp_path / "mcp.db"
     store = SQLiteStore(db)
-    [home] = longterm.add_facts(
+    [home] = fact_store.add_facts(
         store, "extracted_info", "user:ana", ["Ana lives in Bern"], entities=[["Bern"]]
     )
-    changes = longterm.change_facts(
+    changes = fact_store.change_facts(
         store,
         "extracted_info",
         "user:ana",
-        [longterm.NewFact("Ana lives in Zurich", entities=["Zurich"], replaces=[home.id])],
+        [fact_store.NewFact("Ana lives in Zurich", entities=["Zurich"], replaces=[home.id])],
     )
     zurich = changes.added[0].id
-    longterm.add_facts(store, "extracted_info", "user:bob", ["Bob lives in Bern"])
+    fact_store.add_facts(store, "extracted_info", "user:bob", ["Bob lives in Bern"])
     store.close()
 
     async def script(s: ClientSession) -> dict[str, Any]:
@@ -380,8 +380,8 @@ def test_fact_tools_search_get_history_entities_forget(tmp_path: Path) -> None:
     assert out["forget"] == {"forgotten": 4, "history_kept": False}
     assert out["after"] == []
     store = SQLiteStore(db)
-    assert longterm.fact_history(store, "user:ana") == []
-    assert [f.text for f in longterm.list_facts(store, None, "user:bob")] == ["Bob lives in Bern"]
+    assert fact_store.fact_history(store, "user:ana") == []
+    assert [f.text for f in fact_store.list_facts(store, None, "user:bob")] == ["Bob lives in Bern"]
 
 
 def test_unreadable_requests_get_an_error_reply(tmp_path: Path) -> None:
@@ -439,4 +439,4 @@ def test_unreadable_requests_get_an_error_reply(tmp_path: Path) -> None:
     assert "at most 2,000" in by_id[3]["result"]["content"][0]["text"]
     assert by_id[4]["result"]["tools"]
     store = SQLiteStore(tmp_path / "raw.db")
-    assert longterm.list_facts(store, None, "user:default") == []
+    assert fact_store.list_facts(store, None, "user:default") == []

@@ -14,7 +14,8 @@ from fakes import WordTokenizer
 
 from memcli import FactBlock, Memory, Message, SQLiteStore, StaticBlock
 from memcli.blocks.base import BlockContext, MemoryBlock
-from memcli.store import Store, longterm, open_store
+from memcli.store import Store, open_store
+from memcli.store import facts as fact_store
 
 #: How long a test waits for something that should happen at once (a safety net, not a measure).
 PATIENCE_S = 30.0
@@ -247,7 +248,7 @@ def test_fact_block_over_the_loopback_llm_through_aput_messages(llm, tmp_path: P
 
     flushes, text = asyncio.run(run())
     assert len(flushes) == 1
-    facts = longterm.list_facts(memory.store, "extracted_info", "user:ana")
+    facts = fact_store.list_facts(memory.store, "extracted_info", "user:ana")
     assert [f.text for f in facts] == ["Ana has a dog named Rex"]
     assert facts[0].flush_id == flushes[0].id  # type: ignore[attr-defined]
     assert "my dog is Rex" in llm.requests[0]["messages"][-1]["content"]

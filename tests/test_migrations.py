@@ -11,6 +11,7 @@ from fakes import WordTokenizer
 
 from memcli import Memory, Message
 from memcli.errors import StoreError
+from memcli.store import facts as fact_store
 from memcli.store import longterm
 from memcli.store.migrations import MIGRATIONS
 from memcli.store.sqlite import SQLiteStore
@@ -73,7 +74,7 @@ def test_an_older_database_loses_the_vector_tables_and_keeps_its_data(tmp_path: 
     info = store.get_session("s")
     assert info is not None and info.user_id == "ana" and info.flushes == 1
     assert [m.content for m in store.get_messages("s")] == ["my dog is Rex", "hello again"]
-    assert [f.text for f in longterm.list_facts(store, "facts", "user:ana")] == ["Dog: Rex"]
+    assert [f.text for f in fact_store.list_facts(store, "facts", "user:ana")] == ["Dog: Rex"]
     assert longterm.load_state(store, "mine", "user:ana") == {"n": 1}
     # The row whose key held NULL (found by no lookup) is gone; an upsert replaces, not adds.
     assert longterm.flush_statuses(store, "facts", "user:ana", "s") == {1: "done"}
@@ -168,7 +169,7 @@ def test_the_fact_history_gets_its_origins_where_they_are_known(tmp_path: Path) 
             """
         )
     store = SQLiteStore(db)
-    history = longterm.fact_history(store, "user:ana")
+    history = fact_store.fact_history(store, "user:ana")
     assert [(c.action, c.origin, c.topics) for c in history] == [
         ("added", "extracted", None),
         ("added", "manual", None),
@@ -176,5 +177,5 @@ def test_the_fact_history_gets_its_origins_where_they_are_known(tmp_path: Path) 
         ("condensed", "condensed", None),
     ]
     # New changes record theirs.
-    longterm.edit_fact(store, 2, "Cat: Tom the cat", origin="manual")
-    assert longterm.fact_history(store, "user:ana", fact_id=2)[-1].origin == "manual"
+    fact_store.edit_fact(store, 2, "Cat: Tom the cat", origin="manual")
+    assert fact_store.fact_history(store, "user:ana", fact_id=2)[-1].origin == "manual"

@@ -4,7 +4,7 @@ fused, the words side bounded."""
 from __future__ import annotations
 
 from memcli.search.facts import FactVectors, bm25, rank_facts, stem
-from memcli.store.longterm import FactText
+from memcli.store.facts import FactText
 
 
 def facts(*texts: str, entities: dict[int, list[str]] | None = None) -> list[FactText]:

@@ -223,16 +223,16 @@ def test_two_processes_adding_the_same_fact_add_it_once(pg_url: str) -> None:
     lock, a second writer waits for the first and then finds the fact there."""
     import threading
 
-    from memcli.store import longterm
+    from memcli.store import facts as fact_store
 
     first, second = PostgresStore(pg_url), PostgresStore(pg_url)
     added: list[int] = []
     try:
         with first.transaction():
-            longterm.add_facts(first, "facts", "user:ana", ["Ana has a dog"])
+            fact_store.add_facts(first, "facts", "user:ana", ["Ana has a dog"])
             worker = threading.Thread(
                 target=lambda: added.append(
-                    len(longterm.add_facts(second, "facts", "user:ana", ["Ana has a dog"]))
+                    len(fact_store.add_facts(second, "facts", "user:ana", ["Ana has a dog"]))
                 )
             )
             worker.start()
@@ -240,7 +240,7 @@ def test_two_processes_adding_the_same_fact_add_it_once(pg_url: str) -> None:
             assert worker.is_alive()  # waiting for the first transaction's lock
         worker.join(30)
         assert added == [0]
-        assert [f.text for f in longterm.list_facts(second, "facts", "user:ana")] == [
+        assert [f.text for f in fact_store.list_facts(second, "facts", "user:ana")] == [
             "Ana has a dog"
         ]
     finally:

@@ -10,7 +10,7 @@ from memcli import Memory, Message
 from memcli.blocks.facts import FactBlock
 from memcli.config import load_settings
 from memcli.errors import InputError, MemcliError, SessionNotFound, UsageError
-from memcli.store import longterm
+from memcli.store import facts as fact_store
 from memcli.store.sqlite import SQLiteStore
 from memcli.tokens import TiktokenTokenizer
 from memcli.tools import AgentTools
@@ -128,7 +128,7 @@ def test_facts_go_to_the_users_first_fact_block_with_history(tmp_path: Path) -> 
     deleted = tools.delete_fact(fact["id"])["deleted"]
     assert deleted["text"] == "Ana is vegan" and deleted["state"] == "deleted"  # as it is now
     assert tools.list_facts() == []
-    history = longterm.fact_history(tools.store, "user:ana", fact_id=fact["id"])
+    history = fact_store.fact_history(tools.store, "user:ana", fact_id=fact["id"])
     assert [c.action for c in history] == ["added", "edited", "deleted"]
     with pytest.raises(MemcliError, match=f"fact {fact['id']} of user 'ana' is deleted"):
         tools.delete_fact(fact["id"])  # deleted already: said so
@@ -136,7 +136,7 @@ def test_facts_go_to_the_users_first_fact_block_with_history(tmp_path: Path) -> 
 
 def test_another_users_fact_cannot_be_changed(tmp_path: Path) -> None:
     tools = tools_for(tmp_path)
-    [bob] = longterm.add_facts(tools.store, "facts", "user:bob", ["Bob plays chess"])
+    [bob] = fact_store.add_facts(tools.store, "facts", "user:bob", ["Bob plays chess"])
     for call in (
         lambda: tools.update_fact(bob.id, "Bob plays go"),
         lambda: tools.delete_fact(bob.id),
@@ -145,7 +145,7 @@ def test_another_users_fact_cannot_be_changed(tmp_path: Path) -> None:
             call()
     with pytest.raises(UsageError, match="empty"):
         tools.update_fact(bob.id, " ")
-    assert [f.text for f in longterm.list_facts(tools.store, None, "user:bob")] == [
+    assert [f.text for f in fact_store.list_facts(tools.store, None, "user:bob")] == [
         "Bob plays chess"
     ]
     assert tools.list_facts() == []

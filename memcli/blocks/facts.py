@@ -23,6 +23,7 @@ from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
 from memcli.search.facts import FactVectors, rank_facts
+from memcli.store import facts as fact_store
 from memcli.store import longterm, work
 
 if TYPE_CHECKING:
@@ -314,8 +315,8 @@ def _add_item(result: FactReply, match: re.Match[str]) -> bool:
     result.facts.append(
         ParsedFact(
             body,
-            topics=longterm.normalize_topics(attributes.get("topics", "")),
-            entities=longterm.normalize_entities(attributes.get("entities", "")),
+            topics=fact_store.normalize_topics(attributes.get("topics", "")),
+            entities=fact_store.normalize_entities(attributes.get("entities", "")),
             replaces=[i.strip() for i in attributes.get("replaces", "").split(",") if i.strip()],
             expires_at=_expiry(attributes.get("expires")),
         )
@@ -342,8 +343,8 @@ def _json_reply(data: Any) -> FactReply | None:
         result.facts.append(
             ParsedFact(
                 body,
-                topics=longterm.normalize_topics(_joined(item.get("topics"))),
-                entities=longterm.normalize_entities(_joined(item.get("entities"))),
+                topics=fact_store.normalize_topics(_joined(item.get("topics"))),
+                entities=fact_store.normalize_entities(_joined(item.get("entities"))),
                 replaces=[i.strip() for i in _joined(item.get("replaces")).split(",") if i.strip()],
                 expires_at=_expiry(_joined(item.get("expires"))),
             )
@@ -395,14 +396,7 @@ def _merged(replies: Sequence[FactReply]) -> FactReply:
     return result
 
 
-def parse_fact_topics(reply: str) -> list[tuple[str, list[str]]] | None:
-    """The facts of a `<facts><fact topics="...">...</fact></facts>` reply with their topics, or
-    None when it is not one (`parse_fact_reply`, the texts and topics only)."""
-    parsed = parse_fact_reply(reply)
-    return None if parsed is None else [(f.text, f.topics) for f in parsed.facts]
-
-
-def check_reply(reply: FactReply, shown: Sequence[longterm.Fact]) -> str | None:
+def check_reply(reply: FactReply, shown: Sequence[fact_store.Fact]) -> str | None:
     """Why a reply's replacements and retirements cannot be applied to the facts it was shown
     (an id it was not shown, more replaced than shown, a fact both replaced and retired), or
     None when they can."""
@@ -420,10 +414,10 @@ def check_reply(reply: FactReply, shown: Sequence[longterm.Fact]) -> str | None:
     return None
 
 
-def changes_of(reply: FactReply) -> tuple[list[longterm.NewFact], list[tuple[int, str]]]:
+def changes_of(reply: FactReply) -> tuple[list[fact_store.NewFact], list[tuple[int, str]]]:
     """A checked reply as the store's changes: the new facts and the (id, reason) retired."""
     new = [
-        longterm.NewFact(
+        fact_store.NewFact(
             f.text,
             topics=f.topics,
             entities=f.entities,
@@ -556,14 +550,14 @@ class FactBlock(LLMBlock):
             failed += reason is not None
         return done, failed
 
-    def related(self, store: Any, scope_key: str, text: str) -> list[longterm.Fact]:
+    def related(self, store: Any, scope_key: str, text: str) -> list[fact_store.Fact]:
         """The current facts an extraction of `text` is shown: all of them when they are at most
         `candidates`, else the `candidates` most related to it (oldest first)."""
-        facts = longterm.fact_texts(store, self.name, scope_key)
+        facts = fact_store.fact_texts(store, self.name, scope_key)
         if len(facts) > self.candidates:
             ranked = rank_facts(facts, text, self.candidates, self._vectors)
             facts = sorted((f for f, _ in ranked), key=lambda f: f.id)
-        return longterm.get_facts(store, [f.id for f in facts])
+        return fact_store.get_facts(store, [f.id for f in facts])
 
     def extract(self, batch: Sequence[Message], ctx: BlockContext) -> str | None:
         """Ask the LLM for the batch's new facts, shown the existing facts most related to it, and
@@ -584,7 +578,7 @@ class FactBlock(LLMBlock):
         if problem is not None:
             return problem
         new, retire = changes_of(parsed)
-        longterm.change_facts(
+        fact_store.change_facts(
             ctx.store,
             self.name,
             key,
@@ -603,12 +597,12 @@ class FactBlock(LLMBlock):
         supersedes the ones it names) and retire; nothing is deleted, the facts not named stay.
         A bad reply changes nothing; a failure, or a reply that leaves the facts over max_facts,
         is recorded (`memcli check` lists it) and tried again later. True when it changed facts."""
-        count = longterm.count_facts(store, self.name, scope_key)
+        count = fact_store.count_facts(store, self.name, scope_key)
         if self.llm is None or count <= self.max_facts:
             work.clear_condense_failure(store, self.name, scope_key)
             return False
-        oldest = longterm.fact_texts(store, self.name, scope_key)[: self.candidates]
-        shown = longterm.get_facts(store, [f.id for f in oldest])
+        oldest = fact_store.fact_texts(store, self.name, scope_key)[: self.candidates]
+        shown = fact_store.get_facts(store, [f.id for f in oldest])
         existing = self._render(shown, ids=True)
         prompt = fact_prompt(
             CONDENSE_PROMPT, self.uses_schema, max_facts=self.max_facts, existing=existing
@@ -623,7 +617,7 @@ class FactBlock(LLMBlock):
             # (the reason names no fact text: it would outlive a forget)
             return self._condense_failed(store, scope_key, f"malformed reply ({problem})", count)
         new, retire = changes_of(parsed)
-        changes = longterm.change_facts(
+        changes = fact_store.change_facts(
             store,
             self.name,
             scope_key,
@@ -633,7 +627,7 @@ class FactBlock(LLMBlock):
             action="condensed",
             flush_id=flush_id,
         )
-        left = longterm.count_facts(store, self.name, scope_key)
+        left = fact_store.count_facts(store, self.name, scope_key)
         if left > self.max_facts:  # applied, but not enough: tried again later
             reason = f"the reply left {left} facts, over max_facts ({self.max_facts})"
             self._condense_failed(store, scope_key, reason, left)
@@ -650,10 +644,10 @@ class FactBlock(LLMBlock):
     # -- the context ------------------------------------------------------------------------------
 
     @staticmethod
-    def _render(facts: Sequence[longterm.Fact], ids: bool = False) -> str:
+    def _render(facts: Sequence[fact_store.Fact], ids: bool = False) -> str:
         """`<fact>` lines; with `ids`, each with its id, topics and entities (for the prompts)."""
 
-        def line(f: longterm.Fact) -> str:
+        def line(f: fact_store.Fact) -> str:
             if not ids:
                 return f"<fact>{f.text}</fact>"
             attributes = f' id="{f.id}"'
@@ -671,7 +665,7 @@ class FactBlock(LLMBlock):
         """The current facts as `<fact>` lines, oldest first. When they do not all fit, the ones
         truncation drops first are those least related to the last user message (the input)."""
         self._tokenizer = ctx.tokenizer
-        facts = longterm.list_facts(ctx.store, self.name, self.scope_key(ctx))
+        facts = fact_store.list_facts(ctx.store, self.name, self.scope_key(ctx))
         query = next((m.content for m in reversed(messages) if m.role == "user"), "")
         # Words and entities only: a context is read often, the model is for extractions.
         ranked = rank_facts(facts, query, self.candidates) if query else []

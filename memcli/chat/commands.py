@@ -166,16 +166,15 @@ class Commands:
     def facts(self, arg: str) -> Result:
         """Every fact the session's fact blocks hold (with ids, for `memcli facts edit|rm`)."""
         from memcli.chat.view import facts_in
-        from memcli.store import longterm
-        from memcli.tools import fact_blocks
+        from memcli.facts import Facts
 
         chat = self.chat
+        facts = Facts(chat.store, chat.user_id, lambda _: chat.blocks, owner=chat.user_id)
         lines = []
-        for block in fact_blocks(chat.blocks):
-            key = block.key_for(chat.mem.session_id, chat.user_id)
-            for fact in longterm.list_facts(chat.store, block.name, key):
+        for name, found in facts.of_blocks(chat.mem.session_id):
+            for fact in found:
                 topics = f" ({', '.join(fact.topics)})" if fact.topics else ""
-                lines.append(f"[{block.name}] #{fact.id} {fact.text}{topics}")
+                lines.append(f"[{name}] #{fact.id} {fact.text}{topics}")
         if not lines:
             # Custom blocks may render <fact> lines too.
             ready = chat.context()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from memcli.cli import common, output
+
+if TYPE_CHECKING:
+    from memcli.config import Settings
+    from memcli.facts import Facts
 
 app = typer.Typer(
     help="The facts long-term memory holds about a user: list, search, add, edit, rm, history,"
@@ -37,29 +41,78 @@ Topics = Annotated[
 ]
 
 
-def _scope(
-    ctx: typer.Context, user: str | None, session: str | None, *, create: bool = False
-) -> tuple[Any, Any, str]:
-    """Settings, store and scope key; a database that is not there is made only with `create`."""
+def _facts(
+    ctx: typer.Context, user: str | None, *, create: bool = False, warn: bool = False
+) -> tuple[Settings, Facts]:
+    """Settings and the facts service (`memcli.facts.Facts`) for a command: the user's facts,
+    changes recorded as `manual`. With --user (or MEMCLI_USER), only that user's facts are read
+    or changed by id; without, any user's. A database that is not there is made only with
+    `create`; with `warn`, a recorded block that cannot be rebuilt is said to be left out."""
+    from memcli.facts import Facts
+
     s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=not create)
-    if session is not None:
-        common.require_session(store, session)
-        return s, store, f"session:{session}"
-    return s, store, f"user:{s.user}"
+    owner = s.user if s.sources.get("user", "default") != "default" else None
+    facts = Facts(
+        store,
+        s.user,
+        lambda session: common.make_blocks(s, store, session=session, warn=warn),
+        owner=owner,
+        origin="manual",
+        embedder=lambda: common.embedder(s),
+        hint=_LIST_HINT,
+    )
+    return s, facts
 
 
-def _block_name(s: Any, store: Any, block: str | None, session: str | None) -> str:
-    """The named block, else the first fact block of those the session (or user) uses; a named
-    block that is not one of them is refused (UsageError, exit 2), as the memory tools refuse it."""
-    from memcli.tools import fact_block_name
+_LIST_HINT = "Run `memcli facts` to see the facts and their ids"
 
-    blocks = common.make_blocks(s, store, session=session, warn=False)
-    return fact_block_name(blocks, block, strict=True)
+#: The group's options every subcommand takes over: `memcli facts --user ana rm 1`.
+_GROUP_OPTIONS = ("user", "session", "topic")
+
+
+def _merged(
+    ctx: typer.Context, command: str, lists: tuple[str, ...] = (), **given: Any
+) -> dict[str, Any]:
+    """The subcommand's --user, --session and --topic (`given`), each with the group's
+    (`memcli facts --user ana rm 1` removes ana's fact 1): the group's value where the
+    subcommand gives none (as a one-item list for the options in `lists`). A value both give,
+    differently, is refused (UsageError, exit 2), and so is a group option the subcommand has
+    no use for (`memcli facts --session s1 rm 1`)."""
+    from memcli.errors import UsageError
+    from memcli.messages import validate_session_id
+
+    group = ctx.parent.params if ctx.parent is not None else {}
+    merged = dict(given)
+    for name in _GROUP_OPTIONS:
+        outer = group.get(name)
+        if outer is None:
+            continue
+        if name == "session":
+            validate_session_id(outer, "--session")
+        if name not in given:
+            raise UsageError(
+                f"`memcli facts {command}` takes no --{name}",
+                f"Leave --{name} out, or use it with a subcommand that takes it",
+            )
+        value = [outer] if name in lists else outer
+        inner = given[name]
+        if inner is not None and inner != value:
+            raise UsageError(
+                f"--{name} {_shown(value)} before `{command}` and --{name} {_shown(inner)}"
+                " after it differ",
+                f"Give --{name} once",
+            )
+        merged[name] = value if inner is None else inner
+    return merged
+
+
+def _shown(value: Any) -> str:
+    return ", ".join(map(repr, value)) if isinstance(value, list) else repr(value)
 
 
 def _fact_record(f: Any) -> dict[str, Any]:
-    from memcli.tools import fact_record
+    from memcli.facts import fact_record
 
     return {"type": "fact", **fact_record(f)}
 
@@ -159,46 +212,21 @@ def facts_command(
     memcli facts --query "where does she live"; memcli facts --entity Bern --all
     """
     if ctx.invoked_subcommand is not None:
-        return
-    from memcli.store import longterm
-
-    s, store, key = _scope(ctx, user, session)
+        return  # (the subcommand takes --user, --session and --topic over: `_merged`)
+    _, facts = _facts(ctx, user)
+    session = session
     if query is not None:
-        _search(s, store, key, query, k, mode, block, entity, json_)
+        found = facts.search(query, k, mode, session=session, block=block, entity=entity)
+        if not found:
+            output.info("No matches.")
+        _show([f for f, _ in found], json_, [score for _, score in found])
         return
-    facts = longterm.list_facts(
-        store, block, key, topic=topic, everything=everything, entity=entity
+    listed = facts.list_facts(
+        session=session, block=block, topic=topic, entity=entity, everything=everything
     )
-    if not facts:
+    if not listed:
         output.info("No facts.")
-    _show(facts, json_)
-
-
-def _search(
-    s: Any,
-    store: Any,
-    key: str,
-    query: str,
-    k: int,
-    mode: str,
-    block: str | None,
-    entity: str | None,
-    json_: bool,
-) -> None:
-    """`facts --query`: the current facts ranked for the query, best first, with their scores."""
-    from memcli.errors import UsageError
-    from memcli.search.facts import FactVectors, search_facts
-    from memcli.tools import SEARCH_MODES
-
-    if not query.split():
-        raise UsageError("the query is empty", "Give the words to look for")
-    if mode not in SEARCH_MODES:
-        raise UsageError(f"unknown search mode {mode!r}", f"Use one of: {', '.join(SEARCH_MODES)}")
-    vectors = FactVectors(common.embedder(s)) if mode != "lexical" else None
-    found = search_facts(store, key, query, k, vectors, mode, block=block, entity=entity)
-    if not found:
-        output.info("No matches.")
-    _show([f for f, _ in found], json_, [score for _, score in found])
+    _show(listed, json_)
 
 
 @app.command("restore")
@@ -216,16 +244,8 @@ def restore_command(
 
     Example: memcli facts restore 12
     """
-    from memcli.store import longterm
-    from memcli.tools import fact_owner
-
-    s = common.settings(ctx, user=user)
-    store = common.open_store(s, must_exist=True)
-    fact = longterm.get_fact(store, fact_id)
-    user_given = s.sources.get("user", "default") != "default"
-    if fact is None or (user_given and fact_owner(store, fact) != s.user):
-        raise _not_found(fact_id)
-    restored, displaced = longterm.restore_fact(store, fact_id, origin="manual")
+    _, facts = _facts(ctx, _merged(ctx, "restore", user=user)["user"])
+    restored, displaced = facts.restore(fact_id)
     note = "".join(f"; fact {f.id} is superseded by it" for f in displaced)
     output.info(f"Restored fact {fact_id}{note}.")
     _show([restored, *displaced], json_)
@@ -243,10 +263,8 @@ def entities_command(
 
     Example: memcli entities --user ana
     """
-    from memcli.store import longterm
-
-    _, store, key = _scope(ctx, user, session)
-    counts = longterm.entity_counts(store, key, block)
+    _, facts = _facts(ctx, user)
+    counts = facts.entities(session=session, block=block)
     if not counts:
         output.info("No entities.")
     if output.wants_json(json_):
@@ -283,27 +301,26 @@ def add_command(
     Example: memcli facts add "Ana is in Rome" --user ana --topic travel --entity Rome
     --expires 2026-12-01
     """
-    from memcli.store import longterm
-    from memcli.tools import check_fact_text, parse_expiry
+    from memcli.facts import check_fact_text, parse_expiry
 
-    check_fact_text(text, "Give the fact's text", topic)
+    given = _merged(ctx, "add", ("topic",), user=user, session=session, topic=topic)
+    # Checked before the database is made: a bad fact makes no file.
+    check_fact_text(text, "Give the fact's text", given["topic"])
     expires_at = parse_expiry(expires) if expires is not None else None
-    s, store, key = _scope(ctx, user, session, create=True)
-    added = longterm.add_facts(
-        store,
-        _block_name(s, store, block, session),
-        key,
-        [text],
-        origin="manual",
-        topics=[topic or []],
-        entities=[entity or []],
-        expires_at=expires_at,
+    _, facts = _facts(ctx, given["user"], create=True)
+    fact, added = facts.add(
+        text,
+        session=given["session"],
+        block=block,
+        topics=given["topic"],
+        entities=entity,
+        expires=expires_at,
     )
     if not added:
         output.info("Already known; nothing added.")
         return
-    output.info(f"Added fact {added[0].id}.")
-    _show(added, json_)
+    output.info(f"Added fact {fact.id}.")
+    _show([fact], json_)
 
 
 @app.command("search")
@@ -324,32 +341,15 @@ def search_command(
     Example: memcli facts search "tea" --topic food
     """
     from memcli.errors import UsageError
-    from memcli.store import longterm
 
     if not query.split():
         raise UsageError("the query is empty", "Give the words to look for")
-    _, store, key = _scope(ctx, user, session)
-    facts = longterm.find_facts(store, block, key, query, topic=topic)
-    if not facts:
+    given = _merged(ctx, "search", user=user, session=session, topic=topic)
+    _, facts = _facts(ctx, given["user"])
+    found = facts.find(query, session=given["session"], block=block, topic=given["topic"])
+    if not found:
         output.info("No matches.")
-    _show(facts, json_)
-
-
-def _not_found(fact_id: int) -> Exception:
-    from memcli.errors import MemcliError
-
-    return MemcliError(f"no fact {fact_id}", _LIST_HINT)  # exit 1, as for an unknown session
-
-
-_LIST_HINT = "Run `memcli facts` to see the facts and their ids"
-
-
-def _live(s: Any, store: Any, fact_id: int) -> Any:
-    """The fact, not deleted; with --user (or MEMCLI_USER), only one of that user's."""
-    from memcli.tools import live_fact
-
-    user = s.user if s.sources.get("user", "default") != "default" else None
-    return live_fact(store, fact_id, user, _LIST_HINT)
+    _show(found, json_)
 
 
 @app.command("edit")
@@ -375,17 +375,14 @@ def edit_command(
 
     Example: memcli facts edit 12 "Ana lives in Lisbon" --topic home
     """
-    from memcli.store import longterm
-    from memcli.tools import check_fact_text
+    from memcli.facts import check_fact_text
 
-    check_fact_text(text, "Give the new text, or use `memcli facts rm`", topic)
-    s = common.settings(ctx, user=user)
-    store = common.open_store(s, must_exist=True)
-    _live(s, store, fact_id)
-    changed = longterm.edit_fact(store, fact_id, text, topics=topic, origin="manual")
-    assert changed is not None
+    given = _merged(ctx, "edit", ("topic",), user=user, topic=topic)
+    check_fact_text(text, "Give the new text, or use `memcli facts rm`", given["topic"])
+    _, facts = _facts(ctx, given["user"])
+    _, after = facts.edit(fact_id, text, given["topic"])
     output.info(f"Edited fact {fact_id}.")
-    _show([changed[1]], json_)
+    _show([after], json_)
 
 
 @app.command("rm")
@@ -401,15 +398,8 @@ def rm_command(
 
     Example: memcli facts rm 12 13
     """
-    from memcli.store import longterm
-
-    s = common.settings(ctx, user=user)
-    store = common.open_store(s, must_exist=True)
-    removed = []
-    with store.transaction():
-        for fact_id in dict.fromkeys(fact_ids):
-            _live(s, store, fact_id)
-            removed.append(longterm.delete_fact(store, fact_id, origin="manual"))
+    _, facts = _facts(ctx, _merged(ctx, "rm", user=user)["user"])
+    removed = facts.delete(fact_ids)
     output.info(f"Removed {output.plural(len(removed), 'fact')}.")
     if output.wants_json(json_):  # each fact as it is now: deleted
         output.emit_all([{**_fact_record(f), "type": "removed"} for f in removed])
@@ -433,18 +423,11 @@ def history_command(
 
     Example: memcli facts history 12
     """
-    from memcli.store import longterm
-    from memcli.tools import change_record
+    from memcli.facts import change_record
 
-    _, store, key = _scope(ctx, user, session)
-    ids = None
-    if fact_id is not None:
-        fact = longterm.get_fact(store, fact_id)
-        if fact is None:
-            raise _not_found(fact_id)
-        key = fact.scope_key
-        ids = [f.id for f in longterm.fact_chain(store, fact_id)]
-    changes = longterm.fact_history(store, key, fact_ids=ids)
+    given = _merged(ctx, "history", user=user, session=session)
+    _, facts = _facts(ctx, given["user"])
+    changes = facts.history(fact_id, session=given["session"]).changes
     if output.wants_json(json_):
         output.emit_all({"type": "change", **change_record(c)} for c in changes)
         return
@@ -492,28 +475,13 @@ def extract_command(
 
     Example: memcli facts extract --pending
     """
-    from memcli.blocks.facts import FactBlock, extract_pending
-    from memcli.blocks.feed import backfill
-    from memcli.errors import UsageError
-
-    s = common.settings(ctx, user=user)
-    store = common.open_store(s, must_exist=True)
-    blocks = [b for b in common.make_blocks(s, store) if isinstance(b, FactBlock)]
-    if not any(b.llm for b in blocks):
-        raise UsageError(
-            "no fact block is configured" if not blocks else "no model is configured for facts",
-            'Set [llm] model (--model via MEMCLI_MODEL), or add a [[blocks]] kind = "facts"'
-            " with a model",
-        )
-    blocks = [b for b in blocks if b.llm]
+    s, facts = _facts(ctx, _merged(ctx, "extract", user=user)["user"], warn=True)
     tokenizer = common.tokenizer(s)
     if pending:
-        result = extract_pending(store, blocks, store.list_sessions(s.user), tokenizer)
+        result = facts.extract(tokenizer, pending=True)
     else:
         with output.progress("Extracting facts") as bar:
-            result = backfill(
-                store, blocks, store.list_sessions(s.user), tokenizer, bar.advance, bar.total
-            )
+            result = facts.extract(tokenizer, progress=bar.advance, on_total=bar.total)
     done, still = sum(result.done.values()), sum(result.pending.values())
     output.info(f"Extracted from {output.plural(done, 'batch')}; {still} still pending.")
     if output.wants_json(json_):

@@ -20,7 +20,7 @@ from memcli.search.ranking import STOPWORDS, fuse, query_terms
 
 if TYPE_CHECKING:
     from memcli.search.embedder import Embedder
-    from memcli.store.longterm import Fact
+    from memcli.store.facts import Fact
 
 
 class Ranked(Protocol):
@@ -168,12 +168,12 @@ def search_facts(
 ) -> list[tuple[Fact, float]]:
     """The best `k` current facts of a scope (of one block, about one entity) for `query`, best
     first with their scores (`rank_facts`)."""
-    from memcli.store import longterm
+    from memcli.store import facts as fact_store
 
     if entity is not None:
-        facts: Sequence[Ranked] = longterm.list_facts(store, block, scope_key, entity=entity)
+        facts: Sequence[Ranked] = fact_store.list_facts(store, block, scope_key, entity=entity)
     else:
-        facts = longterm.fact_texts(store, block, scope_key)
+        facts = fact_store.fact_texts(store, block, scope_key)
     ranked = rank_facts(facts, query, k, vectors, mode)
-    whole = {f.id: f for f in longterm.get_facts(store, [f.id for f, _ in ranked])}
+    whole = {f.id: f for f in fact_store.get_facts(store, [f.id for f, _ in ranked])}
     return [(whole[f.id], score) for f, score in ranked if f.id in whole]
