@@ -3,16 +3,20 @@ from, the model, the blocks, and whether the embedding model is exported. Nothin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memcli.credentials import redact_text
+from memcli.credentials import redact_text, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
     from memcli.config import Settings
+
+#: A value that is one URL and nothing else (its password may hold a space).
+_ONE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\n]*")
 
 
 @dataclass(frozen=True)
@@ -118,8 +122,11 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
 
 def _shown(value: Any) -> Any:
     """A setting's value as `info` shows it: any URL in it without its password or key (the
-    database's and the LLM endpoint's alike)."""
-    return redact_text(value) if isinstance(value, str) else value
+    database's and the LLM endpoint's alike; a value that is one URL is read whole, a password
+    holding a space included)."""
+    if not isinstance(value, str):
+        return value
+    return redact_url(value) if _ONE_URL.fullmatch(value) else redact_text(value)
 
 
 def vector_backend(settings: Settings) -> tuple[str, str | None]:

@@ -133,10 +133,12 @@ class Settings:
         assert self.db is not None
         try:
             _ = urlsplit(self.db).port  # (raises on a port that is no number)
-        except ValueError as exc:
+        except ValueError:  # (its message quotes the URL's text: a password's, perhaps)
             raise UsageError(
-                f"the database URL {redact_url(self.db)} is malformed ({exc})",
-                "Write it as postgresql://USER@HOST[:PORT]/DBNAME",
+                f"the database URL {redact_url(self.db)} is malformed (its host or port cannot"
+                " be read)",
+                "Write it as postgresql://USER@HOST[:PORT]/DBNAME; a password holding /, ?, #"
+                " or @ is written with %2F, %3F, %23 or %40 in their place",
             ) from None
         return self.db
 

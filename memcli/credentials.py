@@ -8,45 +8,128 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 #: What masked parts read as.
 MASK = "***"
-#: Query parameters that hold a secret, by the end of their name (any case).
-_SECRET_PARAMS = ("password", "passwd", "pwd", "key", "token", "secret", "sig", "signature")
-#: A URL inside free text (an error message): up to a space, a quote or a bracket.
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
+#: Words of a query parameter's name that make its value a secret (`api_key`, `apiKey`,
+#: `access_token`, `auth`, `X-Amz-Signature`, ...), and the ends of a name written as one word
+#: (`apikey`, `accesstoken`).
+_SECRET_WORDS = frozenset(
+    "password passwd pwd passphrase key apikey token secret sig signature auth"
+    " authorization credential credentials".split()
+)
+_SECRET_ENDS = ("password", "passwd", "pwd", "key", "token", "secret", "sig", "signature")
+#: URL schemes whose user name is an account (a database role), not a secret: shown.
+_ACCOUNT_SCHEMES = ("postgresql", "postgres")
+#: A URL inside free text (an error message): its user part (a password may hold any character
+#: but a space), then up to a space, a quote or an angle bracket; trailing punctuation is
+#: trimmed (`_trim`).
+_CLOSING = {")": "(", "]": "[", "}": "{"}
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:\S*@)?[^\s'\"<>]+")
 
 
 def _is_secret(name: str) -> bool:
-    return name.lower().replace("-", "_").endswith(_SECRET_PARAMS)
+    name = unquote(name)
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)
+    return name.lower().replace("-", "_").endswith(_SECRET_ENDS) or any(
+        w.lower() in _SECRET_WORDS for w in words
+    )
+
+
+def _split_user(rest: str) -> tuple[str | None, str]:
+    """`rest` (a URL after its `scheme://`) as its user part (None: it has none) and the rest.
+    A password may hold `/`, `?`, `#` and `@` unencoded, and a query `@`: of the `@`s after a
+    user name without `/`, `?`, `#` and before a host without `@`, the first after a password
+    without `/`, `?`, `#` ends the user part, else the last."""
+    found = []
+    for at, char in enumerate(rest):
+        if char != "@":
+            continue
+        name, _, password = rest[:at].partition(":")
+        host = re.split(r"[/?#]", rest[at + 1 :], maxsplit=1)[0]
+        if any(c in name for c in "/?#") or "@" in host:
+            continue
+        if not any(c in password for c in "/?#"):
+            return rest[:at], rest[at + 1 :]
+        found.append(at)
+    if not found:
+        return None, rest
+    return rest[: found[-1]], rest[found[-1] + 1 :]
+
+
+def _user_shown(scheme: str, user: str, mask: str | None) -> str | None:
+    """The user part as shown (`mask`) or stored (None), itself None when it goes entirely: a
+    password is masked; a user name without one is a key (`https://sk-...@host`) but in a
+    database URL (a role, whose password is elsewhere)."""
+    name, colon, password = user.partition(":")
+    if password:  # (an empty one, `postgres:@`, is no secret: shown as it is)
+        return f"{name}:{mask}" if mask is not None else name
+    if scheme.lower() in _ACCOUNT_SCHEMES or not name:
+        return user
+    return None if mask is None else mask + colon
+
+
+def _params(text: str, mask: str | None) -> str:
+    """A query (or fragment) with each secret parameter's value as `mask` (None: removed);
+    everything else as it was."""
+    kept = []
+    for pair in text.split("&"):
+        name, eq, _ = pair.partition("=")
+        if eq and _is_secret(name):
+            if mask is not None:
+                kept.append(f"{name}={mask}")
+        else:
+            kept.append(pair)
+    return "&".join(kept)
 
 
 def _rewrite(url: str, mask: str | None) -> str:
-    """`url` with its password and secret query parameters replaced by `mask` (None: removed)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, host = netloc.rsplit("@", 1)
-        if ":" in user:
-            name, password = user.split(":", 1)
-            if password:  # (an empty one, `postgres:@`, is no secret: shown as it is)
-                netloc = (f"{name}:{mask}" if mask is not None else name) + "@" + host
-    query = parts.query
-    pairs = parse_qsl(query, keep_blank_values=True)
-    if any(_is_secret(k) for k, _ in pairs):
-        kept = [
-            (k, mask if _is_secret(k) else v)
-            for k, v in pairs
-            if mask is not None or not _is_secret(k)
-        ]
-        query = urlencode(kept, safe="/*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    """`url` with its credentials (a password, a key as user name, secret query and fragment
+    parameters) replaced by `mask` (None: removed)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    user, rest = _split_user(rest)
+    urlsplit(f"{scheme}://{rest}")  # (ValueError for a URL Python cannot read)
+    rest, hash_, fragment = rest.partition("#")
+    rest, question, query = rest.partition("?")
+    shown = None if user is None else _user_shown(scheme, user, mask)
+    url = f"{scheme}://{'' if shown is None else shown + '@'}{rest}"
+    for sep, part in ((question, query), (hash_, fragment)):
+        kept = _params(part, mask)
+        if sep and (kept or not part):  # (a query left empty goes, with its `?`)
+            url += sep + kept
+    return url
+
+
+def _trim(url: str) -> tuple[str, str]:
+    """A URL found in text, and the punctuation after it that is the text's (a final stop, a
+    closing bracket without its opening one)."""
+    end = len(url)
+    while end:
+        c = url[end - 1]
+        opening = _CLOSING.get(c)
+        if c in ".,;:!?" or (opening and url.count(c, 0, end) > url.count(opening, 0, end)):
+            end -= 1
+        else:
+            break
+    return url[:end], url[end:]
+
+
+def _in_text(text: str, mask: str | None) -> str:
+    """`text` with every URL in it rewritten (`_rewrite`)."""
+
+    def rewritten(match: re.Match[str]) -> str:
+        url, tail = _trim(match.group(0))
+        return (redact_url(url) if mask is not None else strip_credentials(url)) + tail
+
+    return _URL.sub(rewritten, text)
 
 
 def redact_url(url: str) -> str:
-    """A URL as messages show it: any password (in the user part or the query) and any secret
-    query parameter (`api_key`, `token`, ...) as ***."""
+    """A URL as messages show it: a password, a key given as user name, and the value of
+    every secret query or fragment parameter (`api_key`, `access_token`, `auth`, ...) as ***."""
     try:
         return _rewrite(url, MASK)
     except ValueError:
@@ -54,29 +137,25 @@ def redact_url(url: str) -> str:
 
 
 def strip_credentials(url: str) -> str:
-    """A URL as it may be stored: without its password and secret query parameters (the user
-    name stays, so that the configured URL it came from can be recognised: `same_endpoint`)."""
+    """A URL as it may be stored: without its password, a key given as user name, and its
+    secret query and fragment parameters (a database role stays, and the user name before a
+    password, so that the configured URL it came from can be recognised: `same_endpoint`)."""
     try:
         return _rewrite(url, None)
     except ValueError:
         return url.split("://", 1)[0] + "://..."
 
 
-def has_credentials(url: str) -> bool:
-    """Whether the URL holds a secret that `strip_credentials` removes."""
-    return strip_credentials(url) != url
-
-
 def redact_text(text: str) -> str:
     """Free text (an error message, a library's exception) with every URL in it redacted."""
-    return _URL.sub(lambda m: redact_url(m.group(0)), text)
+    return _in_text(text, MASK)
 
 
 def without_credentials(value: Any) -> Any:
     """A stored definition (a `[[blocks]]` table, nested tables and lists too) with every URL
     in its strings stripped of its credentials."""
     if isinstance(value, str):
-        return _URL.sub(lambda m: strip_credentials(m.group(0)), value) if "://" in value else value
+        return _in_text(value, None) if "://" in value else value
     if isinstance(value, dict):
         return {k: without_credentials(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

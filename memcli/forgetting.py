@@ -119,6 +119,7 @@ def delete(
     done: list[Deletion] = []
     sessions = [d for d in deletions if d.kind == "session"]
     if sessions:
+        store.prepare_delete()
         with store.transaction():
             for d in sessions:
                 count = store.delete_session(d.session or "")

@@ -145,3 +145,46 @@ def test_an_import_killed_while_feeding_leaves_batches_check_lists(llm, tmp_path
     assert memcli("--config", config, "blocks", "backfill").code == 0
     assert memcli("--config", config, "check").code == 0
     llm.default = {"content": "OK"}
+
+
+def test_a_damaged_full_text_index_is_named_and_refuses_deletes(tmp_path: Path) -> None:
+    """Garbage in the full-text index's pages: SQLite's integrity check sees nothing, FTS5's
+    does; `rm` deletes nothing and says why; `check --repair` rebuilds the index."""
+    import sqlite3
+
+    db = tmp_path / "m.db"
+    lines = "".join(
+        json.dumps({"role": "user", "content": f"message {i} about tea and word{i}"}) + "\n"
+        for i in range(60)
+    )
+    args = ("--db", str(db))
+    assert memcli(*args, "import", "-", "--session", "s", "--user", "ana", input=lines).code == 0
+    assert memcli(*args, "search", "tea", "--user", "ana", "--mode", "lexical").code == 0
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute(
+        "UPDATE retrieval_fts_data SET block = randomblob(length(block))"
+        " WHERE id = (SELECT MAX(id) FROM retrieval_fts_data)"
+    )
+    conn.close()
+
+    run = memcli(*args, "check", "--json")
+    problems = [r for r in run.records() if r["type"] == "problem"]
+    assert run.code == 1 and [r["check"] for r in problems] == ["full-text index"], run.stdout
+    assert "damaged" in problems[0]["message"]
+    assert problems[0]["fix"].startswith("memcli check --repair")
+    assert "run the command under each" in run.stderr
+
+    for rm in (["s", "--message", "5"], ["--user", "ana"], ["s"]):
+        run = memcli(*args, "rm", *rm, "--yes")
+        assert run.code == 1, run.stderr
+        assert "full-text index" in run.stderr and "nothing was deleted" in run.stderr
+        assert "memcli check --repair" in run.stderr and "Traceback" not in run.stderr
+        count = sqlite3.connect(db).execute("SELECT COUNT(*) FROM messages").fetchone()[0]
+        assert count == 60, rm
+
+    run = memcli(*args, "check", "--repair")
+    assert run.code == 0 and "Repaired the full-text index" in run.stderr, run.stderr
+    found = memcli(*args, "search", "word42", "--user", "ana", "--mode", "lexical", "--json")
+    assert found.code == 0 and "word42" in found.records()[0]["text"]
+    assert memcli(*args, "rm", "s", "--message", "5", "--yes").code == 0
+    assert memcli(*args, "check").code == 0

@@ -152,6 +152,36 @@ def test_info_never_shows_an_endpoints_credentials() -> None:
         assert "http://ana:***@llm.example:8080/v1?api_key=***&x=1" in run.stdout
 
 
+@pytest.mark.usefixtures("no_blocks")
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://sk-SECRET@llm.example/v1", "https://***@llm.example/v1"),
+        ("http://ana:SE/CRET@llm.example/v1", "http://ana:***@llm.example/v1"),
+        ("http://ana:SE)CRET@llm.example/v1", "http://ana:***@llm.example/v1"),
+        ("http://ana:SE@CRET@llm.example/v1", "http://ana:***@llm.example/v1"),
+        ("http://ana:SE CRET@llm.example/v1", "http://ana:***@llm.example/v1"),
+        ("http://llm.example/v1?auth=SECRET&x=1", "http://llm.example/v1?auth=***&x=1"),
+        ("http://llm.example/v1?access_token=SECRET", "http://llm.example/v1?access_token=***"),
+    ],
+)
+def test_info_masks_every_part_of_a_url(url: str, shown: str) -> None:
+    for args in (["info", "--json"], ["info"]):
+        run = memcli(*args, env={"MEMCLI_API_BASE": url, "COLUMNS": "200"})
+        assert run.code == 0, run.stderr
+        assert "CRET" not in run.stdout + run.stderr
+        assert shown in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("password", ["QX/ZZY", "QX)ZZY", "QX@ZZY", "QX?ZZY"])
+def test_info_masks_a_database_password_of_any_characters(tmp_path: Path, password: str) -> None:
+    url = f"postgresql://me:{password}@/nodb?host={tmp_path}"  # no server on that socket
+    run = memcli("--db", url, "info", "--json")
+    assert run.code in (1, 2)  # (libpq reads no password holding "/": a usage error)
+    assert "QX" not in run.stdout + run.stderr and "ZZY" not in run.stdout + run.stderr
+    assert f"postgresql://me:***@/nodb?host={tmp_path}" in run.stdout + run.stderr
+
+
 def test_info_names_where_vectors_are_searched(vdb: str, request: pytest.FixtureRequest) -> None:
     records = memcli("--db", vdb, "info", "--json").records()
     backend = records[0]["vector_backend"]

@@ -212,3 +212,42 @@ def test_tables_keep_ids_session_names_and_numbers_whole_at_50_columns(tmp_path:
     ids = {r["id"] for r in records if r["type"] == "message"}
     shown = narrow_run("inspect", session, "--all").stdout
     assert {int(i) for i in re.findall(r"\bid (\d+) ·", shown)} == ids
+
+
+#: Text no legacy encoding holds whole: emoji, CJK, Cyrillic (and é, which latin-1 holds).
+WORLD = "Hello 🎉 日本語のテキスト, Привет ✓, café"
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_a_terminal_in_a_legacy_encoding_gets_every_text_without_a_traceback(
+    tmp_path: Path, encoding: str
+) -> None:
+    """A terminal set to latin-1 or ASCII: tables show what it cannot hold as escapes; JSON
+    Lines carry it as JSON escapes, the same records read back; errors too."""
+    session = "demo-🎉"
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        json.dumps({"role": "user", "content": WORLD}, ensure_ascii=False) + "\n", "utf-8"
+    )
+    assert memcli("import", str(path), "--session", session, "--no-blocks").code == 0
+    env = {**os.environ, "PYTHONIOENCODING": encoding, "COLUMNS": "200", "PAGER": "cat"}
+
+    def run(*args: str, tty: bool) -> tuple[int, str, str]:
+        code = (
+            f"import sys; sys.stdout.isatty = lambda: {tty}; sys.argv = ['memcli', *{list(args)!r}];"
+            "from memcli.cli.app import main; main()"
+        )
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env)
+        return proc.returncode, proc.stdout.decode(encoding), proc.stderr.decode(encoding)
+
+    for args in (["inspect", session], ["sessions"], ["search", "Hello", "--mode", "lexical"]):
+        code, out, err = run(*args, tty=True)
+        assert code == 0 and "Traceback" not in err, err
+        assert "\\U0001f389" in out, out  # the emoji, escaped
+    code, out, err = run("inspect", session, "--json", tty=False)
+    assert code == 0 and "Traceback" not in err, err
+    out.encode("ascii" if encoding == "ascii" else "latin-1")  # it fits the encoding
+    records = [json.loads(line) for line in out.splitlines()]
+    assert records[0]["content"] == WORLD and records[0]["session"] == session
+    code, out, err = run("inspect", "nope-🎉", tty=True)
+    assert code == 1 and "Traceback" not in err and "no session 'nope-\\U0001f389'" in err

@@ -19,8 +19,29 @@ from memcli.credentials import redact_text, redact_url, strip_credentials, witho
         ("http://h/v1?Access-Token=KEY", "http://h/v1?Access-Token=***", "http://h/v1"),
         ("postgresql://me:pw@db/m?password=pw", "postgresql://me:***@db/m?password=***",
          "postgresql://me@db/m"),
-        ("http://u@h/v1", "http://u@h/v1", "http://u@h/v1"),  # no secret: unchanged
         ("http://h/v1?max_tokens=5", "http://h/v1?max_tokens=5", "http://h/v1?max_tokens=5"),
+        ("http://h/v1?email=a@b.org", "http://h/v1?email=a@b.org", "http://h/v1?email=a@b.org"),
+        ("postgresql://me@db/m", "postgresql://me@db/m", "postgresql://me@db/m"),  # a role
+        # a key as the user name
+        ("https://sk-abc@h/v1", "https://***@h/v1", "https://h/v1"),
+        ("http://sk-abc:@h/v1?x=a@b", "http://***:@h/v1?x=a@b", "http://h/v1?x=a@b"),
+        # passwords holding what ends a URL's parts
+        ("http://u:pa/ss@h:1/v1", "http://u:***@h:1/v1", "http://u@h:1/v1"),
+        ("http://u:pa)ss@h/v1", "http://u:***@h/v1", "http://u@h/v1"),
+        ("http://u:p@ss@h/v1", "http://u:***@h/v1", "http://u@h/v1"),
+        ("http://u:p?s#s@h/v1?a=1", "http://u:***@h/v1?a=1", "http://u@h/v1?a=1"),
+        ("postgresql://me:pa/ss@/m?host=/tmp", "postgresql://me:***@/m?host=/tmp",
+         "postgresql://me@/m?host=/tmp"),
+        # query (and fragment) parameters named like a secret
+        ("http://h/v1?auth=K&x=1", "http://h/v1?auth=***&x=1", "http://h/v1?x=1"),
+        ("http://h/v1?access_token=K", "http://h/v1?access_token=***", "http://h/v1"),
+        ("http://h/v1?apiKey=K&client_secret=S", "http://h/v1?apiKey=***&client_secret=***",
+         "http://h/v1"),
+        ("http://h/o?X-Amz-Credential=C&X-Amz-Signature=S&v=1",
+         "http://h/o?X-Amz-Credential=***&X-Amz-Signature=***&v=1", "http://h/o?v=1"),
+        ("http://h/cb#access_token=K&state=1", "http://h/cb#access_token=***&state=1",
+         "http://h/cb#state=1"),
+        ("http://[::1]:8/v1?token=K", "http://[::1]:8/v1?token=***", "http://[::1]:8/v1"),
     ],
 )  # fmt: skip
 def test_urls_are_masked_for_showing_and_stripped_for_storing(
@@ -35,6 +56,11 @@ def test_text_and_definitions_lose_every_secret() -> None:
     assert redact_text(text) == (
         "Connection error to http://u:***@h:1/v1/chat (see 'http://h?token=***')."
     )
+    text = "(at http://u:pa)ss@h/v1), 'https://sk-KEY@h/v1'; \"http://u:p'q@h\" http://h?auth=K."
+    assert redact_text(text) == (
+        "(at http://u:***@h/v1), 'https://***@h/v1'; \"http://u:***@h\" http://h?auth=***."
+    )
+    assert redact_text("see http://h/a (or me@x.org)") == "see http://h/a (or me@x.org)"
     table = {"api_base": "http://u:KEY@h/v1", "nested": [{"url": "x http://h?key=K y"}], "n": 3}
     assert without_credentials(table) == {
         "api_base": "http://u@h/v1",

@@ -110,3 +110,26 @@ def test_the_background_export_is_a_process_that_a_first_use_waits_for(tmp_path:
     assert told == [True]  # said once
     assert not [p for p in (tmp_path / "models").iterdir() if p.name.endswith(".tmp")]
     assert embedder.prepare_in_background() is None  # exported
+
+
+def test_onnxruntime_telemetry_is_off_before_the_session_exists(
+    onnx_models: Path, minilm: OnnxEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnxruntime
+
+    calls: list[str] = []
+    disable, session = onnxruntime.disable_telemetry_events, onnxruntime.InferenceSession
+
+    def disabled() -> None:
+        calls.append("disable_telemetry_events")
+        disable()
+
+    def made(*args: object, **kwargs: object) -> object:
+        calls.append("InferenceSession")
+        return session(*args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "disable_telemetry_events", disabled)
+    monkeypatch.setattr(onnxruntime, "InferenceSession", made)
+    embedder = OnnxEmbedder(onnx_models)  # (the export `minilm` made: loaded, not exported)
+    assert embedder.embed(["hello"]).shape[0] == 1
+    assert calls[:2] == ["disable_telemetry_events", "InferenceSession"], calls

@@ -228,8 +228,10 @@ def __getattr__(name: str) -> typer.Typer:
 
 def main() -> None:
     """The console script: run the app, turning MemcliError into a message and an exit code."""
+    from memcli.cli.output import fit_streams
     from memcli.errors import MemcliError
 
+    fit_streams()
     try:
         app = build_app(requested_command(sys.argv[1:]))
         # click returns a typer.Exit's code instead of exiting; usage lines and completion scripts

@@ -3,21 +3,35 @@ long-term work left unfinished (`memcli.health`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from memcli.cli import common, output
 
 
-def check_command(ctx: typer.Context, json_: common.Json = False) -> None:
-    """Check the database: SQLite's `PRAGMA integrity_check`, then memcli's own bookkeeping
-    (session counters against their messages, flush ids, the id high-water mark, vectors of
-    messages that are gone); on PostgreSQL, memcli's own checks (with its id sequences). Then
-    the long-term work left unfinished: batches a block failed on (with the last error and when
-    they are retried), batches no block was ever handed (an interrupted import), failed fact
-    condensations, damaged index files; each with the command that finishes it. Exit 0 when
-    all is sound, 1 with each problem listed.
+def check_command(
+    ctx: typer.Context,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Rebuild a damaged full-text index from the messages (the one problem memcli"
+            " mends itself), then check again.",
+        ),
+    ] = False,
+    json_: common.Json = False,
+) -> None:
+    """Check the database: SQLite's `PRAGMA integrity_check`, FTS5's check of the full-text
+    index, then memcli's own bookkeeping (session counters against their messages, flush ids,
+    the id high-water mark, vectors of messages that are gone); on PostgreSQL, memcli's own
+    checks (with its id sequences). Then the long-term work left unfinished: batches a block
+    failed on (with the last error and when they are retried), batches no block was ever
+    handed (an interrupted import), failed fact condensations, damaged index files; each with
+    the command that finishes it. Exit 0 when all is sound, 1 with each problem listed.
+
+    A damaged full-text index (search and deleting fail on it) is rebuilt by --repair; other
+    damage calls for a backup.
 
     Example: memcli check && cp ~/.local/share/memcli/memcli.db /backup/
     """
@@ -26,8 +40,13 @@ def check_command(ctx: typer.Context, json_: common.Json = False) -> None:
 
     s = common.settings(ctx)
     store = None
+    repaired: list[Problem] = []
     try:
         store = common.open_store(s, must_exist=True)
+        if repair:
+            repaired = store.repair()
+        for p in repaired:
+            output.info(f"Repaired the {p.check}: rebuilt from the messages ({p.message}).")
         problems = store.check()
     except StoreError as error:
         if s.db_url is not None or not s.db_path.exists():
@@ -46,10 +65,15 @@ def check_command(ctx: typer.Context, json_: common.Json = False) -> None:
     else:
         for p in problems:
             where = f" (session {p.session})" if p.session is not None else ""
-            typer.echo(f"{p.check}{where}: {p.message}")
+            typer.echo(f"{p.check}{where}: {p.message}" + (f"\n  fix: {p.fix}" if p.fix else ""))
         for a in work:
             typer.echo(f"{a.kind}: {a.message}\n  fix: {a.fix}")
     if problems:
+        if repair and not repaired and any(p.fix for p in problems):
+            output.info("Nothing repaired: the database has other problems too.")
+        if all(p.fix for p in problems):
+            output.info(f"{s.db_label}: {len(problems)} problem(s); run the command under each.")
+            raise typer.Exit(1)
         backup = "pg_restore" if s.db_url is not None else "`memcli backup`"
         output.info(
             f"{s.db_label}: {len(problems)} problem(s). Restore a backup ({backup}), or copy out"

@@ -64,6 +64,37 @@ def paged() -> Iterator[None]:
         sys.stdout.write(text)
 
 
+def fit_streams() -> None:
+    """stdout and stderr write a character their encoding cannot hold (a terminal set to latin-1
+    or ASCII, PYTHONIOENCODING) as an escape (`\\U0001f389`), not as a UnicodeEncodeError; JSON
+    Lines stay JSON (`emit`). A stream whose errors were chosen (`PYTHONIOENCODING=...:replace`)
+    is left as it is."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            if not _holds_all(getattr(stream, "encoding", None)):
+                reconfigure(errors="backslashreplace")
+
+
+@lru_cache(maxsize=8)
+def _holds_all(encoding: str | None) -> bool:
+    """Whether text in `encoding` can hold every character (UTF-8, UTF-16, ...)."""
+    try:
+        "\U0001f389\u65e5\u0416".encode(encoding or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def _json_escapes(error: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: what the encoding cannot hold, as JSON's `\\uXXXX` escapes."""
+    assert isinstance(error, UnicodeEncodeError)
+    import json
+
+    text = error.object[error.start : error.end]
+    return json.dumps(text)[1:-1], error.end
+
+
 def stdout_is_tty() -> bool:
     return sys.stdout.isatty()
 
@@ -84,8 +115,16 @@ def json_line(record: dict[str, Any]) -> str:
 
 
 def emit(record: dict[str, Any]) -> None:
-    """Write one JSON Lines record to stdout."""
-    sys.stdout.write(json_line(record) + "\n")
+    """Write one JSON Lines record to stdout (on a stdout whose encoding cannot hold all of it,
+    with the rest as JSON escapes: the same record, read back)."""
+    line = json_line(record)
+    encoding = getattr(sys.stdout, "encoding", None)
+    if not _holds_all(encoding):
+        import codecs
+
+        codecs.register_error("memcli-json", _json_escapes)
+        line = line.encode(encoding or "ascii", "memcli-json").decode(encoding or "ascii")
+    sys.stdout.write(line + "\n")
 
 
 def emit_all(records: Iterable[dict[str, Any]]) -> None:

@@ -265,6 +265,9 @@ class OnnxEmbedder:
             self._session = session
 
     def _session_for(self, onnxruntime: Any, path: Path) -> Any:
+        # onnxruntime's telemetry (its events; on Windows, to Microsoft) is off before any
+        # session exists: memcli sends nothing anywhere (litellm's is off too: memcli.llm).
+        onnxruntime.disable_telemetry_events()
         levels = onnxruntime.GraphOptimizationLevel
         optimized = optimized_path(self.cache_dir, onnxruntime.__version__)
 

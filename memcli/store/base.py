@@ -262,6 +262,11 @@ class Store(SQLStore, Protocol):
         index files beside a SQLite database)."""
         ...
 
+    def prepare_delete(self) -> None:
+        """Before a delete for good, outside a transaction: StoreDamaged, nothing deleted, when
+        the delete could not be completed (SQLite: the full-text index is damaged)."""
+        ...
+
 
 def require_session(store: Store, session_id: str, user: str | None = None) -> SessionInfo:
     """The stored session; SessionNotFound when there is none (with `user`, none of that user's:

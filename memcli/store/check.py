@@ -1,7 +1,10 @@
-"""What `memcli check` looks at: SQLite's integrity check, then memcli's own bookkeeping.
+"""What `memcli check` looks at: SQLite's integrity check, FTS5's check of the full-text index,
+then memcli's own bookkeeping.
 
 Each check reads; none writes. A database SQLite finds damaged is reported as such, and memcli's
-checks still run as far as the file can be read (a check that fails to read says so).
+checks still run as far as the file can be read (a check that fails to read says so). A damaged
+full-text index (`check_full_text`) is the one problem memcli mends itself: it is rebuilt from
+the messages (`SQLiteStore.repair`, `memcli check --repair`).
 
 memcli's own checks are portable SQL (`TABLE_CHECKS`): on PostgreSQL they run as they are, with
 the checks of its id sequences (`PG_CHECKS`) in place of SQLite's internals (integrity, foreign
@@ -18,6 +21,11 @@ from typing import Any
 #: At most this many problems of one kind are listed (the count says how many there are).
 MAX_PER_CHECK = 20
 
+#: The check of the full-text index; its problems are mended by REBUILD.
+FULL_TEXT = "full-text index"
+#: What mends a damaged full-text index.
+REBUILD = "memcli check --repair (rebuilds the full-text index from the messages)"
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -26,6 +34,8 @@ class Problem:
     check: str
     message: str
     session: str | None = None
+    #: The command that mends it (None: restore a backup).
+    fix: str | None = None
 
     def record(self) -> dict[str, Any]:
         return {
@@ -33,6 +43,7 @@ class Problem:
             "check": self.check,
             "session": self.session,
             "message": self.message,
+            "fix": self.fix,
         }
 
 
@@ -80,6 +91,93 @@ def integrity_lines(text: str) -> list[str]:
         for line in text.splitlines()
         if line.strip() and line != "ok" and not line.startswith("*** in database")
     ]
+
+
+def check_full_text(conn: sqlite3.Connection, read_only: bool = False) -> list[Problem]:
+    """FTS5's integrity check of the full-text index of the messages (`retrieval_fts`): whether
+    the index is sound in itself, and when every message is in it (none stored since the last
+    search), whether it holds exactly the messages' words. Run outside a transaction: FTS5
+    takes the write lock for its check (for as long as it runs; nothing is written). On a
+    read-only connection, or while another process holds the write lock past the busy timeout,
+    the whole index is read instead (an `fts5vocab` table over it, in `temp`), which finds
+    damaged pages (not words changed within a sound page)."""
+    try:
+        damage = full_text_damage(conn, read_only)
+    except sqlite3.Error as exc:
+        return [Problem(FULL_TEXT, f"could not be run: {exc}")]
+    if damage is None:
+        return []
+    return [
+        Problem(
+            FULL_TEXT, f"the full-text index of the messages is damaged ({damage})", fix=REBUILD
+        )
+    ]
+
+
+def full_text_damage(conn: sqlite3.Connection, read_only: bool = False) -> str | None:
+    """What SQLite says of the damaged full-text index (see `check_full_text`); None when it
+    is sound, or when the database has none. Other errors are raised."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'retrieval_fts'"
+    ).fetchone()
+    if exists is None:
+        return None
+    complete = conn.execute(
+        "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages) <= COALESCE((SELECT CAST(value AS"
+        " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
+    ).fetchone()[0]
+    try:
+        if not read_only:
+            try:
+                conn.execute(
+                    "INSERT INTO retrieval_fts (retrieval_fts, rank) VALUES ('integrity-check', ?)",
+                    (1 if complete else 0,),
+                )
+                return None
+            except sqlite3.OperationalError as exc:
+                name = getattr(exc, "sqlite_errorname", "") or ""
+                if not name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY")):
+                    raise
+        _read_full_text(conn)
+        return None
+    except sqlite3.DatabaseError as exc:
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if name.startswith("SQLITE_CORRUPT") or "malformed" in str(exc):
+            return str(exc)
+        raise
+
+
+def rebuild_full_text(conn: sqlite3.Connection) -> None:
+    """Inside the caller's write transaction: the full-text index rebuilt from the messages,
+    however damaged (its pages are emptied first: FTS5 cannot open an index whose structure
+    record is damaged, not even to rebuild it), every message in it after."""
+    empty = sqlite3.connect(":memory:")
+    try:
+        empty.execute("CREATE VIRTUAL TABLE fts USING fts5(name, content)")
+        rows = empty.execute("SELECT id, block FROM fts_data").fetchall()
+    finally:
+        empty.close()
+    conn.execute("DELETE FROM retrieval_fts_data")
+    conn.execute("DELETE FROM retrieval_fts_idx")
+    conn.executemany("INSERT INTO retrieval_fts_data (id, block) VALUES (?, ?)", rows)
+    conn.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('rebuild')")
+    conn.execute(
+        "INSERT INTO retrieval_state (key, value)"
+        " SELECT 'fts_through', CAST(COALESCE(MAX(id), 0) AS TEXT) FROM messages"
+        " WHERE true ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+    )
+
+
+def _read_full_text(conn: sqlite3.Connection) -> None:
+    """Read every entry of the full-text index (SQLite raises on a damaged page)."""
+    conn.execute(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.memcli_fts_check"
+        " USING fts5vocab(main, retrieval_fts, 'instance')"
+    )
+    try:
+        conn.execute("SELECT COUNT(*) FROM temp.memcli_fts_check").fetchone()
+    finally:
+        conn.execute("DROP TABLE temp.memcli_fts_check")
 
 
 def _foreign_keys(conn: sqlite3.Connection) -> Iterator[Problem]:

@@ -14,7 +14,15 @@ from typing import Any
 from urllib.parse import quote
 
 from memcli.errors import StoreBusy, StoreDamaged, StoreError
-from memcli.store.check import Problem, check_database, integrity_lines
+from memcli.store.check import (
+    FULL_TEXT,
+    Problem,
+    check_database,
+    check_full_text,
+    full_text_damage,
+    integrity_lines,
+    rebuild_full_text,
+)
 from memcli.store.migrations import LATEST, schema_version, upgrade
 from memcli.store.tables import TableStore
 
@@ -417,10 +425,26 @@ class SQLiteStore(TableStore):
     def close(self) -> None:
         self.conn.close()
 
-    def _secure_delete(self) -> None:
-        """Deleted rows' bytes overwritten with zeros in the database and WAL pages that held
+    def prepare_delete(self) -> None:
+        """Before a delete for good: a damaged full-text index refuses it (StoreDamaged, nothing
+        deleted: the index could not give up the deleted text, nor `purge()` merge it); then the
+        deleted rows' bytes are overwritten with zeros in the database and WAL pages that held
         them (`PRAGMA secure_delete`), from here on for this connection."""
         with self.lock:
+            if self._depth:
+                raise StoreError("prepare_delete inside a write transaction", "A bug in memcli")
+            self._set_busy_timeout(BUSY_TIMEOUT_MS)
+            try:
+                damage = full_text_damage(self.conn, self.read_only)
+            except sqlite3.Error as exc:
+                raise self._error(exc, f"cannot check {self.where} before deleting") from None
+            if damage is not None:
+                raise StoreDamaged(
+                    f"the full-text index of {self.where} is damaged ({damage}): nothing was"
+                    " deleted",
+                    "A delete for good takes the text out of that index too. Run `memcli check"
+                    " --repair` to rebuild it from the messages, then delete again",
+                )
             self._execute_now("PRAGMA secure_delete = ON")
 
     def purge(self) -> None:
@@ -472,7 +496,28 @@ class SQLiteStore(TableStore):
             self._quiet_rollback()
         if any(p.check == "integrity" for p in problems):
             self.damaged = True
-        return problems
+        # (On its own, after the snapshot: FTS5 takes the write lock for its check.)
+        return problems + check_full_text(self.conn, self.read_only)
+
+    def repair(self) -> list[Problem]:
+        """Mend what `check()` finds that memcli can mend without loss: a damaged full-text
+        index, rebuilt from the messages (FTS5's 'rebuild'; every message is in it after), then
+        `purge()` (no copy of a deleted message's text left in its old pages). Return the
+        problems mended (empty: nothing to mend). Nothing is mended while the database has
+        other problems (SQLite finds the file damaged, or memcli's bookkeeping is wrong):
+        those call for a backup."""
+        problems = self.check()
+        mendable = [p for p in problems if p.check == FULL_TEXT and p.fix is not None]
+        if not mendable or len(mendable) < len(problems):
+            return []
+        with self.transaction():
+            try:
+                rebuild_full_text(self.conn)
+            except sqlite3.Error as exc:
+                error = self._error(exc, f"cannot rebuild the full-text index of {self.where}")
+                raise error from None
+        self.purge()
+        return mendable
 
     def backup(self, target: str | Path) -> list[Problem]:
         """Copy the database to `target` with SQLite's online backup (one consistent snapshot,

@@ -27,6 +27,7 @@ from memcli.store.base import FlushPlan, FlushRecord, NewMessage, SessionInfo, W
 
 if TYPE_CHECKING:
     from memcli.store.base import SQLStore
+    from memcli.store.check import Problem
     from memcli.store.forget import Forgotten
 
 #: Ids per statement when rows are read or changed by many ids (SQLite allowed 999 parameters
@@ -592,7 +593,7 @@ class TableStore:
         it was, or None when the session holds no message of that id."""
         import memcli.store.forget as forget
 
-        self._secure_delete()
+        self.prepare_delete()
         with self.transaction():
             self._lock_session(session_id)
             self._write_buffer()
@@ -619,7 +620,7 @@ class TableStore:
         """Delete everything of a user for good (see `memcli.store.forget`), then `purge()`."""
         import memcli.store.forget as forget
 
-        self._secure_delete()
+        self.prepare_delete()
         with self.transaction():
             self.hold_lock(f"user {user_id}")
             found = forget.survey_user(self._sql, user_id)
@@ -635,8 +636,15 @@ class TableStore:
         """This store, as the SQL helpers of memcli.store take it (a backend is one)."""
         return cast("SQLStore", self)
 
-    def _secure_delete(self) -> None:
-        """Before a delete for good: have the backend overwrite what it deletes, if it can."""
+    def repair(self) -> list[Problem]:
+        """Mend what `check()` finds that the backend can mend without loss; return what it
+        mended (here: nothing; SQLite rebuilds a damaged full-text index)."""
+        return []
+
+    def prepare_delete(self) -> None:
+        """Before a delete for good, outside a transaction: refuse one the backend could not
+        complete (StoreDamaged, nothing deleted), and have it overwrite what it deletes, if it
+        can."""
 
     def purge(self) -> None:
         """Make deletions physical: no copy of a deleted row left in the database's files."""
