@@ -120,4 +120,4 @@ def test_queries_file_and_stdin(tmp_path: Path) -> None:
     path.write_text('{"query": "cello", "session": "s2", "user": "ana"}\n')
     run = memcli("search", "--queries", str(path))
     said = " ".join(run.stderr.split())
-    assert run.code == 2 and f"{path}:1: no session 's2' of user 'ana'" in said
+    assert run.code == 1 and f"{path}:1: no session 's2' of user 'ana'" in said

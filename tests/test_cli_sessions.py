@@ -176,6 +176,10 @@ def test_sessions_on_a_fresh_home_lists_none_and_creates_nothing(isolated: Path)
 
 def test_writing_commands_create_the_database(tmp_path: Path) -> None:
     db = tmp_path / "new" / "dir" / "memcli.db"
+    refused = memcli("--db", str(db), "facts", "add", "Ana likes tea", "--user", "ana")
+    assert refused.code == 2 and f"no folder '{db.parent}'" in " ".join(refused.stderr.split())
+    assert not (tmp_path / "new").exists()  # a typo in --db makes no folders
+    db.parent.mkdir(parents=True)
     added = memcli("--db", str(db), "facts", "add", "Ana likes tea", "--user", "ana")
     assert added.code == 0, added.stderr
     assert db.exists()

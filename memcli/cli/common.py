@@ -103,7 +103,8 @@ def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
     named by --db or MEMCLI_DB must be in a folder that exists (the default home is made)."""
     from memcli.store.sqlite import SQLiteStore
 
-    if s.db_url is None and "db" in s.explicit and not s.db_path.parent.is_dir():
+    folder_missing = not s.db_path.parent.is_dir() if s.db_url is None else False
+    if not must_exist and "db" in s.explicit and folder_missing:
         from memcli.errors import UsageError
 
         where = {"flag": "--db", "env": "MEMCLI_DB"}.get(
