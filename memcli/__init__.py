@@ -48,8 +48,10 @@ _EXPORTS = {
     "UsageError": "memcli.errors",
     "VectorBlock": "memcli.blocks.vector",
     "WordTokenizer": "memcli.tokens",
+    "anthropic_messages": "memcli.provider_messages",
     "forget_user": "memcli.forgetting",
     "open_store": "memcli.store",
+    "openai_messages": "memcli.provider_messages",
     "plan_flush": "memcli.flush",
     "unfinished": "memcli.health",
 }
@@ -90,8 +92,10 @@ __all__ = [
     "UsageError",
     "VectorBlock",
     "WordTokenizer",
+    "anthropic_messages",
     "forget_user",
     "open_store",
+    "openai_messages",
     "plan_flush",
     "unfinished",
 ]
@@ -134,6 +138,7 @@ if TYPE_CHECKING:
     from memcli.health import Attention, unfinished
     from memcli.memory import Memory
     from memcli.messages import Message
+    from memcli.provider_messages import anthropic_messages, openai_messages
     from memcli.search import OnnxEmbedder, Retriever, SearchOptions
     from memcli.store import open_store
     from memcli.store.base import Store
