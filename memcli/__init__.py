@@ -47,8 +47,10 @@ _EXPORTS = {
     "Tokenizer": "memcli.tokens",
     "UsageError": "memcli.errors",
     "VectorBlock": "memcli.blocks.vector",
+    "anthropic_messages": "memcli.provider_messages",
     "forget_user": "memcli.forgetting",
     "open_store": "memcli.store",
+    "openai_messages": "memcli.provider_messages",
     "plan_flush": "memcli.flush",
     "unfinished": "memcli.health",
 }
@@ -88,8 +90,10 @@ __all__ = [
     "Tokenizer",
     "UsageError",
     "VectorBlock",
+    "anthropic_messages",
     "forget_user",
     "open_store",
+    "openai_messages",
     "plan_flush",
     "unfinished",
 ]
@@ -132,6 +136,7 @@ if TYPE_CHECKING:
     from memcli.health import Attention, unfinished
     from memcli.memory import Memory
     from memcli.messages import Message
+    from memcli.provider_messages import anthropic_messages, openai_messages
     from memcli.search import OnnxEmbedder, Retriever, SearchOptions
     from memcli.store import open_store
     from memcli.store.base import Store

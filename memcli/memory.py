@@ -1,13 +1,17 @@
 """Memory: a session's short-term window under a token budget, and its long-term blocks: the
-LlamaIndex-shaped API (`put`, `put_messages`, `get`, `get_all`, `set`, `reset`, `flush_now`, and
-their async twins). How its writes reach the store alongside other writers: `memcli.writer`; what
-`get()` assembles: `memcli.context`."""
+LlamaIndex-shaped API (`put`, `put_messages`, `get`, `get_all`, `set`, `reset`, `flush_now`,
+`search`, and their async twins; `aopen` opens one off the event loop). How its writes reach the
+store alongside other writers: `memcli.writer`; what `get()` assembles: `memcli.context`."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+from datetime import UTC
+from functools import partial
 from os import PathLike
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memcli.blocks.base import BlockContext, MemoryBlock
@@ -21,9 +25,11 @@ from memcli.writer import Flush, SessionWriter, in_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
-    from pathlib import Path
+    from datetime import datetime
 
     from memcli.blocks.feed import FeedResult
+    from memcli.search.retriever import Retriever
+    from memcli.search.types import SearchResult
 
 INSERT_METHODS = ("system", "user")
 
@@ -34,7 +40,12 @@ class Memory:
     Every method has an async twin with an `a` prefix (`aput`, `aget`, ...), as in LlamaIndex.
     Threads and tasks may share a Memory, and a store among Memories: the window this object
     holds (`memcli.writer.SessionWriter`) changes only under its lock (the store's own lock when
-    it has one, so that one lock orders both)."""
+    it has one, so that one lock orders both).
+
+    `home` is memcli's home folder, where `search` finds the embedding model the CLI exported
+    (`models/`) and keeps the index files of a database that has none beside it (`indexes/`);
+    None is the CLI's home (`$MEMCLI_HOME`, else the platform's data folder: `memcli info`
+    shows it)."""
 
     def __init__(
         self,
@@ -45,6 +56,7 @@ class Memory:
         tokenizer: Tokenizer | None = None,
         memory_blocks: Iterable[MemoryBlock] = (),
         insert_method: str = "system",
+        home: str | Path | None = None,
     ) -> None:
         if insert_method not in INSERT_METHODS:
             raise UsageError(f"unknown insert_method {insert_method!r}", "Use 'system' or 'user'")
@@ -65,6 +77,9 @@ class Memory:
         self.given_tokens = False
         # One feed at a time: tasks putting at once hand their flushes to the blocks in turn.
         self._feeding = threading.Lock()
+        self.home = Path(home).expanduser() if home is not None else None
+        self._retriever: Retriever | None = None  # made at the first search
+        self._searching = threading.Lock()  # one search at a time on the retriever
         info = store.get_session(self.session_id)
         if info is None:
             budget = budget or Budget()
@@ -109,14 +124,18 @@ class Memory:
         memory_blocks: Iterable[MemoryBlock] = (),
         db: str | Path | Store | None = None,
         tokenizer: Tokenizer | None = None,
+        home: str | Path | None = None,
     ) -> Memory:
         """A Memory as LlamaIndex builds one; `db` is a SQLite file, a `postgresql://` URL, or a
-        store; `db=None` is an in-memory SQLite database.
+        store; `db=None` is an in-memory SQLite database. `home`: see `Memory`.
 
         A budget value left out (None) is the stored session's, or for a new session LlamaIndex's
         default (30,000 tokens, ratio 0.7, a flush size of 10% of the limit). A stored session
         opened with a value that differs from its own raises UsageError: change a session's
-        budget with `rebudget()`."""
+        budget with `rebudget()`.
+
+        This connects to the database (migrating it if it is older) and reads the session: in a
+        coroutine, use `await Memory.aopen(...)`, which does that off the event loop."""
         from memcli.store import open_store
 
         store: Store = open_store(db) if db is None or isinstance(db, str | PathLike) else db
@@ -133,7 +152,42 @@ class Memory:
             tokenizer=tokenizer,
             memory_blocks=memory_blocks,
             insert_method=insert_method,
+            home=home,
         )
+
+    @classmethod
+    async def aopen(
+        cls,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        token_limit: int | None = None,
+        chat_history_token_ratio: float | None = None,
+        token_flush_size: int | None = None,
+        insert_method: str = "system",
+        memory_blocks: Iterable[MemoryBlock] = (),
+        db: str | Path | Store | None = None,
+        tokenizer: Tokenizer | None = None,
+        home: str | Path | None = None,
+    ) -> Memory:
+        """`from_defaults`, for asyncio: the connection, the migrations and the session's read
+        or creation run in a worker thread (for a store given, one of its own: those of the
+        async methods), and the event loop goes on with other tasks meanwhile."""
+        open_memory = partial(
+            cls.from_defaults,
+            session_id,
+            user_id,
+            token_limit,
+            chat_history_token_ratio,
+            token_flush_size,
+            insert_method,
+            list(memory_blocks),
+            db,
+            tokenizer,
+            home,
+        )
+        if db is None or isinstance(db, str | PathLike):
+            return await asyncio.to_thread(open_memory)
+        return await in_worker(db, open_memory)
 
     # -- the short-term window --------------------------------------------------------------------
 
@@ -258,6 +312,50 @@ class Memory:
             history_tokens=tokens,  # the same sum, kept as puts and flushes go
         )
 
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        mode: str = "hybrid",
+        since: datetime | None = None,
+        until: datetime | None = None,
+        *,
+        session_only: bool = False,
+    ) -> SearchResult:
+        """The stored messages of the memory's user (every session of theirs; with
+        `session_only`, this session's) that best match `query`, best first: `memcli search`'s
+        search. `mode` is `hybrid` (words and meaning), `lexical` (words only: no model loaded)
+        or `vector`; `since`/`until` bound each message's time (`until` excluded; a time without
+        a zone is UTC, as a Message's timestamp). Short-term messages are found too.
+
+        The model is the home's (`home`: the CLI's export, made there once at the first search
+        that needs it; the vectors the CLI and a VectorBlock made are the ones searched).
+        Messages not embedded yet are embedded first (up to `SearchOptions.embed_limit`)."""
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise UsageError(f"k must be a whole number >= 1, not {k!r}", "Ask for at least one")
+        with self._searching:
+            return self.retriever().search(
+                query,
+                k=k,
+                user_id=self.user_id,
+                session_id=self.session_id if session_only else None,
+                since=_utc(since),
+                until=_utc(until),
+                mode=mode,
+            )
+
+    def retriever(self) -> Retriever:
+        """The Retriever `search` runs (made at the first call, its index kept loaded)."""
+        if self._retriever is None:
+            from memcli.search.onnx import OnnxEmbedder
+            from memcli.search.retriever import Retriever
+
+            home = self.home if self.home is not None else default_home()
+            self._retriever = Retriever(
+                self.store, OnnxEmbedder(home / "models"), index_dir=home / "indexes"
+            )
+        return self._retriever
+
     # -- writing ----------------------------------------------------------------------------------
 
     def set(self, messages: Sequence[Message]) -> None:
@@ -348,6 +446,29 @@ class Memory:
         """`delete_message`, for asyncio."""
         return await in_worker(self.store, self.delete_message, message_id)
 
+    async def asearch(
+        self,
+        query: str,
+        k: int = 5,
+        mode: str = "hybrid",
+        since: datetime | None = None,
+        until: datetime | None = None,
+        *,
+        session_only: bool = False,
+    ) -> SearchResult:
+        """`search`, for asyncio (in asyncio's default executor, as the blocks' embedding work:
+        the model does not hold a thread of the store's)."""
+        search = partial(self.search, query, k, mode, since, until, session_only=session_only)
+        return await asyncio.to_thread(search)
+
+
+def default_home() -> Path:
+    """memcli's home folder as the CLI resolves it (`memcli.config.default_home`:
+    `$MEMCLI_HOME`, else the platform's data folder), for a Memory given no `home`."""
+    from memcli.config import default_home
+
+    return default_home(os.environ)
+
 
 def stored_budget(info: SessionInfo) -> Budget:
     """The budget a stored session runs under."""
@@ -359,6 +480,11 @@ def budget_text(budget: Budget) -> str:
     return (
         f"{budget.token_limit:,} × {budget.chat_history_token_ratio} (flush {budget.flush_size:,})"
     )
+
+
+def _utc(time: datetime | None) -> datetime | None:
+    """A time without a zone taken as UTC (as a Message's timestamp is)."""
+    return time.replace(tzinfo=UTC) if time is not None and time.tzinfo is None else time
 
 
 def _as_message(value: Message | dict[str, object]) -> Message:

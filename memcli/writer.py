@@ -35,12 +35,23 @@ CONTENDED_PUTS = 16
 
 @dataclass(frozen=True)
 class Flush:
-    """A flush that happened: the batch that left short-term memory, and why it has its shape."""
+    """A flush that happened: the batch that left short-term memory, and why it has its shape.
 
+    `put`, `put_messages`, `flush_now` and `rebudget` return the flushes they caused, oldest
+    first; `memcli inspect` lists a session's."""
+
+    #: The flush's id in the store (the archived messages' `Message.flush_id`).
     id: int
+    #: The ids of the messages it archived, in order: whole turns, oldest first.
     message_ids: list[int]
+    #: Their tokens, as the budget counts them.
     tokens: int
+    #: Why the batch ends where it does, in words (`memcli inspect` shows it, `Batch.describe`):
+    #: "reached the flush size" or "queue down to one", then e.g. "extended by 1 so the queue
+    #: starts with a user message", "newest turn kept".
     reason: str
+    #: The messages themselves, as stored (archived), when the memory has blocks to feed them
+    #: to; empty otherwise (read them by `message_ids`: `Memory.get_all("archived")`).
     messages: list[Message] = field(default_factory=list)
 
 

@@ -24,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "search": {"store", "messages", "tokens", "errors"},
     "transcripts": {"errors", "messages", "flush"},
     "formats": {"transcripts", "errors", "messages", "flush"},
+    "provider_messages": {"transcripts", "messages"},
     "blocks": FOUNDATIONS | {"store", "search", "llm"},
     "context": FOUNDATIONS,
     "writer": FOUNDATIONS | {"store"},
