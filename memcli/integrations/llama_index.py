@@ -160,7 +160,9 @@ def _json(message: ChatMessage) -> dict[str, Any]:
 class MemcliMemory(BaseMemory):
     """LlamaIndex's `BaseMemory` over a memcli `Memory`: what an agent puts is stored in the memcli
     session (flushed and fed to its blocks as `Memory.put` does); `get()` is the active window with
-    long-term memory inserted, `get_all()` every message, active and archived."""
+    long-term memory inserted, `get_all()` every message, active and archived. Its vector blocks
+    search the flushed messages only, as LlamaIndex's VectorMemoryBlock (`VectorBlock(source=
+    "flushed")`), unless one was given another `source`."""
 
     session_id: str
     _memory: Memory = PrivateAttr()
@@ -169,6 +171,17 @@ class MemcliMemory(BaseMemory):
         super().__init__(session_id=memory.session_id, **data)  # type: ignore[call-arg]
         memory.given_tokens = True  # the messages come counted as LlamaIndex counts them
         self._memory = memory
+        from memcli.blocks.vector import VectorBlock
+
+        flushed = [
+            b for b in memory.memory_blocks if isinstance(b, VectorBlock) and not b.source_given
+        ]
+        for block in flushed:
+            block.source = "flushed"
+        if flushed:  # the CLI builds this session's blocks as they are now
+            from memcli.blocks.registry import record
+
+            record(memory.store, memory.session_id, memory.memory_blocks)
 
     @classmethod
     def class_name(cls) -> str:

@@ -89,8 +89,11 @@ class Scope:
     session_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
-    #: Only messages that have left short-term memory (what a block adds to the context).
+    #: Only messages that have left short-term memory (LlamaIndex's long-term memory).
     archived_only: bool = False
+    #: Leave out this session's messages still in short-term memory (its own window: what a
+    #: block's long-term memory adds is everything else the user said).
+    except_window: str | None = None
 
 
 #: A message's time in unix milliseconds: its own timestamp, else when it was stored.
@@ -129,6 +132,9 @@ def _filters(
         params.append(scope.session_id)
     if scope.archived_only:
         sql += " AND m.status = 'archived'"
+    if scope.except_window is not None:
+        sql += " AND NOT (m.session_id = ? AND m.status = 'active')"
+        params.append(scope.except_window)
     if scope.since is not None:
         sql += f" AND {time_ms} >= ?"
         params.append(unix_ms(scope.since))
@@ -276,7 +282,12 @@ def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
     where, params = _filters(store, scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     sql = f"SELECT MAX({_time_ms(store)}) FROM messages m{join} WHERE TRUE{where}"
-    if store.dialect == "postgresql" and scope.session_id is None and not scope.archived_only:
+    if (
+        store.dialect == "postgresql"
+        and scope.session_id is None
+        and not scope.archived_only
+        and scope.except_window is None
+    ):
         from memcli.store import pg_index
 
         if pg_index.has_pgvector(store):
@@ -555,7 +566,7 @@ def vector_search(
     # The user and the time from the vectors' own copies; the session and the status from
     # their messages.
     join = " JOIN messages m ON m.id = v.message_id"
-    if scope.session_id is None and not scope.archived_only:
+    if scope.session_id is None and not scope.archived_only and scope.except_window is None:
         join = ""
     where = (join, *_filters(store, scope, "v.user_id", "v.at_ms"))
     return pg_index.vector_search(store, model, vector, scope, where, n)
@@ -597,8 +608,13 @@ def _row(r: tuple[Any, ...]) -> MessageRow:
 
 
 def active_ids(store: SQLStore, scope: Scope) -> set[int]:
-    """The messages still in short-term memory among the scope's user or session (each session's
+    """The messages still in short-term memory that the scope leaves out: with `except_window`,
+    that session's; with `archived_only`, those of the scope's user or session (each session's
     window, found through its index: a few per session, whatever the archive holds)."""
+    if not scope.archived_only:
+        if scope.except_window is None:
+            return set()
+        scope = Scope(session_id=scope.except_window, archived_only=True)
     if scope.session_id is not None:
         rows = store.execute(
             "SELECT id FROM messages WHERE session_id = ? AND status = 'active'",
