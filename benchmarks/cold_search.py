@@ -229,6 +229,51 @@ def warm(
     return times
 
 
+def scope(db: Path, cache: str | None, runs: int) -> None:
+    """Scope first, in a store of several users: for each user, `runs` LoCoMo questions searched
+    in lexical mode (how many lose their lexical hits to other users: the user's messages hold a
+    query word, yet BM25 found none of them; must be 0) and in hybrid mode, warm (p50/p95)."""
+    from locomo import DEFAULT_DATA
+
+    from memcli.config import default_home
+    from memcli.search.onnx import OnnxEmbedder
+    from memcli.search.retriever import Retriever
+    from memcli.search.types import SearchOptions
+    from memcli.store import index as sql
+    from memcli.store.sqlite import SQLiteStore
+
+    questions: list[str] = []
+    for path in sorted(DEFAULT_DATA.glob("*.json")):
+        data = json.loads(path.read_text())
+        conv = data.get("conversation", data)
+        questions += [q["question"] for q in data.get("qa", conv.get("qa", []))]
+    random.Random(5).shuffle(questions)
+    store = SQLiteStore(db)
+    embedder = OnnxEmbedder(cache or default_home(os.environ) / "models")
+    retriever = Retriever(store, embedder, SearchOptions())
+    users = [r[0] for r in store.execute("SELECT DISTINCT user_id FROM sessions ORDER BY 1")]
+    retriever.search(questions[0], k=5, user_id=users[0])  # loads the model and the index
+    lost = asked = 0
+    hybrid: list[float] = []
+    for at, user in enumerate(users):
+        for question in questions[at * runs : (at + 1) * runs]:
+            owner = sql.Scope(user_id=user)
+            terms = retriever.lexical.terms(question, owner)[0]
+            has = any(sql.term_counts(store, terms, 1, owner).values())
+            found = retriever.search(question, k=5, user_id=user, mode="lexical").hits
+            asked += 1
+            lost += bool(has and not found)
+            started = time.perf_counter()
+            retriever.search(question, k=5, user_id=user)
+            hybrid.append(time.perf_counter() - started)
+    hot = sorted(hybrid)
+    print(
+        f"scope: {len(users)} users, {asked} queries: {lost} lost their lexical hits to other"
+        f" users; hybrid warm p50 {statistics.median(hot) * 1000:.1f} ms,"
+        f" p95 {hot[int(len(hot) * 0.95)] * 1000:.1f} ms"
+    )
+
+
 def rekey(db: Path, cache: str | None) -> None:
     """Give a store built by an earlier version of this benchmark the current model key (its
     vectors are synthetic: only their number and layout matter to the timings). A real store of
@@ -275,6 +320,9 @@ def main() -> int:
     )
     parser.add_argument("--options", help="SearchOptions overrides (JSON) for the warm queries")
     parser.add_argument(
+        "--scope", type=int, default=0, help="also N queries per user: lost lexical hits, p95"
+    )
+    parser.add_argument(
         "--rekey", action="store_true", help="give an older store's vectors the current model key"
     )
     args = parser.parse_args()
@@ -286,6 +334,8 @@ def main() -> int:
     if args.runs:
         times = measure(args.db, args.model_cache, args.command, args.runs)
         print(f"cold search: median {statistics.median(times):.3f} s, max {max(times):.3f} s")
+    if args.scope:
+        scope(args.db, args.model_cache, args.scope)
     if args.warm:
         load = os.getloadavg()[0]
         shapes = warm(args.db, args.model_cache, args.warm, args.threads, args.options)

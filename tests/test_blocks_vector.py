@@ -93,6 +93,43 @@ def test_session_scope_isolates(tmp_path: Path, minilm) -> None:
     assert second.context("What's the name of my dog?").memory_text == ""
 
 
+def test_long_term_memory_holds_other_sessions_unflushed_messages(vdb: str, minilm) -> None:
+    """A short conversation that never flushed (an import, a chat still open) is recalled by a
+    new session of its user, not by another user's; the session's own window is not repeated
+    in its long-term block; `source = "flushed"` (LlamaIndex's) sees flushed messages only."""
+    db = vdb
+    imported = Memory.from_defaults(session_id="imported", user_id="alice", db=db)
+    imported.put_messages(
+        [Message("user", FACTS[3][0]), Message("assistant", FACTS[3][1])], feed_blocks=False
+    )
+    bob = Memory.from_defaults(session_id="bob-chat", user_id="bob", db=db)
+    bob.put_messages([Message("user", "My neighbour plays the cello every night in Lyon.")])
+    assert imported.store.get_session("imported").archived_messages == 0  # never flushed
+
+    new = chat(db, "new", minilm, user="alice")
+    new.put(Message("user", "I also like reading books about the sea."))
+    text = new.context("What instrument am I learning?").memory_text
+    assert "cello" in text and "three years" in text
+    assert "Lyon" not in text
+    hits = new.memory_blocks[0].last_hits
+    assert {h.session_id for h in hits} == {"imported"}
+    # The session's own window is already in the context: never in its long-term block.
+    own = new.context("What do I like reading about?")
+    assert "the sea" not in own.memory_text
+
+    flushed = chat(db, "flushed", minilm, user="alice", source="flushed")
+    flushed.put(Message("user", "Hello"))
+    assert flushed.context("What instrument am I learning?").memory_text == ""
+    assert flushed.memory_blocks[0].definition()["source"] == "flushed"
+
+
+def test_an_unknown_source_is_refused() -> None:
+    from memcli.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="source must be one of all, flushed"):
+        VectorBlock(source="everything")
+
+
 def test_memory_survives_a_restart_in_a_new_process(vdb: str, minilm) -> None:
     db = vdb
     fill(chat(db, "s1", minilm))
@@ -233,3 +270,24 @@ def test_stored_messages_and_queries_share_one_embedder(tmp_path: Path) -> None:
     assert len(embedder.calls) == calls and block.last_hits
     memory.context("cherry")  # a new input: only it is embedded
     assert embedder.calls[calls:] == [1]
+
+
+def test_memcli_memory_searches_flushed_messages_only_as_llama_index(tmp_path: Path) -> None:
+    """MemcliMemory's vector blocks default to LlamaIndex's "flushed" source (recorded so that
+    the CLI builds the same block); one given a source keeps it."""
+    from memcli.blocks.registry import Defaults, rebuild
+    from memcli.integrations.llama_index import MemcliMemory
+    from memcli.store import longterm
+
+    db = tmp_path / "m.db"
+    plain = VectorBlock(embedder=HashEmbedder())
+    adapter = MemcliMemory.from_defaults(session_id="li", db=db, memory_blocks=[plain])
+    assert plain.source == "flushed"
+    found = longterm.block_definitions(adapter.memory.store, "li")
+    assert found is not None
+    (block,), problems = rebuild(found[1], Defaults(embedder=HashEmbedder()))
+    assert not problems and isinstance(block, VectorBlock) and block.source == "flushed"
+    given = VectorBlock(embedder=HashEmbedder(), source="all")
+    MemcliMemory.from_defaults(session_id="li2", db=db, memory_blocks=[given])
+    assert given.source == "all"
+    assert VectorBlock(embedder=HashEmbedder()).source == "all"

@@ -814,3 +814,44 @@ def test_panels_start_hidden_on_a_narrow_terminal(tmp_path, isolated):
         wait_for(lambda: subprocess.run(["tmux", "has-session", "-t", name]).returncode != 0, 15)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_new_chat_recalls_a_short_imported_conversation_of_its_user_only(tmp_path, llm):
+    """An imported conversation too short to flush is in the request a new chat of its user
+    sends (the default vector block searches every message but the session's own window);
+    another user's is not."""
+    rows = [
+        ("alice", "I have been learning to play the cello for three years."),
+        ("alice", "Music is a great hobby."),
+        ("bob", "My neighbour plays the bassoon every night in Lyon."),
+        ("bob", "That must be loud."),
+    ]
+    for user in ("alice", "bob"):
+        path = tmp_path / f"{user}.jsonl"
+        path.write_text(
+            "".join(
+                json.dumps({"role": role, "content": text}) + "\n"
+                for (who, text), role in zip(rows, ["user", "assistant"] * 2, strict=True)
+                if who == user
+            )
+        )
+        assert memcli("import", str(path), "--user", user, "--no-blocks").code == 0
+    config = tmp_path / "vector.toml"
+    config.write_text('[[blocks]]\nkind = "vector"\nsimilarity_top_k = 2\n')
+    llm.script({"content": "The cello."})
+    run = memcli(
+        "--config",
+        str(config),
+        "chat",
+        "--user",
+        "alice",
+        "--session",
+        "new",
+        *model_args(llm),
+        input="Which instrument am I learning to play?\n",
+    )
+    assert run.code == 0, run.stderr
+    sent = json.dumps(llm.requests[0]["messages"])
+    assert "cello for three years" in sent
+    assert "bassoon" not in sent

@@ -121,3 +121,19 @@ def test_queries_table_shows_each_querys_text(tmp_path: Path) -> None:
     rows = [line.split("│") for line in shown.splitlines() if "│" in line]
     firsts = [r for r in rows if r[0].strip()]  # a hit's text may take several lines
     assert [r[0].strip() for r in firsts] == ["cello lessons", "Douro river"]
+
+
+def test_no_matches_names_the_users_that_have_some(tmp_path: Path) -> None:
+    """`memcli search cello` after `import --user alice` says whose messages match and the
+    --user to use (stderr); the search itself stays the default user's (no hits)."""
+    chat = write_chat(tmp_path / "chat.jsonl")
+    assert memcli("import", chat, "--user", "alice", "--no-blocks").code == 0
+    run = memcli("search", "cello", "--mode", "lexical", "--json")
+    assert run.code == 0 and run.records() == []
+    assert "No matches for user 'default'" in run.stderr
+    assert "Users with matches: alice. Use --user alice." in run.stderr
+    run = memcli("search", "cello", "--json")  # hybrid: the same
+    assert run.code == 0 and run.records() == [] and "Use --user alice" in run.stderr
+    run = memcli("search", "zeppelin", "--user", "bob", "--mode", "lexical")
+    assert run.code == 0 and "No matches." in run.stderr and "--user" not in run.stderr
+    assert memcli("search", "cello", "--user", "alice", "--json").records()

@@ -501,7 +501,11 @@ def test_bm25_budget_keeps_the_scope(store: SQLiteStore) -> None:
     options = SearchOptions(lexical_budget=3, context_before=0, context_after=0)
     retriever = Retriever(store, WordsEmbedder(), options)
     hits = retriever.search("cello", k=10, mode="lexical", user_id="u1").hits
-    assert [h.anchor_id for h in hits] == [mine[1]]  # of the 3 most recent, one is u1's
+    # Scope first: u1's 2 matches are within the budget (u2's newer ones do not count).
+    assert sorted(h.anchor_id for h in hits) == mine
+    narrow = Retriever(store, WordsEmbedder(), dataclasses.replace(options, lexical_budget=1))
+    hits = narrow.search("cello", k=10, mode="lexical", user_id="u1").hits
+    assert [h.anchor_id for h in hits] == [mine[1]]  # u1's most recent match, not none
     with pytest.raises(UsageError):
         SearchOptions(lexical_budget=0)
 
@@ -618,9 +622,9 @@ def test_word_counts_are_kept_until_the_index_grows(
     counted: list[list[str]] = []
     real = sql.term_counts
 
-    def spy(store_: object, terms: Sequence[str], cap: int) -> dict[str, int]:
+    def spy(store_: object, terms: Sequence[str], cap: int, scope: object) -> dict[str, int]:
         counted.append(list(terms))
-        return real(store_, terms, cap)
+        return real(store_, terms, cap, scope)
 
     monkeypatch.setattr(sql, "term_counts", spy)
     retriever = Retriever(store, WordsEmbedder())
@@ -705,3 +709,27 @@ def test_pgvector_search_of_a_user_returns_the_exact_top_10(
         overlap.append(len(exact & {i for i, _ in vectors.search(query, Scope(), 10)}) / 10)
     assert sum(overlap) / len(overlap) >= 0.9  # the whole store: the index, at EF_WHOLE
     store.close()
+
+
+def test_one_users_hits_do_not_change_when_another_user_imports(store: Store) -> None:
+    """Scope first: term choice, the budget and BM25's statistics are the user's own, so that
+    another user's import (the same words, many times over) changes neither hits nor scores."""
+    add(store, "a1", "alice", CHAT)
+    add(store, "a2", "alice", ["The cello lesson moved to Friday", "Biscuit hates the beach"])
+    options = SearchOptions(lexical_budget=4, context_before=0, context_after=0)
+    queries = ["cello orchestra", "Biscuit beach", "what breed is the puppy", "city hall month"]
+
+    def hits(mode: str) -> list[list[tuple[int, float, int | None, float | None]]]:
+        retriever = Retriever(store, WordsEmbedder(), options)
+        out = []
+        for query in queries:
+            found = retriever.search(query, k=5, user_id="alice", mode=mode).hits
+            out.append([(h.anchor_id, h.score, h.lexical_rank, h.lexical_score) for h in found])
+        return out
+
+    before = {mode: hits(mode) for mode in ("lexical", "hybrid")}
+    assert all(before["lexical"])
+    for n in range(6):
+        add(store, f"b{n}", "bob", [f"{t} cello Biscuit beach breed puppy hall" for t in CHAT])
+    after = {mode: hits(mode) for mode in ("lexical", "hybrid")}
+    assert after == before

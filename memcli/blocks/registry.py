@@ -76,6 +76,7 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "name": (str,),
         "priority": (int,),
         "scope": (str,),
+        "source": (str,),
         "similarity_top_k": (int,),
         "retrieval_context_window": (int,),
         "search": (dict,),

@@ -1,5 +1,6 @@
-"""VectorBlock: long-term memory retrieved by hybrid search (BM25 and vectors over every archived
-message, memcli.search), shown with each message's time."""
+"""VectorBlock: long-term memory retrieved by hybrid search (BM25 and vectors, memcli.search) over
+everything the user said outside the session's own window (or, with `source = "flushed"`, over the
+flushed messages only, as LlamaIndex's), shown with each message's time."""
 
 from __future__ import annotations
 
@@ -19,13 +20,21 @@ if TYPE_CHECKING:
     from memcli.search.types import Hit, SearchOptions
 
 
+#: What a vector block searches: "all" the stored messages of the user (or the session, with
+#: `scope = "session"`) but the session's own window: other sessions' messages whether flushed or
+#: not (an imported conversation, a chat still open) and every archived one; or only the
+#: "flushed" (archived) ones, as LlamaIndex's VectorMemoryBlock (MemcliMemory's default).
+SOURCES = ("all", "flushed")
+
+
 class VectorBlock(MemoryBlock):
     """Each flushed batch has its messages embedded (one vector per message, in one model call for
-    many batches); `get` runs the hybrid search of `memcli search` over the archived messages of
-    the user (or the session, with `scope = "session"`) with the last `retrieval_context_window`
-    messages plus the input as the query, and returns the `similarity_top_k` best hits (each a
-    message with its short neighbouring turns) as `<message role='ROLE' time='2023-05-08T13:56'>
-    TEXT</message>` lines, hits separated by a blank line.
+    many batches); `get` runs the hybrid search of `memcli search` with the last
+    `retrieval_context_window` messages plus the input as the query over the user's messages (or
+    the session's, with `scope = "session"`) that `source` names (SOURCES: by default "all" but
+    the session's own window), and returns the `similarity_top_k` best hits (each a message with
+    its short neighbouring turns) as `<message role='ROLE' time='2023-05-08T13:56'>TEXT</message>`
+    lines, hits separated by a blank line.
 
     After each `get`, `last_hits` holds what was found (memcli.search.Hit: score, text,
     session_id, message_ids, ranks). The embedder, for the stored messages and the queries alike,
@@ -55,6 +64,7 @@ class VectorBlock(MemoryBlock):
         retrieval_context_window: int = 5,
         priority: int | None = None,
         scope: str | None = None,
+        source: str | None = None,
         embedder: Embedder | None = None,
         search_options: SearchOptions | None = None,
         index_dir: str | Path | None = None,
@@ -70,6 +80,14 @@ class VectorBlock(MemoryBlock):
                     f"block {self.name!r}: {key} must be a whole number >= 1, not {value!r}",
                     "See config.example.toml",
                 )
+        if source is not None and source not in SOURCES:
+            raise ConfigError(
+                f"block {self.name!r}: source must be one of {', '.join(SOURCES)}, not {source!r}",
+                'Set source = "all" (every message but the session\'s window) or "flushed"',
+            )
+        #: Whether `source` was given (MemcliMemory makes one that was not "flushed").
+        self.source_given = source is not None
+        self.source = source or "all"
         self.similarity_top_k = similarity_top_k
         self.retrieval_context_window = retrieval_context_window
         self._embedder = embedder
@@ -89,6 +107,7 @@ class VectorBlock(MemoryBlock):
             "name": self.name,
             "priority": self.priority,
             "scope": self.scope,
+            "source": self.source,
             "similarity_top_k": self.similarity_top_k,
             "retrieval_context_window": self.retrieval_context_window,
         }
@@ -179,7 +198,8 @@ class VectorBlock(MemoryBlock):
             k=self.similarity_top_k,
             user_id=None if by_session else ctx.user_id,
             session_id=ctx.session_id if by_session else None,
-            archived_only=True,
+            archived_only=self.source == "flushed",
+            except_window=None if self.source == "flushed" else ctx.session_id,
             # Each message embedded once and kept: the next turn embeds only what is new.
             parts=[m.content for m in window if m.content.strip()],
         )

@@ -80,8 +80,9 @@ def search_command(
     if queries is not None:  # the whole file is read and checked before anything is searched
         lines = parse_queries(*read_source(queries))
     store = common.open_store(s, must_exist=True)
+    retriever = common.retriever(s, store)
     found = search_lines(
-        common.retriever(s, store),
+        retriever,
         lines,
         default_user=s.user,
         user=user,
@@ -108,7 +109,7 @@ def search_command(
             f" {w.since.isoformat()} to {w.until.isoformat()}"
         )
     if not records:
-        output.info("No matches.")
+        output.info(_no_matches(retriever, query, session, s.user))
     if output.wants_json(json_):
         output.emit_all(records)
     else:
@@ -139,6 +140,22 @@ def _table(records: list[dict[str, Any]], texts: dict[int, str] | None, explain:
             ]
         rows.append([*row, r["text"]])
     output.table(None, columns, rows)
+
+
+def _no_matches(retriever: Any, query: str | None, session: str | None, user: str) -> str:
+    """No matches, and for one query of a user (no --session) that found nothing, the users
+    whose messages match and the --user to use (as `sessions --user` names the users)."""
+    from memcli.search.queries import users_with_matches
+
+    if query is None or session is not None:
+        return "No matches."
+    others = [u for u in users_with_matches(retriever, query) if u != user]
+    if not others:
+        return "No matches."
+    return (
+        f"No matches for user {user!r}. Users with matches: {', '.join(others)}."
+        f" Use --user {others[0]}."
+    )
 
 
 def _time(flag: str, value: str | None) -> datetime | None:

@@ -177,7 +177,9 @@ def _json(message: ChatMessage) -> dict[str, Any]:
 class MemcliMemory(BaseMemory):
     """LlamaIndex's `BaseMemory` over a memcli `Memory`: what an agent puts is stored in the memcli
     session (flushed and fed to its blocks as `Memory.put` does); `get()` is the active window with
-    long-term memory inserted, `get_all()` every message, active and archived.
+    long-term memory inserted, `get_all()` every message, active and archived. Its vector blocks
+    search the flushed messages only, as LlamaIndex's VectorMemoryBlock (`VectorBlock(source=
+    "flushed")`), unless one was given another `source`.
 
     Its fields are what opens the same memcli session again, so that LlamaIndex's serialisation
     (`Context.to_dict` / `Context.from_dict`, `to_dict` / `from_dict`, pickle) resumes it: the
@@ -212,7 +214,18 @@ class MemcliMemory(BaseMemory):
                 "MemcliMemory takes a memcli Memory or the fields of one, not both",
                 "Pass MemcliMemory(memory), or MemcliMemory.from_defaults(session_id=..., db=...)",
             )
-        super().__init__(**saved_fields(memory))
+        from memcli.blocks.vector import VectorBlock
+
+        flushed = [
+            b for b in memory.memory_blocks if isinstance(b, VectorBlock) and not b.source_given
+        ]
+        for block in flushed:
+            block.source = "flushed"
+        if flushed:  # the CLI builds this session's blocks as they are now
+            from memcli.blocks.registry import record
+
+            record(memory.store, memory.session_id, memory.memory_blocks)
+        super().__init__(**saved_fields(memory))  # (the blocks' definitions as they are now)
         memory.given_tokens = True  # the messages come counted as LlamaIndex counts them
         self._memory = memory
 

@@ -368,7 +368,7 @@ class MessageVectors:
         if total == 0:
             return []
         # A message's status changes: asked of SQLite (the few in short-term memory), not the file.
-        active = sql.active_ids(self.store, scope) if scope.archived_only else set()
+        active = sql.active_ids(self.store, scope)
         query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
         want = min(total, n * 2)
         while True:

@@ -132,3 +132,16 @@ def search_lines(
         if result.window is not None:
             found.windows[line.index] = result.window
     return found
+
+
+def users_with_matches(retriever: Retriever, query: str, k: int = 50) -> list[str]:
+    """The users whose messages match `query`'s words (BM25 over every user's, the best `k`
+    messages), in order of their best match: what to say when a user's own search found nothing.
+    Lexical only: nothing is embedded for it."""
+    result = retriever.search(query, k=k, mode="lexical")
+    users: dict[str, None] = {}
+    for hit in result.hits:
+        info = retriever.store.get_session(hit.session_id)
+        if info is not None:
+            users.setdefault(info.user_id)
+    return list(users)

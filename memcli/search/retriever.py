@@ -206,12 +206,14 @@ class Retriever:
         until: datetime | None = None,
         mode: str = "hybrid",
         archived_only: bool = False,
+        except_window: str | None = None,
         parts: Sequence[str] | None = None,
     ) -> SearchResult:
         """The best `k` hits for `query` among the messages in scope, best first.
 
         `since`/`until` bound each message's time (its timestamp, else when it was stored;
-        `until` excluded); `archived_only` leaves out what is still in short-term memory.
+        `until` excluded); `archived_only` leaves out what is still in short-term memory;
+        `except_window`, what is still in that session's short-term memory.
         `parts`, when the query is several messages (a chat's window), are embedded one by one
         and summed, weighted by their words, as a stored message's vector is made with the one
         before it; each part's vector is kept, so the next turn's window embeds only its new
@@ -230,6 +232,7 @@ class Retriever:
             since=since,
             until=until,
             archived_only=archived_only,
+            except_window=except_window,
         )
         o = self.options
         sql.catch_up(self.store)
@@ -471,6 +474,8 @@ def weighted_pieces(embedder: Embedder, texts: Sequence[str]) -> list[Any]:
 def _within(m: MessageRow, scope: Scope) -> bool:
     """Whether a neighbouring message may join a hit under the search's scope."""
     if scope.archived_only and m.status != "archived":
+        return False
+    if scope.except_window == m.session_id and m.status == "active":
         return False
     if m.timestamp is not None:
         if scope.since is not None and m.timestamp < scope.since:

@@ -89,8 +89,11 @@ class Scope:
     session_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
-    #: Only messages that have left short-term memory (what a block adds to the context).
+    #: Only messages that have left short-term memory (LlamaIndex's long-term memory).
     archived_only: bool = False
+    #: Leave out this session's messages still in short-term memory (its own window: what a
+    #: block's long-term memory adds is everything else the user said).
+    except_window: str | None = None
 
 
 #: A message's time in unix milliseconds: its own timestamp, else when it was stored.
@@ -129,6 +132,9 @@ def _filters(
         params.append(scope.session_id)
     if scope.archived_only:
         sql += " AND m.status = 'archived'"
+    if scope.except_window is not None:
+        sql += " AND NOT (m.session_id = ? AND m.status = 'active')"
+        params.append(scope.except_window)
     if scope.since is not None:
         sql += f" AND {time_ms} >= ?"
         params.append(unix_ms(scope.since))
@@ -149,19 +155,55 @@ def fts_through(store: SQLStore) -> int:
     return int(row[0])
 
 
-def term_counts(store: SQLStore, terms: Sequence[str], cap: int) -> dict[str, int]:
-    """In how many messages each term occurs, counted up to cap + 1 (so it stays cheap)."""
+def owner(scope: Scope) -> Scope | None:
+    """The scope whose statistics a search of `scope` uses: its user's messages, or its
+    session's (whatever its time range or status); None for the whole store."""
+    if scope.user_id is None and scope.session_id is None:
+        return None
+    return Scope(user_id=scope.user_id, session_id=scope.session_id)
+
+
+def scope_size(store: SQLStore, scope: Scope | None) -> int:
+    """How many messages the user or session of `scope` holds (the sessions' counters), or the
+    store (None): BM25's document count."""
+    where, params = "", []
+    if scope is not None and scope.user_id is not None:
+        where += " AND user_id = ?"
+        params.append(scope.user_id)
+    if scope is not None and scope.session_id is not None:
+        where += " AND id = ?"
+        params.append(scope.session_id)
+    row = store.execute(
+        "SELECT COALESCE(SUM(active_messages + archived_messages), 0) FROM sessions"
+        f" WHERE TRUE{where}",
+        params,
+    ).fetchone()
+    return int(row[0])
+
+
+def term_counts(
+    store: SQLStore, terms: Sequence[str], cap: int, scope: Scope | None = None
+) -> dict[str, int]:
+    """In how many messages of the user or session of `scope` (`owner`; None: the store) each
+    term occurs, counted up to cap + 1 (so it stays cheap)."""
+    scope = owner(scope) if scope is not None else None
+    where, params = _filters(store, scope or Scope())
+    join = " JOIN sessions s ON s.id = m.session_id" if scope and scope.user_id else ""
     if store.dialect == "postgresql":
         from memcli.store import pg_index
 
-        return pg_index.term_counts(store, terms, cap)
+        return pg_index.term_counts(store, terms, cap, (join, where, params))
     counts = {}
     for term in terms:
-        row = store.execute(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM retrieval_fts WHERE retrieval_fts MATCH ? LIMIT ?)",
-            (f'"{term}"', cap + 1),
-        ).fetchone()
-        counts[term] = int(row[0])
+        if where:
+            sql = (
+                "SELECT 1 FROM retrieval_fts f JOIN messages m ON m.id = f.rowid"
+                f"{join} WHERE retrieval_fts MATCH ?{where} LIMIT ?"
+            )
+        else:
+            sql = "SELECT 1 FROM retrieval_fts WHERE retrieval_fts MATCH ? LIMIT ?"
+        row = store.execute(f"SELECT COUNT(*) FROM ({sql})", (f'"{term}"', *params, cap + 1))
+        counts[term] = int(row.fetchone()[0])
     return counts
 
 
@@ -181,28 +223,125 @@ def lexical_search(
     counts: Mapping[str, int] | None = None,
 ) -> list[tuple[int, float]]:
     """(message id, BM25 score: higher is better) of the best `limit` messages in scope holding
-    any of the terms; with `recent`, only their `recent` most recent matches (in the whole store)
-    are ranked and then kept if in scope: a cost bounded by `recent`, whatever the term.
-    `counts`: in how many messages each term occurs, if known (PostgreSQL's BM25 needs them).
+    any of the terms; with `recent`, only their `recent` most recent matches in scope are ranked
+    (a cost bounded by `recent`, whatever the term). BM25's statistics are those of the scope's
+    user or session (`owner`): its number of messages, `counts` (in how many of its messages
+    each term occurs, as `term_counts` gives them), and the mean length of the matches, so
+    that what other users store changes nothing.
 
     SQLite: messages not yet in the full-text index (`catch_up` could not write) are searched
-    too, in a temporary index of them alone (`_tail`); their scores come from that index's
-    statistics. PostgreSQL: `memcli.store.pg_index`."""
+    too, in a temporary index of them alone (`_tail`). The matches are scored through a
+    temporary index of them alone (`_bm25`: FTS5's own tokens and stems). PostgreSQL:
+    `memcli.store.pg_index`."""
+    if not terms:
+        return []
+    counts = counts if counts is not None else term_counts(store, terms, RANKED_MAX, scope)
+    size = scope_size(store, owner(scope))
     if store.dialect == "postgresql":
         from memcli.store import pg_index
 
         join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
         where = _filters(store, scope)
-        return pg_index.lexical_search(store, terms, where, join, limit, recent, counts)
+        return pg_index.lexical_search(store, terms, where, join, limit, recent, counts, size)
     match = fts_match(terms)
     if match is None:
         return []
-    hits = _lexical(store, "retrieval_fts", match, scope, limit, recent)
+    ids = _matches(store, "retrieval_fts", match, scope, recent)
     if _tail(store):
-        hits += _lexical(store, "retrieval_tail", match, scope, limit, recent)
-        hits.sort(key=lambda hit: -hit[1])
-        del hits[limit:]
-    return hits
+        ids = sorted(set(ids) | set(_matches(store, "retrieval_tail", match, scope, recent)))
+        if recent is not None:
+            ids = ids[-recent:]
+    return _bm25(store, ids, terms, counts, size)[:limit]
+
+
+#: The most matches BM25 ranks without a `recent` bound (the retriever's term choice keeps
+#: them under its budget); BM25's parameters (FTS5's).
+RANKED_MAX, K1, B = 20_000, 1.2, 0.75
+
+
+def _matches(store: SQLStore, fts: str, match: str, scope: Scope, recent: int | None) -> list[int]:
+    """The ids of the messages in scope that match, in id order: the `recent` newest of them
+    (FTS5 walks its lists by rowid, newest first here), else up to RANKED_MAX."""
+    where, params = _filters(store, scope)
+    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
+    if where:
+        sql = (
+            f"SELECT f.rowid FROM {fts} f JOIN messages m ON m.id = f.rowid{join}"
+            f" WHERE {fts} MATCH ?{where} ORDER BY f.rowid DESC LIMIT ?"
+        )
+    else:
+        sql = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT ?"
+    rows = store.execute(sql, (match, *params, recent or RANKED_MAX))
+    return sorted(int(r[0]) for r in rows)
+
+
+def _bm25(
+    store: SQLStore, ids: Sequence[int], terms: Sequence[str], counts: Mapping[str, int], size: int
+) -> list[tuple[int, float]]:
+    """(id, BM25 score) of these messages, best first (ties: in id order, as FTS5's): each term's
+    frequency in a message and the message's length in tokens as FTS5 reads them (a temporary
+    index of these messages and the terms, read through fts5vocab), its IDF from `counts` and
+    `size`, lengths against their mean over these messages."""
+    import math
+
+    if not ids:
+        return []
+    store.execute(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.retrieval_rank USING fts5(name, content,"
+        f" tokenize='{FTS_TOKENIZER}')"
+    )
+    store.execute(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.retrieval_rank_words"
+        " USING fts5vocab('temp', 'retrieval_rank', 'instance')"
+    )
+    store.execute("DELETE FROM temp.retrieval_rank")
+    store.executemany(
+        "INSERT INTO temp.retrieval_rank (rowid, name, content) VALUES (?, '', ?)",
+        [(-1 - i, term) for i, term in enumerate(terms)],
+    )
+    for at in range(0, len(ids), 500):
+        chunk = list(ids[at : at + 500])
+        store.execute(
+            "INSERT INTO temp.retrieval_rank (rowid, name, content) SELECT id, name, content"
+            f" FROM messages WHERE id IN ({','.join('?' * len(chunk))})",
+            chunk,
+        )
+    stems: dict[str, set[int]] = {}  # a stem: the terms (by index) it is a word of
+    parts = [0] * len(terms)
+    for doc, stem in store.execute(
+        "SELECT doc, term FROM temp.retrieval_rank_words WHERE doc < 0"
+    ).fetchall():
+        stems.setdefault(stem, set()).add(-1 - int(doc))
+        parts[-1 - int(doc)] += 1
+    lengths = dict(
+        store.execute(
+            "SELECT doc, COUNT(*) FROM temp.retrieval_rank_words WHERE doc > 0 GROUP BY doc"
+        ).fetchall()
+    )
+    mean = max(sum(lengths.values()) / max(len(lengths), 1), 1.0)
+    found: dict[tuple[int, int], list[int]] = {}  # (doc, term): its words' frequencies
+    if stems:
+        rows = store.execute(
+            "SELECT doc, term, COUNT(*) FROM temp.retrieval_rank_words WHERE doc > 0"
+            f" AND term IN ({','.join('?' * len(stems))}) GROUP BY doc, term",
+            list(stems),
+        ).fetchall()
+        for doc, stem, n in rows:
+            for t in stems[stem]:
+                found.setdefault((int(doc), t), []).append(int(n))
+    idf = []
+    for term in terms:
+        count = counts.get(term, 0)
+        total = max(size, count)
+        idf.append(max(math.log((total - count + 0.5) / (count + 0.5)), 1e-6))
+    scores: dict[int, float] = {}
+    for (doc, t), tfs in found.items():
+        if len(tfs) < parts[t]:
+            continue  # not every word of the term (a phrase) is in it
+        tf = min(tfs)
+        norm = K1 * (1 - B + B * lengths.get(doc, 0) / mean)
+        scores[doc] = scores.get(doc, 0.0) + idf[t] * tf * (K1 + 1) / (tf + norm)
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
 def _tail(store: SQLStore) -> bool:
@@ -225,40 +364,6 @@ def _tail(store: SQLStore) -> bool:
     return True
 
 
-def _lexical(
-    store: SQLStore, fts: str, match: str, scope: Scope, limit: int, recent: int | None = None
-) -> list[tuple[int, float]]:
-    """`lexical_search` on one FTS5 table."""
-    where, params = _filters(store, scope)
-    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
-    if recent is not None:
-        # FTS5 walks its lists by rowid, newest first here, and stops after `recent` rows.
-        ranked = (
-            f"(SELECT rowid AS id, bm25({fts}) AS rank FROM {fts}"
-            f" WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT ?)"
-        )
-        sql = f"SELECT f.id, f.rank FROM {ranked} f"
-        args: list[Any] = [match, recent]
-        if where:
-            sql += f" JOIN messages m ON m.id = f.id{join} WHERE 1{where}"
-            args += params
-        rows = store.execute(f"{sql} ORDER BY f.rank LIMIT ?", (*args, limit))
-    elif not where:
-        rows = store.execute(
-            f"SELECT rowid, bm25({fts}) AS rank FROM {fts}"
-            f" WHERE {fts} MATCH ? ORDER BY rank LIMIT ?",
-            (match, limit),
-        )
-    else:
-        rows = store.execute(
-            f"SELECT f.rowid, bm25({fts}) AS rank FROM {fts} f"
-            f" JOIN messages m ON m.id = f.rowid{join}"
-            f" WHERE {fts} MATCH ?{where} ORDER BY rank LIMIT ?",
-            (match, *params, limit),
-        )
-    return [(int(r[0]), -float(r[1])) for r in rows]
-
-
 def count_messages(store: SQLStore, scope: Scope, cap: int | None = None) -> int:
     """How many messages are in scope (with `cap`, counted up to it: a bounded cost)."""
     where, params = _filters(store, scope)
@@ -276,7 +381,12 @@ def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
     where, params = _filters(store, scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     sql = f"SELECT MAX({_time_ms(store)}) FROM messages m{join} WHERE TRUE{where}"
-    if store.dialect == "postgresql" and scope.session_id is None and not scope.archived_only:
+    if (
+        store.dialect == "postgresql"
+        and scope.session_id is None
+        and not scope.archived_only
+        and scope.except_window is None
+    ):
         from memcli.store import pg_index
 
         if pg_index.has_pgvector(store):
@@ -555,7 +665,7 @@ def vector_search(
     # The user and the time from the vectors' own copies; the session and the status from
     # their messages.
     join = " JOIN messages m ON m.id = v.message_id"
-    if scope.session_id is None and not scope.archived_only:
+    if scope.session_id is None and not scope.archived_only and scope.except_window is None:
         join = ""
     where = (join, *_filters(store, scope, "v.user_id", "v.at_ms"))
     return pg_index.vector_search(store, model, vector, scope, where, n)
@@ -597,8 +707,13 @@ def _row(r: tuple[Any, ...]) -> MessageRow:
 
 
 def active_ids(store: SQLStore, scope: Scope) -> set[int]:
-    """The messages still in short-term memory among the scope's user or session (each session's
+    """The messages still in short-term memory that the scope leaves out: with `except_window`,
+    that session's; with `archived_only`, those of the scope's user or session (each session's
     window, found through its index: a few per session, whatever the archive holds)."""
+    if not scope.archived_only:
+        if scope.except_window is None:
+            return set()
+        scope = Scope(session_id=scope.except_window, archived_only=True)
     if scope.session_id is not None:
         rows = store.execute(
             "SELECT id FROM messages WHERE session_id = ? AND status = 'active'",

@@ -8,8 +8,8 @@ as with SQLite's FTS5 table (generated at insert: an import pays about the time 
 `to_tsvector`, measured in docs/performance.md). A query is the OR of the query's terms, each
 through `plainto_tsquery` (its text bound as a parameter, never written into tsquery syntax).
 The score is BM25 computed in SQL over the matching messages, as FTS5's `bm25()` ranks them:
-per term, IDF from the number of messages it occurs in (the retriever's term counts) and the
-store's size (its highest message id); term frequency from the tsvector's positions; length from the tsvector's number
+per term, IDF from the number of messages of the scope's user (or session) it occurs in (the
+retriever's term counts) and how many messages that user holds; term frequency from the tsvector's positions; length from the tsvector's number
 of words, against their mean over the matches. The retriever fuses ranks, not scores, so the
 scores need only order the matches as BM25 would; they differ from SQLite's in value (another
 stemmer, another length measure, an approximate mean length).
@@ -121,19 +121,26 @@ def _tsquery(terms: Sequence[str]) -> str:
 OVER_CAP = 4
 
 
-def term_counts(store: SQLStore, terms: Sequence[str], cap: int) -> dict[str, int]:
-    """In how many messages each term occurs, counted up to cap + 1.
+def term_counts(
+    store: SQLStore, terms: Sequence[str], cap: int, scope: tuple[str, str, list[Any]]
+) -> dict[str, int]:
+    """In how many messages of the scope (`scope`: join, conditions and parameters on
+    `messages m`, from `memcli.store.index.term_counts`) each term occurs, counted up to cap + 1.
 
     Counting through the GIN index builds the whole bitmap of a term's messages, however low the
-    cap (a common word in a million messages: 50-400 ms). So when ANALYZE has gathered the
-    column's statistics (its most common words), a term they put in over OVER_CAP times the cap
-    counts as cap + 1 without counting (PostgreSQL's estimate, about 1 ms); the others, rare or
-    unknown, are counted."""
+    cap (a common word in a million messages: 50-400 ms). So for the whole store, when ANALYZE
+    has gathered the column's statistics (its most common words), a term they put in over
+    OVER_CAP times the cap counts as cap + 1 without counting (PostgreSQL's estimate, about
+    1 ms); the others, rare or unknown, are counted. A user's or a session's terms are always
+    counted in it: the store's statistics would make one user's counts depend on the others'."""
+    join, filters, params = scope
     counts = {}
-    row = store.execute(
-        "SELECT 1 FROM pg_stats WHERE schemaname = current_schema() AND tablename = 'messages'"
-        " AND attname = 'search' AND most_common_elems IS NOT NULL"
-    ).fetchone()
+    row = None
+    if not filters:
+        row = store.execute(
+            "SELECT 1 FROM pg_stats WHERE schemaname = current_schema()"
+            " AND tablename = 'messages' AND attname = 'search' AND most_common_elems IS NOT NULL"
+        ).fetchone()
     for term in terms:
         if row is not None:
             plan = store.execute(
@@ -145,9 +152,9 @@ def term_counts(store: SQLStore, terms: Sequence[str], cap: int) -> dict[str, in
                 counts[term] = cap + 1
                 continue
         found = store.execute(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM messages"
-            " WHERE search @@ plainto_tsquery('memcli', ?) LIMIT ?) AS t",
-            (term, cap + 1),
+            f"SELECT COUNT(*) FROM (SELECT 1 FROM messages m{join}"
+            f" WHERE m.search @@ plainto_tsquery('memcli', ?){filters} LIMIT ?) AS t",
+            (term, *params, cap + 1),
         ).fetchone()
         counts[term] = int(found[0])
     return counts
@@ -160,24 +167,24 @@ def lexical_search(
     join: str,
     limit: int,
     recent: int | None,
-    counts: Mapping[str, int] | None,
+    counts: Mapping[str, int],
+    size: int,
 ) -> list[tuple[int, float]]:
     """(message id, BM25 score) of the best `limit` messages holding any of the terms, under the
     scope's filters (`where`, `join`: SQL from `memcli.store.index`); with `recent`, only
-    the `recent` most recent matches in the whole store are ranked, then kept if in scope."""
+    the `recent` most recent matches in scope are ranked. `counts` and `size`: in how many of
+    the scope's user's (or session's) messages each term occurs, and how many it holds."""
     if not terms:
         return []
     filters, params = where
-    size = store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0]
-    counts = counts if counts is not None else term_counts(store, terms, max(int(size), 1))
     idf = [_idf(int(size), counts.get(t, 0)) for t in terms]
     match = _tsquery(terms)
     if recent is not None:
         matches = (
-            f"(SELECT id FROM messages WHERE search @@ ({match}) ORDER BY id DESC LIMIT ?) AS r"
-            f" JOIN messages m ON m.id = r.id{join} WHERE TRUE{filters}"
+            f"(SELECT m.id FROM messages m{join} WHERE m.search @@ ({match}){filters}"
+            f" ORDER BY m.id DESC LIMIT ?) AS r JOIN messages m ON m.id = r.id"
         )
-        args: list[Any] = [*terms, recent, *params]
+        args: list[Any] = [*terms, *params, recent]
     else:
         matches = f"messages m{join} WHERE m.search @@ ({match}){filters}"
         args = [*terms, *params]
