@@ -13,6 +13,7 @@ from fakes import WordTokenizer
 
 from memcli import ConfigError, FactBlock, Memory, Message, SummaryBlock
 from memcli.blocks.registry import Defaults, build_blocks
+from memcli.store import facts as fact_store
 from memcli.store import longterm, summaries
 
 
@@ -38,7 +39,7 @@ def turns(memory: Memory, *texts: str) -> None:
 
 
 def facts(memory: Memory) -> list[str]:
-    return [f.text for f in longterm.list_facts(memory.store, "extracted_info", "user:ana")]
+    return [f.text for f in fact_store.list_facts(memory.store, "extracted_info", "user:ana")]
 
 
 def fact_block(llm, **kw) -> FactBlock:
