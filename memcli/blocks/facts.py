@@ -25,6 +25,7 @@ from memcli.llm import LLMConfig
 from memcli.search.facts import FactVectors, rank_facts
 from memcli.store import facts as fact_store
 from memcli.store import longterm, work
+from memcli.template import neutralise
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -645,11 +646,13 @@ class FactBlock(LLMBlock):
 
     @staticmethod
     def _render(facts: Sequence[fact_store.Fact], ids: bool = False) -> str:
-        """`<fact>` lines; with `ids`, each with its id, topics and entities (for the prompts)."""
+        """`<fact>` lines; with `ids`, each with its id, topics and entities (for the prompts).
+        A fact's text cannot open or close the template's elements (`neutralise`)."""
 
         def line(f: fact_store.Fact) -> str:
+            text = neutralise(f.text)
             if not ids:
-                return f"<fact>{f.text}</fact>"
+                return f"<fact>{text}</fact>"
             attributes = f' id="{f.id}"'
             if f.topics:
                 attributes += f' topics="{html.escape(", ".join(f.topics))}"'
@@ -657,7 +660,7 @@ class FactBlock(LLMBlock):
                 attributes += f' entities="{html.escape(", ".join(f.entities))}"'
             if f.expires_at is not None:
                 attributes += f' expires="{f.expires_at.date().isoformat()}"'
-            return f"<fact{attributes}>{f.text}</fact>"
+            return f"<fact{attributes}>{text}</fact>"
 
         return "\n".join(line(f) for f in facts)
 
