@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from memcli.flush import truncation_order
 from memcli.messages import Message
+from memcli.template import TEMPLATE_TAGS, neutralise
 from memcli.tokens import message_tokens
 
 if TYPE_CHECKING:
@@ -65,10 +66,14 @@ def assemble(
     if input is not None:
         shown.append(input if isinstance(input, Message) else Message("user", input))
     contents: dict[str, str] = {}
+    # No content opens or closes `<memory>` or a block's element (the blocks neutralise the
+    # texts they put in their own `<fact>`, `<message>` elements); done before counting, so
+    # that what is counted is what is sent.
+    tags = ("memory", *(b.name for b in blocks if b.name not in TEMPLATE_TAGS))
     for block in blocks:
         text = block.get(shown, ctx)
         if text:
-            contents[block.name] = text
+            contents[block.name] = neutralise(text, tags)
     full = dict(contents)
     original = {name: tokenizer.count(text) for name, text in contents.items()}
     truncated = truncate_blocks(blocks, contents, original, history_tokens, token_limit, tokenizer)
@@ -136,7 +141,8 @@ def truncate_blocks(
 
 
 def render_memory(blocks: Sequence[tuple[str, str]]) -> str:
-    """`<memory>`, each block as `<NAME>`, content, `</NAME>` on their own lines, `</memory>`."""
+    """`<memory>`, each block as `<NAME>`, content, `</NAME>` on their own lines, `</memory>`
+    (the contents as given: `assemble` has neutralised them)."""
     if not blocks:
         return ""
     parts = ["<memory>"]

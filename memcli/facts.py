@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memcli.errors import InputError, MemcliError, UsageError
+from memcli.errors import InputError, MemcliError, SessionNotFound, UsageError
 from memcli.messages import check_text, format_time
 from memcli.search.types import MAX_HITS
 from memcli.search.types import MODES as SEARCH_MODES
@@ -32,11 +32,12 @@ from memcli.store.facts import Fact, FactChange
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
+    from memcli.blocks.conversations import ExtractionPlan
     from memcli.blocks.facts import FactBlock
     from memcli.blocks.feed import FeedResult
     from memcli.search.embedder import Embedder
     from memcli.search.facts import FactVectors
-    from memcli.store.base import Store
+    from memcli.store.base import SessionInfo, Store
     from memcli.tokens import Tokenizer
 
 
@@ -268,32 +269,68 @@ class Facts:
         self.get(fact_id)
         return fact_store.restore_fact(self.store, fact_id, origin=self.origin)
 
+    def extraction_plan(
+        self, tokenizer: Tokenizer, session: str | None = None
+    ) -> tuple[list[FactBlock], ExtractionPlan]:
+        """The fact blocks with a model, and what they have not read of the user's stored
+        conversations (or of one `session`): archived batches not processed and active messages
+        never read, in batches, with the requests and `tokenizer` tokens (cl100k) extraction
+        would send (`blocks.conversations.plan_extraction`). Nothing is sent. UsageError when no
+        fact block with a model is configured; SessionNotFound for a session not the user's."""
+        from memcli.blocks.conversations import plan_extraction
+
+        blocks, sessions = self._extracting(session)
+        return blocks, plan_extraction(self.store, blocks, sessions, tokenizer)
+
     def extract(
         self,
         tokenizer: Tokenizer,
         *,
         pending: bool = False,
+        session: str | None = None,
+        plan: ExtractionPlan | None = None,
         progress: Callable[[int], None] | None = None,
         on_total: Callable[[int], None] | None = None,
     ) -> FeedResult:
-        """Run the fact blocks that have a model on the user's batches none of them processed
-        (`blocks.feed.backfill`), or with `pending` only on those whose extraction failed before.
-        UsageError when no fact block with a model is configured."""
+        """Read what the fact blocks with a model have not read of the user's stored
+        conversations (or of one `session`), active messages included, one request per batch,
+        each recorded as it is done: a second run sends nothing, an interrupted one goes on
+        where it stopped (`blocks.conversations.read_batches`). `plan`: the one
+        `extraction_plan` returned (else made here); `on_total(n)` is told the batches first,
+        `progress(1)` after each. With `pending`, only the batches whose extraction failed
+        before are retried. UsageError when no fact block with a model is configured."""
+        from memcli.blocks.conversations import read_batches
         from memcli.blocks.facts import extract_pending
-        from memcli.blocks.feed import backfill
 
-        blocks = fact_blocks(self.blocks(None))
+        if pending:
+            blocks, sessions = self._extracting(session)
+            return extract_pending(self.store, blocks, sessions, tokenizer)
+        if plan is None:
+            blocks, plan = self.extraction_plan(tokenizer, session)
+        else:
+            blocks = self._extracting(session)[0]
+        if on_total is not None:
+            on_total(len(plan.batches))
+        return read_batches(self.store, blocks, plan, tokenizer, progress)
+
+    def _extracting(self, session: str | None) -> tuple[list[FactBlock], list[SessionInfo]]:
+        """The fact blocks with a model (of `session`'s blocks, else the user's), and the
+        sessions to read: the user's, or `session` when it is theirs (with no owner: anyone's)."""
+        if session is not None:
+            info = self.store.get_session(session)
+            if info is None or info.user_id != (self.owner or info.user_id):
+                raise SessionNotFound(session, self.owner)
+            sessions = [info]
+        else:
+            sessions = self.store.list_sessions(self.user)
+        blocks = fact_blocks(self.blocks(session))
         if not any(b.llm for b in blocks):
             raise UsageError(
                 "no fact block is configured" if not blocks else "no model is configured for facts",
                 'Set [llm] model (--model via MEMCLI_MODEL), or add a [[blocks]] kind = "facts"'
                 " with a model",
             )
-        blocks = [b for b in blocks if b.llm]
-        sessions = self.store.list_sessions(self.user)
-        if pending:
-            return extract_pending(self.store, blocks, sessions, tokenizer)
-        return backfill(self.store, blocks, sessions, tokenizer, progress, on_total)
+        return [b for b in blocks if b.llm], sessions
 
     # -- ownership --------------------------------------------------------------------------
 

@@ -308,3 +308,25 @@ def test_edit_and_delete_keep_history(db: str) -> None:
         ("edited", "A2", "A"),
         ("deleted", None, "B"),
     ]
+
+
+def test_messages_read_while_active_are_not_sent_again_when_flushed(llm, tmp_path: Path) -> None:
+    from memcli.blocks.conversations import plan_extraction, read_batches
+
+    memory = facts_memory(llm, tmp_path / "m.db")
+    turn(memory, "my dog is Rex")  # stays active: no flush yet
+    [block] = memory.memory_blocks
+    info = memory.store.get_session("s1")
+    plan = plan_extraction(memory.store, [block], [info], memory.tokenizer)
+    assert plan.requests == 1 and plan.batches[0].flush_id is None
+    llm.script({"content": "<facts><fact>Ana has a dog named Rex</fact></facts>"})
+    result = read_batches(memory.store, [block], plan, memory.tokenizer)
+    assert result.done == {"extracted_info": 1} and len(llm.requests) == 1
+
+    flushes = turn(memory, "and I like tea")  # flushes the turn read above
+    assert len(flushes) == 1
+    assert len(llm.requests) == 1  # not sent again
+    statuses = longterm.flush_statuses(memory.store, "extracted_info", "user:ana", "s1")
+    assert statuses == {flushes[0].id: "done"}
+    assert facts(memory) == ["Ana has a dog named Rex"]
+    assert plan_extraction(memory.store, [block], [info], memory.tokenizer).requests == 1  # tea

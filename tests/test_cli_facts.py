@@ -21,11 +21,15 @@ def test_import_extracts_then_list_add_edit_rm_history(llm, tmp_path: Path) -> N
     llm.script(
         {"content": "<facts><fact>Ana has a dog named Rex</fact></facts>"},
         {"content": "<facts><fact>Ana lives in Porto</fact></facts>"},
+        {"content": "<facts></facts>"},
     )
     run = memcli("--config", config, "import", transcript(tmp_path, 3), "--session", "s1", "--json")
     assert run.code == 0, run.stderr
-    summary = run.records()[-1]
-    assert summary["flushes"] == 2 and summary["block_batches"] == 2
+    summary, extraction = run.records()[-2:]
+    # After the import: the 2 flushed batches and the active turn, its cost said first.
+    assert summary["flushes"] == 2
+    assert extraction == {"type": "extraction", "done": 3, "pending": 0}
+    assert "Extracting facts: 3 requests (" in run.stderr and "cl100k tokens" in run.stderr
 
     run = memcli("--config", config, "facts", "--json")
     assert run.code == 0, run.stderr
@@ -145,19 +149,22 @@ def test_fact_text_not_utf8_is_refused() -> None:
 @pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_failed_extraction_is_pending_then_extract_pending(llm, tmp_path: Path) -> None:
     config = write_config(tmp_path, llm, timeout=1)
-    llm.script({"status": 500}, {"content": "garbage"})
+    llm.script({"status": 500})
     run = memcli("--config", config, "import", transcript(tmp_path, 3), "--session", "s1", "--json")
     assert run.code == 1, run.stderr  # the messages are stored, the extraction failed: exit 1
-    summary = run.records()[-1]
-    assert summary["block_batches_pending"] >= 1
-    assert "pending" in run.stderr
+    # It stops at the first failure: that batch and the 2 after it wait.
+    assert run.records()[-1] == {"type": "extraction", "done": 0, "pending": 3}
+    assert "pending" in run.stderr and len(llm.requests) == 1
     assert memcli("--config", config, "facts", "--json").records() == []
 
-    llm.script(
-        {"content": "<facts><fact>Ana likes tea</fact></facts>"},
-        {"content": "<facts><fact>Ana likes jazz</fact></facts>"},
-    )
+    llm.script({"content": "<facts><fact>Ana likes tea</fact></facts>"})
     run = memcli("--config", config, "facts", "extract", "--pending", "--json")
+    assert run.code == 0, run.stderr
+    assert run.records()[-1] == {"type": "summary", "done": 1, "pending": 0}
+    llm.script(
+        {"content": "<facts><fact>Ana likes jazz</fact></facts>"}, {"content": "<facts></facts>"}
+    )
+    run = memcli("--config", config, "facts", "extract", "--json")
     assert run.code == 0, run.stderr
     assert run.records()[-1] == {"type": "summary", "done": 2, "pending": 0}
     texts = [f["text"] for f in memcli("--config", config, "facts", "--json").records()]
@@ -472,3 +479,96 @@ def test_the_groups_session_is_the_subcommands_session(tmp_path: Path) -> None:
     assert [f["text"] for f in found.records()] == ["Ana is in Rome"], found.stderr
     history = memcli(*c, "facts", "--session", "s1", "history", "--json")
     assert [h["text"] for h in history.records()] == ["Ana is in Rome"], history.stderr
+
+
+def _short_import(tmp_path: Path, config: str, user: str, name: str, text: str) -> None:
+    """A two-turn conversation of `user`, too short to flush: every message stays active."""
+    path = tmp_path / f"{name}.jsonl"
+    lines = [
+        {"role": "user", "content": text},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "thanks"},
+        {"role": "assistant", "content": "Any time."},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    args = ("--config", config, "import", str(path), "--user", user, "--session", name)
+    run = memcli(*args, "--no-extract", "--json")
+    assert run.code == 0, run.stderr
+    assert run.records()[-1]["flushes"] == 0
+
+
+def _long_config(tmp_path: Path, llm) -> str:
+    """The loopback model, and a budget under which a short conversation never flushes; each
+    batch of an extraction is a turn (flush size 5 tokens)."""
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 5\n\n'
+        "[memory]\ntoken_limit = 10000\ntoken_flush_size = 5\n\n"
+        '[[blocks]]\nkind = "facts"\n'
+    )
+    return str(path)
+
+
+def test_extract_reads_never_flushed_conversations_of_the_user_only(llm, tmp_path: Path) -> None:
+    config = _long_config(tmp_path, llm)
+    _short_import(tmp_path, config, "ana", "a1", "My cello lessons are on Mondays")
+    _short_import(tmp_path, config, "bo", "b1", "I keep bees on my roof")
+    assert llm.requests == []  # --no-extract: nothing sent
+
+    run = memcli("--config", config, "facts", "extract", "--user", "ana", "--dry-run", "--json")
+    assert run.code == 0, run.stderr
+    [plan] = run.records()
+    assert plan["type"] == "plan" and plan["requests"] == 2 and plan["tokens"] > 100
+    assert "2 requests" in run.stderr and "cl100k tokens" in run.stderr
+    assert llm.requests == []  # a dry run sends nothing
+
+    llm.script(
+        {"content": "<facts><fact>Ana has cello lessons on Mondays</fact></facts>"},
+        {"content": "<facts></facts>"},
+    )
+    run = memcli("--config", config, "facts", "extract", "--user", "ana", "--json")
+    assert run.code == 0, run.stderr
+    assert run.records()[-1] == {"type": "summary", "done": 2, "pending": 0}
+    assert len(llm.requests) == 2
+    sent = json.dumps([r["messages"] for r in llm.requests])
+    assert "cello" in sent and "bees" not in sent  # another user's conversation is not read
+    facts = memcli("--config", config, "facts", "--user", "ana", "--json").records()
+    assert [f["text"] for f in facts] == ["Ana has cello lessons on Mondays"]
+    assert facts[0]["session"] == "a1" and facts[0]["message_ids"]
+
+    # A second run sends nothing, a dry run says so.
+    run = memcli("--config", config, "facts", "extract", "--user", "ana", "--json")
+    assert run.code == 0 and run.records()[-1] == {"type": "summary", "done": 0, "pending": 0}
+    assert len(llm.requests) == 2
+    dry = memcli("--config", config, "facts", "extract", "--user", "ana", "--dry-run", "--json")
+    assert dry.records() == [{"type": "plan", "requests": 0, "tokens": 0}]
+
+
+def test_an_interrupted_extraction_goes_on_where_it_stopped(llm, tmp_path: Path) -> None:
+    config = _long_config(tmp_path, llm)
+    _short_import(tmp_path, config, "ana", "a1", "My cello lessons are on Mondays")
+    llm.script({"content": "<facts><fact>Ana plays the cello</fact></facts>"}, {"status": 500})
+    run = memcli("--config", config, "facts", "extract", "--session", "a1", "--user", "ana")
+    assert run.code == 1 and "1 batch is still pending" in run.stderr, run.stderr
+    assert len(llm.requests) == 2
+    assert "cello" in json.dumps(llm.requests[0]["messages"])
+
+    llm.script({"content": "<facts><fact>Ana says thanks</fact></facts>"})
+    run = memcli("--config", config, "facts", "extract", "--user", "ana", "--json")
+    assert run.code == 0, run.stderr
+    assert run.records()[-1] == {"type": "summary", "done": 1, "pending": 0}
+    assert len(llm.requests) == 3  # only the batch that failed
+    third = json.dumps(llm.requests[2]["messages"])
+    assert "thanks" in third and "cello lessons" not in third
+    texts = [
+        f["text"] for f in memcli("--config", config, "facts", "--json", "--user", "ana").records()
+    ]
+    assert texts == ["Ana plays the cello", "Ana says thanks"]
+
+
+def test_extract_of_another_users_session_is_no_session(llm, tmp_path: Path) -> None:
+    config = _long_config(tmp_path, llm)
+    _short_import(tmp_path, config, "bo", "b1", "I keep bees on my roof")
+    run = memcli("--config", config, "facts", "extract", "--user", "ana", "--session", "b1")
+    assert run.code == 1 and "no session 'b1'" in run.stderr, run.stderr
+    assert llm.requests == []

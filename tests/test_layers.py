@@ -11,7 +11,16 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "memcli"
 
 #: The foundations: modules every layer may import.
-FOUNDATIONS = {"errors", "messages", "credentials", "tokens", "flush", "config", "about"}
+FOUNDATIONS = {
+    "errors",
+    "messages",
+    "credentials",
+    "tokens",
+    "flush",
+    "config",
+    "about",
+    "template",
+}
 
 #: What each part may import of memcli, besides itself (a part is a top-level module or package).
 ALLOWED: dict[str, set[str]] = {
@@ -19,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "credentials": set(),
     "messages": {"errors"},
     "flush": {"errors"},
+    "template": set(),
     "tokens": {"errors", "messages"},
     "store": {"errors", "messages", "credentials"},
     "search": {"store", "messages", "tokens", "errors"},

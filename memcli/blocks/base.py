@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
+from memcli.template import TEMPLATE_TAGS, neutralise
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
@@ -24,8 +26,9 @@ SECRET = re.compile(r"(^|_)(api_?key|key|secret|password|passwd|token|credential
 
 def conversation_text(messages: Sequence[Message]) -> str:
     """A batch as an LLM prompt shows it: `<message role='ROLE'>TEXT</message>` lines inside
-    `<conversation>`."""
-    lines = [f"<message role='{m.role}'>{m.content}</message>" for m in messages]
+    `<conversation>`; a message's text cannot open or close these elements (`neutralise`)."""
+    tags = ("conversation", *TEMPLATE_TAGS)
+    lines = [f"<message role='{m.role}'>{neutralise(m.content, tags)}</message>" for m in messages]
     return "<conversation>\n" + "\n".join(lines) + "\n</conversation>"
 
 

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memcli.blocks.base import BlockContext, Deferred, LLMBlock
+from memcli.blocks.base import BlockContext, Deferred, LLMBlock, conversation_text
 from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
 from memcli.search.facts import FactVectors, rank_facts
 from memcli.store import facts as fact_store
 from memcli.store import longterm, work
+from memcli.template import neutralise
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -516,8 +517,10 @@ class FactBlock(LLMBlock):
 
     def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
         """Extract this batch (Deferred if that fails); when it worked, the LLM is answering again:
-        retry up to `retry_pending` failed batches whose back-off has passed."""
-        reason = self.extract(batch, ctx)
+        retry up to `retry_pending` failed batches whose back-off has passed. Messages read
+        while they were active (`memcli facts extract`) are not sent again."""
+        batch = self.unread(batch, ctx)
+        reason = self.extract(batch, ctx) if batch else None
         if reason is not None:
             raise Deferred(reason)
         if self.retry_pending and self.auto_retries:
@@ -543,12 +546,32 @@ class FactBlock(LLMBlock):
             if info is None:
                 continue
             ctx = BlockContext(session_id, info.user_id, store, tokenizer, flush_id)
-            reason = self.extract(longterm.flush_messages(store, flush_id), ctx)
+            batch = self.unread(longterm.flush_messages(store, flush_id), ctx)
+            reason = self.extract(batch, ctx) if batch else None
             status = "done" if reason is None else "pending"
             longterm.mark_flushes(store, self.name, scope_key, [flush_id], status, reason)
             done += reason is None
             failed += reason is not None
         return done, failed
+
+    def unread(self, batch: Sequence[Message], ctx: BlockContext) -> list[Message]:
+        """The batch's messages this block has not read while they were active."""
+        ranges = longterm.read_ranges(ctx.store, self.name, self.scope_key(ctx), ctx.session_id)
+        if not ranges:
+            return list(batch)
+        return [m for m in batch if m.id is None or not any(a <= m.id <= b for a, b in ranges)]
+
+    def request_tokens(
+        self, store: Any, batch: Sequence[Message], info: SessionInfo, tokenizer: Tokenizer
+    ) -> int:
+        """The tokens an extraction of `batch` sends: the prompt with as many of the facts known
+        now as it would be shown (the oldest, for the estimate: no search is run), and the
+        batch as `conversation_text`."""
+        key = self.key_for(info.id, info.user_id)
+        known = fact_store.fact_texts(store, self.name, key)[: self.candidates]
+        shown = fact_store.get_facts(store, [f.id for f in known])
+        prompt = fact_prompt(EXTRACT_PROMPT, self.uses_schema, existing=self._render(shown, True))
+        return tokenizer.count(prompt) + tokenizer.count(conversation_text(batch))
 
     def related(self, store: Any, scope_key: str, text: str) -> list[fact_store.Fact]:
         """The current facts an extraction of `text` is shown: all of them when they are at most
@@ -645,11 +668,13 @@ class FactBlock(LLMBlock):
 
     @staticmethod
     def _render(facts: Sequence[fact_store.Fact], ids: bool = False) -> str:
-        """`<fact>` lines; with `ids`, each with its id, topics and entities (for the prompts)."""
+        """`<fact>` lines; with `ids`, each with its id, topics and entities (for the prompts).
+        A fact's text cannot open or close the template's elements (`neutralise`)."""
 
         def line(f: fact_store.Fact) -> str:
+            text = neutralise(f.text)
             if not ids:
-                return f"<fact>{f.text}</fact>"
+                return f"<fact>{text}</fact>"
             attributes = f' id="{f.id}"'
             if f.topics:
                 attributes += f' topics="{html.escape(", ".join(f.topics))}"'
@@ -657,7 +682,7 @@ class FactBlock(LLMBlock):
                 attributes += f' entities="{html.escape(", ".join(f.entities))}"'
             if f.expires_at is not None:
                 attributes += f' expires="{f.expires_at.date().isoformat()}"'
-            return f"<fact{attributes}>{f.text}</fact>"
+            return f"<fact{attributes}>{text}</fact>"
 
         return "\n".join(line(f) for f in facts)
 

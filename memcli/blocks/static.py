@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.errors import ConfigError
+from memcli.template import neutralise
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -63,4 +64,5 @@ class StaticBlock(MemoryBlock):
         }
 
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
-        return self.content
+        """The content, unable to open or close the template's elements (`neutralise`)."""
+        return neutralise(self.content)

@@ -28,6 +28,7 @@ from memcli.blocks.base import BlockContext, Deferred, LLMBlock, MemoryBlock
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
 from memcli.store import longterm, summaries
+from memcli.template import neutralise
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -333,7 +334,7 @@ class SummaryBlock(LLMBlock):
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
         self._tokenizer = ctx.tokenizer
         latest = summaries.latest_summary(ctx.store, ctx.session_id, self.name)
-        return latest.text if latest else ""
+        return neutralise(latest.text) if latest else ""
 
     def truncate(self, content: str, tokens_over: int) -> str | None:
         """The summary cut at a sentence end (else a word) to lose `tokens_over` tokens; None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.errors import ConfigError
+from memcli.template import neutralise
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -222,11 +223,12 @@ class VectorBlock(MemoryBlock):
 
 def render_hit(hit: Hit) -> str:
     """A hit as `<message role='user' time='2023-05-08T13:56'>TEXT</message>` lines (UTC, to the
-    minute; no time attribute for a message stored without one)."""
+    minute; no time attribute for a message stored without one). A message's text cannot open or
+    close the template's elements (`neutralise`)."""
     lines = []
     for m in hit.messages:
         when = f" time='{m.timestamp.strftime('%Y-%m-%dT%H:%M')}'" if m.timestamp else ""
-        lines.append(f"<message role='{m.role}'{when}>{m.content}</message>")
+        lines.append(f"<message role='{m.role}'{when}>{neutralise(m.content)}</message>")
     return "\n".join(lines)
 
 

@@ -467,25 +467,63 @@ def extract_command(
         bool,
         typer.Option("--pending", help="Only retry batches whose extraction failed before."),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print how many requests and cl100k tokens it would send; send none."
+        ),
+    ] = False,
     user: common.User = None,
+    session: Session = None,
     json_: common.Json = False,
 ) -> None:
-    """Run fact extraction on the user's batches that no fact block has processed, or with
-    --pending only on those whose extraction failed (the LLM was down or answered badly).
+    """Read every stored conversation of the user (or one --session) that no fact block has
+    read yet, active (never flushed) messages included, one request per batch of the session's
+    flush size. Each batch is recorded as it is done: running it again sends nothing, and a run
+    stopped midway goes on where it stopped. With --pending, only retry the batches whose
+    extraction failed (the LLM was down or answered badly).
 
-    Example: memcli facts extract --pending
+    Example: memcli facts extract --user ana --dry-run
     """
-    s, facts = _facts(ctx, _merged(ctx, "extract", user=user)["user"], warn=True)
-    tokenizer = common.tokenizer(s)
+    from memcli.tokens import TiktokenTokenizer
+
+    given = _merged(ctx, "extract", user=user, session=session)
+    s, facts = _facts(ctx, given["user"], warn=True)
+    session = given["session"]
     if pending:
-        result = facts.extract(tokenizer, pending=True)
+        if dry_run:
+            from memcli.errors import UsageError
+
+            raise UsageError("--dry-run and --pending cannot go together", "Give one of them")
+        result = facts.extract(common.tokenizer(s), pending=True, session=session)
     else:
+        _, plan = facts.extraction_plan(TiktokenTokenizer(), session)
+        what = (
+            f"{output.plural(plan.requests, 'request')} ({plan.tokens:,} cl100k tokens"
+            " before the replies)"
+        )
+        if dry_run:
+            output.info(f"Dry run: extraction would send {what}; nothing was sent.")
+            if output.wants_json(json_):
+                output.emit_all(
+                    [{"type": "plan", "requests": plan.requests, "tokens": plan.tokens}]
+                )
+            return
+        if plan.requests:
+            output.info(f"Extracting facts: {what}.")
         with output.progress("Extracting facts") as bar:
-            result = facts.extract(tokenizer, progress=bar.advance, on_total=bar.total)
+            result = facts.extract(
+                common.tokenizer(s),
+                session=session,
+                plan=plan,
+                progress=bar.advance,
+                on_total=bar.total,
+            )
     done, still = sum(result.done.values()), sum(result.pending.values())
     output.info(f"Extracted from {output.plural(done, 'batch')}; {still} still pending.")
     if output.wants_json(json_):
         output.emit_all([{"type": "summary", "done": done, "pending": still}])
-    error = result.pending_error("memcli facts extract --pending")
+    again = "memcli facts extract --pending" if pending else "memcli facts extract"
+    error = result.pending_error(again)
     if error is not None:  # the LLM failed on them again: not a success
         raise error

@@ -60,6 +60,13 @@ def import_command(
             help="Store and flush without feeding long-term blocks (they catch up later).",
         ),
     ] = False,
+    no_extract: Annotated[
+        bool,
+        typer.Option(
+            "--no-extract",
+            help="Extract no facts (`memcli facts extract` does it later); the other blocks are fed.",
+        ),
+    ] = False,
     rebudget: Annotated[
         bool,
         typer.Option(
@@ -95,6 +102,11 @@ def import_command(
     in the same order, are skipped ("0 new, 419 already stored"); --again imports a second copy. A budget option that differs from a stored session's budget is an error unless
     --rebudget is given. Flushes are recomputed: a `status` in the file is not used.
 
+    With a model for facts, the facts are extracted after the messages are stored, from every
+    imported conversation (short, never-flushed ones too), once the number of requests and
+    tokens it will send is said; --no-extract leaves that to `memcli facts extract`, and
+    --no-blocks (no block fed at all) implies it.
+
     Example: memcli import chat.jsonl --session demo --token-limit 4000
     """
     from memcli.errors import UsageError
@@ -122,6 +134,9 @@ def import_command(
     else:
         store = common.open_store(s)
     blocks = [] if no_blocks or dry_run else common.make_blocks(s, store, session=session)
+    extracting = _fact_blocks_with_a_model(blocks)
+    for block in extracting:  # facts come after the import, their cost said first
+        block.receives_flushes = False
     opening = Opening.from_settings(
         s,
         blocks,
@@ -150,6 +165,40 @@ def import_command(
         fed.interrupted(total)
         raise
     _report(result, announce_new=session is None, blocks_fed=bool(blocks), json_=json_)
+    if extracting and not no_extract and result.sessions:
+        _extract(s, store, extracting, list(result.sessions), json_=json_)
+
+
+def _fact_blocks_with_a_model(blocks: list[Any]) -> list[Any]:
+    from memcli.facts import fact_blocks
+
+    return [b for b in fact_blocks(blocks) if b.llm]
+
+
+def _extract(s: Any, store: Any, blocks: list[Any], sessions: list[str], *, json_: bool) -> None:
+    """Extract the facts of the imported sessions, after saying what it will send (requests,
+    cl100k tokens); exit 1 while batches stay pending."""
+    from memcli.blocks.conversations import plan_extraction, read_batches
+    from memcli.tokens import TiktokenTokenizer
+
+    infos = [info for info in map(store.get_session, sessions) if info is not None]
+    plan = plan_extraction(store, blocks, infos, TiktokenTokenizer())
+    if not plan.batches:
+        return
+    output.info(
+        f"Extracting facts: {output.plural(plan.requests, 'request')} ({plan.tokens:,} cl100k"
+        " tokens before the replies; --no-extract skips it)."
+    )
+    with output.progress("Extracting facts") as bar:
+        bar.total(len(plan.batches))
+        result = read_batches(store, blocks, plan, common.tokenizer(s), bar.advance)
+    done, still = sum(result.done.values()), sum(result.pending.values())
+    output.info(f"Extracted facts from {output.plural(done, 'batch')}; {still} still pending.")
+    if output.wants_json(json_):
+        output.emit_all([{"type": "extraction", "done": done, "pending": still}])
+    error = result.pending_error("memcli facts extract")
+    if error is not None:
+        raise error
 
 
 def _empty_store() -> Any:

@@ -188,3 +188,44 @@ def flush_messages(store: SQLStore, flush_id: int) -> list[Message]:
         (flush_id,),
     )
     return [store.message_from_row(row) for row in rows]
+
+
+# -- what a block read outside any flush --------------------------------------------------------
+
+
+def record_read(
+    store: SQLStore, block: str, scope_key: str, session_id: str, message_ids: Sequence[int]
+) -> None:
+    """Record that `block` read these messages of a session (active ones: no flush holds them),
+    as the range of their ids."""
+    if not message_ids:
+        return
+    with store.transaction():
+        store.execute(
+            "INSERT INTO block_reads (block, scope_key, session_id, first_message_id,"
+            " last_message_id, messages, read_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (block, scope_key, session_id, first_message_id) DO UPDATE SET"
+            " last_message_id = excluded.last_message_id, messages = excluded.messages,"
+            " read_at = excluded.read_at",
+            (
+                block,
+                scope_key,
+                session_id,
+                min(message_ids),
+                max(message_ids),
+                len(message_ids),
+                _now(),
+            ),
+        )
+
+
+def read_ranges(
+    store: SQLStore, block: str, scope_key: str, session_id: str
+) -> list[tuple[int, int]]:
+    """The (first, last) message id ranges `block` read of a session outside any flush."""
+    rows = store.execute(
+        "SELECT first_message_id, last_message_id FROM block_reads"
+        " WHERE block = ? AND scope_key = ? AND session_id = ? ORDER BY first_message_id",
+        (block, scope_key, session_id),
+    )
+    return [(row[0], row[1]) for row in rows]

@@ -363,6 +363,24 @@ def _migration_20(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE facts SET valid_from = created_at")
 
 
+def _migration_21(conn: sqlite3.Connection) -> None:
+    """What a block read of a session's messages outside any flush (`memcli facts extract` on
+    active, never-flushed messages): per block, scope and session, the ranges of message ids
+    read. Gone with the session (`ON DELETE CASCADE`)."""
+    conn.execute(
+        """CREATE TABLE "block_reads" (
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "session_id" TEXT NOT NULL REFERENCES "sessions"("id") ON DELETE CASCADE,
+   "first_message_id" INTEGER NOT NULL,
+   "last_message_id" INTEGER NOT NULL,
+   "messages" INTEGER NOT NULL,
+   "read_at" TEXT NOT NULL,
+   PRIMARY KEY ("block", "scope_key", "session_id", "first_message_id")
+)"""
+    )
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -378,6 +396,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (18, _migration_18),
     (19, _migration_19),
     (20, _migration_20),
+    (21, _migration_21),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -548,6 +548,20 @@ def _vector_scope_23(conn: Any) -> None:
 #: SQLite's 19 (the sessions' sources), 21 SQLite's 20 (fact states), 22 PostgreSQL's own again (the
 #: put function's next seq), 23 too (with pgvector: the vectors' user and time), 24 too (the put of
 #: one message).
+# What a block read of a session's messages outside any flush (SQLite's 21).
+_BLOCK_READS_25 = (
+    f"""CREATE TABLE block_reads (
+   block {_TEXT} NOT NULL,
+   scope_key {_TEXT} NOT NULL,
+   session_id {_TEXT} NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+   first_message_id BIGINT NOT NULL,
+   last_message_id BIGINT NOT NULL,
+   messages BIGINT NOT NULL,
+   read_at {_TEXT} NOT NULL,
+   PRIMARY KEY (block, scope_key, session_id, first_message_id)
+)""",
+)
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
@@ -558,6 +572,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (22, _run(_PUT_22)),
     (23, _vector_scope_23),
     (24, _run(_PUT_ONE_24)),
+    (25, _run(_BLOCK_READS_25)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

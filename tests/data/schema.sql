@@ -150,3 +150,13 @@ CREATE TABLE "summaries" (
 );
 CREATE TRIGGER "summaries_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM summaries WHERE session_id = old.id; END;
 CREATE INDEX "sessions_source" ON "sessions" ("user_id", "source_id");
+CREATE TABLE "block_reads" (
+   "block" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "session_id" TEXT NOT NULL REFERENCES "sessions"("id") ON DELETE CASCADE,
+   "first_message_id" INTEGER NOT NULL,
+   "last_message_id" INTEGER NOT NULL,
+   "messages" INTEGER NOT NULL,
+   "read_at" TEXT NOT NULL,
+   PRIMARY KEY ("block", "scope_key", "session_id", "first_message_id")
+);
