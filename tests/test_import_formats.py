@@ -62,7 +62,7 @@ def test_chatgpt_export_one_session_per_conversation_on_the_current_branch(tmp_p
             "Mostly sourdough. Here is my starter, how many grams of flour for 500 g of dough?",
         ),
         ("assistant", "Let me compute that."),
-        ("assistant", "flour = 500 / 1.75\nround(flour)"),
+        ("assistant", ""),  # the code is the arguments of its tool call (below)
         ("tool", "286"),
         ("assistant", "About 286 g of flour for 500 g of dough at 75% hydration."),
     ]
@@ -77,6 +77,13 @@ def test_chatgpt_export_one_session_per_conversation_on_the_current_branch(tmp_p
     stored = list(store.iter_messages(info.id))
     assert [m.timestamp for m in stored] == [at(s) for s in (1, 2, 5, 6, 7, 8, 9)]
     assert stored[5].name == "python"
+    call = stored[4].metadata["extra"]["tool_calls"][0]
+    assert call["id"] == "c1" and call["function"]["name"] == "python"
+    assert json.loads(call["function"]["arguments"]) == {
+        "input": "flour = 500 / 1.75\nround(flour)"
+    }
+    assert stored[5].metadata["extra"] == {"tool_call_id": "c1"}
+    assert [m.metadata["source_id"] for m in stored] == ["u1", "a1", "u2", "a2", "c1", "o1", "a3"]
 
 
 def test_chatgpt_again_from_the_zip_and_the_split_zip_stores_nothing(tmp_path: Path) -> None:
@@ -127,7 +134,8 @@ def test_a_conversation_that_grew_gets_only_its_new_messages(tmp_path: Path) -> 
 def test_claude_export_keeps_attachments_searchable_with_their_message(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
     result = load(DATA / "claude-conversations.json", store)
-    assert result.dropped_parts == 3  # tool use, tool result, the uploaded file
+    # tool use and results are skipped, and the uploaded file's text is kept: nothing left out
+    assert result.dropped_parts == 0
     found = sessions(store)
     (user, assistant) = found["Bakery price list"]
     assert user[0] == "user" and user[1].startswith("Can you tidy up my price list?")
