@@ -523,3 +523,41 @@ def test_an_export_that_is_not_as_its_format_says_is_an_input_error(
     path = tmp_path / "conversations.json"
     path.write_text(json.dumps(items))  # a lone surrogate written as its escape
     refused(path, what)
+
+
+def test_claude_counts_only_the_parts_left_out_and_no_bare_file_line(tmp_path: Path) -> None:
+    conversation = {
+        "uuid": "c-1",
+        "name": "Scans",
+        "chat_messages": [
+            {
+                "uuid": "m-1",
+                "sender": "human",
+                "created_at": "2024-06-01T12:00:00Z",
+                "content": [{"type": "text", "text": "Read my scan"}],
+                "attachments": [
+                    {"file_name": "scan.pdf", "extracted_content": ""},
+                    {"file_name": "notes.txt", "extracted_content": "Gecko-1122"},
+                ],
+                "files": [{"file_name": "scan.pdf"}, {"file_name": "notes.txt"}],
+            },
+            {
+                "uuid": "m-2",
+                "sender": "assistant",
+                "created_at": "2024-06-01T12:00:01Z",
+                "content": [
+                    {"type": "thinking", "thinking": "Let me look."},
+                    {"type": "text", "text": "The scan has no text."},
+                    {"type": "tool_use", "name": "search", "input": {}},
+                    {"type": "tool_result", "content": []},
+                ],
+            },
+        ],
+    }
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([conversation]))
+    (found,) = read(path).conversations
+    assert found.dropped == 1  # the scan without text; not thinking, tools, or notes.txt
+    user, assistant = found.messages
+    assert user.content == "Read my scan\n\n[notes.txt]\nGecko-1122"  # no bare [scan.pdf] line
+    assert [user.metadata, assistant.metadata] == [{"source_id": "m-1"}, {"source_id": "m-2"}]
