@@ -63,8 +63,8 @@ def conversations(
         conversation.records.append(record)
         conversation.dropped += record.dropped
     found = list(out.values())
-    for c in found:
-        if header is not None and c.session is not None and c.session == header.id:
+    for c in found:  # (with `session_id`, the header's conversation is the one imported)
+        if header is not None and c.session is not None and c.session in (header.id, session_id):
             c.title, c.source_id = header.title, header.source_id
             c.keys = {**(header.metadata or {}), **c.keys}
     return content_ids(found)

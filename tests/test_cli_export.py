@@ -172,3 +172,68 @@ def test_export_format_errors(tmp_path: Path) -> None:
     assert run.code == 2 and "jsonl, openai, markdown" in run.stderr and run.stdout == ""
     run = memcli("export", "nope", "--format", "markdown")
     assert run.code == 1 and run.stdout == ""
+
+
+EXPORTS = Path(__file__).parent / "data" / "exports"
+
+
+def valid_for_openai(messages: list[dict]) -> None:
+    """OpenAI's rule for tool turns: every tool message answers a `tool_calls` entry of the
+    assistant message before its run of tool messages, once; every entry is answered."""
+    open_calls: set[str] = set()
+    for m in messages:
+        if m["role"] == "tool":
+            assert m["tool_call_id"] in open_calls, m
+            open_calls.remove(m["tool_call_id"])
+            continue
+        assert not open_calls, f"calls without results before {m}"
+        assert m["content"] is not None or m.get("tool_calls"), m
+        open_calls = {c["id"] for c in m.get("tool_calls") or []}
+    assert not open_calls
+
+
+def test_chatgpt_tool_turns_export_as_valid_openai_messages() -> None:
+    assert memcli("import", str(EXPORTS / "chatgpt-tools.json")).code == 0
+    (session,) = memcli("sessions", "--json").records()
+    (line,) = memcli("export", session["session"], "--format", "openai").records()
+    messages = line["messages"]
+    valid_for_openai(messages)
+    calls = [c["function"]["name"] for m in messages for c in m.get("tool_calls") or []]
+    assert calls == ["bio", "browser", "python", "dalle_text2im"]
+    # the browser's second result answers no call: a user message holding it, not an orphan
+    assert {
+        "role": "user",
+        "content": "[browser result]\nBaeckerei Glatz opens at 6:30.",
+    } in messages
+    assert [m["content"] for m in messages if m["role"] == "tool"] == [
+        "Model set context updated.",
+        "# 0 Baeckerei Glatz, Bern",
+        "84",
+        "DALL·E displayed 1 images. The images are already plainly visible, so don't repeat"
+        " the descriptions in detail.",
+    ]
+
+
+def test_valid_tool_turns_writes_what_cannot_be_paired_as_text() -> None:
+    from memcli.transcripts import valid_tool_turns
+
+    call = {"id": "x", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    records = [
+        {"role": "tool", "content": "orphan", "name": "python"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "user", "content": "next"},
+    ]
+    out = valid_tool_turns(records)
+    valid_for_openai(out)
+    assert out == [
+        {"role": "user", "content": "[python result]\norphan"},
+        {"role": "assistant", "content": "[tool call f] {}"},
+        {"role": "user", "content": "next"},
+    ]
+
+
+def test_markdown_export_has_the_conversations_title() -> None:
+    assert memcli("import", str(EXPORTS / "openwebui-chat.json")).code == 0
+    (session,) = memcli("sessions", "--json").records()
+    text = memcli("export", session["session"], "--format", "markdown").stdout
+    assert text.startswith(f"# Train to Zermatt\n\nSession: {session['session']}  \nUser: ")

@@ -364,3 +364,137 @@ def test_llm_logs_db_imported_by_path_and_from_stdin(tmp_path: Path) -> None:
     assert "0 new, 9 already stored" in again.stderr
     json_again = memcli("import", str(EXPORTS / "llm-0.27-logs.json"))
     assert "0 new, 9 already stored" in json_again.stderr
+
+
+EXPORTS = Path(__file__).parent / "data" / "exports"
+
+# Each real-shaped export: the sessions' titles, each session's roles in order, a canary word
+# in it that search must find, and the non-text parts left out.
+STACKS = {
+    "sharegpt.json": (
+        [None, None],
+        [
+            ["user", "assistant", "user", "assistant"],
+            ["system", "user", "assistant", "tool", "assistant"],
+        ],
+        "Pangolin-4412",
+        0,
+    ),
+    "sharegpt.jsonl": (
+        [None, None],
+        [["system", "user", "assistant"], ["user", "assistant"]],
+        "Okapi-9902",
+        0,
+    ),
+    "openwebui-chats.json": (
+        ["Hiking near Interlaken", "Fondue for four"],
+        [["user", "assistant", "user", "assistant"], ["user", "assistant"]],
+        "Axolotl-5150",
+        1,
+    ),
+    "openwebui-chat.json": (
+        ["Train to Zermatt"],
+        [["system", "user", "assistant", "user"]],
+        "Narwhal-3377",
+        0,
+    ),
+    "sillytavern.jsonl": (
+        ["Seraphina - 2024-06-01@12h00m00s"],
+        [["assistant", "user", "assistant"]],
+        "Marmot-6021",
+        0,
+    ),
+    "lmstudio.conversation.json": (
+        ["Sourdough hydration"],
+        [["system", "user", "assistant", "user", "assistant"]],
+        "Wombat-8080",
+        1,
+    ),
+    "anthropic-messages.json": (
+        [None],
+        [["system", "user", "assistant", "tool", "assistant", "user"]],
+        "Ibex-2468",  # in the system prompt
+        1,
+    ),
+    "llm-0.36-fragments.db": (
+        ["My sourdough starter is named Q…", "My sourdough starter is named Q…"],
+        [["user", "assistant", "user", "assistant"], ["system", "user", "assistant"]],
+        "Quokka-7731",  # only in the fragment
+        0,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(STACKS))
+def test_each_stack_export_imports_right_and_once(name: str) -> None:
+    titles, roles, canary, dropped = STACKS[name]
+    path = str(EXPORTS / name)
+    run = memcli("import", path, "--user", "ana")
+    assert run.code == 0, run.stderr
+    (summary,) = run.records()
+    assert summary["new"] == sum(map(len, roles))
+    assert summary.get("dropped_parts", 0) == dropped or f"{dropped} non-text" in run.stderr
+    sessions = memcli("sessions", "--json").records()
+    assert sorted(s["title"] or "" for s in sessions) == sorted(t or "" for t in titles)
+    found = []
+    for s in sessions:
+        (_, *messages) = memcli("export", s["session"]).records()
+        found.append([m["role"] for m in messages])
+        assert all(m["content"] or m.get("tool_calls") for m in messages)  # nothing empty
+    assert sorted(found) == sorted(roles)
+    hits = memcli("search", canary, "--mode", "lexical", "--user", "ana", "--json").records()
+    assert hits and canary in hits[0]["text"]
+    again = memcli("import", path, "--user", "ana")
+    assert again.code == 0 and again.records()[0]["new"] == 0
+    assert len(memcli("sessions", "--json").records()) == len(titles)
+
+
+def test_llm_json_after_its_db_with_fragments_stores_nothing_twice(tmp_path: Path) -> None:
+    first = memcli("import", str(EXPORTS / "llm-0.36-fragments.db"))
+    assert first.code == 0 and first.records()[0]["new"] == 7
+    again = memcli("import", str(EXPORTS / "llm-0.36-fragments.json"))
+    assert again.code == 0, again.stderr
+    assert again.records()[0]["new"] == 0
+
+
+def test_an_unknown_shape_names_the_formats_memcli_reads(tmp_path: Path) -> None:
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps([{"question": "q", "answer": "a"}]))
+    run = memcli("import", str(path))
+    assert run.code == 2
+    for word in ("ShareGPT", "Open WebUI", "SillyTavern", "LM Studio", "Anthropic"):
+        assert word in run.stderr
+
+
+def test_a_chatgpt_conversation_without_current_node_is_read_as_chatgpt(tmp_path: Path) -> None:
+    (conversation, _) = json.loads((EXPORTS / "chatgpt-conversations.json").read_text())
+    del conversation["current_node"]
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(conversation))
+    run = memcli("import", str(path))
+    assert run.code == 0, run.stderr
+    (session,) = memcli("sessions", "--json").records()
+    assert session["title"] == "Sourdough in Bern"
+
+
+def test_sessions_json_shows_the_kept_record_keys_as_metadata() -> None:
+    run = memcli("import", str(EXPORTS / "finetune.jsonl"))
+    assert run.code == 0, run.stderr
+    sessions = memcli("sessions", "--json").records()
+    assert any("tools" in (s["metadata"] or {}) for s in sessions)
+
+
+def test_importing_an_export_with_session_keeps_its_title_and_source_id() -> None:
+    assert memcli("import", str(EXPORTS / "openwebui-chat.json")).code == 0
+    (first,) = memcli("sessions", "--json").records()
+    exported = memcli("export", first["session"])
+    run = memcli("import", "-", "--session", "copy", input=exported.stdout)
+    assert run.code == 0, run.stderr
+    copy = next(s for s in memcli("sessions", "--json").records() if s["session"] == "copy")
+    assert copy["title"] == "Train to Zermatt" and copy["source_id"] == first["source_id"]
+
+
+def test_an_imported_session_is_not_updated_before_it_was_created() -> None:
+    assert memcli("import", str(EXPORTS / "sillytavern.jsonl")).code == 0
+    (session,) = memcli("sessions", "--json").records()
+    assert session["updated_at"] >= session["created_at"]

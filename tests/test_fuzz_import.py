@@ -624,7 +624,22 @@ SEEDS = {
     "finetune": [
         json.loads(line) for line in (EXPORTS / "finetune.jsonl").read_text().splitlines()
     ],
+    "sharegpt": json.loads((EXPORTS / "sharegpt.json").read_text()),
+    "sharegpt-lines": [
+        json.loads(line) for line in (EXPORTS / "sharegpt.jsonl").read_text().splitlines()
+    ],
+    "openwebui": json.loads((EXPORTS / "openwebui-chats.json").read_text()),
+    "openwebui-chat": json.loads((EXPORTS / "openwebui-chat.json").read_text()),
+    "sillytavern": [
+        json.loads(line) for line in (EXPORTS / "sillytavern.jsonl").read_text().splitlines()
+    ],
+    "lmstudio": json.loads((EXPORTS / "lmstudio.conversation.json").read_text()),
+    "anthropic": json.loads((EXPORTS / "anthropic-messages.json").read_text()),
+    "chatgpt-tools": json.loads((EXPORTS / "chatgpt-tools.json").read_text()),
+    "llm-fragments": json.loads((EXPORTS / "llm-0.36-fragments.json").read_text()),
 }
+#: The formats written one record a line.
+LINES = ("finetune", "sharegpt-lines", "sillytavern")
 ANY_JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
@@ -665,7 +680,7 @@ def export_files(draw: st.DrawFn) -> tuple[str, bytes]:
         at = draw(st.sampled_from(paths(value)))
         new = draw(ANY_JSON | st.sampled_from(["a2", "b1", "\ud800", 1e400, [None], {}]))
         value = replaced(value, at, new)
-    if kind == "finetune" and isinstance(value, list):
+    if kind in LINES and isinstance(value, list):
         return kind, "".join(json.dumps(line) + "\n" for line in value).encode()
     data = json.dumps(value).encode()
     wrap = draw(st.sampled_from(["json", "json", "zip", "split"]))

@@ -62,7 +62,7 @@ def test_chatgpt_export_one_session_per_conversation_on_the_current_branch(tmp_p
             "Mostly sourdough. Here is my starter, how many grams of flour for 500 g of dough?",
         ),
         ("assistant", "Let me compute that."),
-        ("assistant", "flour = 500 / 1.75\nround(flour)"),
+        ("assistant", ""),  # the code is the arguments of its tool call (below)
         ("tool", "286"),
         ("assistant", "About 286 g of flour for 500 g of dough at 75% hydration."),
     ]
@@ -77,6 +77,13 @@ def test_chatgpt_export_one_session_per_conversation_on_the_current_branch(tmp_p
     stored = list(store.iter_messages(info.id))
     assert [m.timestamp for m in stored] == [at(s) for s in (1, 2, 5, 6, 7, 8, 9)]
     assert stored[5].name == "python"
+    call = stored[4].metadata["extra"]["tool_calls"][0]
+    assert call["id"] == "c1" and call["function"]["name"] == "python"
+    assert json.loads(call["function"]["arguments"]) == {
+        "input": "flour = 500 / 1.75\nround(flour)"
+    }
+    assert stored[5].metadata["extra"] == {"tool_call_id": "c1"}
+    assert [m.metadata["source_id"] for m in stored] == ["u1", "a1", "u2", "a2", "c1", "o1", "a3"]
 
 
 def test_chatgpt_again_from_the_zip_and_the_split_zip_stores_nothing(tmp_path: Path) -> None:
@@ -127,7 +134,8 @@ def test_a_conversation_that_grew_gets_only_its_new_messages(tmp_path: Path) -> 
 def test_claude_export_keeps_attachments_searchable_with_their_message(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
     result = load(DATA / "claude-conversations.json", store)
-    assert result.dropped_parts == 3  # tool use, tool result, the uploaded file
+    # tool use and results are skipped, and the uploaded file's text is kept: nothing left out
+    assert result.dropped_parts == 0
     found = sessions(store)
     (user, assistant) = found["Bakery price list"]
     assert user[0] == "user" and user[1].startswith("Can you tidy up my price list?")
@@ -515,3 +523,41 @@ def test_an_export_that_is_not_as_its_format_says_is_an_input_error(
     path = tmp_path / "conversations.json"
     path.write_text(json.dumps(items))  # a lone surrogate written as its escape
     refused(path, what)
+
+
+def test_claude_counts_only_the_parts_left_out_and_no_bare_file_line(tmp_path: Path) -> None:
+    conversation = {
+        "uuid": "c-1",
+        "name": "Scans",
+        "chat_messages": [
+            {
+                "uuid": "m-1",
+                "sender": "human",
+                "created_at": "2024-06-01T12:00:00Z",
+                "content": [{"type": "text", "text": "Read my scan"}],
+                "attachments": [
+                    {"file_name": "scan.pdf", "extracted_content": ""},
+                    {"file_name": "notes.txt", "extracted_content": "Gecko-1122"},
+                ],
+                "files": [{"file_name": "scan.pdf"}, {"file_name": "notes.txt"}],
+            },
+            {
+                "uuid": "m-2",
+                "sender": "assistant",
+                "created_at": "2024-06-01T12:00:01Z",
+                "content": [
+                    {"type": "thinking", "thinking": "Let me look."},
+                    {"type": "text", "text": "The scan has no text."},
+                    {"type": "tool_use", "name": "search", "input": {}},
+                    {"type": "tool_result", "content": []},
+                ],
+            },
+        ],
+    }
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps([conversation]))
+    (found,) = read(path).conversations
+    assert found.dropped == 1  # the scan without text; not thinking, tools, or notes.txt
+    user, assistant = found.messages
+    assert user.content == "Read my scan\n\n[notes.txt]\nGecko-1122"  # no bare [scan.pdf] line
+    assert [user.metadata, assistant.metadata] == [{"source_id": "m-1"}, {"source_id": "m-2"}]

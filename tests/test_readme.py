@@ -219,6 +219,14 @@ def env(
     shutil.copy(exports / "llm-0.36-logs.db", cwd / "logs.db")
     shutil.copy(exports / "llm-0.27-logs.json", cwd / "llm-logs.json")
     shutil.copy(exports / "finetune.jsonl", cwd / "train.jsonl")
+    for sample, named in (
+        ("sharegpt.jsonl", "dataset.jsonl"),
+        ("openwebui-chats.json", "chat-export.json"),
+        ("sillytavern.jsonl", "Seraphina - 2024-06-01@12h00m00s.jsonl"),
+        ("lmstudio.conversation.json", "1717243200123.conversation.json"),
+        ("anthropic-messages.json", "request.json"),
+    ):
+        shutil.copy(exports / sample, cwd / named)
     write_jsonl(
         cwd / "questions.jsonl",
         [{"query": "where does Ana live"}, {"query": "cello", "k": 2}, {"query": "dog"}],

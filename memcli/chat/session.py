@@ -27,6 +27,7 @@ from memcli.chat.offline import offline_answer, related_messages
 from memcli.errors import ProviderError, UsageError
 from memcli.memory import Context, Flush, Memory
 from memcli.messages import EXTRA, Message, format_time
+from memcli.transcripts import valid_tool_turns
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -405,7 +406,7 @@ class Turn:
             yield notice
         # The request starts before the UI is told about the context, so the two overlap.
         sent = _uncut(ready.context.messages) if self.is_retry else ready.context.messages
-        payload = [_wire(m) for m in sent]
+        payload = valid_tool_turns([_wire(m) for m in sent])
         rounds = 0
         self._start(payload, tools, rounds)
         yield ready

@@ -46,9 +46,11 @@ def export_command(
     role, content, name, tool_calls and tool_call_id (and other keys it came with) as OpenAI
     has them, a developer message as developer, with the record-level keys an import kept
     (tools, parallel_tool_calls, ...); `memcli import` reads it back to the same conversation.
-    Timestamps and metadata are not part of that format.
+    Timestamps and metadata are not part of that format. Tool turns are valid for OpenAI: a
+    tool call without its result, or a tool result without its call, is written as text.
 
-    markdown: a heading per message with its role, id and time (UTC), its text as it is.
+    markdown: the conversation's title (else the session's id), then a heading per message
+    with its role, id and time (UTC), its text as it is.
 
     With --user, only a session of that user is exported (another user's is not found: exit 1).
     --json is accepted and changes nothing.
@@ -79,7 +81,7 @@ def export_command(
     if format_ == "openai":
         output.emit_all([openai_line(messages, session_record_keys(info))])
     elif format_ == "markdown":
-        for piece in markdown_transcript(messages, info.id, info.user_id):
+        for piece in markdown_transcript(messages, info.id, info.user_id, info.title):
             output.write(piece)
     else:
         output.emit_all([SessionRecord.of(info).to_dict()])

@@ -29,6 +29,7 @@ def sessions_command(
             "user": i.user_id,
             "title": i.title,
             "source_id": i.source_id,
+            "metadata": i.metadata,
             "active_messages": i.active_messages,
             "archived_messages": i.archived_messages,
             "active_tokens": i.active_tokens,

@@ -8,11 +8,17 @@ messages, errors, `memcli.transcripts` only).
 - `chatgpt`: ChatGPT's data export (`conversations.json`, or the `.zip` it comes in);
 - `claude`: Claude.ai's data export (`conversations.json`, or its `.zip`);
 - `llm`: simonw/llm's `logs.db` (both its schemas) and the output of `llm logs --json`
-  (`memcli.formats.llm_logs`).
+  (`memcli.formats.llm_logs`);
+- `sharegpt`: ShareGPT datasets (`{"conversations": [{"from", "value"}]}`, JSON or JSON Lines);
+- `openwebui`: Open WebUI's "export all chats" JSON, or one chat's;
+- `sillytavern`: a SillyTavern chat (`.jsonl`);
+- `lmstudio`: an LM Studio `.conversation.json`;
+- `anthropic`: Anthropic Messages API JSON (`{"system", "messages"}` with content blocks).
 
 Each conversation found carries its id in the source (`source_id`: `chatgpt:ID`, `claude:UUID`,
-`llm:ID`; a transcript's conversations get a hash of their first messages when the import needs
-one), its title, and how many non-text parts (images, audio, files) were left out of it.
+`llm:ID`, ...; one without gets a hash of its first messages when the import needs one), its
+title, and how many non-text parts (images, audio, files) were left out of it. Each message
+carries its id in the source, where the format has one, in `metadata["source_id"]`.
 """
 
 from __future__ import annotations
@@ -37,7 +43,20 @@ if TYPE_CHECKING:
 __all__ = ["FORMATS", "LIMITS", "Conversation", "Limits", "Source", "read"]
 
 #: The names `--format` takes (`auto`: by the input's shape).
-FORMATS = ("auto", "transcript", "chatgpt", "claude", "llm")
+FORMATS = (
+    "auto",
+    "transcript",
+    "chatgpt",
+    "claude",
+    "llm",
+    "sharegpt",
+    "openwebui",
+    "sillytavern",
+    "lmstudio",
+    "anthropic",
+)
+#: The formats read as JSON Lines (one record a line) as well as JSON.
+_LINES = ("sharegpt", "sillytavern")
 
 
 @dataclass
@@ -91,6 +110,8 @@ def read(
     kind = format if format != "auto" else _shape(value, data, name)
     if kind == "transcript":
         return _transcript(data, name)
+    if kind in _LINES:
+        return _lines(kind, value, data, name)
     if value is None:
         raise InputError(
             f"{name}: not a JSON {kind} export", "Give the export's conversations.json"
@@ -104,9 +125,39 @@ def read(
         from memcli.formats import claude
 
         return Source(kind, name, conversations=claude.read(items, name, limits))
+    if kind == "openwebui":
+        from memcli.formats import openwebui
+
+        return Source(kind, name, conversations=openwebui.read(items, name))
+    if kind == "lmstudio":
+        from memcli.formats import lmstudio
+
+        return Source(kind, name, conversations=lmstudio.read(items, name))
+    if kind == "anthropic":
+        from memcli.formats import anthropic
+
+        return Source(kind, name, conversations=anthropic.read(items, name))
     from memcli.formats import llm_logs
 
     return Source("llm", name, conversations=llm_logs.read_json(items, name))
+
+
+def _lines(kind: str, value: Any, data: bytes, name: str) -> Source:
+    """A format read as JSON Lines (or, ShareGPT, as one JSON array or object too)."""
+    from memcli.formats.base import json_lines
+
+    if kind == "sillytavern":
+        from memcli.formats import sillytavern
+
+        lines = json_lines(data, name, "Give the chat's .jsonl as SillyTavern saved it")
+        return Source(kind, name, conversations=sillytavern.read(lines, name))
+    from memcli.formats import sharegpt
+
+    if value is not None:
+        items = value if isinstance(value, list) else [value]
+        return Source(kind, name, conversations=sharegpt.read_array(items, name))
+    lines = json_lines(data, name, "Write one ShareGPT conversation per line")
+    return Source(kind, name, conversations=sharegpt.read(lines))
 
 
 def _is_sqlite_file(source: str | Path) -> bool:
@@ -121,7 +172,7 @@ def _is_sqlite_file(source: str | Path) -> bool:
 
 
 def export_kind(data: bytes, name: str = "<input>") -> str | None:
-    """Which export a file's bytes are ("chatgpt", "claude", "llm"), or None: a transcript, or
+    """Which export a file's bytes are ("chatgpt", "claude", "llm", ...), or None: a transcript, or
     something no reader takes. For a command that reads transcripts only, to say so."""
     if data.startswith(_SQLITE):
         return "llm"
@@ -152,10 +203,16 @@ def _whole_json(data: bytes) -> Any:
 
 def _shape(value: Any, data: bytes, name: str) -> str:
     """The format of a file by its shape; InputError naming what it saw when it is none."""
+    from memcli.formats import anthropic, lmstudio, openwebui, sillytavern
+
     items = value if isinstance(value, list) else [value] if isinstance(value, dict) else None
     first = next((item for item in items or () if isinstance(item, dict)), None)
     if first is None and value is None:
         first, name = _first_line(data, name)
+        if sillytavern.is_chat_line(first):
+            return "sillytavern"
+        if first is not None and isinstance(first.get("conversations"), list):
+            return "sharegpt"
         if first is not None and not (
             "role" in first or "messages" in first or first.get("type") == "session"
         ):
@@ -163,12 +220,22 @@ def _shape(value: Any, data: bytes, name: str) -> str:
         return "transcript"
     if first is None:
         return "transcript"  # an empty array, or not objects: the reader says what is wrong
-    if "mapping" in first and "current_node" in first:
+    if isinstance(first.get("mapping"), dict):
         return "chatgpt"
     if "chat_messages" in first:
         return "claude"
     if "prompt" in first and "response" in first and "conversation_id" in first:
         return "llm"
+    if isinstance(first.get("conversations"), list):
+        return "sharegpt"
+    if openwebui.is_chat(first):
+        return "openwebui"
+    if lmstudio.is_conversation(first):
+        return "lmstudio"
+    if anthropic.is_request(first):
+        return "anthropic"
+    if isinstance(value, dict) and sillytavern.is_chat_line(value):
+        return "sillytavern"  # a chat of one line
     if isinstance(value, dict) and not (
         "role" in first or "messages" in first or first.get("type") == "session"
     ):
@@ -194,9 +261,11 @@ def _unknown(name: str, obj: dict[str, Any], what: str) -> InputError:
     keys = ", ".join(list(obj)[:8]) or "none"
     return InputError(
         f"{name}: {what} with keys {keys}: not a format memcli reads",
-        "memcli reads messages ({role, content}), {messages: [...]} lines, ChatGPT and Claude.ai"
-        " exports (conversations.json or the .zip), llm's logs.db and `llm logs --json`;"
-        " or give --format",
+        "memcli reads messages ({role, content}) and {messages: [...]} lines (OpenAI),"
+        " ChatGPT and Claude.ai exports (conversations.json or the .zip), llm's logs.db and"
+        " `llm logs --json`, ShareGPT, Open WebUI chats, SillyTavern .jsonl chats, LM Studio"
+        " .conversation.json and Anthropic Messages JSON; or give --format"
+        f" ({', '.join(FORMATS[1:])})",
     )
 
 

@@ -128,3 +128,35 @@ def content_ids(found: list[Conversation]) -> list[Conversation]:
         n = seen[digest] = seen.get(digest, 0) + 1
         c.source_id = f"{CONTENT_ID}{digest[:24]}" + (f"#{n}" if n > 1 else "")
     return found
+
+
+def json_lines(data: bytes, name: str, hint: str) -> list[tuple[str, Any]]:
+    """The JSON value of each line of JSON Lines that is not blank, with where it is
+    (`name:line`); InputError naming the line that is not JSON."""
+    found = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if number == 1:
+            raw = raw.lstrip(b"\xef\xbb\xbf")
+        if not raw.strip():
+            continue
+        try:
+            found.append((f"{name}:{number}", json.loads(raw)))
+        except (ValueError, RecursionError):
+            raise InputError(f"{name}:{number}: invalid JSON", hint) from None
+    return found
+
+
+def text_of(value: Any, at: str, what: str, hint: str) -> str:
+    """A message's text (None: empty); InputError naming `at` when it is not a string."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(f"{at}: {what} is not a string", hint)
+    return value
+
+
+def tool_call(ident: str, name: str, arguments: Any) -> dict[str, Any]:
+    """A tool call as OpenAI has it in an assistant message's `tool_calls`."""
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {"id": ident, "type": "function", "function": {"name": name, "arguments": arguments}}

@@ -7,10 +7,20 @@ counted (an audio part's transcription is text, and kept); hidden nodes (custom 
 the empty system message) are skipped, as are the model's thoughts; `code` (the assistant
 writing to the Python tool) is an assistant message, `execution_output` a tool message named
 after the tool.
+
+Tool turns (code interpreter, browsing, DALL-E, memory): an assistant message addressed to a
+tool (`recipient` other than `all`) is an assistant message with an OpenAI `tool_calls` entry
+(the message id as the call's id, the recipient as its name, the text as its arguments), and
+the tool's first message after it (by the tool's name) the `tool` message answering it
+(`tool_call_id`). A tool message that answers no call is kept, without `tool_call_id`: an
+export writes it as text (`memcli.transcripts.valid_tool_turns`). Each message's id in the
+export is its `metadata["source_id"]`.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
@@ -36,8 +46,11 @@ def _conversation(item: Any, at: str) -> Conversation:
     mapping: dict[str, Any] = item["mapping"]
     messages: list[Message] = []
     dropped = 0
+    calls: dict[str, str] = {}  # the calls not answered yet: tool name -> call id
     for node_id in _branch(mapping, item.get("current_node"), at):
-        found, left_out = _message(mapping[node_id].get("message"), f"{at}: node {node_id}")
+        found, left_out = _message(
+            mapping[node_id].get("message"), f"{at}: node {node_id}", node_id, calls
+        )
         dropped += left_out
         if found is not None:
             messages.append(found)
@@ -82,8 +95,10 @@ def _branch(mapping: dict[str, Any], current: Any, at: str) -> list[str]:
     return path
 
 
-def _message(data: Any, at: str) -> tuple[Message | None, int]:
-    """A node's message and how many parts of it were left out (None: a node that is not one)."""
+def _message(data: Any, at: str, node_id: str, calls: dict[str, str]) -> tuple[Message | None, int]:
+    """A node's message and how many parts of it were left out (None: a node that is not one).
+    `calls` holds the tool calls not answered yet, by tool name: a call adds one, its answer
+    takes it, a user message clears them."""
     if data is None:
         return None, 0
     if not isinstance(data, dict):
@@ -108,9 +123,46 @@ def _message(data: Any, at: str) -> tuple[Message | None, int]:
         role = "tool"
     if role not in ("system", "user", "assistant", "tool"):
         raise InputError(f"{at}: unknown author role {role!r}", _HINT)
+    ident: str = data["id"] if isinstance(data.get("id"), str) and data["id"] else node_id
+    meta_out: dict[str, Any] = {"source_id": ident}
+    when = data.get("create_time")
+    recipient = data.get("recipient")
+    if role == "user":
+        calls.clear()
+    if role == "assistant" and isinstance(recipient, str) and recipient not in ("", "all"):
+        tool = _TOOL_NAME.sub("_", recipient)[:64]
+        calls[recipient] = ident
+        call = {
+            "id": ident,
+            "type": "function",
+            "function": {"name": tool, "arguments": _args(text)},
+        }
+        meta_out["extra"] = {"content": None, "tool_calls": [call]}
+        return message(at, "assistant", "", timestamp=when, metadata=meta_out), dropped
     if not text.strip():
         return None, dropped  # an empty system node, an image alone, a tool's empty result
-    return message(at, role, text, name=name, timestamp=data.get("create_time")), dropped
+    if role == "tool":
+        answered = calls.pop(name, None) if name else None
+        if answered is None and not name and calls:
+            answered = calls.pop(next(reversed(calls)))
+        if answered is not None:
+            meta_out["extra"] = {"tool_call_id": answered}
+    return message(at, role, text, name=name, timestamp=when, metadata=meta_out), dropped
+
+
+#: What an OpenAI function name holds (`dalle.text2im` is called `dalle_text2im`).
+_TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _args(text: str) -> str:
+    """A call's arguments as OpenAI has them, a JSON object: the text when it is one (DALL-E's
+    prompt), else `{"input": text}` (code, a search, a memory)."""
+    try:
+        if isinstance(json.loads(text), dict):
+            return text
+    except ValueError:
+        pass
+    return json.dumps({"input": text}, ensure_ascii=False)
 
 
 def _text(content: dict[str, Any], kind: Any, at: str) -> tuple[str, int]:

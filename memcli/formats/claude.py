@@ -1,7 +1,10 @@
 """Claude.ai's data export: `conversations.json`, a list of conversations with `chat_messages`
 in order (`sender` human or assistant). A message's text is its `content` blocks of type text
-(else its `text`); tool use and results are left out and counted; the `extracted_content` of
-its attachments is kept with it (after its text, under the file's name), so it is searchable.
+(else its `text`); thinking, tool use and tool results are skipped (they are no part of the
+conversation's text, and not counted as left out); the `extracted_content` of its attachments
+is kept with it (after its text, under the file's name), so it is searchable. Uploaded files
+whose text is not in the export (images, an attachment with no text) are left out and counted.
+Each message's `uuid` is its `metadata["source_id"]`.
 """
 
 from __future__ import annotations
@@ -49,9 +52,14 @@ def _message(data: Any, at: str, limits: Limits) -> tuple[Message | None, int]:
     if role is None:
         raise InputError(f"{at}: sender {sender!r} is not human or assistant", _HINT)
     texts, dropped = _texts(data, at)
+    kept: set[Any] = set()
     for i, attachment in enumerate(_list(data, "attachments", at)):
         if isinstance(attachment, dict) and isinstance(attachment.get("extracted_content"), str):
             text, file = attachment["extracted_content"], attachment.get("file_name")
+            kept.add(file)
+            if not text.strip():
+                dropped += 1  # a file without text (a scan): left out, as an image is
+                continue
             file = file if isinstance(file, str) and file else "attachment"
             if len(text) > limits.max_attachment:
                 raise InputError(
@@ -60,16 +68,36 @@ def _message(data: Any, at: str, limits: Limits) -> tuple[Message | None, int]:
                     "Remove the attachment from the export (or shorten it), then import again",
                 )
             texts.append(f"[{file}]\n{text}")
-    dropped += sum(1 for f in _list(data, "files", at) if isinstance(f, dict))
+    dropped += sum(
+        1
+        for f in _list(data, "files", at)
+        if isinstance(f, dict) and f.get("file_name") not in kept
+    )
     text = "\n\n".join(t for t in texts if t)
     if not text.strip():
         return None, dropped
-    return message(at, role, text, timestamp=data.get("created_at")), dropped
+    ident = data.get("uuid")
+    meta = {"source_id": ident} if isinstance(ident, str) and ident else None
+    return message(at, role, text, timestamp=data.get("created_at"), metadata=meta), dropped
+
+
+#: Blocks that are no part of the conversation's text: skipped, not counted as left out.
+_SKIPPED = frozenset(
+    (
+        "thinking",
+        "redacted_thinking",
+        "tool_use",
+        "tool_result",
+        "server_tool_use",
+        "web_search_tool_result",
+        "token_budget",
+    )
+)
 
 
 def _texts(data: dict[str, Any], at: str) -> tuple[list[str], int]:
     """The message's text blocks (its `text` when it has no blocks), and how many blocks of
-    other types (tool use, tool results, images) were left out."""
+    other types (images, documents) were left out; thinking and tool blocks are skipped."""
     blocks = data.get("content")
     if not isinstance(blocks, list) or not blocks:
         text = data.get("text")
@@ -82,7 +110,7 @@ def _texts(data: dict[str, Any], at: str) -> tuple[list[str], int]:
             if not isinstance(block.get("text"), str):
                 raise InputError(f"{at}: a text block without text", _HINT)
             texts.append(block["text"])
-        else:
+        elif not (isinstance(block, dict) and block.get("type") in _SKIPPED):
             dropped += 1
     return texts, dropped
 

@@ -7,11 +7,19 @@ as the source id (`llm:ID`, the same in the database and in the JSON), its name 
   or changes;
 - the newer schema: `threads` whose `tip_message_hash` ends a chain of `messages` (by
   `parent_hash`) holding `parts`; times from the `turns`. Text parts are the content; other
-  parts (tool calls, attachments) are left out and counted.
+  parts (tool calls, attachments) are left out and counted. A part that used fragments
+  (`llm -f`) holds no text but a `text_ref` payload, fragments and literals in order: it is
+  read with the fragments' text.
+
+A prompt's fragments (`prompt_fragments` in the JSON and the old schema) are part of its user
+message, as llm sends them; the system fragments of its system prompt. Each message's
+`metadata["source_id"]` is its response (turn) id and role, `ID:user`, the same in the
+database and the JSON, so that importing one after the other stores nothing twice.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections import defaultdict
@@ -110,6 +118,14 @@ class _Reader:
             yield row
 
 
+def _count_table(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether `table` is a table of the database."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+    ).fetchone()
+    return found is not None
+
+
 def _count(conn: sqlite3.Connection, table: str) -> int:
     return int(conn.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0])
 
@@ -123,7 +139,33 @@ def _responses(db: _Reader, name: str) -> list[Conversation]:
     }
     for row in rows:
         row["conversation_name"] = names.get(row["conversation_id"])
+    tables = {n for (n,) in db.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if {"fragments", "prompt_fragments", "system_fragments"} <= tables:
+        by_response: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for kind in ("prompt", "system"):
+            for response, content in db.rows(
+                f"SELECT r.response_id, f.content FROM {kind}_fragments r JOIN fragments f"
+                f' ON f.id = r.fragment_id ORDER BY r.response_id, r."order"',
+                f"{kind}_fragments",
+            ):
+                by_response[(kind, response)].append({"content": content})
+        for row in rows:
+            for kind in ("prompt", "system"):
+                row[f"{kind}_fragments"] = by_response.get((kind, row["id"]), [])
     return read_json(rows, name)
+
+
+def _with_fragments(text: Any, fragments: Any) -> Any:
+    """A prompt (or system prompt) with its fragments' text, as llm sends it: the fragments
+    joined with newlines before it (unless it holds them already, as llm 0.36's JSON does)."""
+    texts = [
+        f["content"]
+        for f in (fragments if isinstance(fragments, list) else [])
+        if isinstance(f, dict) and isinstance(f.get("content"), str)
+    ]
+    if not texts or (isinstance(text, str) and all(t.strip() in text for t in texts)):
+        return text
+    return "\n".join([*texts, *([text] if isinstance(text, str) and text else [])])
 
 
 def read_json(items: list[Any], name: str) -> list[Conversation]:
@@ -143,37 +185,88 @@ def read_json(items: list[Any], name: str) -> list[Conversation]:
         for row in rows:
             at = f"{name}: response {row.get('id')}"
             when = row.get("datetime_utc")
-            if row.get("system") and row["system"] != system:
-                system = row["system"]
-                messages.append(message(at, "system", system, timestamp=when))
-            if row.get("prompt"):
-                messages.append(message(at, "user", row["prompt"], timestamp=when))
+            ids = _ids(row.get("id"))
+            prompt = _with_fragments(row.get("prompt"), row.get("prompt_fragments"))
+            own_system = _with_fragments(row.get("system"), row.get("system_fragments"))
+            if own_system and own_system != system:
+                system = own_system
+                messages.append(
+                    message(at, "system", system, timestamp=when, metadata=ids("system"))
+                )
+            if prompt:
+                messages.append(message(at, "user", prompt, timestamp=when, metadata=ids("user")))
             if row.get("response"):
-                messages.append(message(at, "assistant", row["response"], timestamp=when))
+                messages.append(
+                    message(
+                        at, "assistant", row["response"], timestamp=when, metadata=ids("assistant")
+                    )
+                )
         title = clean_text(rows[0].get("conversation_name"), f"{name}: {ident}", "its name")
         found.append((rows[0].get("datetime_utc") or "", ident, messages, title))
     found.sort(key=lambda f: str(f[0]))
     return [Conversation(records(m), source_id=f"llm:{i}", title=t) for _, i, m, t in found]
 
 
+def _ids(response: Any) -> Any:
+    """The `metadata` of a message of response (turn) `response`, by its role."""
+
+    def of(role: str) -> dict[str, Any] | None:
+        return {"source_id": f"{response}:{role}"} if isinstance(response, str | int) else None
+
+    return of
+
+
+def _part_text(kind: Any, text: Any, payload: Any, fragments: dict[Any, str]) -> str | None:
+    """A part's text: its `text`, or the fragments and literals of its `text_ref` payload
+    joined (None: a part that is not text)."""
+    if kind != "text":
+        return None
+    if isinstance(text, str):
+        return text
+    try:
+        ref = json.loads(payload).get("text_ref") if isinstance(payload, str) else None
+    except (ValueError, AttributeError, RecursionError):
+        ref = None
+    if not isinstance(ref, list):
+        return None
+    pieces = []
+    for item in ref:
+        if isinstance(item, dict) and isinstance(item.get("literal"), str):
+            pieces.append(item["literal"])
+        elif isinstance(item, dict) and item.get("fragment") in fragments:
+            pieces.append(fragments[item["fragment"]])
+    return "".join(pieces)
+
+
 def _threads(db: _Reader, name: str) -> list[Conversation]:
     roles = {
         h: (p, r) for h, p, r in db.rows("SELECT hash, parent_hash, role FROM messages", "messages")
     }
+    fragments: dict[Any, str] = {}
+    if _count_table(db.conn, "fragments"):
+        fragments = {
+            i: c
+            for i, c in db.rows("SELECT id, content FROM fragments", "fragments")
+            if isinstance(c, str)
+        }
     parts: dict[str, list[tuple[str, Any]]] = defaultdict(list)
-    for h, kind, text in db.rows(
-        "SELECT message_hash, type, text FROM parts ORDER BY message_hash, position", "parts"
+    for h, kind, text, payload in db.rows(
+        "SELECT message_hash, type, text, payload FROM parts ORDER BY message_hash, position",
+        "parts",
     ):
-        parts[h].append((kind, text))
+        parts[h].append((kind, _part_text(kind, text, payload, fragments)))
     times: dict[str, str] = {}
-    for parent, tip, when in db.rows(
-        "SELECT parent_message_hash, tip_message_hash, datetime_utc FROM turns"
+    turn_of: dict[str, Any] = {}
+    for turn, parent, tip, when in db.rows(
+        "SELECT id, parent_message_hash, tip_message_hash, datetime_utc FROM turns"
         " ORDER BY datetime_utc",
         "turns",
     ):
         times.setdefault(tip, when)
+        turn_of.setdefault(tip, turn)
         if parent is not None:
             times.setdefault(parent, when)
+            turn_of.setdefault(parent, turn)
     found = []
     for ident, title, tip, started in db.rows(
         "SELECT id, name, tip_message_hash, datetime_utc FROM threads ORDER BY datetime_utc, id",
@@ -194,9 +287,10 @@ def _threads(db: _Reader, name: str) -> list[Conversation]:
         chain.reverse()
         # A message outside any turn (the system prompt at the root) takes the time of the
         # next one that has one, as `llm logs --json` shows it with the first response.
-        later = started
+        later, next_turn = started, None
         for h in reversed(chain):
             later = times.setdefault(h, later)
+            next_turn = turn_of.setdefault(h, next_turn)
         messages, dropped = [], 0
         for h in chain:
             texts = [t for kind, t in parts[h] if kind == "text" and isinstance(t, str)]
@@ -204,7 +298,8 @@ def _threads(db: _Reader, name: str) -> list[Conversation]:
             if "".join(texts).strip():
                 role = roles[h][1]
                 when = times.get(h, started)
-                messages.append(message(at, role, "\n".join(texts), timestamp=when))
+                meta = _ids(turn_of.get(h))(role)
+                messages.append(message(at, role, "\n".join(texts), timestamp=when, metadata=meta))
         found.append(
             Conversation(
                 records(messages),

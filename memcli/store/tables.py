@@ -272,9 +272,10 @@ class TableStore:
         self, session_id: str, user_id: str, token_limit: int, ratio: float, flush_size: int
     ) -> SessionInfo:
         """Store a new session; one that another process stored meanwhile is kept as it is (and
-        returned)."""
-        stamp = format_time(now_utc())
+        returned). Its times are the transaction's (an import's messages, written in the same
+        transaction, do not make it updated before it was created)."""
         with self.transaction():
+            stamp = self._stamp()
             self._lock_session(session_id)
             self.execute(
                 "INSERT INTO sessions (id, user_id, token_limit, ratio, flush_size, created_at,"
