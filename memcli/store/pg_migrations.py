@@ -548,6 +548,16 @@ def _vector_scope_23(conn: Any) -> None:
 #: SQLite's 19 (the sessions' sources), 21 SQLite's 20 (fact states), 22 PostgreSQL's own again (the
 #: put function's next seq), 23 too (with pgvector: the vectors' user and time), 24 too (the put of
 #: one message).
+#: SQLite's migration 21: the tokens of `memcli mcp --http` (see `migrations._migration_21`).
+_MCP_TOKENS_25 = (
+    f"""CREATE TABLE mcp_tokens (
+   id {_ID},
+   user_id {_TEXT} NOT NULL,
+   token_hash {_TEXT} NOT NULL UNIQUE,
+   created_at {_TEXT} NOT NULL
+)""",
+)
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
@@ -558,6 +568,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (22, _run(_PUT_22)),
     (23, _vector_scope_23),
     (24, _run(_PUT_ONE_24)),
+    (25, _run(_MCP_TOKENS_25)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

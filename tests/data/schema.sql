@@ -150,3 +150,9 @@ CREATE TABLE "summaries" (
 );
 CREATE TRIGGER "summaries_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM summaries WHERE session_id = old.id; END;
 CREATE INDEX "sessions_source" ON "sessions" ("user_id", "source_id");
+CREATE TABLE "mcp_tokens" (
+   "id" INTEGER PRIMARY KEY,
+   "user_id" TEXT NOT NULL,
+   "token_hash" TEXT NOT NULL UNIQUE,
+   "created_at" TEXT NOT NULL
+);
