@@ -669,88 +669,6 @@ def tool_functions(tools: AgentTools | Callable[[], AgentTools]) -> list[Callabl
     return functions
 
 
-@dataclass(frozen=True)
-class Hints:
-    """A tool's MCP annotations (`mcp.types.ToolAnnotations`): whether it only reads, whether
-    what it changes is lost (deleted or replaced), whether calling it twice with the same
-    arguments does no more than once, and whether it reaches beyond memcli's store (a model)."""
-
-    read_only: bool
-    destructive: bool = False
-    idempotent: bool = False
-    open_world: bool = False
-
-
-_READ = Hints(read_only=True, idempotent=True)
-
-#: Every tool's annotations, by name.
-TOOL_HINTS: dict[str, Hints] = {
-    "search_memory": _READ,
-    "list_facts": _READ,
-    "search_facts": _READ,
-    "get_fact": _READ,
-    "fact_history": _READ,
-    "list_entities": _READ,
-    "list_sessions": _READ,
-    "read_session": _READ,
-    "get_context": _READ,
-    "add_fact": Hints(read_only=False, idempotent=True),  # a duplicate is not added
-    "remember": Hints(read_only=False, open_world=True),  # asks the configured model
-    "update_fact": Hints(read_only=False, destructive=True, idempotent=True),
-    "delete_fact": Hints(read_only=False, destructive=True, idempotent=False),
-    "restore_fact": Hints(read_only=False, destructive=True, idempotent=True),
-    "delete_all_facts": Hints(read_only=False, destructive=True, idempotent=True),
-    "put_messages": Hints(read_only=False),
-    "forget_user": Hints(read_only=False, destructive=True, idempotent=True),
-}
-
-#: What an empty result says, by tool (an agent reads words, not an empty list).
-EMPTY_RESULTS = {
-    "search_memory": "No stored message matches (none of the user's, in that session or time).",
-    "list_facts": "No facts: none of the user's matches (or the page is past the last).",
-    "search_facts": "No facts match: the user has no current fact that fits the query.",
-    "list_entities": "No entities: the user's current facts name none.",
-    "list_sessions": "No sessions: the user has none stored (or the page is past the last).",
-    "get_context": "The session's context is empty: it holds no active messages.",
-}
-
-
-def strict(arg_model: Any) -> Any:
-    """A tool's argument model that refuses arguments the tool does not take (the SDK's ignores
-    them; its schema says so: `additionalProperties: false`) and takes each argument only in its
-    own JSON type (pydantic's strict mode: `"yes"` or `1` is no boolean, `"1"` no fact id)."""
-    from pydantic import ConfigDict
-
-    config = ConfigDict(**{**arg_model.model_config, "extra": "forbid", "strict": True})  # type: ignore[typeddict-item]
-    return type(arg_model.__name__, (arg_model,), {"model_config": config, "__module__": __name__})
-
-
-#: pydantic's words for text that is not Unicode, said as memcli says them.
-_UNICODE = {
-    "string_unicode": "the text holds a lone surrogate (such as \\ud800): not valid Unicode"
-}
-
-
-def check_arguments(meta: Any, arguments: dict[str, Any]) -> dict[str, Any]:
-    """A call's arguments validated by a tool's strict argument model (`meta`: the SDK's
-    FuncMetadata with `strict`'s model), as keyword arguments; UsageError naming each problem
-    (no pydantic URL) otherwise. The one check of the MCP server and the chat's ToolSet."""
-    from pydantic import ValidationError
-
-    try:
-        bound = meta.arg_model.model_validate(meta.pre_parse_json(arguments))
-    except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {_UNICODE.get(e['type'], e['msg'])}"
-            for e in error.errors()
-        )
-        raise UsageError(
-            f"invalid arguments: {problems}",
-            "Call again with arguments as the tool's input schema gives them",
-        ) from None
-    return dict(bound.model_dump_one_level())
-
-
 def chat_tools(tools: AgentTools) -> ToolSet:
     """The tools a chat's model is offered (CHAT_TOOLS), over `tools` (give it origin chat-tool)."""
     return ToolSet([f for f in tool_functions(tools) if f.__name__ in CHAT_TOOLS])
@@ -804,6 +722,8 @@ class ToolSet:
                     func_metadata,
                 )
 
+            from memcli.tool_params import strict
+
             loaded = {}
             for function in self.functions:
                 meta = func_metadata(function)
@@ -846,6 +766,8 @@ class ToolSet:
             return refused(f"the arguments are not JSON ({error}); give a JSON object")
         if not isinstance(parsed, dict):
             return refused("the arguments must be a JSON object", parsed)
+        from memcli.tool_params import check_arguments
+
         try:
             value = function(**check_arguments(meta, parsed))
         except MemcliError as error:

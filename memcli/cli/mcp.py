@@ -347,7 +347,7 @@ def parse_error(error: Exception) -> Any:
 
 def _as_tool(tool_error: type[Exception], function: Any, meta: Any) -> Any:
     """`function` as the server calls it: its arguments checked by its strict model (`meta`:
-    `memcli.tools.check_arguments`, as the chat's tools are) and a MemcliError raised as the
+    `memcli.tool_params.check_arguments`, as the chat's tools are) and a MemcliError raised as the
     SDK's ToolError (the message and the hint, for the model to act on); an empty result as a
     sentence saying so (`EMPTY_RESULTS`). It keeps the function's name and signature
     (`functools.wraps`), from which the SDK derives the tool."""
@@ -356,7 +356,7 @@ def _as_tool(tool_error: type[Exception], function: Any, meta: Any) -> Any:
     from mcp.types import CallToolResult, TextContent
 
     from memcli.errors import MemcliError
-    from memcli.tools import EMPTY_RESULTS, check_arguments
+    from memcli.tool_params import EMPTY_RESULTS, check_arguments
 
     empty = EMPTY_RESULTS.get(function.__name__, "Nothing: the result is empty.")
 
@@ -380,7 +380,8 @@ def build_server(tools: AgentTools | Callable[[], AgentTools]) -> Any:
     (the tools: `memcli.tools.tool_functions`, over `tools`, or over the AgentTools `tools()`
     gives for each call: the HTTP server's, of the request's user)."""
     from memcli.errors import MemcliError
-    from memcli.tools import TOOL_HINTS, AgentTools, description, strict, tool_functions
+    from memcli.tool_params import TOOL_HINTS, strict
+    from memcli.tools import AgentTools, description, tool_functions
 
     try:
         from mcp.server.mcpserver import MCPServer as Server
