@@ -332,6 +332,30 @@ class Facts:
             )
         return [b for b in blocks if b.llm], sessions
 
+    def remember(self, text: str, tokenizer: Tokenizer) -> None:
+        """Extract the facts in `text` now: each of the user's fact blocks that has a model (and
+        is the user's, not a session's) reads it as one user message of no session, as it reads
+        a flushed batch; the changes are recorded with this service's `origin`. UsageError when
+        no such block is configured; ProviderError when the model fails (nothing stored)."""
+        from memcli.blocks.base import BlockContext
+        from memcli.errors import ProviderError
+        from memcli.messages import Message
+
+        blocks = [b for b in fact_blocks(self.blocks(None)) if b.llm and b.scope != "session"]
+        if not blocks:
+            raise UsageError(
+                "no fact block of the user's with a model is configured, so no facts can be"
+                " extracted",
+                "Add the facts yourself (add_fact), or configure a model for the fact blocks",
+            )
+        check_text(text, "the text")
+        batch = [Message("user", text)]
+        for block in blocks:
+            ctx = BlockContext("", self.user, self.store, tokenizer)
+            reason = block.extract(batch, ctx, origin=self.origin)
+            if reason is not None:
+                raise ProviderError(f"the facts could not be extracted: {reason}", "Try again")
+
     # -- ownership --------------------------------------------------------------------------
 
     def live(self, fact_id: int) -> Fact:

@@ -23,13 +23,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
-from memcli.errors import InputError, MemcliError, UsageError
-from memcli.facts import Facts, change_record, check_search, fact_record
+from memcli.errors import InputError, MemcliError, SessionNotFound, UsageError
+from memcli.facts import Facts, change_record, check_search, fact_record, parse_expiry
 from memcli.messages import Message, validate_session_id
 from memcli.sessions import session_record
 from memcli.store.base import require_session
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from pydantic import Field
 
     from memcli.blocks.base import MemoryBlock
@@ -39,17 +41,29 @@ if TYPE_CHECKING:
     from memcli.tokens import Tokenizer
     from memcli.tool_params import (
         BlockArg,
+        Confirm,
         EntitiesArg,
         EntityArg,
         ExpiresArg,
         FactId,
         FactText,
         Hits,
+        Limit,
+        Messages,
         Mode,
+        Offset,
         Query,
+        RememberText,
         SessionArg,
+        SessionId,
+        Since,
         TopicsArg,
+        Until,
     )
+
+#: What a tool's refusal tells an agent to call when it named an unknown session or fact.
+SESSIONS_HINT = "Call list_sessions to see the user's sessions"
+FACTS_HINT = "Call list_facts or search_facts to see the ids of the user's facts"
 
 
 @dataclass
@@ -88,23 +102,42 @@ class AgentTools:
     # -- search -------------------------------------------------------------------------------
 
     def search(
-        self, query: str, k: int = 5, session: str | None = None, mode: str = "hybrid"
+        self,
+        query: str,
+        k: int = 5,
+        session: str | None = None,
+        mode: str = "hybrid",
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        offset: int = 0,
     ) -> list[dict[str, Any]]:
         """The best `k` hits for `query` among the user's messages (or one session's), best
-        first: `hybrid` (words and meaning), `lexical` (words only, no model) or `vector`."""
+        first, after the first `offset` (`offset + k` at most MAX_HITS): `hybrid` (words and
+        meaning), `lexical` (words only, no model) or `vector`; with `since`/`until` (a date or
+        an ISO time), only the messages of that time (`until` excluded)."""
+        from memcli.search.types import MAX_HITS
+
         check_search(query, k, mode)
+        if offset < 0 or offset + k > MAX_HITS:
+            raise UsageError(
+                f"offset + k is {offset + k}; at most {MAX_HITS}",
+                "Ask for fewer hits, or narrow the search with session, since or until",
+            )
+        start, end = time_window(since, until)
         with self._lock:
             if session is not None:
-                validate_session_id(session)
                 self._session(session)
             result = self._search_retriever().search(
                 query,
-                k=k,
+                k=offset + k,
                 user_id=self.user,
                 session_id=session,
+                since=start,
+                until=end,
                 mode=mode,
             )
-        return [hit.to_dict() for hit in result.hits]
+        return [hit.to_dict() for hit in result.hits[offset:]]
 
     def _search_retriever(self) -> Retriever:
         if self._retriever is None:
@@ -140,6 +173,7 @@ class AgentTools:
                 owner=self.user,
                 origin=self.origin,
                 embedder=embedder,
+                hint=FACTS_HINT,
             )
         return self._facts
 
@@ -149,15 +183,28 @@ class AgentTools:
         topic: str | None = None,
         entity: str | None = None,
         everything: bool = False,
+        *,
+        since: str | None = None,
+        until: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
     ) -> list[dict[str, Any]]:
         """The user's current facts (of one block, or of every block; of one topic, about one
         entity, or any), oldest first; with `everything`, the superseded, retired, expired and
-        deleted ones too, each with its `state`."""
+        deleted ones too, each with its `state`. With `since`/`until`, only the facts made in
+        that time (`until` excluded); a page of them: `limit` after the first `offset`."""
+        start, end = time_window(since, until)
         with self._lock:
             found = self.facts.list_facts(
                 block=block, topic=topic, entity=entity, everything=everything
             )
-            return [fact_record(f) for f in found]
+        found = [
+            f
+            for f in found
+            if (start is None or f.created_at >= start) and (end is None or f.created_at < end)
+        ]
+        stop = None if limit is None else offset + limit
+        return [fact_record(f) for f in found[offset:stop]]
 
     def search_facts(
         self, query: str, k: int = 10, mode: str = "hybrid", entity: str | None = None
@@ -241,10 +288,30 @@ class AgentTools:
 
     # -- sessions -----------------------------------------------------------------------------
 
-    def sessions(self) -> list[dict[str, Any]]:
-        """The user's sessions, with their counts and budgets."""
+    def sessions(self, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+        """The user's sessions, with their counts and budgets (a page of them: `limit` after
+        the first `offset`)."""
         with self._lock:
-            return [session_record(i) for i in self.store.list_sessions(self.user)]
+            found = self.store.list_sessions(self.user)
+        stop = None if limit is None else offset + limit
+        return [session_record(i) for i in found[offset:stop]]
+
+    def read_session(self, session: str, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+        """One of the user's sessions: its info and a page of its messages, active and archived,
+        oldest first (`limit` after the first `offset`), each with its status; `next_offset`
+        is where the next page starts (None: this is the last)."""
+        from itertools import islice
+
+        with self._lock:
+            info = self._session(session)
+            page = list(islice(self.store.iter_messages(session), offset, offset + limit + 1))
+        more = len(page) > limit
+        return {
+            **session_record(info),
+            "messages": [m.to_dict(stored=True) for m in page[:limit]],
+            "offset": offset,
+            "next_offset": offset + limit if more else None,
+        }
 
     def session(self, session: str) -> dict[str, Any]:
         """One of the user's sessions: its info and its active messages, oldest first."""
@@ -286,7 +353,7 @@ class AgentTools:
 
         parsed = parse_messages(messages)
         if session is not None:
-            validate_session_id(session, "session")
+            check_session_id(session)
         with self._lock:
             if session is not None:
                 info = owned(
@@ -334,8 +401,52 @@ class AgentTools:
             forgotten = forget_user(self.store, self.user, self.settings.home / "indexes")
         return forgotten.to_dict()
 
+    def remember(self, text: str) -> dict[str, Any]:
+        """Extract the facts in `text` now (`Facts.remember`: the user's fact blocks, with their
+        model) and return what changed: the facts added, and those superseded or retired."""
+        with self._lock:
+            before = {f.id: f.status() for f in self.facts.list_facts(everything=True)}
+            self.facts.remember(text, self.tokenizer())
+            after = self.facts.list_facts(everything=True)
+        added = [f for f in after if f.id not in before]
+        changed = [f for f in after if f.id in before and f.status() != before[f.id]]
+        return {
+            "added": [fact_record(f) for f in added],
+            "changed": [fact_record(f) for f in changed],
+        }
+
     def _session(self, session: str) -> Any:
-        return require_session(self.store, session, self.user)
+        """The user's session; SessionNotFound, said in the tools' terms, when there is none
+        (another user's session is not found either)."""
+        check_session_id(session)
+        try:
+            return require_session(self.store, session, self.user)
+        except SessionNotFound as error:
+            close = (
+                (error.hint or "").partition("? ")[0]
+                if "Did you mean" in (error.hint or "")
+                else ""
+            )
+            hint = f"{close}? {SESSIONS_HINT}" if close else SESSIONS_HINT
+            raise SessionNotFound(session, self.user, hint) from None
+
+
+def check_session_id(session: Any) -> None:
+    """A session id as an agent gives it: text, not blank, valid Unicode (InputError)."""
+    try:
+        validate_session_id(session, "session")
+    except InputError as error:
+        raise InputError(error.message, "Give a session id from list_sessions") from None
+
+
+def time_window(since: str | None, until: str | None) -> tuple[datetime | None, datetime | None]:
+    """`since` and `until` as given (a date or an ISO time, `parse_expiry`), `since` before
+    `until`; UsageError otherwise."""
+    start = parse_expiry(since) if since is not None else None
+    end = parse_expiry(until) if until is not None else None
+    if start is not None and end is not None and start >= end:
+        raise UsageError("since must be before until", "Swap the two times")
+    return start, end
 
 
 def parse_messages(messages: Any) -> list[Message]:
@@ -371,17 +482,30 @@ CHAT_TOOLS = (
 )
 
 
-def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
-    """The tools, as functions over `tools`: each one's name, signature and docstring define the
-    tool (its JSON schema is derived from them: the parameters' descriptions, enums and bounds
-    are in their annotations). They raise MemcliError on a refusal."""
+def tool_functions(tools: AgentTools | Callable[[], AgentTools]) -> list[Callable[..., Any]]:
+    """The tools, as functions over `tools` (or over the AgentTools `tools()` gives on each call:
+    the HTTP server's, one per user): each one's name, signature and docstring define the tool
+    (its JSON schema is derived from them: the parameters' descriptions, enums and bounds are
+    in their annotations). They raise MemcliError on a refusal."""
+    at: Callable[[], AgentTools] = (
+        (lambda: tools) if isinstance(tools, AgentTools) else tools  # type: ignore[assignment]
+    )
 
     def search_memory(
-        query: Query, k: Hits = 5, session: SessionArg = None, mode: Mode = "hybrid"
+        query: Query,
+        k: Hits = 5,
+        session: SessionArg = None,
+        mode: Mode = "hybrid",
+        since: Since = None,
+        until: Until = None,
+        offset: Offset = 0,
     ) -> list[dict[str, Any]]:
         """Search the user's stored messages (or one session's) by words and meaning, best
-        first. mode: hybrid (words and meaning), lexical (words only) or vector (meaning only)."""
-        return tools.search(query, k=k, session=session, mode=mode)
+        first. mode: hybrid (words and meaning), lexical (words only) or vector (meaning only).
+        For the next page, call again with offset increased by k (offset + k at most 100)."""
+        return at().search(
+            query, k=k, session=session, mode=mode, since=since, until=until, offset=offset
+        )
 
     def list_facts(
         block: BlockArg = None,
@@ -391,32 +515,46 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
             bool,
             Field(description="Also the superseded, retired, expired and deleted facts."),
         ] = False,
+        since: Since = None,
+        until: Until = None,
+        offset: Offset = 0,
+        limit: Limit = 100,
     ) -> list[dict[str, Any]]:
         """The facts long-term memory holds about the user, oldest first (with their ids,
-        topics, entities and state); with `topic` or `entity`, only those facts."""
-        return tools.list_facts(block, topic, entity, everything=include_old)
+        topics, entities and state); with `topic`, `entity`, `since` or `until`, only those
+        facts. For the next page, call again with offset increased by limit."""
+        return at().list_facts(
+            block,
+            topic,
+            entity,
+            everything=include_old,
+            since=since,
+            until=until,
+            offset=offset,
+            limit=limit,
+        )
 
     def search_facts(
         query: Query, k: Hits = 10, mode: Mode = "hybrid", entity: EntityArg = None
     ) -> list[dict[str, Any]]:
         """The user's current facts that best match the query by words and meaning (such as
         "where does the user live"), best first; facts about an entity the query names first."""
-        return tools.search_facts(query, k=k, mode=mode, entity=entity)
+        return at().search_facts(query, k=k, mode=mode, entity=entity)
 
     def get_fact(fact_id: FactId) -> dict[str, Any]:
         """One of the user's facts by id, whatever its state (current, superseded, retired,
         expired, deleted), with what superseded it."""
-        return tools.get_fact(fact_id)
+        return at().get_fact(fact_id)
 
     def fact_history(fact_id: FactId) -> dict[str, Any]:
         """A fact's versions (the facts it replaced and that replaced it) and every change to
         them, oldest first, each with its reason."""
-        return tools.fact_history(fact_id)
+        return at().fact_history(fact_id)
 
     def list_entities() -> list[dict[str, Any]]:
         """The people, places, organisations and things the user's facts are about, each with
         its number of facts, most first."""
-        return tools.list_entities()
+        return at().list_entities()
 
     def add_fact(
         text: FactText,
@@ -427,16 +565,34 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
     ) -> dict[str, Any]:
         """Remember a fact about the user, with its topics, entities and expiry (a duplicate is
         not added twice)."""
-        return tools.add_fact(text, block, topics, entities, expires)
+        return at().add_fact(text, block, topics, entities, expires)
+
+    def remember(text: RememberText) -> dict[str, Any]:
+        """Extract the facts in a text now (what the user said, in their words), as memory
+        does when a conversation's window flushes: new facts are added, the ones they replace
+        superseded. Returns the facts added and changed. Needs a model on the server; else add
+        facts with add_fact."""
+        return at().remember(text)
 
     def update_fact(fact_id: FactId, text: FactText, topics: TopicsArg = None) -> dict[str, Any]:
         """Change the text of one of the user's facts, and its topics when given (the old text
         and topics stay in its history)."""
-        return tools.update_fact(fact_id, text, topics)
+        return at().update_fact(fact_id, text, topics)
 
     def delete_fact(fact_id: FactId) -> dict[str, Any]:
-        """Forget one of the user's facts (kept in the fact history as deleted)."""
-        return tools.delete_fact(fact_id)
+        """Forget one of the user's facts (kept in the fact history as deleted: restore_fact
+        brings it back)."""
+        return at().delete_fact(fact_id)
+
+    def restore_fact(
+        fact_id: Annotated[
+            int,
+            Field(ge=1, description="The id of an older version (from fact_history or get_fact)."),
+        ],
+    ) -> dict[str, Any]:
+        """Make an older version of one of the user's facts current again (a new change in its
+        history); the fact that replaced it is superseded by it in turn."""
+        return at().restore_fact(fact_id)
 
     def delete_all_facts(
         keep_history: Annotated[
@@ -446,35 +602,43 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
     ) -> dict[str, Any]:
         """Forget every fact about the user. Without keep_history, the facts and their history
         are gone for good."""
-        return tools.delete_all_facts(keep_history)
+        return at().delete_all_facts(keep_history)
+
+    def list_sessions(offset: Offset = 0, limit: Limit = 100) -> list[dict[str, Any]]:
+        """The user's sessions (conversations), with their message counts, budgets and times.
+        For the next page, call again with offset increased by limit."""
+        return at().sessions(offset, limit)
+
+    def read_session(session: SessionId, offset: Offset = 0, limit: Limit = 50) -> dict[str, Any]:
+        """A page of one of the user's sessions: its info and its messages, active and
+        archived, oldest first, each with its status; next_offset is the offset of the next
+        page (null: the last page)."""
+        return at().read_session(session, offset, limit)
 
     def get_context(
-        session: Annotated[str, Field(description="The session's id.")],
+        session: SessionId,
         input: Annotated[str | None, Field(description="The next user message, if any.")] = None,
     ) -> list[dict[str, Any]]:
         """The messages to send the model for a session: its short-term window with long-term
         memory inserted (for `input`, the next user message, if given). Nothing is stored."""
-        return tools.context(session, input)
+        return at().context(session, input)
 
     def put_messages(
-        messages: Annotated[
-            list[dict[str, Any]],
-            Field(description='Message objects: {"role": ..., "content": ...}.'),
-        ],
+        messages: Messages,
         session: Annotated[
-            str | None, Field(description="The session's id (default: a new session).")
+            str | None,
+            Field(min_length=1, description="The session's id (default: a new session)."),
         ] = None,
     ) -> dict[str, Any]:
-        """Store messages ({"role": "user"|"assistant"|"system"|"tool", "content": "..."},
-        optional name, metadata, timestamp) in a session (none given: a new one); the window
-        flushes to long-term memory when over budget. A bad message stores nothing."""
-        return tools.put_messages(messages, session)
+        """Store messages in a session (none given: a new one); the window flushes to long-term
+        memory when over budget. A bad message stores nothing."""
+        return at().put_messages(messages, session)
 
-    def forget_user(confirm: bool) -> dict[str, Any]:
+    def forget_user(confirm: Confirm) -> dict[str, Any]:
         """Forget everything stored about the user, for good: every session and message,
         every fact and its history, summaries and search index entries. Cannot be undone: ask
         the user first, then call with confirm=true."""
-        return tools.forget_user(confirm)
+        return at().forget_user(confirm)
 
     functions: list[Callable[..., Any]] = [
         search_memory,
@@ -484,9 +648,13 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
         fact_history,
         list_entities,
         add_fact,
+        remember,
         update_fact,
         delete_fact,
+        restore_fact,
         delete_all_facts,
+        list_sessions,
+        read_session,
         get_context,
         put_messages,
         forget_user,
@@ -499,15 +667,6 @@ def tool_functions(tools: AgentTools) -> list[Callable[..., Any]]:
         hints = get_type_hints(function, localns=vars(tool_params), include_extras=True)
         function.__annotations__ = hints
     return functions
-
-
-def strict(arg_model: Any) -> Any:
-    """A tool's argument model that refuses arguments the tool does not take (the SDK's ignores
-    them); its schema says so (`additionalProperties: false`)."""
-    from pydantic import ConfigDict
-
-    config = ConfigDict(**{**arg_model.model_config, "extra": "forbid"})  # type: ignore[typeddict-item]
-    return type(arg_model.__name__, (arg_model,), {"model_config": config, "__module__": __name__})
 
 
 def chat_tools(tools: AgentTools) -> ToolSet:
@@ -563,6 +722,8 @@ class ToolSet:
                     func_metadata,
                 )
 
+            from memcli.tool_params import strict
+
             loaded = {}
             for function in self.functions:
                 meta = func_metadata(function)
@@ -593,8 +754,6 @@ class ToolSet:
         result that is not `ok`, with the reason: the model reads it, the chat goes on."""
         import json
 
-        from pydantic import ValidationError
-
         def refused(reason: str, parsed: Any = None) -> ToolResult:
             return ToolResult(call_id, name, parsed, False, reason)
 
@@ -607,15 +766,10 @@ class ToolSet:
             return refused(f"the arguments are not JSON ({error}); give a JSON object")
         if not isinstance(parsed, dict):
             return refused("the arguments must be a JSON object", parsed)
+        from memcli.tool_params import check_arguments
+
         try:
-            bound = meta.arg_model.model_validate(meta.pre_parse_json(parsed))
-        except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors()
-            )
-            return refused(f"invalid arguments: {problems}", parsed)
-        try:
-            value = function(**bound.model_dump_one_level())
+            value = function(**check_arguments(meta, parsed))
         except MemcliError as error:
             return refused(str(error), parsed)
         return ToolResult(call_id, name, parsed, True, value)

@@ -136,7 +136,11 @@ def test_tools_and_resources_over_stdio(tmp_path: Path) -> None:
             "get_fact",
             "list_entities",
             "list_facts",
+            "list_sessions",
             "put_messages",
+            "read_session",
+            "remember",
+            "restore_fact",
             "search_facts",
             "search_memory",
             "update_fact",
@@ -206,7 +210,7 @@ def test_bad_input_is_a_tool_error_and_stores_nothing(tmp_path: Path) -> None:
 
     put = out["put"]
     assert is_error(put)
-    assert "message 1: unknown role 'robot'" in text(put) and "Use one of" in text(put)
+    assert "messages.1.role: Input should be 'system', 'user'" in text(put)
     assert is_error(out["empty"]) and "the fact is empty" in text(out["empty"])
     assert is_error(out["other_fact"]) and f"no fact {bob_fact} of user 'ana'" in text(
         out["other_fact"]
@@ -436,7 +440,175 @@ def test_unreadable_requests_get_an_error_reply(tmp_path: Path) -> None:
     assert "not valid Unicode" in by_id[2]["error"]["message"]
     assert by_id[None]["error"]["code"] == -32700
     assert by_id[3]["result"]["isError"] is True
-    assert "at most 2,000" in by_id[3]["result"]["content"][0]["text"]
+    assert "at most 2000 characters" in by_id[3]["result"]["content"][0]["text"]
     assert by_id[4]["result"]["tools"]
     store = SQLiteStore(tmp_path / "raw.db")
     assert fact_store.list_facts(store, None, "user:default") == []
+
+
+def test_strict_arguments_annotations_schemas_and_agent_words(tmp_path: Path) -> None:
+    """A guard is JSON true and nothing else, an id a JSON integer; every tool carries MCP
+    annotations; the schemas are complete; refusals speak in tool terms, without pydantic's
+    URL; another user's session is "no session" on every tool; an empty result says so."""
+    db = tmp_path / "mcp.db"
+    store = SQLiteStore(db)
+    from memcli import Memory, Message
+
+    Memory(store, "bobs", user_id="bob").put(Message("user", "Bob's secret plan"))
+    store.close()
+
+    async def script(s: ClientSession) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        await s.call_tool("put_messages", {"messages": CHAT, "session": "s1"})
+        out["tools"] = {t.name: t for t in (await s.list_tools()).tools}
+        out["guards"] = [
+            await s.call_tool("forget_user", {"confirm": v}) for v in ("yes", "on", 1, "true")
+        ]
+        out["string_id"] = await s.call_tool("get_fact", {"fact_id": "1"})
+        out["sessions"] = data(await s.call_tool("list_sessions", {}))
+        out["others"] = [
+            await s.call_tool(name, args)
+            for name, args in [
+                ("get_context", {"session": "bobs"}),
+                ("read_session", {"session": "bobs"}),
+                ("search_memory", {"query": "plan", "session": "bobs", "mode": "lexical"}),
+                ("put_messages", {"session": "bobs", "messages": CHAT[:1]}),
+            ]
+        ]
+        out["typo"] = await s.call_tool("get_context", {"session": "s11"})
+        out["empty"] = await s.call_tool("list_facts", {})
+        return out
+
+    out = drive(db, script, "--user", "ana")
+    tools = out["tools"]
+    for name, tool in tools.items():
+        notes = attr(tool, "annotations")
+        assert notes is not None, name
+        assert attr(notes, "read_only_hint") is not None, name
+        schema = attr(tool, "input_schema")
+        assert all(p.get("description") for p in schema["properties"].values()), name
+    forget = attr(tools["forget_user"], "annotations")
+    assert attr(forget, "destructive_hint") is True and attr(forget, "read_only_hint") is False
+    assert attr(attr(tools["search_memory"], "annotations"), "read_only_hint") is True
+    put = attr(tools["put_messages"], "input_schema")
+    item = put["$defs"][put["properties"]["messages"]["items"]["$ref"].split("/")[-1]]
+    assert item["properties"]["role"]["enum"] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "developer",
+    ]
+    assert item["required"] == ["role", "content"]
+    assert {"name", "metadata", "timestamp"} <= set(item["properties"])
+    add = attr(tools["add_fact"], "input_schema")
+    assert add["properties"]["text"]["maxLength"] == fact_store.MAX_FACT_CHARS
+    for refused in out["guards"]:
+        assert is_error(refused) and "confirm: Input should be a valid boolean" in text(refused)
+    assert is_error(out["string_id"]) and "valid integer" in text(out["string_id"])
+    assert [r["session"] for r in out["sessions"]] == ["s1"]  # nothing was forgotten
+    for refused in out["others"]:
+        assert is_error(refused)
+        assert "no session 'bobs' of user 'ana'" in text(refused), text(refused)
+        assert "bob'" not in text(refused).replace("'bobs'", "")  # the owner is not named
+    assert "Did you mean 's1'? Call list_sessions" in text(out["typo"])
+    everything = [text(r) for r in [*out["guards"], out["string_id"], *out["others"], out["typo"]]]
+    for said in everything:
+        assert "pydantic" not in said and "memcli " not in said and "--" not in said, said
+    assert not is_error(out["empty"]) and "No facts" in text(out["empty"])
+    store = SQLiteStore(db)
+    assert [m.content for m in store.get_messages("bobs")] == ["Bob's secret plan"]
+
+
+def test_sessions_paging_time_bounds_and_restore(tmp_path: Path) -> None:
+    db = tmp_path / "mcp.db"
+    old = [{**m, "timestamp": f"2020-01-0{i + 1}T10:00:00Z"} for i, m in enumerate(CHAT)]
+
+    async def script(s: ClientSession) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        await s.call_tool("put_messages", {"messages": old, "session": "s1"})
+        out["page1"] = data(await s.call_tool("read_session", {"session": "s1", "limit": 3}))
+        out["page2"] = data(
+            await s.call_tool("read_session", {"session": "s1", "offset": 3, "limit": 3})
+        )
+        search = {"query": "Lisbon OR Biscuit", "mode": "lexical", "k": 1}
+        out["first"] = data(await s.call_tool("search_memory", search))
+        out["second"] = data(await s.call_tool("search_memory", {**search, "offset": 1}))
+        out["until"] = data(
+            await s.call_tool("search_memory", {**search, "k": 5, "until": "2020-01-02"})
+        )
+        out["since"] = data(
+            await s.call_tool("search_memory", {**search, "k": 5, "since": "2020-01-03"})
+        )
+        first = data(await s.call_tool("add_fact", {"text": "Ana lives in Bern"}))["fact"]
+        await s.call_tool("update_fact", {"fact_id": first["id"], "text": "Ana lives in Zurich"})
+        out["facts_page"] = data(await s.call_tool("list_facts", {"limit": 1, "offset": 0}))
+        await s.call_tool("add_fact", {"text": "Ana has a dog"})
+        out["facts_page2"] = data(await s.call_tool("list_facts", {"limit": 1, "offset": 1}))
+        await s.call_tool("delete_fact", {"fact_id": first["id"]})
+        out["restored"] = data(await s.call_tool("restore_fact", {"fact_id": first["id"]}))
+        out["after"] = data(await s.call_tool("list_facts", {}))
+        out["future"] = await s.call_tool("list_facts", {"since": "2999-01-01"})
+        return out
+
+    out = drive(db, script, "--user", "ana")
+    assert [m["content"] for m in out["page1"]["messages"]] == [m["content"] for m in CHAT[:3]]
+    assert out["page1"]["next_offset"] == 3
+    assert [m["content"] for m in out["page2"]["messages"]] == [CHAT[3]["content"]]
+    assert out["page2"]["next_offset"] is None
+    assert len(out["first"]) == len(out["second"]) == 1
+    assert out["first"][0]["text"] != out["second"][0]["text"]
+    assert len(out["until"]) == 1 and CHAT[0]["content"] in out["until"][0]["text"]
+    assert len(out["since"]) == 1 and CHAT[2]["content"] in out["since"][0]["text"]
+    assert [f["text"] for f in out["facts_page"]] == ["Ana lives in Zurich"]
+    assert [f["text"] for f in out["facts_page2"]] == ["Ana has a dog"]
+    assert out["restored"]["fact"]["state"] == "current"
+    assert sorted(f["text"] for f in out["after"]) == ["Ana has a dog", "Ana lives in Zurich"]
+    assert "No facts" in text(out["future"])
+
+
+def test_deep_odd_and_huge_requests_get_error_replies(tmp_path: Path) -> None:
+    """Bounds before parsing: a line nested 10,000 deep, a request whose id is an object and a
+    line over the size cap each get an error reply with id null; the server goes on."""
+    from memcli.cli.mcp_http import MAX_REQUEST_BYTES
+
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    deep = '{"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": ' + "[" * 10_000
+    lines = [
+        json.dumps(init),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        deep + "]" * 10_000 + "}",
+        json.dumps({"jsonrpc": "2.0", "id": {"a": 1}, "method": "tools/list"}),
+        '{"jsonrpc": "2.0", "id": 5, "pad": "' + "x" * MAX_REQUEST_BYTES + '"}',
+        json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcli", "--db", str(tmp_path / "raw.db"), "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(("\n".join(lines) + "\n").encode())
+    proc.stdin.flush()
+    replies = []
+    while len(replies) < 5:
+        line = proc.stdout.readline()
+        assert line, (replies, proc.stderr.read() if proc.poll() is not None else "")
+        replies.append(json.loads(line))
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+    assert [r["id"] for r in replies] == [1, None, None, None, 4]
+    assert "nested more than" in replies[1]["error"]["message"]
+    assert replies[2]["error"]["code"] == -32600
+    assert "bytes" in replies[3]["error"]["message"]
+    assert replies[4]["result"]["tools"]

@@ -45,6 +45,7 @@ SKIPPED = {
     "./run chat": "sets up .venv (pip installs) and starts the full-screen chat; "
     "`memcli chat` below runs the same program",
     "./run test": "runs ruff, mypy and the whole suite, this file included",
+    "memcli mcp --http": "serves until interrupted; tests/test_mcp_http.py runs it",
 }
 # Text replaced before running: the README's endpoints become the tests' loopback LLM server.
 # The model `gpt-4o-mini` (with OPENAI_API_KEY) is pointed at the same server.
@@ -66,7 +67,7 @@ LONG_TERM_SECTIONS = ("Long-term memory", "search, blocks, facts")
 # MEMCLI_MODEL/MEMCLI_API_BASE pointing at the loopback server.
 NEEDS_MODEL = ("memcli facts extract",)
 # stdout that is text, not JSON Lines.
-TEXT_OUTPUT = ("memcli --show-completion", "memcli --install-completion")
+TEXT_OUTPUT = ("memcli --show-completion", "memcli --install-completion", "memcli mcp token add")
 
 
 def code_blocks(lang: str, text: str = README) -> list[tuple[str, str]]:

@@ -164,3 +164,22 @@ def test_fact_topics_through_the_tools(tmp_path: Path) -> None:
         "food",
         "health",
     ]
+
+
+def test_remember_extracts_facts_from_a_text_now(tmp_path: Path, llm) -> None:
+    """`remember`: the fact block's extraction on the given text, recorded with the tools'
+    origin and no session or flush; without a model it is refused in tool terms."""
+    tools = tools_for(tmp_path)
+    tools.origin = "mcp"
+    with pytest.raises(UsageError, match="add_fact"):
+        tools.remember("My dog is called Rex")
+    llm.script({"content": "<facts><fact>Ana has a dog named Rex</fact></facts>"})
+    block = FactBlock(model="openai/test", api_base=llm.api_base, timeout=10)
+    tools.blocks = lambda session: [block]
+    tools._facts = None  # (made again over the new blocks)
+    done = tools.remember("My dog is called Rex")
+    assert [f["text"] for f in done["added"]] == ["Ana has a dog named Rex"]
+    assert done["changed"] == []
+    assert "My dog is called Rex" in llm.requests[0]["messages"][-1]["content"]
+    (fact,) = fact_store.list_facts(tools.store, None, "user:ana")
+    assert fact.origin == "mcp" and fact.session_id is None and fact.flush_id is None

@@ -582,10 +582,13 @@ class FactBlock(LLMBlock):
             facts = sorted((f for f, _ in ranked), key=lambda f: f.id)
         return fact_store.get_facts(store, [f.id for f in facts])
 
-    def extract(self, batch: Sequence[Message], ctx: BlockContext) -> str | None:
+    def extract(
+        self, batch: Sequence[Message], ctx: BlockContext, *, origin: str = "extracted"
+    ) -> str | None:
         """Ask the LLM for the batch's new facts, shown the existing facts most related to it, and
-        apply its answer (new facts, the ones they replace, the ones retired); the reason it
-        failed (nothing stored), or None."""
+        apply its answer (new facts, the ones they replace, the ones retired), recorded with
+        `origin`; the reason it failed (nothing stored), or None. A batch of no session (a text
+        given to `Facts.remember`: `ctx.session_id` empty) records none."""
         key = self.scope_key(ctx)
         shown = self.related(ctx.store, key, "\n".join(m.content for m in batch))
         as_json = self.uses_schema
@@ -607,8 +610,8 @@ class FactBlock(LLMBlock):
             key,
             new,
             retire,
-            origin="extracted",
-            session_id=ctx.session_id,
+            origin=origin,
+            session_id=ctx.session_id or None,
             flush_id=ctx.flush_id,
             message_ids=[m.id for m in batch if m.id is not None],
         )

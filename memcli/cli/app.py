@@ -31,7 +31,7 @@ COMMANDS = (
     ("simulate", "memcli.cli.simulate", "app", True),
     ("info", "memcli.cli.info", "info_command", False),
     ("setup", "memcli.cli.setup", "setup_command", False),
-    ("mcp", "memcli.cli.mcp", "mcp_command", False),
+    ("mcp", "memcli.cli.mcp", "app", True),
 )
 _GLOBAL_OPTIONS = ("--db", "--config")
 

@@ -1,4 +1,6 @@
-"""`memcli mcp`: memcli's memory served over MCP's stdio transport (the official `mcp` SDK).
+"""`memcli mcp`: memcli's memory served over MCP (the official `mcp` SDK): on stdio for one
+user, or with `--http` over streamable HTTP for the users of its tokens (`memcli.cli.mcp_http`);
+`memcli mcp token add/list/rm` manage those tokens.
 
 The tools and resources are `memcli.tools.AgentTools`; this module only registers them.
 stdout carries the protocol alone: memcli's notes and the SDK's log go to stderr.
@@ -9,13 +11,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from memcli.cli import common
+from memcli.cli.mcp_http import (
+    MAX_REQUEST_BYTES,
+    PARSE_ERROR,
+    request_problem,
+)
 
 if TYPE_CHECKING:
+    from memcli.config import Settings
     from memcli.tools import AgentTools
 
 INSTRUCTIONS = (
@@ -25,30 +34,61 @@ INSTRUCTIONS = (
 )
 
 
-def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
-    """Serve memcli's memory to an MCP client over stdio: tools to search memory, list, search,
-    get, add, update and delete facts (one or all), see a fact's history and the entities, read
-    a session's context, put messages, and forget the user for good (forget_user, which needs
-    confirm=true); the sessions as
-    resources (memcli://sessions, memcli://sessions/ID). Runs until the client closes stdin.
+app = typer.Typer(
+    help="Serve memcli's memory to MCP clients (stdio, or HTTP with --http); manage the HTTP"
+    " server's tokens (token add, list, rm).",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+)
+token_app = typer.Typer(
+    help="The HTTP server's bearer tokens: each acts as one user.", rich_markup_mode=None
+)
+app.add_typer(token_app, name="token")
+
+
+@app.callback()
+def mcp_command(
+    ctx: typer.Context,
+    user: common.User = None,
+    http: Annotated[
+        bool,
+        typer.Option(
+            "--http",
+            help="Serve MCP's streamable HTTP at /mcp instead of stdio: every request needs"
+            " `Authorization: Bearer TOKEN` (see `memcli mcp token add`), whose user it acts as.",
+        ),
+    ] = False,
+    host: Annotated[
+        str, typer.Option("--host", metavar="HOST", help="With --http: the address to bind.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", metavar="N", min=0, max=65535, help="With --http: the port.")
+    ] = 8765,
+) -> None:
+    """Serve memcli's memory to an MCP client over stdio: tools to search memory, list and
+    read sessions, list, search, get, add, update, delete and restore facts, extract facts from
+    a text (remember), see a fact's history and the entities, read a session's context, put
+    messages, and forget the user for good (forget_user, which needs confirm=true); the
+    sessions as resources (memcli://sessions, memcli://sessions/ID). Runs until the client
+    closes stdin. With --http, one server for many users, each request acting as its token's.
 
         Client configuration: {"mcpServers": {"memcli": {"command": "memcli", "args": ["mcp"]}}}
     """
-    from memcli.tools import AgentTools
-
+    if ctx.invoked_subcommand is not None:
+        return
     s = common.settings(ctx, user=user)
     store = common.open_store(s)
-    built: dict[str | None, list[Any]] = {}
+    if http:
+        if user is not None:
+            from memcli.errors import UsageError
 
-    def blocks(session: str | None) -> list[Any]:
-        # Built once per session: a block's model loads on first use, and stays loaded.
-        if session not in built:
-            built[session] = common.make_blocks(s, store, session=session)
-        return built[session]
-
-    tools = AgentTools(
-        store, s, s.user, blocks=blocks, retriever=lambda: common.retriever(s, store), origin="mcp"
-    )
+            raise UsageError(
+                "--user does not go with --http: each request acts as its token's user",
+                "Make a token for the user: memcli mcp token add --user NAME",
+            )
+        serve_http(s, store, host, port)
+        return
+    tools = user_tools(s, store, s.user)
     try:
         import anyio
 
@@ -58,16 +98,186 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
             sys.stdout = open(os.devnull, "w")  # for the flush on the way out
 
 
+def serve_http(s: Settings, store: Any, host: str, port: int) -> None:
+    """`--http`: serve until interrupted (uvicorn) on `host` and `port`, each request's tools
+    those of its token's user (`user_tools`, made on a user's first request)."""
+    import threading
+
+    import uvicorn
+
+    from memcli.cli import output
+    from memcli.cli.mcp_http import Bearer, request_user
+    from memcli.errors import MemcliError
+
+    lock = threading.Lock()  # one store connection: one call at a time, whoever's
+    made = threading.Lock()
+    tools: dict[str, AgentTools] = {}
+
+    def tools_of() -> AgentTools:
+        user = request_user()
+        if user is None:  # (Bearer lets no request without a user through)
+            raise MemcliError("no user for this request", "Send a bearer token")
+        with made:
+            if user not in tools:
+                tools[user] = user_tools(s, store, user, lock)
+            return tools[user]
+
+    app = build_server(tools_of).streamable_http_app(
+        stateless_http=True, max_request_body_size=MAX_REQUEST_BYTES, host=host
+    )
+    output.info(f"memcli MCP server on http://{host}:{port}/mcp (Ctrl-C stops it)")
+    uvicorn.run(Bearer(app, store, lock), host=host, port=port, log_level="warning")
+
+
+def user_tools(s: Settings, store: Any, user: str, lock: Any = None) -> AgentTools:
+    """The tools of one user (their blocks built once per session: a block's model loads on
+    first use, and stays loaded); `lock` shared by the users of one store connection."""
+    from memcli.tools import AgentTools
+
+    built: dict[str | None, list[Any]] = {}
+
+    def blocks(session: str | None) -> list[Any]:
+        if session not in built:
+            built[session] = common.make_blocks(s, store, session=session, user=user)
+        return built[session]
+
+    extra = {} if lock is None else {"_lock": lock}
+    return AgentTools(
+        store,
+        s,
+        user,
+        blocks=blocks,
+        retriever=lambda: common.retriever(s, store),
+        origin="mcp",
+        **extra,
+    )
+
+
+@token_app.command("add")
+def token_add(
+    ctx: typer.Context,
+    user: Annotated[
+        str, typer.Option("--user", metavar="NAME", help="The user the token acts as.")
+    ],
+) -> None:
+    """Make a token for `memcli mcp --http` and print it (shown this once: only its hash is
+    stored). A client sends it as `Authorization: Bearer TOKEN`."""
+    from memcli.cli import output
+    from memcli.messages import validate_session_id
+    from memcli.store import tokens
+
+    validate_session_id(user, "--user")
+    s = common.settings(ctx)
+    token, secret = tokens.add_token(common.open_store(s), user)
+    output.write(secret + "\n")
+    output.info(
+        f"Token {token.id} acts as user {user!r}; remove it with `memcli mcp token rm {token.id}`."
+    )
+
+
+@token_app.command("list")
+def token_list(ctx: typer.Context, json_: common.Json = False) -> None:
+    """The tokens: their ids, users and times (never the tokens themselves)."""
+    from memcli.cli import output
+    from memcli.messages import format_time
+    from memcli.store import tokens
+
+    s = common.settings(ctx)
+    found = tokens.list_tokens(common.open_store(s, must_exist=True))
+    if not found:
+        output.info("No tokens: make one with `memcli mcp token add --user NAME`.")
+    records = [
+        {"id": t.id, "user": t.user_id, "created_at": format_time(t.created_at)} for t in found
+    ]
+    if output.wants_json(json_):
+        output.emit_all(records)
+    elif records:
+        output.table(None, ["id", "user", "created_at"], [list(r.values()) for r in records])
+
+
+@token_app.command("rm")
+def token_rm(
+    ctx: typer.Context,
+    token_id: Annotated[int, typer.Argument(metavar="ID", help="The token's id (token list).")],
+) -> None:
+    """Remove a token for good: requests with it get 401 from then on."""
+    from memcli.cli import output
+    from memcli.errors import MemcliError
+    from memcli.store import tokens
+
+    s = common.settings(ctx)
+    removed = tokens.remove_token(common.open_store(s, must_exist=True), token_id)
+    if removed is None:
+        raise MemcliError(f"no token {token_id}", "Run `memcli mcp token list` to see the ids")
+    output.info(f"Removed token {token_id} (user {removed.user_id!r}).")
+
+
 async def serve_stdio(server: Any) -> None:
-    """Run the server over stdio as the SDK's `run("stdio")` does, but answer a line the SDK
-    cannot read (invalid JSON, text that is not Unicode: a lone surrogate such as `\\ud800`)
-    with a JSON-RPC error, where the SDK would drop it and leave the client waiting."""
+    """Run the server over stdio as the SDK's `run("stdio")` does, but with each line read
+    within bounds (`_Lines`) and a line the SDK cannot read (invalid JSON, text that is not
+    Unicode: a lone surrogate such as `\\ud800`) answered with a JSON-RPC error, where the SDK
+    would drop it and leave the client waiting."""
     from mcp.server.stdio import stdio_server
 
     low = getattr(server, "_lowlevel_server", None) or server._mcp_server  # mcp 2, mcp 1
-    async with stdio_server() as (read_stream, write_stream):
+    lines = _Lines(sys.stdin.buffer)
+    async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+        lines.reply = write_stream.send
         replying = _Replying(read_stream, write_stream)
         await low.run(replying, write_stream, low.create_initialization_options())
+
+
+class _Lines:
+    """stdin's lines for the SDK's stdio transport, each checked before the SDK parses it: a
+    line over MAX_REQUEST_BYTES (read no further than that), nested deeper than
+    MAX_REQUEST_DEPTH, or whose `id` is neither a number nor a string (JSON-RPC's error, id
+    null) is answered through `reply` and not handed on."""
+
+    def __init__(self, stdin: Any) -> None:
+        self._stdin = stdin
+        self.reply: Any = None
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def _read(self, size: int) -> bytes:
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(self._stdin.readline, size)
+
+    async def __anext__(self) -> str:
+        while True:
+            raw = await self._read(MAX_REQUEST_BYTES + 1)
+            if not raw:
+                raise StopAsyncIteration
+            if len(raw) > MAX_REQUEST_BYTES:
+                while raw and not raw.endswith(b"\n"):  # the rest of the line, unread
+                    raw = await self._read(MAX_REQUEST_BYTES)
+                problem = (PARSE_ERROR, f"the request is over {MAX_REQUEST_BYTES:,} bytes")
+            else:
+                line = raw.decode("utf-8", "replace")
+                found = request_problem(line)
+                if found is None:
+                    return line
+                problem = found
+            if self.reply is not None:
+                await self.reply(error_reply(None, *problem))
+
+
+def error_reply(ident: Any, code: int, message: str) -> Any:
+    """A JSON-RPC error reply, as the SDK's SessionMessage."""
+    from mcp.shared.message import SessionMessage
+
+    data = {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
+    try:
+        import mcp_types
+
+        reply = mcp_types.jsonrpc_message_adapter.validate_python(data)
+    except ImportError:  # mcp 1.x
+        from mcp import types
+
+        reply = types.JSONRPCMessage.model_validate(data)  # type: ignore[attr-defined]
+    return SessionMessage(reply)
 
 
 class _Replying:
@@ -104,26 +314,20 @@ class _Replying:
         return await self._inner.__aexit__(*exc)
 
 
-#: JSON-RPC's code for a request that could not be parsed.
-PARSE_ERROR = -32700
-
-
 def parse_error(error: Exception) -> Any:
     """The JSON-RPC error reply (a SessionMessage) to a line the SDK could not read: with the
     request's id when Python's JSON parser finds one (it reads lone surrogates), else id null;
     None for a notification (no id: JSON-RPC answers none)."""
-    from mcp.shared.message import SessionMessage
-
     line = None
     errors = getattr(error, "errors", None)
     if callable(errors):
         found = errors()
         line = found[0].get("input") if found else None
     request: Any = None
-    if isinstance(line, str | bytes):
+    if isinstance(line, str | bytes) and request_problem(line) is None:
         try:
             request = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             request = None
     if isinstance(request, dict) and "method" in request and "id" not in request:
         return None
@@ -138,65 +342,101 @@ def parse_error(error: Exception) -> Any:
         if bad_text
         else "Parse error: the request is not a valid JSON-RPC message"
     )
-    data = {"jsonrpc": "2.0", "id": ident, "error": {"code": PARSE_ERROR, "message": message}}
-    try:
-        import mcp_types
-
-        reply = mcp_types.jsonrpc_message_adapter.validate_python(data)
-    except ImportError:  # mcp 1.x
-        from mcp import types
-
-        reply = types.JSONRPCMessage.model_validate(data)  # type: ignore[attr-defined]
-    return SessionMessage(reply)
+    return error_reply(ident, PARSE_ERROR, message)
 
 
-def _refusals_as(tool_error: type[Exception], function: Any) -> Any:
-    """`function`, raising a MemcliError as the SDK's ToolError: the message and the hint, for
-    the model to act on. It keeps the function's name and signature (`functools.wraps`), from
-    which the SDK derives the tool's schema."""
+def _as_tool(tool_error: type[Exception], function: Any, meta: Any) -> Any:
+    """`function` as the server calls it: its arguments checked by its strict model (`meta`:
+    `memcli.tool_params.check_arguments`, as the chat's tools are) and a MemcliError raised as the
+    SDK's ToolError (the message and the hint, for the model to act on); an empty result as a
+    sentence saying so (`EMPTY_RESULTS`). It keeps the function's name and signature
+    (`functools.wraps`), from which the SDK derives the tool."""
     from functools import wraps
 
+    from mcp.types import CallToolResult, TextContent
+
     from memcli.errors import MemcliError
+    from memcli.tool_params import EMPTY_RESULTS, check_arguments
+
+    empty = EMPTY_RESULTS.get(function.__name__, "Nothing: the result is empty.")
 
     @wraps(function)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(**arguments: Any) -> Any:
         try:
-            return function(*args, **kwargs)
+            result = function(**check_arguments(meta, arguments))
         except MemcliError as error:
             raise tool_error(str(error)) from None
+        if result == []:
+            return CallToolResult(
+                content=[TextContent(type="text", text=empty)], structured_content={"result": []}
+            )
+        return result
 
     return call
 
 
-def build_server(tools: AgentTools) -> Any:
+def build_server(tools: AgentTools | Callable[[], AgentTools]) -> Any:
     """The MCP server (MCPServer in mcp 2, FastMCP in mcp 1) with memcli's tools and resources
-    (the tools: `memcli.tools.tool_functions`)."""
+    (the tools: `memcli.tools.tool_functions`, over `tools`, or over the AgentTools `tools()`
+    gives for each call: the HTTP server's, of the request's user)."""
     from memcli.errors import MemcliError
-    from memcli.tools import description, strict, tool_functions
+    from memcli.tool_params import TOOL_HINTS, strict
+    from memcli.tools import AgentTools, description, tool_functions
 
     try:
         from mcp.server.mcpserver import MCPServer as Server
         from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+        from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, func_metadata
     except ImportError:  # mcp 1.x
         from mcp.server.fastmcp import FastMCP as Server  # type: ignore[no-redef,attr-defined]
         from mcp.server.fastmcp.exceptions import (  # type: ignore[no-redef]
             ResourceError,
             ToolError,
         )
-
+        from mcp.server.fastmcp.utilities.func_metadata import (  # type: ignore[no-redef]
+            ArgModelBase,
+            func_metadata,
+        )
     from inspect import signature
+
+    from mcp.types import ToolAnnotations
+    from pydantic import ConfigDict
 
     from memcli import __version__
 
+    class Raw(ArgModelBase):  # type: ignore[misc,valid-type]
+        """The arguments as sent, for `_as_tool` to check (the SDK's own check is lax)."""
+
+        model_config = ConfigDict(extra="allow")
+
+        def model_dump_one_level(self) -> dict[str, Any]:
+            return dict(self.__pydantic_extra__ or {})
+
+    at: Callable[[], AgentTools] = (
+        (lambda: tools) if isinstance(tools, AgentTools) else tools  # type: ignore[assignment]
+    )
     options: dict[str, Any] = {"instructions": INSTRUCTIONS, "log_level": "WARNING"}
     if "version" in signature(Server).parameters:  # mcp 2 says which version serves
         options["version"] = __version__
     server = Server("memcli", **options)
-    for function in tool_functions(tools):
-        server.add_tool(_refusals_as(ToolError, function), description=description(function))
+    for function in tool_functions(at):
+        meta = func_metadata(function)
+        meta.arg_model = strict(meta.arg_model)
+        hints = TOOL_HINTS[function.__name__]
+        annotations = ToolAnnotations(
+            read_only_hint=hints.read_only,
+            destructive_hint=hints.destructive,
+            idempotent_hint=hints.idempotent,
+            open_world_hint=hints.open_world,
+        )
+        server.add_tool(
+            _as_tool(ToolError, function, meta),
+            description=description(function),
+            annotations=annotations,
+        )
         tool: Any = server._tool_manager.get_tool(function.__name__)
-        tool.fn_metadata.arg_model = strict(tool.fn_metadata.arg_model)  # unknown arguments refused
-        tool.parameters = tool.fn_metadata.arg_model.model_json_schema(by_alias=True)
+        tool.fn_metadata.arg_model = Raw
+        tool.parameters = meta.arg_model.model_json_schema(by_alias=True)
 
     def resource_read(call: Any) -> str:
         try:
@@ -207,11 +447,11 @@ def build_server(tools: AgentTools) -> Any:
     @server.resource("memcli://sessions", name="sessions", mime_type="application/json")
     def sessions() -> str:
         """The user's sessions with their counts and budgets."""
-        return resource_read(tools.sessions)
+        return resource_read(lambda: at().sessions())
 
     @server.resource("memcli://sessions/{session_id}", name="session", mime_type="application/json")
     def session(session_id: str) -> str:
         """One session: its info and its active messages."""
-        return resource_read(lambda: tools.session(session_id))
+        return resource_read(lambda: at().session(session_id))
 
     return server

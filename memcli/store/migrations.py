@@ -381,6 +381,19 @@ def _migration_21(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_22(conn: sqlite3.Connection) -> None:
+    """The tokens of `memcli mcp --http` (`memcli.store.tokens`): each decides which user a
+    request acts as; only a token's SHA-256 is stored, never the token."""
+    conn.execute(
+        """CREATE TABLE "mcp_tokens" (
+   "id" INTEGER PRIMARY KEY,
+   "user_id" TEXT NOT NULL,
+   "token_hash" TEXT NOT NULL UNIQUE,
+   "created_at" TEXT NOT NULL
+)"""
+    )
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -397,6 +410,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (19, _migration_19),
     (20, _migration_20),
     (21, _migration_21),
+    (22, _migration_22),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -562,6 +562,16 @@ _BLOCK_READS_25 = (
 )""",
 )
 
+#: SQLite's migration 22: the tokens of `memcli mcp --http` (see `migrations._migration_22`).
+_MCP_TOKENS_26 = (
+    f"""CREATE TABLE mcp_tokens (
+   id {_ID},
+   user_id {_TEXT} NOT NULL,
+   token_hash {_TEXT} NOT NULL UNIQUE,
+   created_at {_TEXT} NOT NULL
+)""",
+)
+
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
@@ -573,6 +583,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (23, _vector_scope_23),
     (24, _run(_PUT_ONE_24)),
     (25, _run(_BLOCK_READS_25)),
+    (26, _run(_MCP_TOKENS_26)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -160,3 +160,9 @@ CREATE TABLE "block_reads" (
    "read_at" TEXT NOT NULL,
    PRIMARY KEY ("block", "scope_key", "session_id", "first_message_id")
 );
+CREATE TABLE "mcp_tokens" (
+   "id" INTEGER PRIMARY KEY,
+   "user_id" TEXT NOT NULL,
+   "token_hash" TEXT NOT NULL UNIQUE,
+   "created_at" TEXT NOT NULL
+);

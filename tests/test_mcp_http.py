@@ -1,0 +1,148 @@
+"""`memcli mcp --http`: a real server in a subprocess, driven by the MCP SDK's streamable HTTP
+client; the bearer token decides the user, and a request without a stored token gets 401."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from helpers import no_blocks  # noqa: F401 (a fixture)
+
+pytest.importorskip("mcp")
+pytest.importorskip("uvicorn")
+
+import httpx2  # noqa: E402
+from mcp import ClientSession  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("no_blocks")
+
+CHAT = [
+    {"role": "user", "content": "My dog is called Biscuit."},
+    {"role": "assistant", "content": "What a nice name."},
+]
+
+
+def memcli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "memcli", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A running `memcli mcp --http` on a free port: (its /mcp URL, its database)."""
+    db = tmp_path / "http.db"
+    assert memcli(db, "mcp", "token", "list").returncode == 1  # no database yet: nothing made
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memcli", "--db", str(db), "mcp", "--http", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ),
+    )
+    try:
+        while True:  # until it listens (or the test's timeout)
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                anyio.run(anyio.sleep, 0.1)
+        yield f"http://127.0.0.1:{port}/mcp", db
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+async def as_user(url: str, token: str, script: Any) -> Any:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=60) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        return await script(session)
+
+
+def result(call: Any) -> Any:
+    assert not call.is_error, call.content
+    structured = call.structured_content
+    return structured.get("result", structured)
+
+
+def test_tokens_decide_the_user_and_no_token_is_401(server: tuple[str, Path]) -> None:
+    url, db = server
+    made = {}
+    for user in ("ana", "bo"):
+        done = memcli(db, "mcp", "token", "add", "--user", user)
+        assert done.returncode == 0, done.stderr
+        made[user] = done.stdout.strip()
+        assert made[user].startswith("memcli_")
+    listed = memcli(db, "mcp", "token", "list", "--json")
+    records = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [(r["id"], r["user"]) for r in records] == [(1, "ana"), (2, "bo")]
+    assert made["ana"] not in listed.stdout and made["ana"] not in db.read_bytes().decode("latin-1")
+
+    async def ana(s: ClientSession) -> dict[str, Any]:
+        put = result(await s.call_tool("put_messages", {"messages": CHAT, "session": "a1"}))
+        fact = result(await s.call_tool("add_fact", {"text": "Ana has a dog called Biscuit"}))
+        return {
+            "put": put,
+            "fact": fact,
+            "sessions": result(await s.call_tool("list_sessions", {})),
+        }
+
+    async def bo(s: ClientSession) -> dict[str, Any]:
+        return {
+            "sessions": await s.call_tool("list_sessions", {}),
+            "facts": await s.call_tool("list_facts", {}),
+            "search": await s.call_tool("search_memory", {"query": "Biscuit", "mode": "lexical"}),
+            "read": await s.call_tool("read_session", {"session": "a1"}),
+        }
+
+    out_ana = anyio.run(as_user, url, made["ana"], ana)
+    out_bo = anyio.run(as_user, url, made["bo"], bo)
+    assert out_ana["put"]["session"] == "a1" and out_ana["fact"]["added"] is True
+    assert [s["session"] for s in out_ana["sessions"]] == ["a1"]
+    assert result(out_bo["sessions"]) == [] and result(out_bo["facts"]) == []
+    assert result(out_bo["search"]) == []
+    assert out_bo["read"].is_error
+    assert "no session 'a1' of user 'bo'" in out_bo["read"].content[0].text
+
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    with httpx2.Client(timeout=30) as http:
+        none = http.post(url, json=body)
+        wrong = http.post(url, json=body, headers={"Authorization": "Bearer memcli_nope"})
+        deep = http.post(
+            url,
+            content='{"jsonrpc": "2.0", "id": 1, "method": "x", "params": ' + "[" * 5000,
+            headers={"Authorization": f"Bearer {made['ana']}"},
+        )
+    assert none.status_code == 401 and wrong.status_code == 401
+    assert "Bearer" in none.headers["www-authenticate"]
+    assert deep.status_code == 400 and deep.json()["id"] is None
+
+    assert memcli(db, "mcp", "token", "rm", "2").returncode == 0
+    assert memcli(db, "mcp", "token", "rm", "2").returncode == 1
+    with httpx2.Client(timeout=30) as http:
+        gone = http.post(url, json=body, headers={"Authorization": f"Bearer {made['bo']}"})
+    assert gone.status_code == 401
