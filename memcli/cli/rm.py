@@ -65,6 +65,8 @@ def rm_command(
 
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
+    if not dry_run and forgetting.finish_deletes(store, s.home / "indexes"):
+        output.info("Finished a delete that was stopped before its cleanup.")
     deletions = forgetting.plan(store, session or [], message or [], user)
     wants_json = output.wants_json(json_)
     if dry_run:

@@ -2,7 +2,7 @@
 (`mapping`: id -> {message, parent, children}). The conversation is the branch from the root
 to `current_node`: edits and regenerations on other branches are not imported.
 
-Per node: text parts are the content; other parts (images, audio, files) are left out and
+Per node: its id is the message's source id (`metadata["source_id"]`); text parts are the content; other parts (images, audio, files) are left out and
 counted (an audio part's transcription is text, and kept); hidden nodes (custom instructions,
 the empty system message) are skipped, as are the model's thoughts; `code` (the assistant
 writing to the Python tool) is an assistant message, `execution_output` a tool message named
@@ -37,7 +37,9 @@ def _conversation(item: Any, at: str) -> Conversation:
     messages: list[Message] = []
     dropped = 0
     for node_id in _branch(mapping, item.get("current_node"), at):
-        found, left_out = _message(mapping[node_id].get("message"), f"{at}: node {node_id}")
+        found, left_out = _message(
+            mapping[node_id].get("message"), f"{at}: node {node_id}", node_id
+        )
         dropped += left_out
         if found is not None:
             messages.append(found)
@@ -82,7 +84,7 @@ def _branch(mapping: dict[str, Any], current: Any, at: str) -> list[str]:
     return path
 
 
-def _message(data: Any, at: str) -> tuple[Message | None, int]:
+def _message(data: Any, at: str, node_id: str) -> tuple[Message | None, int]:
     """A node's message and how many parts of it were left out (None: a node that is not one)."""
     if data is None:
         return None, 0
@@ -110,7 +112,8 @@ def _message(data: Any, at: str) -> tuple[Message | None, int]:
         raise InputError(f"{at}: unknown author role {role!r}", _HINT)
     if not text.strip():
         return None, dropped  # an empty system node, an image alone, a tool's empty result
-    return message(at, role, text, name=name, timestamp=data.get("create_time")), dropped
+    found = message(at, role, text, name=name, timestamp=data.get("create_time"), source_id=node_id)
+    return found, dropped
 
 
 def _text(content: dict[str, Any], kind: Any, at: str) -> tuple[str, int]:

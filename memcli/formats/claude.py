@@ -1,5 +1,5 @@
 """Claude.ai's data export: `conversations.json`, a list of conversations with `chat_messages`
-in order (`sender` human or assistant). A message's text is its `content` blocks of type text
+in order (`sender` human or assistant; a message's `uuid` is its source id). A message's text is its `content` blocks of type text
 (else its `text`); tool use and results are left out and counted; the `extracted_content` of
 its attachments is kept with it (after its text, under the file's name), so it is searchable.
 """
@@ -64,7 +64,8 @@ def _message(data: Any, at: str, limits: Limits) -> tuple[Message | None, int]:
     text = "\n\n".join(t for t in texts if t)
     if not text.strip():
         return None, dropped
-    return message(at, role, text, timestamp=data.get("created_at")), dropped
+    ident = clean_text(data.get("uuid"), at, "its uuid")
+    return message(at, role, text, timestamp=data.get("created_at"), source_id=ident), dropped
 
 
 def _texts(data: dict[str, Any], at: str) -> tuple[list[str], int]:

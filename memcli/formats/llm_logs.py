@@ -1,6 +1,8 @@
 """simonw/llm's logs: its `logs.db` (read-only: the file is never written) in either schema,
 and the output of `llm logs --json`. One conversation per llm conversation (thread), its id
 as the source id (`llm:ID`, the same in the database and in the JSON), its name as the title.
+Each message's source id (`metadata["source_id"]`): its response's id and which part of it it is
+(`ID:prompt`, `ID:response`, `ID:system`), or, in the newer schema, its message hash.
 
 - the schema up to llm 0.27: `conversations` and `responses` (each a prompt, its system
   prompt, the response, a time); a system prompt is a system message where it first appears
@@ -143,17 +145,57 @@ def read_json(items: list[Any], name: str) -> list[Conversation]:
         for row in rows:
             at = f"{name}: response {row.get('id')}"
             when = row.get("datetime_utc")
+            response = _response_id(row.get("id"), at)
+            parts: list[tuple[str, str, Any]] = []
             if row.get("system") and row["system"] != system:
                 system = row["system"]
-                messages.append(message(at, "system", system, timestamp=when))
+                parts.append(("system", "system", system))
             if row.get("prompt"):
-                messages.append(message(at, "user", row["prompt"], timestamp=when))
+                parts.append(("user", "prompt", row["prompt"]))
             if row.get("response"):
-                messages.append(message(at, "assistant", row["response"], timestamp=when))
+                parts.append(("assistant", "response", row["response"]))
+            for role, kind, text in parts:
+                source = f"{response}:{kind}" if response else None
+                messages.append(message(at, role, text, timestamp=when, source_id=source))
         title = clean_text(rows[0].get("conversation_name"), f"{name}: {ident}", "its name")
         found.append((rows[0].get("datetime_utc") or "", ident, messages, title))
     found.sort(key=lambda f: str(f[0]))
     return [Conversation(records(m), source_id=f"llm:{i}", title=t) for _, i, m, t in found]
+
+
+def _response_id(value: Any, at: str) -> str | None:
+    """A response's id as text (llm's are strings; an integer is taken as its digits)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return clean_text(value, at, "its id")
+
+
+#: A message's part of a turn, by its role: as `read_json` names the parts of a response.
+_PARTS = {"user": "prompt", "assistant": "response", "system": "system"}
+
+
+def _turn_sources(
+    sources: dict[str, str], roles: dict[Any, tuple[Any, Any]], turn: Any, parent: Any, tip: Any
+) -> None:
+    """Give the messages of a turn (from its tip back to the message before it) the source ids
+    `llm logs --json` gives them: the turn's id (a response's) and their part (`ID:prompt`,
+    `ID:response`, `ID:system`), so that the JSON and the database are the same messages."""
+    if not isinstance(turn, str) or not turn:
+        return
+    current, used, seen = tip, set(), set()
+    while isinstance(current, str) and current != parent and current in roles:
+        if current in seen:
+            return  # a loop: `_threads` says so
+        seen.add(current)
+        role = roles[current][1]
+        part = _PARTS.get(role, str(role))
+        source, n = f"{turn}:{part}", 1
+        while source in used:
+            n += 1
+            source = f"{turn}:{part}#{n}"
+        used.add(source)
+        sources.setdefault(current, source)
+        current = roles[current][0]
 
 
 def _threads(db: _Reader, name: str) -> list[Conversation]:
@@ -166,14 +208,16 @@ def _threads(db: _Reader, name: str) -> list[Conversation]:
     ):
         parts[h].append((kind, text))
     times: dict[str, str] = {}
-    for parent, tip, when in db.rows(
-        "SELECT parent_message_hash, tip_message_hash, datetime_utc FROM turns"
+    sources: dict[str, str] = {}
+    for turn, parent, tip, when in db.rows(
+        "SELECT id, parent_message_hash, tip_message_hash, datetime_utc FROM turns"
         " ORDER BY datetime_utc",
         "turns",
     ):
         times.setdefault(tip, when)
         if parent is not None:
             times.setdefault(parent, when)
+        _turn_sources(sources, roles, turn, parent, tip)
     found = []
     for ident, title, tip, started in db.rows(
         "SELECT id, name, tip_message_hash, datetime_utc FROM threads ORDER BY datetime_utc, id",
@@ -204,7 +248,10 @@ def _threads(db: _Reader, name: str) -> list[Conversation]:
             if "".join(texts).strip():
                 role = roles[h][1]
                 when = times.get(h, started)
-                messages.append(message(at, role, "\n".join(texts), timestamp=when))
+                source = sources.get(h, h) if isinstance(h, str) else None
+                messages.append(
+                    message(at, role, "\n".join(texts), timestamp=when, source_id=source)
+                )
         found.append(
             Conversation(
                 records(messages),

@@ -528,6 +528,22 @@ $$""",
 )
 
 
+# SQLite's 21: what a re-import skips of the messages deleted for good, and deletes whose cleanup
+# has not run yet (`memcli.store.forget`).
+_DELETES_25 = (
+    f"""CREATE TABLE deleted_sources (
+   session_id {_TEXT} NOT NULL,
+   message_id BIGINT NOT NULL,
+   source_hash {_TEXT} NOT NULL,
+   PRIMARY KEY (session_id, message_id)
+)""",
+    f"""CREATE TABLE unfinished_deletes (
+   id BIGSERIAL PRIMARY KEY,
+   created_at {_TEXT} NOT NULL
+)""",
+)
+
+
 def has_embedding_column(conn: Any) -> bool:
     """Whether the database keeps pgvector's column (made at 16 when the server had pgvector)."""
     row = conn.execute(
@@ -547,7 +563,7 @@ def _vector_scope_23(conn: Any) -> None:
 #: 19 (the put function) is PostgreSQL's own, SQLite's schema has nothing to match it; 20 is
 #: SQLite's 19 (the sessions' sources), 21 SQLite's 20 (fact states), 22 PostgreSQL's own again (the
 #: put function's next seq), 23 too (with pgvector: the vectors' user and time), 24 too (the put of
-#: one message).
+#: one message); 25 is SQLite's 21 (deleted sources, unfinished deletes).
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
@@ -558,6 +574,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (22, _run(_PUT_22)),
     (23, _vector_scope_23),
     (24, _run(_PUT_ONE_24)),
+    (25, _run(_DELETES_25)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -150,3 +150,13 @@ CREATE TABLE "summaries" (
 );
 CREATE TRIGGER "summaries_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM summaries WHERE session_id = old.id; END;
 CREATE INDEX "sessions_source" ON "sessions" ("user_id", "source_id");
+CREATE TABLE "deleted_sources" (
+   "session_id" TEXT NOT NULL,
+   "message_id" INTEGER NOT NULL,
+   "source_hash" TEXT NOT NULL,
+   PRIMARY KEY ("session_id", "message_id")
+);
+CREATE TABLE "unfinished_deletes" (
+   "id" INTEGER PRIMARY KEY,
+   "created_at" TEXT NOT NULL
+);
