@@ -143,7 +143,15 @@ def forget_user(store: Store, user: str, index_dir: str | Path | None = None) ->
     return forgotten
 
 
-def _remove_index_files(store: Store, index_dir: str | Path | None) -> None:
-    from memcli.search.dense import remove_index_files
+def finish_deletes(store: Store, index_dir: str | Path | None = None) -> int:
+    """Finish the deletes that were stopped between their commit and their cleanup (see
+    `memcli.search.dense.finish_deletes`); return how many there were."""
+    from memcli.search.dense import finish_deletes
 
-    remove_index_files(store, index_dir)
+    return finish_deletes(store, index_dir)
+
+
+def _remove_index_files(store: Store, index_dir: str | Path | None) -> None:
+    from memcli.search.dense import finish_deletes
+
+    finish_deletes(store, index_dir, deleted=True)

@@ -9,7 +9,10 @@
   search embeds every message without a vector);
 - `condense`: a fact block over its `max_facts` whose condensing failed (retried after the next
   extraction, or by `memcli facts extract --pending`);
-- `index`: index files that are damaged (rebuilt by the next search) or stale.
+- `index`: index files that are damaged (rebuilt by the next search) or stale;
+- `delete`: deletes for good stopped between their commit and their cleanup (the database's
+  files not purged, the index files not removed: they may still hold what was deleted),
+  finished by `memcli check --repair`, the next search, or the next `memcli rm`.
 
 Each item carries the command that fixes it. Only `stale` index files need nothing: the next
 search brings them up to date (`Attention.needed` is False).
@@ -73,8 +76,26 @@ def unfinished(
         found += _unfed(store, blocks_for, known)
     found += _pending(store, known)
     found += _condensations(store)
+    found += _deletes(store)
     found += _index(store, index_dir)
     return found
+
+
+def _deletes(store: Any) -> list[Attention]:
+    from memcli.store.forget import unfinished_deletes
+
+    n = len(unfinished_deletes(store))
+    if not n:
+        return []
+    return [
+        Attention(
+            "delete",
+            f"{n} delete(s) for good stopped before their cleanup: the database's files and"
+            " the index files may still hold what they deleted",
+            "memcli check --repair (finishes them)",
+            count=n,
+        )
+    ]
 
 
 def _user(user: str) -> str:

@@ -19,18 +19,17 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import InputError, StoreError
 from memcli.flush import Budget, BudgetOverride
 from memcli.formats.base import CONTENT_ID, Conversation, content_ids
-from memcli.messages import format_time, new_session_id, validate_session_id
+from memcli.messages import Message, format_time, new_session_id, validate_session_id
 from memcli.sessions import budget_rule, check_owner, default_budget
 from memcli.transcripts import SessionRecord, plan_calls
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from memcli.blocks.base import MemoryBlock
     from memcli.config import Settings
     from memcli.formats import Source
     from memcli.memory import Flush, Memory
-    from memcli.messages import Message
     from memcli.store.base import SessionInfo, Store
     from memcli.tokens import Tokenizer
     from memcli.transcripts import Record
@@ -297,7 +296,7 @@ def resolve(
                     (
                         s
                         for s in store.find_sources(user, c.source_id)
-                        if not by_content or _continues(store.iter_messages(s), c.messages)
+                        if not by_content or _continues(_stored(store, s, c.messages), c.messages)
                     ),
                     None,
                 )
@@ -359,7 +358,18 @@ def align(
     store: Store, found: Sequence[Conversation], user: str | None, again: bool = False
 ) -> Plan:
     """Skip, per stored session, the messages its conversation holds that are already stored
-    there (all of them with `again`: nothing is skipped). Reads only."""
+    there, or were and were deleted for good (all of them with `again`: nothing is skipped).
+    Reads only.
+
+    Which those are: a message with an id in its source (`metadata["source_id"]`, which the
+    format readers set) is known by it: stored with that id, or deleted (`deleted_sources`).
+    Besides, and for messages without one (a transcript's; those stored before memcli kept
+    source ids), the run of the conversation's first messages that the session ends with
+    (`stored_overlap`; for a conversation found by its source id, also what it shares with the
+    session's start), in which a message deleted for good still stands, known by its hash: a
+    deleted message does not come back, nor does what followed it come twice."""
+    from memcli.store import forget
+
     plan = Plan([], {}, {})
     for conversation in found:
         target = conversation.session
@@ -370,21 +380,72 @@ def align(
         if version < 0 or again:
             continue  # a new session, or a second copy on purpose
         check_owner(store.get_session(target), user, _OTHER_USER)
-        k = stored_overlap(conversation.messages, store.iter_messages(target))
+        messages = conversation.messages
+        k = stored_overlap(messages, _stored(store, target, messages))
         if conversation.matched:  # the same conversation: what it shares with the session's start
-            k = max(k, _common_start(store.iter_messages(target), conversation.messages))
-        if not k:
+            k = max(k, _common_start(_stored(store, target, messages), messages))
+        known: set[str] = set()
+        if any(forget.source_id(m) is not None for m in messages):
+            known.update(
+                h for _, h in forget.deleted_sources(store, target) if h.startswith(forget.BY_ID)
+            )
+            known.update(
+                forget.source_hash(m)
+                for m in store.iter_messages(target)
+                if forget.source_id(m) is not None
+            )
+        skip = {
+            i
+            for i, m in enumerate(messages)
+            if i < k or (forget.source_id(m) is not None and forget.source_hash(m) in known)
+        }
+        if not skip:
             continue
-        plan.skipped[target] = k
-        records = list(conversation.records)
-        for i, record in enumerate(records):
-            cut = min(k, len(record.messages))
-            records[i] = record._replace(messages=record.messages[cut:])
-            k -= cut
-            if not k:
-                break
+        plan.skipped[target] = len(skip)
+        records, i = [], 0
+        for record in conversation.records:
+            kept = [m for j, m in enumerate(record.messages, i) if j not in skip]
+            i += len(record.messages)
+            records.append(record._replace(messages=kept))
         plan.conversations[-1] = replace(conversation, records=records)
     return plan
+
+
+def _stored(store: Store, session: str, messages: Sequence[Message]) -> Iterator[Message]:
+    """A session's messages in order, each message deleted for good standing in its place as
+    the message of `messages` that has its source hash (as a placeholder no message equals
+    when none has): read as they are needed."""
+    from memcli.store import forget
+
+    deleted = forget.deleted_sources(store, session)
+    stored = store.iter_messages(session)
+    if not deleted:
+        yield from stored
+        return
+    by_hash: dict[str, Message] = {}
+    for m in messages:
+        by_hash.setdefault(forget.source_hash(m), m)
+        if forget.source_id(m) is not None:  # (stored before by its content, then deleted)
+            by_hash.setdefault(forget.source_hash(_without_source(m)), m)
+    gone = iter(deleted)
+    next_gone = next(gone, None)
+    for m in stored:
+        while next_gone is not None and m.id is not None and next_gone[0] < m.id:
+            yield by_hash.get(next_gone[1], _DELETED)
+            next_gone = next(gone, None)
+        yield m
+    while next_gone is not None:
+        yield by_hash.get(next_gone[1], _DELETED)
+        next_gone = next(gone, None)
+
+
+#: Stands for a deleted message that no message of the conversation is.
+_DELETED = Message.plain("system", "\0deleted")
+
+
+def _without_source(m: Message) -> Message:
+    meta = {k: v for k, v in (m.metadata or {}).items() if k != "source_id"}
+    return replace(m, metadata=meta or None)
 
 
 def _put(
@@ -514,7 +575,11 @@ def stored_overlap(messages: Sequence[Message], stored: Iterable[Message]) -> in
 
 
 def _key(m: Message, timed: bool) -> tuple[Any, ...]:
-    """What an export round-trips of a message, as stored (metadata as its JSON)."""
-    meta = json.dumps(m.metadata, ensure_ascii=False, sort_keys=True) if m.metadata else None
+    """What an export round-trips of a message, as stored (metadata as its JSON, without the
+    source id: one stored before memcli kept them is the same message)."""
+    given = m.metadata
+    if given and "source_id" in given:
+        given = {k: v for k, v in given.items() if k != "source_id"}
+    meta = json.dumps(given, ensure_ascii=False, sort_keys=True) if given else None
     when = format_time(m.timestamp) if timed and m.timestamp is not None else None
     return (m.role, m.content, m.name, meta, when)

@@ -188,3 +188,72 @@ def test_a_damaged_full_text_index_is_named_and_refuses_deletes(tmp_path: Path) 
     assert found.code == 0 and "word42" in found.records()[0]["text"]
     assert memcli(*args, "rm", "s", "--message", "5", "--yes").code == 0
     assert memcli(*args, "check").code == 0
+
+
+def rm_killed_after_commit(db: Path, session: str, message: int) -> None:
+    """`memcli rm --message`, stopped between the delete's commit and its cleanup (as a kill
+    there would stop it): the store's purge, which runs after the commit, is interrupted."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from memcli.store.sqlite import SQLiteStore\n"
+        "def killed(self): raise KeyboardInterrupt\n"
+        "SQLiteStore.purge = killed\n"
+        "from memcli.cli.app import main\n"
+        f"sys.argv = ['memcli', '--db', {str(db)!r}, 'rm', {session!r}, '--message',"
+        f" '{message}', '--yes']\n"
+        "main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=os.environ, capture_output=True)
+    assert proc.returncode == 130, proc.stderr.decode()
+
+
+def indexed_ids(db: Path) -> list[int]:
+    import numpy as np
+
+    npz = Path(f"{db}.retrieval.npz")
+    if not npz.exists():
+        return []
+    with np.load(npz) as data:
+        return [int(i) for i in data["message_ids"]]
+
+
+@pytest.mark.parametrize("finish", ["search", "check --repair", "rm"])
+def test_a_delete_stopped_before_its_cleanup_is_listed_and_finished(
+    tmp_path: Path, finish: str
+) -> None:
+    db = tmp_path / "m.db"
+    lines = "".join(
+        json.dumps({"role": "user", "content": f"message {i} about tea"}) + "\n" for i in range(6)
+    )
+    assert memcli("--db", str(db), "import", "-", "--session", "s", input=lines).code == 0
+    assert memcli("--db", str(db), "search", "tea").code == 0
+    ids = [
+        r["id"]
+        for r in memcli("--db", str(db), "inspect", "s", "--json").records()
+        if r["type"] == "message"
+    ]
+    gone = ids[2]
+    assert gone in indexed_ids(db)
+    rm_killed_after_commit(db, "s", gone)
+    assert gone in indexed_ids(db)  # the vector is still in the index file
+    run = memcli("--db", str(db), "check", "--json")
+    found = [r for r in run.records() if r["type"] == "attention"]
+    assert run.code == 1 and "delete" in [r["kind"] for r in found], run.stdout
+    entry = next(r for r in found if r["kind"] == "delete")
+    assert entry["count"] == 1 and entry["fix"].startswith("memcli check --repair")
+    if finish == "search":
+        assert memcli("--db", str(db), "search", "tea").code == 0
+    elif finish == "check --repair":
+        run = memcli("--db", str(db), "check", "--repair")
+        assert "Finished 1 delete(s)" in run.stderr, run.stderr
+    else:
+        run = memcli("--db", str(db), "rm", "s", "--message", str(gone), "--yes")
+        assert run.code == 1 and f"no message {gone}" in run.stderr, run.stderr
+        assert "Finished a delete" in run.stderr
+    assert gone not in indexed_ids(db)
+    run = memcli("--db", str(db), "check")
+    assert run.code == 0, run.stdout + run.stderr

@@ -366,7 +366,6 @@ def test_llm_logs_db_imported_by_path_and_from_stdin(tmp_path: Path) -> None:
     assert "0 new, 9 already stored" in json_again.stderr
 
 
-EXPORTS = Path(__file__).parent / "data" / "exports"
 
 # Each real-shaped export: the sessions' titles, each session's roles in order, a canary word
 # in it that search must find, and the non-text parts left out.
@@ -498,3 +497,66 @@ def test_an_imported_session_is_not_updated_before_it_was_created() -> None:
     assert memcli("import", str(EXPORTS / "sillytavern.jsonl")).code == 0
     (session,) = memcli("sessions", "--json").records()
     assert session["updated_at"] >= session["created_at"]
+
+
+def grown_chatgpt(path: Path, replies: int) -> Path:
+    """The ChatGPT export, its first conversation grown by `replies` user/assistant nodes."""
+    data = json.loads((EXPORTS / "chatgpt-conversations.json").read_text())
+    first = data[0]
+    for i in range(replies):
+        for role, node in (("user", f"gu{i}"), ("assistant", f"ga{i}")):
+            parent = first["current_node"]
+            first["mapping"][parent]["children"] = [node]
+            first["mapping"][node] = {
+                "id": node,
+                "parent": parent,
+                "children": [],
+                "message": {
+                    "id": node,
+                    "author": {"role": role},
+                    "create_time": 1717330000.0 + i,
+                    "content": {"content_type": "text", "parts": [f"{role} says {i}"]},
+                },
+            }
+            first["current_node"] = node
+    path.write_text(json.dumps(data))
+    return path
+
+
+def messages_of(session: str) -> list[dict]:
+    records = memcli("inspect", session, "--all", "--json").records()
+    return [r for r in records if r["type"] == "message"]
+
+
+@pytest.mark.parametrize("session", [None, "s"])
+def test_a_deleted_message_stays_deleted_when_the_export_is_imported_again(
+    session: str | None,
+) -> None:
+    export = EXPORTS / "chatgpt-conversations.json"
+    target = ["--session", session] if session else []
+    first = memcli("import", str(export), *target)
+    assert first.code == 0, first.stderr
+    name = session or next(s for s in first.records()[0]["sessions"] if s.startswith("sourdough"))
+    stored = messages_of(name)
+    gone = stored[2]
+    run = memcli("rm", name, "--message", str(gone["id"]), "--yes")
+    assert run.code == 0, run.stderr
+    for _ in range(3):  # (was 6 -> 11 -> 16 -> 21 messages)
+        run = memcli("import", str(export), *target)
+        assert run.code == 0, run.stderr
+        assert run.records()[0]["new"] == 0, run.stderr
+    after = messages_of(name)
+    assert len(after) == len(stored) - 1
+    assert gone["content"] not in [m["content"] for m in after]
+
+
+@pytest.mark.parametrize("session", [None, "s"])
+def test_a_grown_export_stores_only_its_new_messages(tmp_path: Path, session: str | None) -> None:
+    target = ["--session", session] if session else []
+    run = memcli("import", str(EXPORTS / "chatgpt-conversations.json"), *target)
+    assert run.code == 0 and run.records()[0]["new"] == 9, run.stderr
+    run = memcli("import", str(grown_chatgpt(tmp_path / "grown.json", 2)), *target)
+    assert run.code == 0, run.stderr
+    assert (run.records()[0]["new"], run.records()[0]["already_stored"]) == (4, 9)
+    sessions = memcli("sessions", "--json").records()
+    assert sum(s["active_messages"] + s["archived_messages"] for s in sessions) == 13

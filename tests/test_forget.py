@@ -353,3 +353,30 @@ def test_rm_session_deletes_its_text_for_good(tmp_path: Path, isolated: Path) ->
     assert files_holding(isolated, "zanzibarflamingo")
     assert memcli("rm", "--user", "alice", "--yes").code == 0
     assert files_holding(isolated, "zanzibarflamingo") == []
+
+
+def test_rm_user_takes_her_chat_input_history(tmp_path: Path, isolated: Path) -> None:
+    from memcli.cli.chat.history import history_path
+
+    seed_users(tmp_path)
+    mine, bobs = history_path(isolated, "alice"), history_path(isolated, "bob")
+    assert mine != bobs and mine.parent == bobs.parent
+    for path, text in ((mine, "My pet is a zanzibarflamingo called Rosa."), (bobs, "trains")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"\n# 2026-01-01 10:00:00.000000\n+{text}\n")
+    # The file every user shared before: her sent lines go, the others' stay.
+    shared = isolated / "chat_history"
+    shared.write_text(
+        "\n# 2026-01-01 10:00:00.000000\n+She eats quetzalcrumpet every morning.\n"
+        "\n# 2026-01-01 10:00:01.000000\n+I restore old steam trains on weekends.\n"
+        "\n# 2026-01-01 10:00:02.000000\n+/facts\n+two lines\n"
+    )
+    run = memcli("rm", "--user", "alice", "--yes")
+    assert run.code == 0, run.stderr
+    assert not mine.exists() and bobs.read_text().endswith("+trains\n")
+    assert shared.read_text() == (
+        "\n# 2026-01-01 10:00:01.000000\n+I restore old steam trains on weekends.\n"
+        "\n# 2026-01-01 10:00:02.000000\n+/facts\n+two lines\n"
+    )
+    for word in ALICE_WORDS:
+        assert files_holding(isolated, word) == []

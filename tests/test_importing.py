@@ -269,3 +269,58 @@ def test_conversations_are_the_records_of_each_session_in_order() -> None:
     assert [c.session for c in conversations(records, header=SessionRecord("h"))] == ["x", "h"]
     with pytest.raises(InputError, match="--session must not be empty"):
         conversations(records, session_id="")
+
+
+# -- deletes hold ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("session", [None, "s"])
+def test_a_message_deleted_for_good_is_not_imported_again(
+    tmp_path: Path, session: str | None
+) -> None:
+    """A transcript (no ids in it): the deleted message keeps its place, by its hash."""
+    store = SQLiteStore(tmp_path / "m.db")
+    data = lines(*CHAT, ("user", "bye"), ("assistant", "ok"))
+    first = import_file(store, data, opening(), session)
+    (target,) = first.sessions
+    gone = store.get_messages(target)[1]  # the first "ok"
+    assert store.delete_message(target, gone.id) is not None
+    for _ in range(2):
+        result = import_file(store, data, opening(), session)
+        assert (result.messages, result.already_stored) == (0, 6)
+    assert contents(store, target) == ["hi", "thanks", "ok", "bye", "ok"]
+    assert len(store.list_sessions()) == 1
+    # What is kept of it is a hash: not its text.
+    (row,) = store.execute("SELECT source_hash FROM deleted_sources").fetchall()
+    assert row[0].startswith("content:") and "ok" not in row[0][8:]
+
+
+def test_messages_of_an_export_keep_their_ids_in_the_source(tmp_path: Path) -> None:
+    exports = Path(__file__).parent / "data" / "exports"
+    for name in ("chatgpt-conversations.json", "claude-conversations.json", "llm-0.27-logs.db"):
+        for c in read(exports / name).conversations:
+            ids = [(m.metadata or {}).get("source_id") for m in c.messages]
+            assert all(isinstance(i, str) and i for i in ids), (name, ids)
+            assert len(set(ids)) == len(ids), name
+    llm = [m for c in read(exports / "llm-0.27-logs.json").conversations for m in c.messages]
+    first = llm[0].metadata["source_id"]  # type: ignore[index]
+    assert first.endswith(":user") and llm[1].metadata == {  # one row: two messages
+        "source_id": first.removesuffix(":user") + ":assistant"
+    }
+
+
+def test_messages_stored_before_source_ids_are_aligned_by_the_stored_tail(
+    tmp_path: Path,
+) -> None:
+    """A session imported before memcli kept source ids: its messages have none, and a
+    re-import of the export (whose messages now have them) stores nothing twice."""
+    store = SQLiteStore(tmp_path / "m.db")
+    export = Path(__file__).parent / "data" / "exports" / "claude-conversations.json"
+    (conversation, *_) = read(export).conversations
+    old = [Message(m.role, m.content, timestamp=m.timestamp) for m in conversation.messages]
+    Memory(store, "s", budget=Budget(30000, 0.7, 100)).put_messages(old)
+    result = import_file(store, export, opening(), "s")
+    assert result.already_stored >= len(old)
+    assert len(store.get_messages("s")) == len(old) + result.messages
+    assert contents(store, "s")[: len(old)] == [m.content for m in old]
+    assert all(m.content not in contents(store, "s")[len(old) :] for m in old)

@@ -17,7 +17,7 @@ def check_command(
         typer.Option(
             "--repair",
             help="Rebuild a damaged full-text index from the messages (the one problem memcli"
-            " mends itself), then check again.",
+            " mends itself) and finish deletes stopped before their cleanup, then check again.",
         ),
     ] = False,
     json_: common.Json = False,
@@ -35,6 +35,7 @@ def check_command(
 
     Example: memcli check && cp ~/.local/share/memcli/memcli.db /backup/
     """
+    from memcli import forgetting
     from memcli.errors import StoreError
     from memcli.store.check import Problem
 
@@ -45,6 +46,9 @@ def check_command(
         store = common.open_store(s, must_exist=True)
         if repair:
             repaired = store.repair()
+            finished = forgetting.finish_deletes(store, s.home / "indexes")
+            if finished:
+                output.info(f"Finished {finished} delete(s) stopped before their cleanup.")
         for p in repaired:
             output.info(f"Repaired the {p.check}: rebuilt from the messages ({p.message}).")
         problems = store.check()

@@ -65,6 +65,8 @@ def rm_command(
 
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
+    if not dry_run and forgetting.finish_deletes(store, s.home / "indexes"):
+        output.info("Finished a delete that was stopped before its cleanup.")
     deletions = forgetting.plan(store, session or [], message or [], user)
     wants_json = output.wants_json(json_)
     if dry_run:
@@ -88,6 +90,11 @@ def rm_command(
                 " terminal to ask on",
                 "Pass --yes to delete without asking (--dry-run lists what would go)",
             )
+    from memcli.cli.chat import history
+
+    for d in deletions:
+        if d.forgotten is not None:  # their typed lines too (read from the store: before it goes)
+            history.forget_user(s.home, store, d.forgotten.user)
     done = forgetting.delete(store, deletions, s.home / "indexes")
     for d in done:
         output.info(_done_line(d))

@@ -96,10 +96,17 @@ def message(
     name: Any = None,
     timestamp: Any = None,
     metadata: dict[str, Any] | None = None,
+    source_id: str | None = None,
 ) -> Message:
-    """A message of an export; InputError naming `where` for a value that is not as it should be."""
+    """A message of an export; InputError naming `where` for a value that is not as it should be.
+
+    `source_id`: the message's own id in the export (a node id, a uuid), kept as
+    `metadata["source_id"]`, by which a second import of the export knows it (stored, or deleted
+    for good: `memcli.importing`). Every reader of a format whose messages have ids gives it."""
     from memcli.messages import Message, parse_time
 
+    if source_id is not None:
+        metadata = {**(metadata or {}), "source_id": source_id}
     try:
         when = parse_time(timestamp) if timestamp is not None else None
         return Message(role, content, name=name, metadata=metadata or None, timestamp=when)

@@ -2,7 +2,7 @@
 (`mapping`: id -> {message, parent, children}). The conversation is the branch from the root
 to `current_node`: edits and regenerations on other branches are not imported.
 
-Per node: text parts are the content; other parts (images, audio, files) are left out and
+Per node: its id is the message's source id (`metadata["source_id"]`); text parts are the content; other parts (images, audio, files) are left out and
 counted (an audio part's transcription is text, and kept); hidden nodes (custom instructions,
 the empty system message) are skipped, as are the model's thoughts; `code` (the assistant
 writing to the Python tool) is an assistant message, `execution_output` a tool message named

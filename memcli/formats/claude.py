@@ -76,8 +76,8 @@ def _message(data: Any, at: str, limits: Limits) -> tuple[Message | None, int]:
     text = "\n\n".join(t for t in texts if t)
     if not text.strip():
         return None, dropped
-    ident = data.get("uuid")
-    meta = {"source_id": ident} if isinstance(ident, str) and ident else None
+    ident = clean_text(data.get("uuid"), at, "its uuid")
+    meta = {"source_id": ident} if ident else None
     return message(at, role, text, timestamp=data.get("created_at"), metadata=meta), dropped
 
 

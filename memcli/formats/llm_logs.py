@@ -1,6 +1,8 @@
 """simonw/llm's logs: its `logs.db` (read-only: the file is never written) in either schema,
 and the output of `llm logs --json`. One conversation per llm conversation (thread), its id
 as the source id (`llm:ID`, the same in the database and in the JSON), its name as the title.
+Each message's source id (`metadata["source_id"]`): its response's (turn's) id and its role
+(`ID:user`, `ID:assistant`, `ID:system`), the same in the database and in the JSON.
 
 - the schema up to llm 0.27: `conversations` and `responses` (each a prompt, its system
   prompt, the response, a time); a system prompt is a system message where it first appears

@@ -141,7 +141,10 @@ class MessageVectors:
         return 0 if self.index is None else int(self.index.ntotal)
 
     def refresh(self) -> None:
-        """Load the files, extend the index with new vectors, or rebuild it from SQLite."""
+        """Load the files, extend the index with new vectors, or rebuild it from SQLite; first
+        finish a delete that was stopped before it removed the files (`finish_deletes`)."""
+        if finish_deletes(self.store, self.index_dir):
+            self._reset()
         added, deleted = sql.vector_stats(self.store, self.model)
         if self.index is not None and (added, deleted) == (self.added, self.deleted):
             return  # up to date (`rebuilt` still tells what the last change was)
@@ -539,3 +542,28 @@ def remove_index_files(store: Any, index_dir: str | Path | None = None) -> None:
     if faiss_file.parent.is_dir():
         for path in faiss_file.parent.glob(prefix + "*"):
             path.unlink(missing_ok=True)
+
+
+def finish_deletes(
+    store: Any, index_dir: str | Path | None = None, *, deleted: bool = False
+) -> int:
+    """Finish the deletes for good whose cleanup did not run (the process was stopped between a
+    delete's commit and its cleanup: `memcli.store.forget`): purge the database's files, remove
+    the index files (they may hold the deleted messages' vectors); return how many there were.
+    `deleted`: called right after a delete (purged already): remove the index files whether or
+    not one is recorded. Inside a write transaction (a purge cannot run there) or on a read-only
+    database, nothing is done."""
+    from memcli.store import forget
+
+    if store.transaction_depth or store.read_only:
+        return 0
+    pending = forget.unfinished_deletes(store)
+    if not pending and not deleted:
+        return 0
+    if pending and not deleted:
+        store.purge()
+    remove_index_files(store, index_dir)
+    if pending:
+        with store.transaction():
+            forget.clear_unfinished(store, pending[-1])
+    return len(pending)

@@ -72,12 +72,15 @@ TABLES: tuple[Table, ...] = (
     # claim to embed held by a process working on the source.
     Table("retrieval_state", "key", where="key <> 'fts_through' AND key NOT LIKE 'embedding:%'"),
     Table("retrieval_redo", "message_id"),
+    # What a re-import skips of the messages deleted for good.
+    Table("deleted_sources", "session_id, message_id"),
 )
 
 #: The tables a copy leaves to the destination, and why.
 SKIPPED: dict[str, str] = {
     "migrations": "the schema version: the destination is migrated to the latest schema itself",
     "counters": "id high-water marks: the destination takes the source's (`settle`)",
+    "unfinished_deletes": "the source's own cleanup owed after a delete (its files, not the rows)",
     "retrieval_fts": "the full-text index: the destination builds its own from the messages",
     **{
         f"retrieval_fts_{part}": "part of SQLite's full-text index (built by the destination)"

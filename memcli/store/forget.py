@@ -9,17 +9,25 @@ What these functions delete, and how the rest stays consistent:
   message ids moved to the messages it still holds (an emptied flush keeps them as they were:
   it is the record that a flush happened); a fact whose `message_ids` name the message keeps its
   text, the id dropped from its provenance. Summaries are not rewritten.
+  The message's source (`source_hash`: a hash of its id in the file it was imported from, or
+  of its role and content, never its text) is kept in `deleted_sources`, so that importing
+  that file again does not bring it back (`memcli.importing`).
 - `forget_user`: the user's sessions with their messages, flushes, block definitions and
   summaries; the facts of the user's scope (`user:ID`) and of their sessions' (`session:ID`),
   with their topics and history; the blocks' state and processed flushes of those scopes; the
   messages' full-text entries, vectors and pending re-embeddings.
 
 Both run inside a transaction; afterwards the backend's `purge()` makes the deletion physical
-(SQLite: the full-text index merged, VACUUM, the WAL truncated; PostgreSQL: VACUUM).
+(SQLite: the full-text index merged, VACUUM, the WAL truncated; PostgreSQL: VACUUM), and the
+retrieval index files are removed. Each delete records itself in `unfinished_deletes` in its own
+transaction (`mark_unfinished`), and the cleanup removes the record once it is done, so that a
+delete killed between its commit and its cleanup is seen (`memcli check`) and finished by the
+next command that opens the index (`memcli.search.dense.finish_deletes`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -174,6 +182,10 @@ def delete_message_rows(store: SQLStore, message: Message) -> list[int]:
             " last_message_id) WHERE id = ?",
             (message.tokens or 0, message.flush_id, message.flush_id, message.flush_id),
         )
+    store.execute(
+        "INSERT INTO deleted_sources (session_id, message_id, source_hash) VALUES (?, ?, ?)",
+        (message.session_id, message.id, source_hash(message)),
+    )
     changed = []
     rows = store.execute(
         "SELECT id, message_ids FROM facts WHERE message_ids IS NOT NULL AND message_ids <> '[]'"
@@ -189,3 +201,60 @@ def delete_message_rows(store: SQLStore, message: Message) -> list[int]:
             )
             changed.append(fact_id)
     return changed
+
+
+# -- what a re-import skips ----------------------------------------------------------------------
+
+#: How a source hash of a message's id in its source starts (else it is of its content).
+BY_ID = "id:"
+BY_CONTENT = "content:"
+
+
+def source_id(message: Message) -> str | None:
+    """A message's id in the source it was imported from (`metadata["source_id"]`, set by the
+    format readers), if it has one."""
+    value = (message.metadata or {}).get("source_id")
+    return value if isinstance(value, str) and value else None
+
+
+def source_hash(message: Message) -> str:
+    """What is kept of a deleted message to know it again: a hash of its id in its source when
+    it has one (`id:`), else of its role and content (`content:`)."""
+    ident = source_id(message)
+    if ident is not None:
+        return BY_ID + hashlib.sha256(ident.encode()).hexdigest()
+    key = json.dumps([message.role, message.content], ensure_ascii=False)
+    return BY_CONTENT + hashlib.sha256(key.encode()).hexdigest()
+
+
+def deleted_sources(store: SQLStore, session_id: str) -> list[tuple[int, str]]:
+    """(message id, source hash) of the session's messages deleted for good, in their order."""
+    rows = store.execute(
+        "SELECT message_id, source_hash FROM deleted_sources WHERE session_id = ?"
+        " ORDER BY message_id",
+        (session_id,),
+    ).fetchall()
+    return [(int(row[0]), str(row[1])) for row in rows]
+
+
+def forget_sources(store: SQLStore, session_id: str) -> None:
+    """Inside the caller's transaction, with the session: what its deleted messages left."""
+    store.execute("DELETE FROM deleted_sources WHERE session_id = ?", (session_id,))
+
+
+# -- deletes whose cleanup has not run -----------------------------------------------------------
+
+
+def mark_unfinished(store: SQLStore, stamp: str) -> None:
+    """Inside the delete's transaction: a cleanup is owed (see the module docstring)."""
+    store.execute("INSERT INTO unfinished_deletes (created_at) VALUES (?)", (stamp,))
+
+
+def unfinished_deletes(store: SQLStore) -> list[int]:
+    """The ids of the deletes whose cleanup has not run yet."""
+    return [int(row[0]) for row in store.execute("SELECT id FROM unfinished_deletes ORDER BY id")]
+
+
+def clear_unfinished(store: SQLStore, through: int) -> None:
+    """The cleanup of the deletes up to `through` is done (later ones are another's)."""
+    store.execute("DELETE FROM unfinished_deletes WHERE id <= ?", (through,))

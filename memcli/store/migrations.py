@@ -394,6 +394,25 @@ def _migration_22(conn: sqlite3.Connection) -> None:
     )
 
 
+_DELETES_23 = (
+    # What a re-import skips of the messages deleted for good (`memcli.store.forget`): per
+    # session, each deleted message's id and a hash of its id in its source (or of its role and
+    # content): never its text.
+    """CREATE TABLE "deleted_sources" (
+   "session_id" TEXT NOT NULL,
+   "message_id" INTEGER NOT NULL,
+   "source_hash" TEXT NOT NULL,
+   PRIMARY KEY ("session_id", "message_id")
+)""",
+    # A delete for good whose cleanup (the purge of the database's files, the index files) has
+    # not run yet: written with the delete, removed once the cleanup is done.
+    """CREATE TABLE "unfinished_deletes" (
+   "id" INTEGER PRIMARY KEY,
+   "created_at" TEXT NOT NULL
+)""",
+)
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -411,6 +430,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (20, _migration_20),
     (21, _migration_21),
     (22, _migration_22),
+    (23, _run(_DELETES_23)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

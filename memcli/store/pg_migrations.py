@@ -528,6 +528,22 @@ $$""",
 )
 
 
+# SQLite's 21: what a re-import skips of the messages deleted for good, and deletes whose cleanup
+# has not run yet (`memcli.store.forget`).
+_DELETES_27 = (
+    f"""CREATE TABLE deleted_sources (
+   session_id {_TEXT} NOT NULL,
+   message_id BIGINT NOT NULL,
+   source_hash {_TEXT} NOT NULL,
+   PRIMARY KEY (session_id, message_id)
+)""",
+    f"""CREATE TABLE unfinished_deletes (
+   id BIGSERIAL PRIMARY KEY,
+   created_at {_TEXT} NOT NULL
+)""",
+)
+
+
 def has_embedding_column(conn: Any) -> bool:
     """Whether the database keeps pgvector's column (made at 16 when the server had pgvector)."""
     row = conn.execute(
@@ -572,6 +588,7 @@ _MCP_TOKENS_26 = (
 )""",
 )
 
+#: SQLite's 23 (deleted sources, unfinished deletes).
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
@@ -584,6 +601,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (24, _run(_PUT_ONE_24)),
     (25, _run(_BLOCK_READS_25)),
     (26, _run(_MCP_TOKENS_26)),
+    (27, _run(_DELETES_27)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

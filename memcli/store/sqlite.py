@@ -454,9 +454,15 @@ class SQLiteStore(TableStore):
         truncated to nothing, and the retrieval index files beside the database removed (they
         hold the deleted messages' vectors and session names; the next search rebuilds them
         from the database). Another process reading the database meanwhile keeps the WAL from
-        being truncated: StoreError, the rows deleted, to run the deletion again once it ends."""
+        being truncated: StoreError, the rows deleted, to run the deletion again once it ends.
+        Once all is done, the deletes it finished are no longer unfinished (`unfinished_deletes`,
+        which `memcli check` reports)."""
+        import memcli.store.forget as forget
+
         if self._depth:
             raise StoreError("purge inside a write transaction", "A bug in memcli")
+        with self.lock:
+            pending = forget.unfinished_deletes(self._sql)
         with self.transaction():
             self.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('optimize')")
         with self.lock:
@@ -466,15 +472,19 @@ class SQLiteStore(TableStore):
                 busy = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             except sqlite3.Error as exc:
                 raise self._error(exc, f"cannot compact {self.where} after deleting") from None
-        if self.path is None:
-            return
-        for file in self.path.parent.glob(f"{self.path.name}.retrieval.*"):
-            file.unlink(missing_ok=True)
+        if self.path is not None:
+            for file in self.path.parent.glob(f"{self.path.name}.retrieval.*"):
+                file.unlink(missing_ok=True)
         if busy and busy[0]:
             raise StoreError(
                 f"deleted, but another process reading {self.where} keeps copies in its WAL",
                 "Close the other memcli processes and run the same command again",
             )
+        if pending:
+            with self.transaction():
+                forget.clear_unfinished(self._sql, pending[-1])
+            with self.lock:
+                self._execute_now("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def check(self) -> list[Problem]:
         """What is wrong with the database: SQLite's integrity check and memcli's own (counters,

@@ -339,9 +339,13 @@ class TableStore:
         return [row[0] for row in rows]
 
     def delete_session(self, session_id: str) -> int:
+        import memcli.store.forget as forget
+
         with self.transaction():
             count = self.delete_messages(session_id)
+            forget.forget_sources(self._sql, session_id)
             self.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            forget.mark_unfinished(self._sql, self._stamp())
         return count
 
     def session_version(self, session_id: str) -> int:
@@ -602,6 +606,7 @@ class TableStore:
             if message is None:
                 return None
             forget.delete_message_rows(self._sql, message)
+            forget.mark_unfinished(self._sql, self._stamp())
             tokens = message.tokens or 0
             if message.status == "active":
                 self._touch(session_id, active_messages=-1, active_tokens=-tokens)
@@ -629,6 +634,7 @@ class TableStore:
             for session_id in found.sessions:
                 self.delete_session(session_id)  # messages, flushes, their block records
             forget.forget_rows(self._sql, user_id, found.sessions)
+            forget.mark_unfinished(self._sql, self._stamp())
         self.purge()
         return found
 

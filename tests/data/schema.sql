@@ -166,3 +166,13 @@ CREATE TABLE "mcp_tokens" (
    "token_hash" TEXT NOT NULL UNIQUE,
    "created_at" TEXT NOT NULL
 );
+CREATE TABLE "deleted_sources" (
+   "session_id" TEXT NOT NULL,
+   "message_id" INTEGER NOT NULL,
+   "source_hash" TEXT NOT NULL,
+   PRIMARY KEY ("session_id", "message_id")
+);
+CREATE TABLE "unfinished_deletes" (
+   "id" INTEGER PRIMARY KEY,
+   "created_at" TEXT NOT NULL
+);

@@ -97,12 +97,12 @@ def chat_command(
     commands = Commands(chat)
     if plain or json_ or not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise typer.Exit(run_plain(chat, commands, is_new, json_))
+    from memcli.cli.chat.history import history_path
     from memcli.cli.chat.ui import ChatApp
 
     with stderr_to(s.home / "chat.log"):
-        ChatApp(
-            chat, commands, is_new, history_path=s.home / "chat_history", db_label=s.db_label
-        ).run()
+        history = history_path(s.home, chat.user_id)  # (the session's user)
+        ChatApp(chat, commands, is_new, history_path=history, db_label=s.db_label).run()
 
 
 @contextmanager
