@@ -10,36 +10,49 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "memcli"
 
-#: The foundations: modules every layer may import.
-FOUNDATIONS = {
-    "errors",
-    "messages",
-    "credentials",
-    "tokens",
-    "flush",
-    "config",
-    "about",
-    "template",
+#: Every part of memcli (a top-level module or package), in layers from the bottom up, as
+#: docs/architecture.md draws them: a part imports only parts of the layers below its own (not of
+#: its own layer). `__init__` is the public API: it loads its names lazily and imports nothing.
+LAYERS: list[set[str]] = [
+    {"__init__", "errors", "credentials", "template"},  # foundations
+    {"messages", "flush", "tokens", "charts", "llm"},  # foundations over errors
+    {"store", "transcripts"},  # every SQL statement; the transcript formats
+    {"config", "search", "formats", "copy", "provider_messages", "writer", "context"},
+    {"about", "health", "forgetting", "tool_params", "simulate"},
+    {"blocks"},
+    {"memory", "facts"},
+    {"sessions", "integrations"},
+    {"importing", "tools"},
+    {"chat"},
+    {"cli"},
+    {"__main__"},
+]
+
+#: What each part may import: every part of the layers below its own.
+ALLOWED: dict[str, set[str]] = {
+    part: set().union(*LAYERS[:level]) for level, layer in enumerate(LAYERS) for part in layer
 }
 
-#: What each part may import of memcli, besides itself (a part is a top-level module or package).
-ALLOWED: dict[str, set[str]] = {
-    "errors": set(),
-    "credentials": set(),
-    "messages": {"errors"},
-    "flush": {"errors"},
-    "template": set(),
-    "tokens": {"errors", "messages"},
-    "store": {"errors", "messages", "credentials"},
-    "search": {"store", "messages", "tokens", "errors"},
-    "transcripts": {"errors", "messages", "flush"},
-    "formats": {"transcripts", "errors", "messages", "flush"},
-    "provider_messages": {"transcripts", "messages"},
-    "blocks": FOUNDATIONS | {"store", "search", "llm"},
-    "context": FOUNDATIONS,
-    "writer": FOUNDATIONS | {"store"},
-    "memory": FOUNDATIONS | {"store", "search", "blocks", "context", "writer"},
-}
+
+def _all_parts() -> set[str]:
+    return {
+        p.stem if p.suffix == ".py" else p.name
+        for p in PACKAGE.iterdir()
+        if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))
+    }
+
+
+def test_every_part_has_its_place() -> None:
+    placed = [part for layer in LAYERS for part in layer]
+    assert len(placed) == len(set(placed)), "a part is in two layers"
+    assert set(placed) == _all_parts()
+
+
+def test_the_store_and_search_import_nothing_of_the_engine() -> None:
+    """The rules docs/architecture.md names, beside the layers: the store knows the foundations
+    only, the search never reads the settings (its callers hand it its folders)."""
+    assert ALLOWED["store"] >= {"errors", "messages", "credentials"}
+    assert "config" not in ALLOWED["search"] and "config" not in ALLOWED["store"]
 
 
 def _part(name: str) -> str:
@@ -58,8 +71,10 @@ def _imports(path: Path) -> set[str]:
         if id(node) in typing_only:
             continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("memcli"):
-            if node.module == "memcli":
-                found.update(alias.name for alias in node.names)
+            if node.module == "memcli":  # the public API (its `__version__` too)
+                found.update(
+                    "__init__" if alias.name.startswith("__") else alias.name for alias in node.names
+                )
             else:
                 found.add(_part(node.module))
         elif isinstance(node, ast.Import):
@@ -68,6 +83,8 @@ def _imports(path: Path) -> set[str]:
 
 
 def _modules(part: str) -> list[Path]:
+    if part == "__init__":
+        return [PACKAGE / "__init__.py"]
     folder = PACKAGE / part
     return sorted(folder.rglob("*.py")) if folder.is_dir() else [PACKAGE / f"{part}.py"]
 
