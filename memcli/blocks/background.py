@@ -100,6 +100,7 @@ class Background:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._waiting: set[int] = set()  # flush ids queued or being fed
+        self._open = 0  # jobs queued or running
         self._done = 0
         self._failed = 0
         self._error: str | None = None
@@ -137,6 +138,7 @@ class Background:
         if self._closed or not job.blocks:
             self._waiting -= job.ids
             return
+        self._open += 1
         self._jobs.put(job)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="memcli-longterm", daemon=True)
@@ -153,7 +155,7 @@ class Background:
         none waits. A program that needs the blocks' work done before it goes on calls this;
         a chat never does."""
         with self._idle:
-            return self._idle.wait_for(lambda: not self._waiting, timeout)
+            return self._idle.wait_for(lambda: not self._open, timeout)
 
     def close(self) -> int:
         """Stop: no more jobs are taken, nothing is waited for. Return how many batches were
@@ -163,11 +165,15 @@ class Background:
         with self._lock:
             self._closed = True
             left = len(self._waiting)
-        while True:  # the queued jobs will not run
-            try:
-                self._jobs.get_nowait()
-            except queue.Empty:
-                break
+            while True:  # the queued jobs will not run
+                try:
+                    dropped = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if dropped is not None:
+                    self._open -= 1
+                    self._waiting -= dropped.ids
+            self._idle.notify_all()
         self._jobs.put(None)
         return left
 
@@ -177,10 +183,11 @@ class Background:
         try:
             while True:
                 job = self._jobs.get()
-                if job is None or self._closed:
+                if job is None:  # (close: the queued jobs were taken out)
                     return
                 fed = self._feed(job)
                 with self._lock:
+                    self._open -= 1
                     self._waiting -= job.ids
                     self._done += fed.batches - fed.failed
                     self._failed += fed.failed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -34,6 +35,7 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
 
         Client configuration: {"mcpServers": {"memcli": {"command": "memcli", "args": ["mcp"]}}}
     """
+    from memcli.blocks.background import Background
     from memcli.tools import AgentTools
 
     s = common.settings(ctx, user=user)
@@ -46,16 +48,39 @@ def mcp_command(ctx: typer.Context, user: common.User = None) -> None:
             built[session] = common.make_blocks(s, store, session=session)
         return built[session]
 
+    # put_messages hands flushed batches to a thread with its own connection: a call never
+    # waits for fact extraction or embedding; what a closing client leaves stays for a backfill.
+    background = Background(store, reopen=lambda: common.open_store(s))
     tools = AgentTools(
-        store, s, s.user, blocks=blocks, retriever=lambda: common.retriever(s, store), origin="mcp"
+        store,
+        s,
+        s.user,
+        blocks=blocks,
+        retriever=lambda: common.retriever(s, store),
+        origin="mcp",
+        background=background,
     )
+    # The embedding model is loaded (exported once: seconds) while the client starts, not at its
+    # first search; `initialize` is answered meanwhile.
+    threading.Thread(target=_prepare, args=(tools,), name="memcli-prepare", daemon=True).start()
     try:
         import anyio
 
         anyio.run(serve_stdio, build_server(tools))
     finally:
+        background.close()
         if sys.stdout.closed:  # mcp 1's stdio transport closes stdout as it ends
             sys.stdout = open(os.devnull, "w")  # for the flush on the way out
+
+
+def _prepare(tools: AgentTools) -> None:
+    """Load the search's model ahead of the first search; a failure is the search's to say."""
+    from memcli.errors import MemcliError
+
+    try:
+        tools.prepare()
+    except MemcliError:
+        pass
 
 
 async def serve_stdio(server: Any) -> None:
