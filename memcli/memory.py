@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime
 
-    from memcli.blocks.feed import FeedResult
+    from memcli.blocks.background import Background
+    from memcli.blocks.feed import FeedResult, FlushedBatch
     from memcli.search.retriever import Retriever
     from memcli.search.types import SearchResult
 
@@ -57,12 +58,16 @@ class Memory:
         memory_blocks: Iterable[MemoryBlock] = (),
         insert_method: str = "system",
         home: str | Path | None = None,
+        background: Background | None = None,
     ) -> None:
+        """`background`: flushed batches go to it (fed to the blocks on its thread: the put
+        returns at once) instead of being fed before the put returns."""
         if insert_method not in INSERT_METHODS:
             raise UsageError(f"unknown insert_method {insert_method!r}", "Use 'system' or 'user'")
         self.store = store
         self.tokenizer: Tokenizer = tokenizer or TiktokenTokenizer()
         self.insert_method = insert_method
+        self.background = background
         self.memory_blocks: list[MemoryBlock] = list(memory_blocks)
         names = [b.name for b in self.memory_blocks]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -246,15 +251,21 @@ class Memory:
         out = self._writer.put_calls(normal, progress)
         flushes = [f for call_flushes in out for f in call_flushes]
         if feed_blocks and self.memory_blocks and flushes:
-            self.feed_blocks_many(flushes)
+            self._hand_over(flushes)
         return out
+
+    def _hand_over(self, flushes: Sequence[Flush]) -> None:
+        """The flushed batches to the blocks: fed now, or handed to `background`."""
+        if self.background is None:
+            self.feed_blocks_many(flushes)
+            return
+        self.background.submit(self.memory_blocks, self._batches(flushes), self.tokenizer)
 
     def flush_now(self) -> list[Flush]:
         """Flush one batch now, whatever the budget (the newest complete turn still stays)."""
         flushes = self._writer.flush_now()
-        if self.memory_blocks:
-            for flush in flushes:
-                self.feed_blocks(flush)
+        if self.memory_blocks and flushes:
+            self._hand_over(flushes)
         return flushes
 
     def rebudget(self, budget: Budget, *, feed_blocks: bool = True) -> list[Flush]:
@@ -263,7 +274,7 @@ class Memory:
         budget changes: opening it with another budget is an error."""
         flushes = self._writer.rebudget(budget)
         if feed_blocks and self.memory_blocks and flushes:
-            self.feed_blocks_many(flushes)
+            self._hand_over(flushes)
         return flushes
 
     def feed_blocks(self, flush: Flush) -> None:
@@ -274,13 +285,19 @@ class Memory:
         self, flushes: Sequence[Flush], progress: Callable[[int], None] | None = None
     ) -> FeedResult:
         """Hand flushed batches to the blocks in bulk (one embedding call for many batches)."""
-        from memcli.blocks.feed import FlushedBatch, feed
+        from memcli.blocks.feed import feed
 
-        batches = [
+        with self._feeding:
+            return feed(
+                self.store, self.memory_blocks, self._batches(flushes), self.tokenizer, progress
+            )
+
+    def _batches(self, flushes: Sequence[Flush]) -> list[FlushedBatch]:
+        from memcli.blocks.feed import FlushedBatch
+
+        return [
             FlushedBatch(f.id, self.session_id, self.user_id, list(f.messages)) for f in flushes
         ]
-        with self._feeding:
-            return feed(self.store, self.memory_blocks, batches, self.tokenizer, progress)
 
     def block_context(self, flush_id: int | None = None) -> BlockContext:
         return BlockContext(self.session_id, self.user_id, self.store, self.tokenizer, flush_id)
@@ -415,7 +432,7 @@ class Memory:
         out = await in_worker(self.store, self._writer.put_calls, normal, None)
         flushes = [f for call_flushes in out for f in call_flushes]
         if feed_blocks and self.memory_blocks and flushes:
-            await asyncio.to_thread(self.feed_blocks_many, flushes)
+            await asyncio.to_thread(self._hand_over, flushes)
         return out
 
     async def aflush_now(self) -> list[Flush]:

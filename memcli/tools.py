@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from pydantic import Field
 
+    from memcli.blocks.background import Background
     from memcli.blocks.base import MemoryBlock
     from memcli.config import Settings
     from memcli.search.retriever import Retriever
@@ -83,6 +84,8 @@ class AgentTools:
     blocks: Callable[[str | None], Sequence[MemoryBlock]] = field(default=lambda _: ())
     retriever: Callable[[], Retriever] | None = None
     origin: str = "api"
+    #: Where put_messages hands the flushed batches (fed beside the calls); None: fed at once.
+    background: Background | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _retriever: Retriever | None = field(default=None, repr=False)
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
@@ -138,6 +141,12 @@ class AgentTools:
                 mode=mode,
             )
         return [hit.to_dict() for hit in result.hits[offset:]]
+
+    def prepare(self) -> None:
+        """Load what the first search needs (its retriever and embedding model) now, ahead of
+        it (a server calls this on a thread of its own at start)."""
+        with self._lock:
+            self._search_retriever().embedder.embed(["warm up"])
 
     def _search_retriever(self) -> Retriever:
         if self._retriever is None:
@@ -370,6 +379,7 @@ class AgentTools:
                 tokenizer=self.tokenizer(),
                 memory_blocks=self.blocks(session),
                 insert_method=s.insert_method,
+                background=self.background,
             )
             flushes = memory.put_messages(parsed)
             info = memory.session()

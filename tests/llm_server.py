@@ -3,7 +3,9 @@
 It speaks `POST /v1/chat/completions` (plain and streamed with server-sent events), so the real
 litellm client code is exercised. Script replies with `server.script(...)`; each request takes the
 next scripted reply, or the default reply when the script is empty. Every request body is kept in
-`server.requests` (`tools_offered(i)` and `tool_messages(i)` read what a test checks most).
+`server.requests` (`tools_offered(i)` and `tool_messages(i)` read what a test checks most), and
+`server.events` says in which order requests came and were answered: `("request", i)` when
+request `i` arrived, `("reply", i)` once its whole response was written.
 
 A reply is a dict:
 - `{"content": "text"}`: a normal answer (streamed in small chunks when the client asks to stream);
@@ -41,6 +43,7 @@ class LLMServer:
         self.replies: deque[Reply] = deque()
         self.default: Reply = default or {"content": "OK"}
         self.requests: list[dict[str, Any]] = []
+        self.events: list[tuple[str, int]] = []
         #: Each request's Authorization header (None: none), in the order of `requests`.
         self.authorizations: list[str | None] = []
         #: When (time.monotonic()) a client closed a slow stream before its end.
@@ -74,6 +77,7 @@ class LLMServer:
         with self.lock:
             self.replies.clear()
             self.requests.clear()
+            self.events.clear()
             self.authorizations.clear()
             self.disconnects.clear()
 
@@ -99,11 +103,17 @@ class LLMServer:
             if m["role"] == "tool"
         ]
 
-    def _next(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _next(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self.lock:
+            index = len(self.requests)
             self.requests.append(body)
+            self.events.append(("request", index))
             reply = self.replies.popleft() if self.replies else self.default
-        return reply(body) if callable(reply) else reply
+        return index, reply(body) if callable(reply) else reply
+
+    def _answered(self, index: int) -> None:
+        with self.lock:
+            self.events.append(("reply", index))
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -124,7 +134,13 @@ class LLMServer:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server.lock:
                     server.authorizations.append(self.headers.get("Authorization"))
-                reply = server._next(body)
+                index, reply = server._next(body)
+                try:
+                    self._answer(body, reply)
+                finally:
+                    server._answered(index)
+
+            def _answer(self, body: dict[str, Any], reply: dict[str, Any]) -> None:
                 if reply.get("delay") and self._client_left(float(reply["delay"])):
                     self._record_disconnect()  # it gave up waiting (a timeout): no reply
                     return

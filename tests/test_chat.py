@@ -308,6 +308,7 @@ def test_facts_command_lists_the_fact_blocks_facts_with_ids(tmp_path, llm):
     chat = make_chat(tmp_path, blocks=[facts], budget_for=lambda info: Budget(20, 0.5, 5))
     for text in ("I live in Porto with my cat", "I work nights", "I like tea", "and cake"):
         play(chat.send(text))
+    assert chat.longterm is not None and chat.longterm.wait(30)  # extraction runs beside
     out = Commands(chat).run("/facts").text
     assert llm.requests, "a flush must have asked the LLM for facts"
     assert out.startswith("[extracted_info] #") and out.endswith("The user lives in Porto")
@@ -384,6 +385,7 @@ def test_a_failed_extraction_is_pending_work_with_its_reason(tmp_path, llm):
         assert pending_work(chat).text == ""
         for i in range(4):
             play(chat.send(f"message {i}: I keep bees on the roof of my house"))
+        assert chat.longterm is not None and chat.longterm.wait(30)
         work = pending_work(chat)
     finally:
         llm.default = {"content": "OK"}
@@ -392,3 +394,46 @@ def test_a_failed_extraction_is_pending_work_with_its_reason(tmp_path, llm):
     assert work.error is not None and work.error.startswith("facts: ")
     assert "the extractor is down" in work.error and "pending" in work.text
     assert panels(chat).pending == work
+
+
+def test_turns_go_on_while_the_blocks_work_and_the_next_context_has_what_is_done(tmp_path, llm):
+    """A flush's fact extraction runs beside the chat: while the fact call is held, the next
+    turns are sent and answered; once it is done, the next turn's context has the fact."""
+    from memcli.blocks.facts import FactBlock
+
+    release = threading.Event()
+
+    def server(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("stream"):
+            return {"content": "Noted."}
+        release.wait(30)  # the fact call returns only when the test says so
+        return {"content": "<facts><fact>The user keeps bees</fact></facts>"}
+
+    llm.default = server
+    try:
+        config = LLMConfig("openai/test", api_base=llm.api_base, timeout=60)
+        chat = make_chat(
+            tmp_path,
+            llm,
+            blocks=[FactBlock(name="facts", llm=config, retry_pending=0)],
+            budget_for=lambda info: Budget(60, 0.5, 10),
+        )
+        assert chat.longterm is not None
+        for i in range(4):
+            play(chat.send(f"message {i}: I keep bees on the roof of my house"))
+        status = chat.longterm.status()
+        chats = [i for i, body in enumerate(llm.requests) if body.get("stream")]
+        facts = [i for i, body in enumerate(llm.requests) if not body.get("stream")]
+        assert status.waiting >= 1 and "in progress" in status.text
+        assert facts and ("reply", facts[0]) not in llm.events
+        assert chats[-1] > facts[0]  # a turn after the flush was sent while the fact call ran
+        release.set()
+        assert chat.longterm.wait(30)
+        play(chat.send("what do I keep?"))
+    finally:
+        release.set()
+        llm.default = {"content": "OK"}
+    assert chat.longterm.status().done >= 1 and chat.longterm.status().waiting == 0
+    system = llm.requests[-1]["messages"][0]
+    assert system["role"] == "system" and "The user keeps bees" in system["content"]
+    assert chat.close() == 0

@@ -52,6 +52,9 @@ SKIPPED = {
 LOOPBACK = "LOOPBACK"
 SUBSTITUTIONS = {
     "http://127.0.0.1:11434/v1": LOOPBACK,
+    "http://127.0.0.1:8080/v1": LOOPBACK,  # llama.cpp's server
+    "http://127.0.0.1:1234/v1": LOOPBACK,  # LM Studio
+    "--model ollama_chat/llama3.2": f"--model openai/llama3.2 --api-base {LOOPBACK}",
     "--model gpt-4o-mini": f"--model openai/gpt-4o-mini --api-base {LOOPBACK}",
 }
 # The README's PostgreSQL URLs become databases on a server the tests start (tests/pg.py), its

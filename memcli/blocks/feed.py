@@ -155,9 +155,14 @@ class _Share:
 
 
 def unprocessed(
-    store: Any, blocks: Sequence[MemoryBlock], sessions: Sequence[SessionInfo]
+    store: Any,
+    blocks: Sequence[MemoryBlock],
+    sessions: Sequence[SessionInfo],
+    *,
+    unfed_only: bool = False,
 ) -> dict[str, list[FlushedBatch]]:
-    """Per block, the archived batches it has not processed (or must retry), oldest first."""
+    """Per block, the archived batches it has not processed (or must retry), oldest first;
+    with `unfed_only`, only those it was never handed (not the ones it failed on)."""
     todo: dict[str, list[FlushedBatch]] = {}
     messages: dict[int, list[Message]] = {}
     for block in blocks:
@@ -165,7 +170,7 @@ def unprocessed(
             continue
         todo[block.name] = []
         for info in sessions:
-            for record in _not_done(store, block, info):
+            for record in _not_done(store, block, info, unfed_only):
                 if record.id not in messages:
                     messages[record.id] = longterm.flush_messages(store, record.id)
                 todo[block.name].append(
@@ -174,10 +179,15 @@ def unprocessed(
     return todo
 
 
-def _not_done(store: Any, block: MemoryBlock, info: SessionInfo) -> list[FlushRecord]:
-    """The session's flushes that `block` has not processed (never handed it, or pending)."""
+def _not_done(
+    store: Any, block: MemoryBlock, info: SessionInfo, unfed_only: bool = False
+) -> list[FlushRecord]:
+    """The session's flushes that `block` has not processed (never handed it, or pending; with
+    `unfed_only`, never handed it)."""
     key = block.key_for(info.id, info.user_id)
     statuses = longterm.flush_statuses(store, block.name, key, info.id)
+    if unfed_only:
+        return [r for r in store.list_flushes(info.id) if r.id not in statuses]
     return [r for r in store.list_flushes(info.id) if statuses.get(r.id) != "done"]
 
 

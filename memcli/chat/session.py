@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memcli.blocks.background import Background
 from memcli.chat.offline import offline_answer, related_messages
 from memcli.errors import ProviderError, UsageError
 from memcli.memory import Context, Flush, Memory
@@ -160,10 +161,19 @@ class Chat:
         stream: StreamFn | None = None,
         search_options: SearchOptions | None = None,
         tools: ToolSet | None = None,
+        background: bool = True,
+        reopen: Callable[[], Store] | None = None,
     ) -> None:
         """`search_options` shape `search` when no vector block is configured (the vector
-        block's own options apply otherwise). `tools` are offered to the model (memory tools)."""
+        block's own options apply otherwise). `tools` are offered to the model (memory tools).
+
+        With `background` (the default), the blocks' work on flushed batches (fact extraction,
+        summaries, embedding) runs beside the conversation, on a thread of its own
+        (`longterm`, a `memcli.blocks.background.Background`, with its own connection from
+        `reopen()` when given): a turn never waits for it, and the next turn's context has what
+        is done by then. `close()` when leaving: nothing is waited for."""
         self.store = store
+        self.longterm: Background | None = Background(store, reopen) if background else None
         self.user_id = user_id
         self.blocks = list(blocks)
         for block in self.blocks:  # typing never waits for the embedding model's export
@@ -194,9 +204,18 @@ class Chat:
             tokenizer=self.tokenizer,
             memory_blocks=self.blocks,
             insert_method=self.insert_method,
+            background=self.longterm,
         )
         self.last_context = None
+        if info is not None and self.longterm is not None and self.blocks:
+            # What the last chat in this session left unfed is fed now, beside this one.
+            self.longterm.resume(self.blocks, [info], self.memory.tokenizer)
         return info is None
+
+    def close(self) -> int:
+        """Leave: long-term work not done yet is not waited for (it stays in the store, for the
+        next chat in its session or `memcli blocks backfill`); return how many batches wait."""
+        return self.longterm.close() if self.longterm is not None else 0
 
     @property
     def mem(self) -> Memory:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,6 +26,7 @@ from memcli.cli.mcp_http import (
 
 if TYPE_CHECKING:
     from memcli.config import Settings
+    from memcli.search.retriever import Retriever
     from memcli.tools import AgentTools
 
 INSTRUCTIONS = (
@@ -76,33 +78,51 @@ def mcp_command(
     """
     if ctx.invoked_subcommand is not None:
         return
+    from memcli.blocks.background import Background
+
     s = common.settings(ctx, user=user)
     store = common.open_store(s)
-    if http:
-        if user is not None:
-            from memcli.errors import UsageError
-
-            raise UsageError(
-                "--user does not go with --http: each request acts as its token's user",
-                "Make a token for the user: memcli mcp token add --user NAME",
-            )
-        serve_http(s, store, host, port)
-        return
-    tools = user_tools(s, store, s.user)
+    # put_messages hands flushed batches to a thread with its own connection: a call never
+    # waits for fact extraction or embedding; what a closing server leaves stays for a backfill.
+    background = Background(store, reopen=lambda: common.open_store(s))
     try:
+        if http:
+            if user is not None:
+                from memcli.errors import UsageError
+
+                raise UsageError(
+                    "--user does not go with --http: each request acts as its token's user",
+                    "Make a token for the user: memcli mcp token add --user NAME",
+                )
+            serve_http(s, store, host, port, background)
+            return
+        tools = user_tools(s, store, s.user, background=background)
+        # The embedding model is loaded (exported once: seconds) while the client starts, not
+        # at its first search; `initialize` is answered meanwhile.
+        threading.Thread(target=_prepare, args=(tools,), name="memcli-prepare", daemon=True).start()
         import anyio
 
         anyio.run(serve_stdio, build_server(tools))
     finally:
+        background.close()
         if sys.stdout.closed:  # mcp 1's stdio transport closes stdout as it ends
             sys.stdout = open(os.devnull, "w")  # for the flush on the way out
 
 
-def serve_http(s: Settings, store: Any, host: str, port: int) -> None:
-    """`--http`: serve until interrupted (uvicorn) on `host` and `port`, each request's tools
-    those of its token's user (`user_tools`, made on a user's first request)."""
-    import threading
+def _prepare(tools: AgentTools) -> None:
+    """Load the search's model ahead of the first search; a failure is the search's to say."""
+    from memcli.errors import MemcliError
 
+    try:
+        tools.prepare()
+    except MemcliError:
+        pass
+
+
+def serve_http(s: Settings, store: Any, host: str, port: int, background: Any) -> None:
+    """`--http`: serve until interrupted (uvicorn) on `host` and `port`, each request's tools
+    those of its token's user (`user_tools`, made on a user's first request). The users share
+    one search (one embedding model, loaded at start) and one background thread."""
     import uvicorn
 
     from memcli.cli import output
@@ -112,6 +132,13 @@ def serve_http(s: Settings, store: Any, host: str, port: int) -> None:
     lock = threading.Lock()  # one store connection: one call at a time, whoever's
     made = threading.Lock()
     tools: dict[str, AgentTools] = {}
+    shared: list[Retriever] = []
+
+    def retriever() -> Retriever:
+        with made:
+            if not shared:
+                shared.append(common.retriever(s, store))
+            return shared[0]
 
     def tools_of() -> AgentTools:
         user = request_user()
@@ -119,19 +146,29 @@ def serve_http(s: Settings, store: Any, host: str, port: int) -> None:
             raise MemcliError("no user for this request", "Send a bearer token")
         with made:
             if user not in tools:
-                tools[user] = user_tools(s, store, user, lock)
+                tools[user] = user_tools(s, store, user, lock, background, retriever)
             return tools[user]
 
     app = build_server(tools_of).streamable_http_app(
         stateless_http=True, max_request_body_size=MAX_REQUEST_BYTES, host=host
     )
+    warm = user_tools(s, store, s.user, lock, background, retriever)
+    threading.Thread(target=_prepare, args=(warm,), name="memcli-prepare", daemon=True).start()
     output.info(f"memcli MCP server on http://{host}:{port}/mcp (Ctrl-C stops it)")
     uvicorn.run(Bearer(app, store, lock), host=host, port=port, log_level="warning")
 
 
-def user_tools(s: Settings, store: Any, user: str, lock: Any = None) -> AgentTools:
+def user_tools(
+    s: Settings,
+    store: Any,
+    user: str,
+    lock: Any = None,
+    background: Any = None,
+    retriever: Callable[[], Retriever] | None = None,
+) -> AgentTools:
     """The tools of one user (their blocks built once per session: a block's model loads on
-    first use, and stays loaded); `lock` shared by the users of one store connection."""
+    first use, and stays loaded); `lock` shared by the users of one store connection, and
+    `background` and `retriever` by the users of one server."""
     from memcli.tools import AgentTools
 
     built: dict[str | None, list[Any]] = {}
@@ -147,8 +184,9 @@ def user_tools(s: Settings, store: Any, user: str, lock: Any = None) -> AgentToo
         s,
         user,
         blocks=blocks,
-        retriever=lambda: common.retriever(s, store),
+        retriever=retriever or (lambda: common.retriever(s, store)),
         origin="mcp",
+        background=background,
         **extra,
     )
 

@@ -102,7 +102,13 @@ def chat_command(
 
     with stderr_to(s.home / "chat.log"):
         history = history_path(s.home, chat.user_id)  # (the session's user)
-        ChatApp(chat, commands, is_new, history_path=history, db_label=s.db_label).run()
+        app = ChatApp(chat, commands, is_new, history_path=history, db_label=s.db_label)
+        app.run()
+    from memcli.blocks.background import left_note
+
+    note = left_note(app.left, chat.session_id)
+    if note is not None:
+        output.info(note)
 
 
 @contextmanager
@@ -167,6 +173,7 @@ def build_chat(
         llm=llm_config(s),
         search_options=SearchOptions.from_settings(s),
         tools=memory_tools(s, store, user_id, blocks) if s.memory_tools else None,
+        reopen=lambda: common.open_store(s),  # the long-term thread's own connection
     )
     is_new = chat.open(session)
     return chat, is_new
@@ -247,9 +254,8 @@ def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
     Each reply is written as it streams, then ends with a newline and one empty line (a model's
     reply may hold empty lines of its own: `--json` writes one record per reply). With `--json`,
     a failed turn is a `{"type": "error"}` record on stdout as well as a message on stderr.
+    A batch of long-term work (run beside the turns) that fails is a line on stderr, and exit 1.
     """
-    from memcli.errors import MemcliError
-
     for stream in (sys.stdout, sys.stderr):  # a character the terminal cannot show is no crash
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
@@ -267,6 +273,19 @@ def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
         from memcli.chat.offline import MODEL_HINT
 
         output.info(f"No model is configured: replies come from memory alone. {MODEL_HINT}.")
+    _say_failures(chat)
+    try:
+        code = _read_turns(chat, commands, json_)
+    finally:
+        _leave(chat)
+    failed = chat.longterm is not None and chat.longterm.status().failed
+    return max(code, 1) if failed else code
+
+
+def _read_turns(chat: Chat, commands: Commands, json_: bool) -> int:
+    """Play stdin's lines as turns and commands; return the exit code."""
+    from memcli.errors import MemcliError
+
     code = 0
     for number, (line, is_damaged) in enumerate(stdin_lines(), 1):
         if is_damaged:
@@ -299,6 +318,32 @@ def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
                 _error_record(chat, failed, error, stored=stored)
             code = max(code, 1)
     return code
+
+
+def _say_failures(chat: Chat) -> None:
+    """One line on stderr for each job of long-term work that fails in the background."""
+    if chat.longterm is None:
+        return
+
+    def on_fed(fed: Any) -> None:
+        if fed.failed:
+            n = fed.failed
+            output.info(
+                f"Long-term memory: {n} {'batch' if n == 1 else 'batches'} failed and"
+                f" {'stays' if n == 1 else 'stay'} pending ({fed.error}); `memcli blocks"
+                " backfill` retries."
+            )
+
+    chat.longterm.on_fed = on_fed
+
+
+def _leave(chat: Chat) -> None:
+    """Quit without waiting for long-term work: say what is left (it stays in the store)."""
+    from memcli.blocks.background import left_note
+
+    note = left_note(chat.close(), chat.session_id)
+    if note is not None:
+        output.info(note)
 
 
 def stdin_lines() -> Iterator[tuple[str, bool]]:

@@ -125,6 +125,7 @@ class ChatApp:
         self.show_panels = True
         self.conversation_size: Callable[[], tuple[int, int]] = lambda: (80, 24)  # by the layout
         self.timings: dict[str, float] = {}
+        self.left = 0  # batches of long-term work left unfed on quitting
         self._drawn: dict[str, tuple[Any, Any]] = {}
         self._wrapped: dict[int, tuple[Any, StyleAndTextTuples]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -146,6 +147,8 @@ class ChatApp:
     def _started(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.worker.start()
+        if self.chat.longterm is not None:
+            self.chat.longterm.on_fed = self._fed
         self.app.after_render += self._first_render
 
     def _first_render(self, _: Any) -> None:
@@ -156,13 +159,20 @@ class ChatApp:
         self.app.invalidate()  # the status line says what is loading
 
     def _stop(self) -> None:
-        """Leaving: drop queued jobs; a reply being generated is cancelled and stored, marked."""
+        """Leaving: drop queued jobs; a reply being generated is cancelled and stored, marked.
+        Long-term work is not waited for: `left` batches stay unfed, in the store."""
         self.worker.drop_queued()
         turn = self.turn
         if turn is not None:
             turn.cancel()
         if turn is not None or self.pending:
             self.worker.idle.wait(timeout=5)
+        self.left = self.chat.close()
+
+    def _fed(self, fed: Any) -> None:
+        """(On the long-term thread.) A job of long-term work ended: the panels are read again
+        (the blocks asked anew: a fact extracted shows at once; a failure shows as pending)."""
+        self.worker.submit(lambda: self._refresh_panels(reassemble=True))
 
     def post(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the UI thread (from any thread), then redraw."""
@@ -471,6 +481,9 @@ class ChatApp:
             state = "working…"
         work = self.panels.pending.text
         trouble = f" · ⚠ {work}" if work else ""
+        longterm = self.chat.longterm.status().text if self.chat.longterm is not None else ""
+        if longterm:  # e.g. "long-term: 1 batch in progress"
+            trouble = f" · {longterm}{trouble}"
         if self.scroll_back:
             state += f" · scrolled back {self.scroll_back} lines (End returns)"
         return (
