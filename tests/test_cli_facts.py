@@ -391,3 +391,13 @@ def test_query_by_meaning_finds_the_fact_without_shared_words() -> None:
     found = memcli("facts", "--user", "ana", "--query", "which city is her home", "--json")
     assert found.code == 0, found.stderr
     assert found.records()[0]["text"] == "Ana resides in Zurich"
+
+
+def test_extract_without_a_model_suggests_what_the_command_has(tmp_path: Path) -> None:
+    """`facts extract` has no --model option: its hint names the ways a model is set."""
+    db = str(tmp_path / "m.db")
+    line = '{"role": "user", "content": "I like tea"}\n'
+    assert memcli("--db", db, "import", "-", "--session", "s", input=line).code == 0
+    run = memcli("--db", db, "facts", "extract", "--pending")
+    assert run.code == 2 and "no model is configured for facts" in run.stderr, run.stderr
+    assert "--model" not in run.stderr and "MEMCLI_MODEL" in run.stderr, run.stderr

@@ -130,7 +130,7 @@ def import_command(
         rebudget=rebudget,
     )
     bar = output.progress("Long-term memory")
-    fed = _Fed(bar)
+    fed = _Fed(bar, _backfill(s.user))
     try:
         with _progress(total) as advance, bar:
             result = import_conversations(
@@ -149,7 +149,18 @@ def import_command(
     except KeyboardInterrupt:
         fed.interrupted(total)
         raise
-    _report(result, announce_new=session is None, blocks_fed=bool(blocks), json_=json_)
+    _report(
+        result,
+        announce_new=session is None,
+        blocks_fed=bool(blocks),
+        json_=json_,
+        backfill=_backfill(s.user),
+    )
+
+
+def _backfill(user: str) -> str:
+    """The command that feeds the blocks what an import left (of the import's user)."""
+    return f"memcli blocks backfill --user {user}"
 
 
 def _empty_store() -> Any:
@@ -159,7 +170,9 @@ def _empty_store() -> Any:
     return SQLiteStore(":memory:")
 
 
-def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bool) -> None:
+def _report(
+    result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bool, backfill: str
+) -> None:
     """What an import did: a line on stderr, and the summary record on stdout in JSON mode."""
     if result.dry_run:
         _report_dry(result, json_=json_)
@@ -201,7 +214,7 @@ def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bo
         output.info(
             f"Error: {result.blocks_pending:,} batches are pending in a block (`memcli check`"
             " shows why: the LLM failed, or the embedding claim was held). The messages are"
-            " stored: retry the blocks with `memcli blocks backfill`."
+            f" stored: retry the blocks with `{backfill}`."
         )
         raise typer.Exit(1)
 
@@ -269,8 +282,9 @@ class _Fed:
     """The blocks' progress bar, counted: how far the blocks got when Ctrl-C stops an import
     (`todo` is set once the messages are stored)."""
 
-    def __init__(self, bar: output.progress) -> None:
+    def __init__(self, bar: output.progress, backfill: str) -> None:
         self.bar = bar
+        self.backfill = backfill
         self.todo: int | None = None
         self.done = 0
 
@@ -289,7 +303,7 @@ class _Fed:
         output.info(
             f"Interrupted while feeding long-term blocks: all {messages:,} messages are stored; "
             f"the blocks took {self.done:,} of {self.todo:,} batches. "
-            "`memcli blocks backfill` catches them up."
+            f"`{self.backfill}` catches them up."
         )
 
 
