@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import work
+from memcli.words import plural
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -210,8 +211,8 @@ def _status(error: str | None) -> int | None:
 
 
 def _batches(n: int) -> str:
-    return f"{n} batch" if n == 1 else f"{n} batches"
+    return plural(n, "batch")
 
 
 def _sessions(n: int) -> str:
-    return f"{n} session" if n == 1 else f"{n} sessions"
+    return plural(n, "session")

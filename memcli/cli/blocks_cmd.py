@@ -168,6 +168,8 @@ def _report(blocks: list[Any], result: FeedResult, json_: bool) -> None:
         for r in records:
             pending = f", {r['pending']} pending" if r["pending"] else ""
             waiting = f", {r['waiting']} waiting for a model" if r["waiting"] else ""
-            output.info(f"{r['name']}: {r['done']} batches processed{pending}{waiting}.")
+            output.info(
+                f"{r['name']}: {output.plural(r['done'], 'batch')} processed{pending}{waiting}."
+            )
     if output.wants_json(json_):
         output.emit_all(records)

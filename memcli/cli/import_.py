@@ -212,7 +212,8 @@ def _report(
         output.emit_all([_summary(result, blocks_fed=blocks_fed)])
     if result.blocks_pending:  # the messages are stored; the blocks' work is not: exit 1
         output.info(
-            f"Error: {result.blocks_pending:,} batches are pending in a block (`memcli check`"
+            f"Error: {output.plural(result.blocks_pending, 'batch')}"
+            f" {'is' if result.blocks_pending == 1 else 'are'} pending in a block (`memcli check`"
             " shows why: the LLM failed, or the embedding claim was held). The messages are"
             f" stored: retry the blocks with `{backfill}`."
         )
@@ -238,14 +239,14 @@ def _dry_table(result: Imported) -> None:
     rows = [
         (
             session,
-            "new" if session in result.new_sessions else "stored",
+            "new" if session in result.new_sessions else "stored",  # the session
             count,
             result.skipped.get(session, 0),
             result.titles.get(session, ""),
         )
         for session, count in result.sessions.items()
     ]
-    output.table(None, ["session", "", "new messages", "already stored", "title"], rows)
+    output.table(None, ["session", "state", "new messages", "already stored", "title"], rows)
 
 
 def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:
@@ -275,7 +276,7 @@ def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:
 
 
 def _count(n: int) -> str:
-    return f"{n:,} message" if n == 1 else f"{n:,} messages"
+    return output.plural(n, "message")
 
 
 class _Fed:
@@ -302,7 +303,7 @@ class _Fed:
             return
         output.info(
             f"Interrupted while feeding long-term blocks: all {messages:,} messages are stored; "
-            f"the blocks took {self.done:,} of {self.todo:,} batches. "
+            f"the blocks took {self.done:,} of {output.plural(self.todo, 'batch')}. "
             f"`{self.backfill}` catches them up."
         )
 

@@ -35,13 +35,17 @@ def chat_command(
     model: Annotated[
         str | None,
         typer.Option(
-            "--model", help="Any litellm model string (default: $MEMCLI_MODEL, [llm] model)."
+            "--model",
+            metavar="NAME",
+            help="Any litellm model string (default: $MEMCLI_MODEL, [llm] model).",
         ),
     ] = None,
     api_base: Annotated[
         str | None,
         typer.Option(
-            "--api-base", help="The endpoint, for OpenAI-compatible servers ($MEMCLI_API_BASE)."
+            "--api-base",
+            metavar="URL",
+            help="The endpoint, for OpenAI-compatible servers ($MEMCLI_API_BASE).",
         ),
     ] = None,
     token_limit: common.TokenLimit = None,
@@ -461,5 +465,6 @@ def _error_record(chat: Chat, failed: str, error: Any, *, stored: bool, partial:
 def _note_flushes(flushes: Any) -> None:
     for f in flushes:
         output.info(
-            f"Flushed {len(f.message_ids)} messages ({f.tokens:,} tokens) to long-term memory."
+            f"Flushed {output.plural(len(f.message_ids), 'message')}"
+            f" ({output.plural(f.tokens, 'token')}) to long-term memory."
         )

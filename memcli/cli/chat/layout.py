@@ -28,7 +28,7 @@ from prompt_toolkit.layout.dimension import Dimension
 from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.styles import Style
 
-from memcli.chat.commands import complete
+from memcli.chat.commands import complete, usage
 
 if TYPE_CHECKING:
     from memcli.cli.chat.ui import ChatApp
@@ -63,7 +63,9 @@ class SlashCompleter(Completer):
             return
         if " " not in text:
             for name, meta in complete(text):
-                yield Completion(name, start_position=-len(text), display_meta=meta)
+                yield Completion(
+                    name, start_position=-len(text), display=usage(name), display_meta=meta
+                )
             return
         command, _, arg = text.partition(" ")
         options: list[str] = []

@@ -33,6 +33,7 @@ from memcli.cli.chat.panels import (
     render_short,
 )
 from memcli.cli.chat.panels import conversation as render_conversation
+from memcli.cli.output import plural
 from memcli.errors import MemcliError
 
 if TYPE_CHECKING:
@@ -368,7 +369,10 @@ class ChatApp:
             return
         self.live_flushes.extend(marks)
         for m in marks:
-            text = f"⇣ flushed {m.messages} messages ({m.tokens:,} tokens) to long-term memory"
+            text = (
+                f"⇣ flushed {plural(m.messages, 'message')} ({plural(m.tokens, 'token')})"
+                " to long-term memory"
+            )
             self.post(lambda t=text: self.note(t, "flush"))  # type: ignore[misc]
 
     def _refresh_panels(self, reassemble: bool = False) -> None:
