@@ -11,6 +11,7 @@ from memcli.words import plural
 
 if TYPE_CHECKING:
     from memcli.chat.session import Chat, Turn
+    from memcli.writer import Flush
 
 #: Every command with what it does (the completion menu shows these).
 COMMANDS: dict[str, str] = {
@@ -69,6 +70,7 @@ class Result:
 
     text: str = ""
     turn: Turn | None = None
+    flushes: tuple[Flush, ...] = ()  # what a /flush moved out of short-term memory
     exit: bool = False
     switched: bool = False
     changed: bool = False  # the memory changed (refresh the panels)
@@ -221,6 +223,7 @@ class Commands:
             f"Flushed {plural(len(f.message_ids), 'message')} ({plural(f.tokens, 'token')}):"
             f" {f.reason}",
             changed=True,
+            flushes=tuple(flushes),
         )
 
     def model(self, arg: str) -> Result:

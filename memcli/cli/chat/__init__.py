@@ -104,9 +104,11 @@ def chat_command(
     from memcli.cli.chat.ui import ChatApp
 
     with stderr_to(s.home / "chat.log"):
-        ChatApp(
+        code = ChatApp(
             chat, commands, is_new, history_path=s.home / "chat_history", db_label=s.db_label
         ).run()
+    if code:  # a turn or a command failed (said in the conversation): exit 1, as plain mode
+        raise typer.Exit(code)
 
 
 @contextmanager
