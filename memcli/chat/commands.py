@@ -49,7 +49,7 @@ KEY_LIST: dict[str, str] = {
     "Ctrl-D": "quit, on an empty line (/exit too)",
     "PageUp, PageDown": "scroll the conversation a page back or forward",
     "Home, End": "the conversation's first line, its end (on an empty line; Ctrl too)",
-    "F2": "hide or show the panels (hidden at first below 80 columns)",
+    "F2": "hide or show the panels (hidden while the terminal is under 80 columns)",
     "Up, Down": "your earlier messages",
 }
 
