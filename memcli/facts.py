@@ -327,8 +327,8 @@ class Facts:
         if not any(b.llm for b in blocks):
             raise UsageError(
                 "no fact block is configured" if not blocks else "no model is configured for facts",
-                'Set [llm] model (--model via MEMCLI_MODEL), or add a [[blocks]] kind = "facts"'
-                " with a model",
+                "Set a model: MEMCLI_MODEL=NAME in the environment, or `[llm] model` in the config"
+                ' file; or add a [[blocks]] kind = "facts" with a model',
             )
         return [b for b in blocks if b.llm], sessions
 

@@ -5,8 +5,8 @@
   with the last error (kind, HTTP status, message) and when they are retried;
 - `unfed`: flushed batches a block was never handed (an import or a chat killed between storing
   its messages and feeding its blocks: a re-run finds the messages stored and feeds nothing;
-  `import --no-blocks`), except for a block that `catches_up_itself` (the vector block: the next
-  search embeds every message without a vector);
+  `import --no-blocks`); for a block that `catches_up_itself` (the vector block: the next
+  search embeds every message without a vector) they are listed as needing nothing;
 - `condense`: a fact block over its `max_facts` whose condensing failed (retried after the next
   extraction, or by `memcli facts extract --pending`);
 - `index`: index files that are damaged (rebuilt by the next search) or stale;
@@ -14,8 +14,9 @@
   files not purged, the index files not removed: they may still hold what was deleted),
   finished by `memcli check --repair`, the next search, or the next `memcli rm`.
 
-Each item carries the command that fixes it. Only `stale` index files need nothing: the next
-search brings them up to date (`Attention.needed` is False).
+Each item carries the command that fixes it. `stale` index files and batches never handed to a
+block that `catches_up_itself` need nothing: the next search brings them up to date
+(`Attention.needed` is False).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import work
+from memcli.words import plural
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -104,29 +106,36 @@ def _user(user: str) -> str:
 
 def _unfed(store: Any, blocks_for: BlocksFor, known: dict[str, MemoryBlock]) -> list[Attention]:
     counts: dict[tuple[str, str], list[int]] = {}
+    itself: set[str] = set()
     for session, user in work.flushed_sessions(store):
         for block in blocks_for(session, user):
             known.setdefault(block.name, block)
-            if not block.receives_flushes or getattr(block, "catches_up_itself", False):
+            if not block.receives_flushes:
                 continue
+            if getattr(block, "catches_up_itself", False):
+                itself.add(block.name)
             n = work.unfed_count(store, block.name, block.key_for(session, user), session)
             if n:
                 entry = counts.setdefault((block.name, user), [0, 0])
                 entry[0] += n
                 entry[1] += 1
-    return [
-        Attention(
-            "unfed",
+    out = []
+    for (name, user), (n, s) in sorted(counts.items()):
+        message = (
             f"block {name!r}: {_batches(n)} of user {user!r} ({_sessions(s)}) never handed"
             " to the block (`import --no-blocks`, or an import or chat stopped before it fed"
-            " its blocks)",
-            f"memcli blocks backfill{_user(user)}",
-            block=name,
-            user=user,
-            count=n,
+            " its blocks)"
         )
-        for (name, user), (n, s) in sorted(counts.items())
-    ]
+        fix = f"memcli blocks backfill{_user(user)}"
+        if name in itself:  # searching embeds what has no vector: the backfill only does it now
+            message += "; the next search of the user catches up on them"
+            fix += " (now, else the next search does it)"
+        out.append(
+            Attention(
+                "unfed", message, fix, block=name, user=user, count=n, needed=name not in itself
+            )
+        )
+    return out
 
 
 def _pending(store: Any, known: dict[str, MemoryBlock]) -> list[Attention]:
@@ -223,8 +232,8 @@ def _status(error: str | None) -> int | None:
 
 
 def _batches(n: int) -> str:
-    return f"{n} batch" if n == 1 else f"{n} batches"
+    return plural(n, "batch")
 
 
 def _sessions(n: int) -> str:
-    return f"{n} session" if n == 1 else f"{n} sessions"
+    return plural(n, "session")

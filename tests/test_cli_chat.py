@@ -714,9 +714,15 @@ def test_the_edges_in_a_real_terminal(tmp_path, llm, isolated):
         wait_for(lambda: "Long-term" not in screen())
         tmux("send-keys", "-t", name, "F2")
         wait_for(lambda: "Long-term" in screen())
-        tmux("resize-window", "-t", name, "-x", "70", "-y", "24")
-        wait_for(lambda: len(screen().splitlines()[0]) <= 70 and "Long-term" in screen())
-        tmux("resize-window", "-t", name, "-x", "100", "-y", "30")
+        tmux("resize-window", "-t", name, "-x", "70", "-y", "24")  # narrow: the panels hide
+        wait_for(
+            lambda: (
+                len(screen().splitlines()[0]) <= 70
+                and ready()  # drawn again, not the blank screen of the redraw
+                and "Long-term" not in screen()
+            )
+        )
+        tmux("resize-window", "-t", name, "-x", "100", "-y", "30")  # wide again: they show
         wait_for(lambda: "Long-term" in screen())
         tmux("send-keys", "-t", name, "C-d")
         wait_for(lambda: "CHAT-ENDED" in screen())
@@ -758,7 +764,9 @@ def test_full_screen_ctrl_c_cancels_the_streaming_reply_first_and_scrolling_stop
             assert llm.wait_for_disconnect(timeout=3) is not None
             wait_for(lambda: any(e.text == "Second reply." for e in ui.entries) and not ui.pending)
             said = [e.text for e in ui.entries if e.kind == "note"]
-            assert any("Cancelled the reply to “first”; 1 queued message waits" in t for t in said)
+            assert "Cancelled the reply to “first”." in said, said
+            # "1 queued message waits" was true until that message was answered: it is gone
+            assert not any("queued" in t for t in said), said
             for i in range(60):
                 ui.post(lambda i=i: ui.note(f"line {i}"))
             wait_for(lambda: ui.max_scroll > 40)
@@ -855,3 +863,116 @@ def test_a_new_chat_recalls_a_short_imported_conversation_of_its_user_only(tmp_p
     sent = json.dumps(llm.requests[0]["messages"])
     assert "cello for three years" in sent
     assert "bassoon" not in sent
+
+
+def test_full_screen_a_failed_turn_exits_1_a_manual_flush_is_marked_and_ctrl_c_says_how_to_quit(
+    tmp_path, llm
+):
+    """The full-screen chat exits 1 after a failed turn (as plain mode and the README say); a
+    /flush shows among the Short-term panel's flush marks with the flushes of the turns; Ctrl-C
+    on an empty line says how to quit (once, however often it is pressed)."""
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat.ui import QUIT_HINT, ChatApp
+    from memcli.flush import Budget
+    from memcli.llm import LLMConfig
+
+    chat = Chat(
+        SQLiteStore(tmp_path / "f.db"),
+        budget_for=lambda info: Budget(60, 0.7, 10),
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=10),
+    )
+    chat.open("f")
+    llm.script(
+        {"content": "A first reply with a few words in it."},
+        {"content": "A second reply with a few more words in it."},
+        {"content": "Yes."},
+        {"status": 500},
+    )
+    codes: list[int] = []
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, None, pipe, DummyOutput())
+        runner = threading.Thread(target=lambda: codes.append(ui.run()))
+        runner.start()
+        try:
+            pipe.send_text("hello there, I am Ana and I keep bees on the roof\r")
+            wait_for(
+                lambda: not ui.pending and any(e.text.startswith("A first") for e in ui.entries)
+            )
+            pipe.send_text("tell me more about the bees and the honey they make\r")
+            wait_for(
+                lambda: not ui.pending and any(e.text.startswith("A second") for e in ui.entries)
+            )
+            wait_for(lambda: ui.live_flushes)  # the turns flushed in this run
+            pipe.send_text("ok?\r")  # a short turn: two turns to /flush the older of
+            wait_for(lambda: not ui.pending and any(e.text == "Yes." for e in ui.entries))
+            pipe.send_text("/flush\r")
+            wait_for(
+                lambda: not ui.pending and any(e.text.startswith("Flushed") for e in ui.entries)
+            )
+            last = chat.store.list_flushes("f")[-1]
+            wait_for(lambda: ui.panels.short.flushes[-1].reason == last.reason)
+            assert ui.panels.short.flushes[-1].messages == last.messages
+            assert len(ui.live_flushes) == len(chat.store.list_flushes("f"))
+            pipe.send_text("\x03\x03")  # Ctrl-C twice on an empty line
+            wait_for(lambda: ui.entries[-1].text == QUIT_HINT)
+            time.sleep(0.2)
+            assert [e.text for e in ui.entries].count(QUIT_HINT) == 1
+            pipe.send_text("and now the server fails\r")
+            wait_for(lambda: any(e.kind == "error" for e in ui.entries) and not ui.pending)
+        finally:
+            pipe.send_text("\x04")
+            runner.join(15)
+    assert not runner.is_alive()
+    assert codes == [1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (./run installs it)"
+)
+def test_a_long_paste_is_previewed_and_the_panels_follow_the_width(tmp_path, isolated):
+    """In tmux: a 5,000-character single-line paste gets a line with its length, its start and
+    its end above the editor (which shows only part of it); Ctrl-C clears both. Narrowed from
+    120 to 60 columns the panels hide (the conversation keeps the width); widened, they show."""
+    root = Path(__file__).resolve().parents[1]
+    config = isolated.parent / "no-blocks.toml"  # the no_blocks fixture's
+    paste = tmp_path / "paste.txt"
+    paste.write_text("start of the paste " + "x" * 4970 + " end of it!")
+    name = f"memcli-paste-{tmp_path.name}"
+    command = (
+        f"cd {root} && env MEMCLI_HOME={isolated} MEMCLI_CONFIG={config} NO_COLOR=1"
+        f" PYTHONPATH={root} {sys.executable} -m memcli chat --session paste;"
+        " echo CHAT-ENDED; sleep 60"
+    )
+    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "30", command)
+    try:
+
+        def screen() -> str:
+            return tmux("capture-pane", "-p", "-t", name)
+
+        wait_for(lambda: "Short-term" in screen() and " ready" in screen())
+        tmux("load-buffer", "-b", name, str(paste))
+        tmux("paste-buffer", "-b", name, "-t", name)
+        wait_for(lambda: "5,000 characters, 1 line" in screen())
+        text = screen()
+        assert "“start of the" in text and "end of it!”" in text, text
+        tmux("send-keys", "-t", name, "C-c")
+        wait_for(lambda: "5,000 characters" not in screen() and "xxxxxxxxxx" not in screen())
+        tmux("resize-window", "-t", name, "-x", "60", "-y", "20")
+        wait_for(
+            lambda: (
+                len(screen().splitlines()[0]) <= 60
+                and " ready" in screen()  # drawn again, not the blank screen of the redraw
+                and "Short-term" not in screen()
+            )
+        )
+        assert "│" not in screen()  # no separator: the conversation has the whole width
+        tmux("resize-window", "-t", name, "-x", "120", "-y", "30")
+        wait_for(lambda: "Short-term" in screen())
+        tmux("send-keys", "-t", name, "C-d")
+        wait_for(lambda: "CHAT-ENDED" in screen())
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)

@@ -257,3 +257,79 @@ def test_a_delete_stopped_before_its_cleanup_is_listed_and_finished(
     assert gone not in indexed_ids(db)
     run = memcli("--db", str(db), "check")
     assert run.code == 0, run.stdout + run.stderr
+
+
+def _interrupt_once_the_llm_is_asked(llm, *args: str) -> tuple[int | None, str]:
+    """Start `memcli ARGS` against a slow LLM, Ctrl-C it while it waits for a reply: (exit
+    code, stderr)."""
+    import signal
+    import time
+
+    llm.default = {"delay": 30, "content": "<facts></facts>"}
+    try:
+        before = len(llm.requests)
+        proc = popen_memcli(*args)
+        deadline = time.monotonic() + 60
+        while len(llm.requests) == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(llm.requests) > before, "the command never asked the LLM"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        llm.default = {"content": "<facts></facts>"}
+    return proc.returncode, err.decode()
+
+
+def test_an_interrupted_import_and_backfill_name_the_user_they_are_about(
+    llm, tmp_path: Path
+) -> None:
+    """Ctrl-C while an import of `--user big` feeds its blocks: the hint is the backfill of
+    user big (a bare `memcli blocks backfill` works on `default`); Ctrl-C during that backfill
+    exits 130 and says what it did and how to go on."""
+    config = write_config(tmp_path, llm)
+    source = transcript(tmp_path, 4)
+    code, err = _interrupt_once_the_llm_is_asked(
+        llm, "--config", config, "import", source, "--session", "s1", "--user", "big"
+    )
+    assert code == 130, err
+    assert "Interrupted while feeding long-term blocks" in err, err
+    assert "`memcli blocks backfill --user big` catches them up" in err, err
+    found = [r for r in memcli("--config", config, "check", "--json").records()]
+    assert [r["fix"] for r in found if r["type"] == "attention"] == [
+        "memcli blocks backfill --user big"
+    ]
+    code, err = _interrupt_once_the_llm_is_asked(
+        llm, "--config", config, "blocks", "backfill", "--user", "big"
+    )
+    assert code == 130, err
+    assert "Interrupted: the blocks processed 0 of 3 batches; the rest are left." in err, err
+    assert "`memcli blocks backfill --user big` goes on from there" in err, err
+    assert memcli("--config", config, "blocks", "backfill", "--user", "big").code == 0
+    assert memcli("--config", config, "check").code == 0
+
+
+def test_batches_never_handed_to_the_vector_block_are_listed_as_needing_nothing(
+    tmp_path: Path,
+) -> None:
+    """The vector block catches up itself (a search embeds what has no vector), but `check`
+    still lists the batches it was never handed (an interrupted import used to leave 403 of
+    them unsaid), with the backfill of their user; it needs nothing, so check exits 0."""
+    db = tmp_path / "m.db"
+    lines = "".join(
+        json.dumps({"role": "user", "content": f"message {i} about tea"}) + "\n" for i in range(40)
+    )
+    args = ("--db", str(db), "import", "-", "--no-blocks", "--user", "big", "--token-limit", "60")
+    assert memcli(*args, input=lines).code == 0
+    run = memcli("--db", str(db), "check", "--json")
+    assert run.code == 0, run.stderr
+    found = [r for r in run.records() if r["type"] == "attention"]
+    assert [(r["kind"], r["block"], r["user"], r["needed"]) for r in found] == [
+        ("unfed", "vector_memory", "big", False)
+    ], found
+    assert found[0]["count"] >= 1 and found[0]["fix"].startswith(
+        "memcli blocks backfill --user big"
+    )
+    assert run.records()[-1] == {"type": "summary", "problems": 0, "attention": 0}
+    assert memcli("--db", str(db), "blocks", "backfill", "--user", "big").code == 0
+    after = memcli("--db", str(db), "check", "--json").records()
+    assert [r for r in after if r["type"] == "attention"] == []

@@ -572,3 +572,13 @@ def test_extract_of_another_users_session_is_no_session(llm, tmp_path: Path) -> 
     run = memcli("--config", config, "facts", "extract", "--user", "ana", "--session", "b1")
     assert run.code == 1 and "no session 'b1'" in run.stderr, run.stderr
     assert llm.requests == []
+
+
+def test_extract_without_a_model_suggests_what_the_command_has(tmp_path: Path) -> None:
+    """`facts extract` has no --model option: its hint names the ways a model is set."""
+    db = str(tmp_path / "m.db")
+    line = '{"role": "user", "content": "I like tea"}\n'
+    assert memcli("--db", db, "import", "-", "--session", "s", input=line).code == 0
+    run = memcli("--db", db, "facts", "extract", "--pending")
+    assert run.code == 2 and "no model is configured for facts" in run.stderr, run.stderr
+    assert "--model" not in run.stderr and "MEMCLI_MODEL" in run.stderr, run.stderr

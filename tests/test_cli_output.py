@@ -251,3 +251,64 @@ def test_a_terminal_in_a_legacy_encoding_gets_every_text_without_a_traceback(
     assert records[0]["content"] == WORLD and records[0]["session"] == session
     code, out, err = run("inspect", "nope-🎉", tty=True)
     assert code == 1 and "Traceback" not in err and "no session 'nope-\\U0001f389'" in err
+
+
+def wide_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`narrow_run` at 150 columns, in `cwd`."""
+    code = (
+        f"import sys; sys.stdout.isatty = lambda: True; sys.argv = ['memcli', *{list(args)!r}];"
+        "from memcli.cli.app import main; main()"
+    )
+    env = {**os.environ, "COLUMNS": "150", "PAGER": "cat"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd
+    )
+    proc.stdout = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
+    return proc
+
+
+def test_tables_have_no_empty_header_row_and_every_column_named(tmp_path: Path) -> None:
+    """A list of names and values (`info`'s first table, `simulate flush`'s summary) starts with
+    its first row, not an empty header; the `import --dry-run` table names every column."""
+    (tmp_path / "c.jsonl").write_text('{"role": "user", "content": "hi"}\n')
+    info = wide_run("info", cwd=tmp_path)
+    assert info.returncode == 0, info.stderr
+    assert info.stdout.splitlines()[0].split("│")[0].strip() == "version", info.stdout
+    simulated = wide_run("simulate", "flush", "c.jsonl", cwd=tmp_path)
+    lines = simulated.stdout.splitlines()
+    summary = lines.index(next(line for line in lines if line.strip() == "Summary"))
+    assert lines[summary + 1].startswith("budget"), simulated.stdout
+    dry = wide_run("import", "--dry-run", "c.jsonl", cwd=tmp_path)
+    header = next(line for line in dry.stdout.splitlines() if "session" in line)
+    assert [c.strip() for c in header.split("┃")] == [
+        "session",
+        "state",
+        "new messages",
+        "already stored",
+        "title",
+    ], dry.stdout
+
+
+def test_counts_of_one_are_singular(tmp_path: Path) -> None:
+    """ "1 flush", "1 token", "1 message": never "1 flushes" (output.plural everywhere)."""
+    run = memcli("chat", "--plain", input="hi\nmore\n/flush\n/session\n/context\n")
+    assert run.code == 0, run.stderr
+    said = run.stdout + run.stderr
+    assert "Flushed 1 message (1 token)" in said, said
+    assert "1 active message, 1 token of" in said and "archived in 1 flush\n" in said, said
+    assert "── user (1 token) ──" in said, said
+    for wrong in ("1 flushes", "1 tokens", "1 messages"):
+        assert not re.search(rf"(?<![\d,]){wrong}", said), said
+
+
+def test_help_puts_arguments_with_their_command_and_names_every_metavar() -> None:
+    """`chat --help` (as `/help`) shows `/session [ID]` in the command column; no option shows
+    a type name instead of a metavar (`-k <int range>`, `--model <str>`)."""
+    chat = memcli("chat", "--help", env={"COLUMNS": "150"})
+    assert re.search(r"^\s*/session \[ID\]\s+show the session", chat.stdout, re.M), chat.stdout
+    assert re.search(r"^\s*/search QUERY\s+hybrid search", chat.stdout, re.M), chat.stdout
+    assert "--model NAME" in chat.stdout and "--api-base URL" in chat.stdout, chat.stdout
+    facts = memcli("facts", "--help", env={"COLUMNS": "150"})
+    assert re.search(r"-k N\s", facts.stdout), facts.stdout
+    for run in (chat, facts):
+        assert not re.search(r"<(int|str|float|int range)>", run.stdout), run.stdout

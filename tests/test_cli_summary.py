@@ -17,7 +17,7 @@ def imported(tmp_path: Path, llm, *replies: dict, turns: int = 3) -> str:
     llm.script(*replies)
     run = memcli("--config", config, "import", transcript(tmp_path, turns), "--session", "s1")
     # exit 1 when a batch stays pending (the messages are stored)
-    assert run.code == (1 if "batches are pending" in run.stderr else 0), run.stderr
+    assert run.code == (1 if " pending in a block" in run.stderr else 0), run.stderr
     return config
 
 

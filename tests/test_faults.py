@@ -366,7 +366,8 @@ def test_check_finds_broken_bookkeeping(tmp_path: Path) -> None:
     assert memcli(*args, "--session", "a").code == 0
     assert memcli(*args, "--session", "b").code == 0
     clean = memcli("--db", str(db), "check", "--json")
-    assert clean.code == 0 and clean.records() == [
+    # (--no-blocks: the vector block's batches are listed as never handed to it, needing nothing)
+    assert clean.code == 0 and [r for r in clean.records() if r["type"] != "attention"] == [
         {"type": "summary", "problems": 0, "attention": 0}
     ]
     conn = sqlite3.connect(db, isolation_level=None)

@@ -133,3 +133,46 @@ def test_onnxruntime_telemetry_is_off_before_the_session_exists(
     embedder = OnnxEmbedder(onnx_models)  # (the export `minilm` made: loaded, not exported)
     assert embedder.embed(["hello"]).shape[0] == 1
     assert calls[:2] == ["disable_telemetry_events", "InferenceSession"], calls
+
+
+@pytest.mark.slow
+def test_an_export_started_by_a_process_that_exited_is_kept_and_waited_for(
+    tmp_path: Path,
+) -> None:
+    """A first `memcli chat` starts the export and exits before it is done: the export goes on
+    (a child in its own session, named in a lock file), and the next process recognises it in
+    progress (no second export, no second "Preparing" note), waits for it and uses its file. A
+    lock left by an exporter that died is taken over."""
+    import os
+    import subprocess
+
+    from memcli.search.onnx import lock_path, onnx_path
+
+    models = tmp_path / "models"
+    models.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock_path(onnx_path(models)).write_text(str(dead.pid))  # an exporter that died
+    first = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from memcli.search.onnx import OnnxEmbedder;"
+            "child = OnnxEmbedder(sys.argv[1]).prepare_in_background(); print(child.pid)",
+            str(models),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    child = int(first.stdout)
+    assert lock_path(onnx_path(models)).read_text() == str(child)  # the export in progress
+
+    told = []
+    embedder = OnnxEmbedder(models, on_prepare=lambda: told.append(True))
+    assert embedder.preparing  # not exported yet: the chat searches by words meanwhile
+    assert embedder.prepare_in_background() is None and told == []  # not started again
+    vector = embedder.embed(["the first run's export is waited for"])[0]
+    assert len(vector) == 384 and embedder.is_exported
+    assert not [p for p in models.iterdir() if p.name.endswith((".tmp", ".export"))]

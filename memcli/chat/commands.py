@@ -7,27 +7,39 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memcli.errors import UsageError
+from memcli.words import plural
 
 if TYPE_CHECKING:
     from memcli.chat.session import Chat, Turn
+    from memcli.writer import Flush
 
-#: Every command with its arguments and what it does (the completion menu shows these).
+#: Every command with what it does (the completion menu shows these).
 COMMANDS: dict[str, str] = {
     "/help": "show the commands and keys",
-    "/session": "[ID] show the session, or switch to (or start) session ID",
+    "/session": "show the session, or switch to (or start) session ID",
     "/new": "start a new session",
     "/sessions": "list your sessions",
     "/context": "show exactly what the LLM is sent",
     "/blocks": "show each long-term block's content",
     "/facts": "show the facts long-term memory holds",
-    "/search": "QUERY hybrid search (BM25 + vectors) of your messages, as `memcli search`; "
+    "/search": "hybrid search (BM25 + vectors) of your messages, as `memcli search`; "
     "BM25 alone with no vector block",
     "/flush": "flush one batch out of short-term memory now",
-    "/model": "[NAME] show the model, or use NAME from now on",
+    "/model": "show the model, or use NAME from now on",
     "/retry": "send the unanswered message again",
     "/reset": "delete this session's messages (asks to confirm)",
     "/exit": "quit (Ctrl-D too)",
 }
+
+#: The argument of each command that takes one (as usage metavars: optional in brackets).
+ARGUMENTS: dict[str, str] = {"/session": "[ID]", "/search": "QUERY", "/model": "[NAME]"}
+
+
+def usage(name: str) -> str:
+    """A command as it is typed: `/session [ID]`."""
+    argument = ARGUMENTS.get(name)
+    return f"{name} {argument}" if argument else name
+
 
 #: The keys of the full-screen chat, with what each does.
 KEY_LIST: dict[str, str] = {
@@ -37,7 +49,7 @@ KEY_LIST: dict[str, str] = {
     "Ctrl-D": "quit, on an empty line (/exit too)",
     "PageUp, PageDown": "scroll the conversation a page back or forward",
     "Home, End": "the conversation's first line, its end (on an empty line; Ctrl too)",
-    "F2": "hide or show the panels (hidden at first below 80 columns)",
+    "F2": "hide or show the panels (hidden while the terminal is under 80 columns)",
     "Up, Down": "your earlier messages",
 }
 
@@ -45,8 +57,8 @@ KEY_LIST: dict[str, str] = {
 def help_lines() -> list[str]:
     """The slash commands, then the keys of the full-screen chat, one a line, aligned (what
     `/help` and `memcli chat --help` show)."""
-    width = max(len(name) for name in [*COMMANDS, *KEY_LIST])
-    lines = [f"{name.ljust(width)}  {text}" for name, text in COMMANDS.items()]
+    width = max(len(name) for name in [*map(usage, COMMANDS), *KEY_LIST])
+    lines = [f"{usage(name).ljust(width)}  {text}" for name, text in COMMANDS.items()]
     lines += ["", "Keys (full-screen chat):"]
     lines += [f"{key.ljust(width)}  {does}" for key, does in KEY_LIST.items()]
     return lines
@@ -58,6 +70,7 @@ class Result:
 
     text: str = ""
     turn: Turn | None = None
+    flushes: tuple[Flush, ...] = ()  # what a /flush moved out of short-term memory
     exit: bool = False
     switched: bool = False
     changed: bool = False  # the memory changed (refresh the panels)
@@ -103,9 +116,10 @@ class Commands:
         if not arg:
             info = chat.mem.session()
             return Result(
-                f"Session {info.id} (user {info.user_id}): {info.active_messages} active messages, "
-                f"{info.active_tokens:,} tokens of {info.threshold:,.0f} threshold, "
-                f"{info.archived_messages} archived in {info.flushes} flushes"
+                f"Session {info.id} (user {info.user_id}):"
+                f" {plural(info.active_messages, 'active message')},"
+                f" {plural(info.active_tokens, 'token')} of {info.threshold:,.0f} threshold,"
+                f" {info.archived_messages:,} archived in {plural(info.flushes, 'flush')}"
             )
         from memcli.sessions import owned
 
@@ -137,9 +151,10 @@ class Commands:
         ready = self.chat.context()
         messages = ready.context.messages
         tokens = self.chat.mem.tokenizer
-        parts = [f"{len(messages)} messages go to the LLM:"]
+        go = "goes" if len(messages) == 1 else "go"
+        parts = [f"{plural(len(messages), 'message')} {go} to the LLM:"]
         for m in messages:
-            parts.append(f"── {m.role} ({tokens.count(m.content):,} tokens) ──")
+            parts.append(f"── {m.role} ({plural(tokens.count(m.content), 'token')}) ──")
             parts.append(m.content)
         return Result("\n".join(parts), changed=True)
 
@@ -158,7 +173,7 @@ class Commands:
                 continue
             cut = f", {content.truncated} by truncation" if content.truncated else ""
             parts.append(
-                f"{head}: {content.tokens:,} of {content.original_tokens:,} tokens{cut} ──"
+                f"{head}: {content.tokens:,} of {plural(content.original_tokens, 'token')}{cut} ──"
             )
             parts.append(content.content)
         return Result("\n".join(parts), changed=True)
@@ -204,7 +219,10 @@ class Commands:
             return Result("Nothing to flush: the newest complete turn always stays.")
         f = flushes[0]
         return Result(
-            f"Flushed {len(f.message_ids)} messages ({f.tokens:,} tokens): {f.reason}", changed=True
+            f"Flushed {plural(len(f.message_ids), 'message')} ({plural(f.tokens, 'token')}):"
+            f" {f.reason}",
+            changed=True,
+            flushes=tuple(flushes),
         )
 
     def model(self, arg: str) -> Result:

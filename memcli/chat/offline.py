@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from memcli.search.ranking import query_terms
+from memcli.words import plural
 
 if TYPE_CHECKING:
     from memcli.search.types import Hit
@@ -110,7 +111,8 @@ def offline_answer(
     else:
         kinds = ", ".join(block_names) or "none configured"
         lines.append(
-            f"Memory holds nothing related yet ({active_tokens:,} tokens in short-term memory; "
+            f"Memory holds nothing related yet ({plural(active_tokens, 'token')} in short-term"
+            " memory; "
             f"long-term blocks: {kinds})."
         )
     return "\n".join(lines)

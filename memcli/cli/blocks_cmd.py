@@ -119,11 +119,28 @@ def backfill_command(
     else:
         sessions = store.list_sessions(s.user)
     blocks = common.make_blocks(s, store, session=session)
-    with output.progress("Backfilling") as bar:
-        result = backfill(store, blocks, sessions, common.tokenizer(s), bar.advance, bar.total)
-    _report(blocks, result, json_)
     again = "memcli blocks backfill" + (f" {session}" if session else "")
     again += f" --user {user}" if user else ""
+    done = [0, 0]  # batches processed, of how many
+
+    def advance(n: int) -> None:
+        done[0] += n
+        bar.advance(n)
+
+    def total(n: int) -> None:
+        done[1] = n
+        bar.total(n)
+
+    try:
+        with output.progress("Backfilling") as bar:
+            result = backfill(store, blocks, sessions, common.tokenizer(s), advance, total)
+    except KeyboardInterrupt:  # what is done is kept: say how much, and how to go on
+        output.info(
+            f"Interrupted: the blocks processed {done[0]:,} of {output.plural(done[1], 'batch')};"
+            f" the rest are left. `{again}` goes on from there."
+        )
+        raise
+    _report(blocks, result, json_)
     error = result.pending_error(again)
     if error is not None:  # work the LLM failed is left: not a success
         raise error
@@ -151,6 +168,8 @@ def _report(blocks: list[Any], result: FeedResult, json_: bool) -> None:
         for r in records:
             pending = f", {r['pending']} pending" if r["pending"] else ""
             waiting = f", {r['waiting']} waiting for a model" if r["waiting"] else ""
-            output.info(f"{r['name']}: {r['done']} batches processed{pending}{waiting}.")
+            output.info(
+                f"{r['name']}: {output.plural(r['done'], 'batch')} processed{pending}{waiting}."
+            )
     if output.wants_json(json_):
         output.emit_all(records)

@@ -104,7 +104,7 @@ def _print_blocks(records: list[dict[str, Any]]) -> None:
         )
         console.print(
             f"[bold]{r['name']}[/] ({r['kind']}, {r['scope']} scope)  priority {r['priority']}"
-            f"  {r['tokens']:,} tokens{cut}"
+            f"  {output.plural(r['tokens'], 'token')}{cut}"
         )
         console.print(r["content"] or "(empty)", markup=False, highlight=False)
         console.print()

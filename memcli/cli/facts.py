@@ -193,7 +193,10 @@ def facts_command(
         ),
     ] = None,
     k: Annotated[
-        int, typer.Option("-k", min=1, max=100, help="With --query: how many facts at most.")
+        int,
+        typer.Option(
+            "-k", metavar="N", min=1, max=100, help="With --query: how many facts at most."
+        ),
     ] = 10,
     mode: Annotated[
         str,

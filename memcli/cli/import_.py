@@ -145,7 +145,7 @@ def import_command(
         rebudget=rebudget,
     )
     bar = output.progress("Long-term memory")
-    fed = _Fed(bar)
+    fed = _Fed(bar, _backfill(s.user))
     try:
         with _progress(total) as advance, bar:
             result = import_conversations(
@@ -164,7 +164,13 @@ def import_command(
     except KeyboardInterrupt:
         fed.interrupted(total)
         raise
-    _report(result, announce_new=session is None, blocks_fed=bool(blocks), json_=json_)
+    _report(
+        result,
+        announce_new=session is None,
+        blocks_fed=bool(blocks),
+        json_=json_,
+        backfill=_backfill(s.user),
+    )
     if extracting and not no_extract and result.sessions:
         _extract(s, store, extracting, list(result.sessions), json_=json_)
 
@@ -201,6 +207,11 @@ def _extract(s: Any, store: Any, blocks: list[Any], sessions: list[str], *, json
         raise error
 
 
+def _backfill(user: str) -> str:
+    """The command that feeds the blocks what an import left (of the import's user)."""
+    return f"memcli blocks backfill --user {user}"
+
+
 def _empty_store() -> Any:
     """A store with nothing in it, for a dry run when there is no database yet (none is made)."""
     from memcli.store.sqlite import SQLiteStore
@@ -208,7 +219,9 @@ def _empty_store() -> Any:
     return SQLiteStore(":memory:")
 
 
-def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bool) -> None:
+def _report(
+    result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bool, backfill: str
+) -> None:
     """What an import did: a line on stderr, and the summary record on stdout in JSON mode."""
     if result.dry_run:
         _report_dry(result, json_=json_)
@@ -248,9 +261,10 @@ def _report(result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bo
         output.emit_all([_summary(result, blocks_fed=blocks_fed)])
     if result.blocks_pending:  # the messages are stored; the blocks' work is not: exit 1
         output.info(
-            f"Error: {result.blocks_pending:,} batches are pending in a block (`memcli check`"
+            f"Error: {output.plural(result.blocks_pending, 'batch')}"
+            f" {'is' if result.blocks_pending == 1 else 'are'} pending in a block (`memcli check`"
             " shows why: the LLM failed, or the embedding claim was held). The messages are"
-            " stored: retry the blocks with `memcli blocks backfill`."
+            f" stored: retry the blocks with `{backfill}`."
         )
         raise typer.Exit(1)
 
@@ -274,14 +288,14 @@ def _dry_table(result: Imported) -> None:
     rows = [
         (
             session,
-            "new" if session in result.new_sessions else "stored",
+            "new" if session in result.new_sessions else "stored",  # the session
             count,
             result.skipped.get(session, 0),
             result.titles.get(session, ""),
         )
         for session, count in result.sessions.items()
     ]
-    output.table(None, ["session", "", "new messages", "already stored", "title"], rows)
+    output.table(None, ["session", "state", "new messages", "already stored", "title"], rows)
 
 
 def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:
@@ -311,15 +325,16 @@ def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:
 
 
 def _count(n: int) -> str:
-    return f"{n:,} message" if n == 1 else f"{n:,} messages"
+    return output.plural(n, "message")
 
 
 class _Fed:
     """The blocks' progress bar, counted: how far the blocks got when Ctrl-C stops an import
     (`todo` is set once the messages are stored)."""
 
-    def __init__(self, bar: output.progress) -> None:
+    def __init__(self, bar: output.progress, backfill: str) -> None:
         self.bar = bar
+        self.backfill = backfill
         self.todo: int | None = None
         self.done = 0
 
@@ -337,8 +352,8 @@ class _Fed:
             return
         output.info(
             f"Interrupted while feeding long-term blocks: all {messages:,} messages are stored; "
-            f"the blocks took {self.done:,} of {self.todo:,} batches. "
-            "`memcli blocks backfill` catches them up."
+            f"the blocks took {self.done:,} of {output.plural(self.todo, 'batch')}. "
+            f"`{self.backfill}` catches them up."
         )
 
 

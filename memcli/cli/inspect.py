@@ -73,8 +73,9 @@ def _show(r: Any, all_: bool, total: int) -> None:
         w, b = r.what_if, r.what_if.budget
         console.print(
             f"What if the budget were {b.token_limit:,} × {b.chat_history_token_ratio}"
-            f" (flush {b.flush_size:,}): {w.messages} messages ({w.tokens:,} tokens) would flush"
-            f" in {w.flushes} flushes; nothing is stored"
+            f" (flush {b.flush_size:,}): {output.plural(w.messages, 'message')}"
+            f" ({output.plural(w.tokens, 'token')}) would flush in {output.plural(w.flushes, 'flush')};"
+            " nothing is stored"
         )
         console.print(output.gauge(info.active_tokens - w.tokens, b.threshold, b.token_limit))
     console.print(

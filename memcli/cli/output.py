@@ -9,6 +9,10 @@ from datetime import datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from memcli.words import plural
+
+__all__ = ["plural"]  # besides what is defined here: how a count is said, as the engine says it
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
 
@@ -150,7 +154,8 @@ def note(message: str) -> None:
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """A rich table on stdout. Ids, session names and numbers (`WHOLE_COLUMNS`) are never cut:
-    the free text wraps instead; a terminal too narrow for that gets each row as a paragraph."""
+    the free text wraps instead; a terminal too narrow for that gets each row as a paragraph.
+    Columns that are all unnamed (`["", ""]`: a list of names and values) get no header row."""
     from rich.table import Table
 
     cells = [[cell if isinstance(cell, str) else _cell(cell) for cell in row] for row in rows]
@@ -163,7 +168,13 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     if sum(widths) + 3 * (len(columns) - 1) > console.width:
         _paragraphs(title, columns, whole, cells)
         return
-    grid = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    grid = Table(
+        title=title,
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+        show_header=any(columns),
+    )
     for column, is_whole, width in zip(columns, whole, widths, strict=True):
         justify = "right" if column.lower() in NUMERIC_COLUMNS else "left"
         if is_whole:
@@ -238,14 +249,6 @@ def _cell(value: Any) -> Any:
     if isinstance(value, float):
         return f"{value:.3f}"
     return value if hasattr(value, "__rich_console__") else str(value)
-
-
-def plural(n: int, noun: str, plural_form: str | None = None) -> str:
-    """`1 message`, `2 messages`, `1,200 batches` (`plural_form` when adding s is wrong)."""
-    if n == 1:
-        return f"1 {noun}"
-    form = plural_form or (noun + "es" if noun.endswith(("s", "sh", "ch", "x")) else noun + "s")
-    return f"{n:,} {form}"
 
 
 def preview(text: str, width: int = 60) -> str:

@@ -88,7 +88,7 @@ def _show(report: SummaryReport, history: bool) -> None:
     console.print(
         f"[bold]{escape(report.block)}[/] v{s.version} · {s.created_at.astimezone():%Y-%m-%d %H:%M}"
         f" · flush {s.flush_id}, messages {_span(s.first_message_id, s.last_message_id)}"
-        f" · {s.tokens:,} tokens",
+        f" · {output.plural(s.tokens, 'token')}",
         markup=True,
         highlight=False,
     )

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,12 +69,95 @@ def optimized_path(cache_dir: Path, version: str) -> Path:
     return Path(cache_dir) / f"{MODEL_NAME}.v{EXPORT_VERSION}.ort{version}.onnx"
 
 
+def lock_path(target: Path) -> Path:
+    """The export in progress: a file beside the model holding the exporting process's pid."""
+    return target.with_name(f"{target.name}.export")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    try:  # a zombie (exited, not yet reaped by its parent) exports nothing
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _holder(lock: Path) -> int | None:
+    """The pid in the lock file (None when there is none, or it is unreadable)."""
+    try:
+        return int(lock.read_text().strip() or "0") or None
+    except (OSError, ValueError):
+        return None
+
+
+def exporting(target: Path) -> int | None:
+    """The pid of a live process exporting `target` (None when none is)."""
+    pid = _holder(lock_path(target))
+    return pid if pid is not None and _alive(pid) else None
+
+
+def _claim(lock: Path, pid: int) -> bool:
+    """Take the export lock for `pid`: True when it is `pid`'s (now or already), False when
+    another live process holds it. A lock left by a process that died is taken over."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _holder(lock)
+            if holder == pid:
+                return True
+            if holder is not None and _alive(holder):
+                return False
+            if holder is None and time.time() - _mtime(lock) < 5:
+                return False  # being written this instant
+            lock.unlink(missing_ok=True)  # its exporter died: the export is taken over
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(pid))
+        return True
+    return False
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _release(lock: Path, pid: int) -> None:
+    if _holder(lock) == pid:
+        lock.unlink(missing_ok=True)
+
+
 def export_onnx(model_dir: Path, target: Path) -> Path:
     """Export the transformer of a sentence-transformers BERT model to ONNX (needs torch, once).
 
-    Written to a temporary file and moved into place, so that a concurrent reader never sees half
-    a file.
+    One process exports at a time (`lock_path` holds its pid): another waits for it and uses
+    what it wrote, and takes the export over when that process died. Written to a temporary
+    file and moved into place, so that a concurrent reader never sees half a file.
     """
+    lock = lock_path(target)
+    while not _claim(lock, os.getpid()):
+        time.sleep(0.2)  # another process exports it: wait for it
+        if target.is_file():
+            return target
+    try:
+        if target.is_file():
+            return target
+        _export(model_dir, target)
+    finally:
+        _release(lock, os.getpid())
+    return target
+
+
+def _export(model_dir: Path, target: Path) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -133,7 +217,10 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
     finally:
         if tmp.exists():
             tmp.unlink()
-    return target
+        for left in target.parent.glob(f"{target.name}.*.tmp"):  # of exports that died
+            pid = left.name.removeprefix(f"{target.name}.").removesuffix(".tmp")
+            if pid.isdigit() and not _alive(int(pid)):
+                left.unlink(missing_ok=True)
 
 
 class OnnxEmbedder:
@@ -199,12 +286,18 @@ class OnnxEmbedder:
 
     def prepare_in_background(self) -> subprocess.Popen[bytes] | None:
         """Start exporting the model in a child process (None when it is exported, or a child of
-        this embedder exports it already). A process, not a thread: the export's imports (torch,
-        seconds) never hold this interpreter's import lock, which a daemon thread frozen at exit
-        could hold for ever while a finaliser imports (a hang at exit); and the export finishes
-        even when this process exits first. An error there is left for the first use to report
-        (the export is tried again then, in this process)."""
+        this embedder exports it already, or another process does: a second `memcli chat`
+        started meanwhile waits for that export instead of starting over). A process, not a
+        thread: the export's imports (torch, seconds) never hold this interpreter's import lock,
+        which a daemon thread frozen at exit could hold for ever while a finaliser imports (a
+        hang at exit). It runs in its own session, so that neither a Ctrl-C at the terminal nor
+        this process's exit stops it half way: the model prepared by a first run is kept. An
+        error there is left for the first use to report (the export is tried again then, in
+        this process)."""
+        target = onnx_path(self.cache_dir)
         if self.is_exported or (self._preparer is not None and self._preparer.poll() is None):
+            return None
+        if exporting(target) is not None:
             return None
         try:
             model_dir = self.model_dir or bundled_model_dir()
@@ -218,13 +311,16 @@ class OnnxEmbedder:
                 "-m",
                 "memcli.search.onnx",
                 str(model_dir),
-                str(onnx_path(self.cache_dir)),
+                str(target),
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C at the terminal does not stop it half way
         )
+        # The lock names the child at once (the child takes it too, whichever comes first), so
+        # that a process started meanwhile sees an export in progress.
+        _claim(lock_path(target), self._preparer.pid)
         return self._preparer
 
     def _wait_for_preparer(self) -> None:

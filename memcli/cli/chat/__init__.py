@@ -35,13 +35,17 @@ def chat_command(
     model: Annotated[
         str | None,
         typer.Option(
-            "--model", help="Any litellm model string (default: $MEMCLI_MODEL, [llm] model)."
+            "--model",
+            metavar="NAME",
+            help="Any litellm model string (default: $MEMCLI_MODEL, [llm] model).",
         ),
     ] = None,
     api_base: Annotated[
         str | None,
         typer.Option(
-            "--api-base", help="The endpoint, for OpenAI-compatible servers ($MEMCLI_API_BASE)."
+            "--api-base",
+            metavar="URL",
+            help="The endpoint, for OpenAI-compatible servers ($MEMCLI_API_BASE).",
         ),
     ] = None,
     token_limit: common.TokenLimit = None,
@@ -103,12 +107,14 @@ def chat_command(
     with stderr_to(s.home / "chat.log"):
         history = history_path(s.home, chat.user_id)  # (the session's user)
         app = ChatApp(chat, commands, is_new, history_path=history, db_label=s.db_label)
-        app.run()
+        code = app.run()
     from memcli.blocks.background import left_note
 
     note = left_note(app.left, chat.session_id)
     if note is not None:
         output.info(note)
+    if code:  # a turn or a command failed (said in the conversation): exit 1, as plain mode
+        raise typer.Exit(code)
 
 
 @contextmanager
@@ -506,5 +512,6 @@ def _error_record(chat: Chat, failed: str, error: Any, *, stored: bool, partial:
 def _note_flushes(flushes: Any) -> None:
     for f in flushes:
         output.info(
-            f"Flushed {len(f.message_ids)} messages ({f.tokens:,} tokens) to long-term memory."
+            f"Flushed {output.plural(len(f.message_ids), 'message')}"
+            f" ({output.plural(f.tokens, 'token')}) to long-term memory."
         )

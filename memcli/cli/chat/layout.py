@@ -28,7 +28,8 @@ from prompt_toolkit.layout.dimension import Dimension
 from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.styles import Style
 
-from memcli.chat.commands import complete
+from memcli.chat.commands import complete, usage
+from memcli.cli.output import plural
 
 if TYPE_CHECKING:
     from memcli.cli.chat.ui import ChatApp
@@ -63,7 +64,9 @@ class SlashCompleter(Completer):
             return
         if " " not in text:
             for name, meta in complete(text):
-                yield Completion(name, start_position=-len(text), display_meta=meta)
+                yield Completion(
+                    name, start_position=-len(text), display=usage(name), display_meta=meta
+                )
             return
         command, _, arg = text.partition(" ")
         options: list[str] = []
@@ -78,8 +81,35 @@ class SlashCompleter(Completer):
                 yield Completion(option, start_position=-len(arg))
 
 
-#: Below this many columns the panels start hidden (F2 shows them).
+#: Below this many columns the panels are hidden (F2 shows them).
 NARROW = 80
+#: The most rows the message being typed takes; a longer one gets a preview line above it.
+EDITOR_ROWS = 8
+
+
+def wrapped_rows(text: str, width: int) -> int:
+    """The rows `text` takes wrapped at `width` columns."""
+    return sum(max(1, -(-len(line) // max(1, width))) for line in text.split("\n"))
+
+
+def draft_preview(text: str, width: int, rows: int, room: int) -> str:
+    """A line about a message too long for the editor (`rows` rows of `width` columns): its
+    length, its first and last characters, so that a long paste can be reviewed before Enter
+    sends it (the editor shows only its end). Empty when the message fits. At most `room`
+    characters."""
+    if wrapped_rows(text, width) <= rows:
+        return ""
+    lines = text.split("\n")
+    size = f"{plural(len(text), 'character')}, {plural(len(lines), 'line')}"
+    tail = " · Enter sends it all, Ctrl-C clears"
+    if (room - len(size) - len(tail) - 12) // 2 < 16:
+        tail = ""  # a narrow screen: the message's ends come first
+    ends = max(8, (room - len(size) - len(tail) - 12) // 2)
+    head, last = " ".join(lines[0].split()), " ".join(lines[-1].split())
+    first = head if len(head) <= ends else head[: ends - 1] + "…"
+    end = last if len(last) <= ends else "…" + last[-(ends - 1) :]
+    out = f"{size}: “{first}” … “{end}”{tail}"
+    return out if len(out) <= room else out[: max(1, room - 1)] + "…"
 
 
 def panel_width(columns: int) -> int:
@@ -162,12 +192,22 @@ def build_application(
         hidden). Read from the terminal at each redraw, so a resize lays the screen out again."""
         screen = app.output.get_size()
         columns = max(1, screen.columns)
-        panel = panel_width(columns) if ui.show_panels else 0
+        panel = panel_width(columns) if ui.panels_shown() else 0
         return columns, max(3, screen.rows - 1), panel
 
     def conversation_size() -> tuple[int, int]:
         columns, rows, panel = size()
-        return max(1, columns - panel), max(1, rows - 1 - editor_height())
+        return max(1, columns - panel), max(1, rows - 1 - editor_height() - preview_height())
+
+    def editor_width() -> int:
+        columns, _, panel = size()
+        return max(1, columns - panel - 2)
+
+    def preview() -> str:
+        return draft_preview(buffer.text, editor_width(), EDITOR_ROWS, size()[0] - size()[2])
+
+    def preview_height() -> int:
+        return 1 if preview() else 0
 
     ui.conversation_size = conversation_size
 
@@ -175,7 +215,8 @@ def build_application(
         return Dimension.exact(max(1, cells))
 
     def editor_height() -> int:
-        return min(8, max(1, buffer.document.line_count))
+        """Its wrapped rows, up to EDITOR_ROWS (a long line shows more than its end)."""
+        return min(EDITOR_ROWS, wrapped_rows(buffer.text, editor_width()))
 
     def panel_height(name: str) -> int:
         rows = size()[1]
@@ -227,10 +268,18 @@ def build_application(
     rule = Window(
         height=1, width=lambda: exact(size()[0] - size()[2]), char="─", style="class:note"
     )
-    left = HSplit([conversation, rule, editor])
+    pasted = ConditionalContainer(
+        Window(
+            FormattedTextControl(lambda: [("class:note", preview())]),
+            height=1,
+            width=lambda: exact(size()[0] - size()[2]),
+        ),
+        filter=Condition(lambda: bool(preview())),
+    )
+    left = HSplit([conversation, rule, pasted, editor])
     right = HSplit([panel("short", "Short-term"), panel("long", "Long-term")])
     separator = Window(width=1, height=lambda: exact(size()[1]), char="│", style="class:note")
-    shown = Condition(lambda: ui.show_panels)
+    shown = Condition(ui.panels_shown)
     status = Window(
         FormattedTextControl(lambda: [("class:status", ui.status())]),
         height=1,

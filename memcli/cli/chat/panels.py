@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memcli.cli.output import gauge_bar, preview
+from memcli.cli.output import gauge_bar, plural, preview
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -68,13 +68,13 @@ def render_short(view: ShortTerm, width: int, height: int) -> str:
     lines = [
         gauge_bar(view.active_tokens, view.threshold, view.token_limit, width),
         f"[bold]{view.active_tokens:,}[/] / {view.threshold:,.0f} threshold · limit {view.token_limit:,}",
-        f"{len(view.messages)} active · {view.archived} archived · {view.flush_count} flushes"
+        f"{len(view.messages)} active · {view.archived} archived · {plural(view.flush_count, 'flush')}"
         f" (size {view.flush_size:,})",
     ]
     for mark in view.flushes:
         style = "bold magenta" if mark.live else "magenta"
         lines.append(
-            f"[{style}]⇣ flushed {mark.messages} msgs, {mark.tokens:,} tokens[/]"
+            f"[{style}]⇣ flushed {plural(mark.messages, 'msg')}, {plural(mark.tokens, 'token')}[/]"
             f" [dim]{escape(preview(mark.reason, max(10, width - 34)))}[/]"
         )
     room = max(1, height - len(lines) - 1)

@@ -33,6 +33,7 @@ from memcli.cli.chat.panels import (
     render_short,
 )
 from memcli.cli.chat.panels import conversation as render_conversation
+from memcli.cli.output import plural
 from memcli.errors import MemcliError
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
     from memcli.chat.commands import Commands, Result
     from memcli.chat.session import Chat, ContextReady, Turn
 
+
+#: Said when Ctrl-C finds nothing to cancel and nothing to clear.
+QUIT_HINT = "Nothing to cancel: Ctrl-D or /exit quits."
 
 #: The memory tools whose successful call changes the facts the long-term panel shows.
 CHANGING_TOOLS = frozenset(("add_fact", "update_fact", "delete_fact"))
@@ -122,7 +126,10 @@ class ChatApp:
         self.warmed = threading.Event()  # set once litellm and the blocks are loaded
         self.scroll_back = 0  # lines scrolled back from the end of the conversation
         self.max_scroll = 0  # the most it can be (the lines above the screen), at the last redraw
-        self.show_panels = True
+        self.show_panels = True  # F2 toggles; crossing NARROW columns shows or hides them
+        self.narrow = False  # the terminal's width below NARROW at the last redraw
+        self.exit_code = 0  # 1 once a turn or a command failed (as in plain mode)
+        self.queue_note: Entry | None = None  # "N queued messages wait": gone once they start
         self.conversation_size: Callable[[], tuple[int, int]] = lambda: (80, 24)  # by the layout
         self.timings: dict[str, float] = {}
         self.left = 0  # batches of long-term work left unfed on quitting
@@ -131,18 +138,30 @@ class ChatApp:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.worker = Worker(lambda e: self.post(lambda: self._failed_job(e)))
         self._welcome(is_new)
-        from memcli.cli.chat.layout import NARROW, build_application
+        from memcli.cli.chat.layout import build_application
 
         self.app = build_application(self, history_path, input, output)
-        if self.app.output.get_size().columns < NARROW:
-            self.show_panels = False
+        if self.panels_shown() is False:
             self.note("The panels are hidden on this narrow terminal: F2 shows them.")
 
     # -- running ----------------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self) -> int:
+        """Run until the user quits; the exit code: 1 when a turn or a command failed."""
         self.app.run(pre_run=self._started, handle_sigint=False)
         self._stop()
+        return self.exit_code
+
+    def panels_shown(self) -> bool:
+        """Whether the panels are drawn: hidden when the terminal gets narrower than NARROW
+        columns, shown again when it gets wide (F2 decides in between)."""
+        from memcli.cli.chat.layout import NARROW
+
+        narrow = self.app.output.get_size().columns < NARROW
+        if narrow != self.narrow:
+            self.narrow = narrow
+            self.show_panels = not narrow
+        return self.show_panels
 
     def _started(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -273,11 +292,14 @@ class ChatApp:
             turn.cancel()
             if self.queued:
                 waiting = len(self.queued)
-                self.note(
-                    f"Cancelled the reply to “{_short(turn.text or '/retry')}”;"
-                    f" {waiting} queued {'message waits' if waiting == 1 else 'messages wait'}"
-                    " (Ctrl-C again cancels the latest)."
+                self.note(f"Cancelled the reply to “{_short(turn.text or '/retry')}”.")
+                self._clear_queue_note()
+                self.queue_note = Entry(
+                    "note",
+                    f"{waiting} queued {'message waits' if waiting == 1 else 'messages wait'}"
+                    " (Ctrl-C again cancels the latest).",
                 )
+                self.entries.append(self.queue_note)
         elif self.queued:
             latest = self.queued[-1]
             latest.cancel()  # the latest message still waiting for its turn
@@ -286,8 +308,14 @@ class ChatApp:
             )
         elif buffer.text:
             buffer.reset()
-        else:
-            self.note("Ctrl-D or /exit quits.")
+        elif not (self.entries and self.entries[-1].text == QUIT_HINT):  # said once in a row
+            self.note(QUIT_HINT)
+
+    def _clear_queue_note(self) -> None:
+        """The queued messages the note counted have started: it is no longer true."""
+        if self.queue_note is not None and self.queue_note in self.entries:
+            self.entries.remove(self.queue_note)
+        self.queue_note = None
 
     def scroll(self, lines: int) -> None:
         """Scroll the conversation back (up) by `lines`, or forward when negative; it stops at
@@ -311,6 +339,8 @@ class ChatApp:
                 earlier = history_entries(self.chat.mem.get_all(status="active"))
                 self.post(lambda: setattr(self, "session_ids", ids))
                 self.post(lambda: self.entries.extend(earlier))
+            if result.flushes:  # a manual /flush: a mark in the Short-term panel as well
+                self.live_flushes.extend(view.flush_marks(list(result.flushes), live=True))
             if result.changed or result.switched:
                 self._refresh_panels(reassemble=True)
         except MemcliError as error:
@@ -332,6 +362,8 @@ class ChatApp:
         self.turn = turn
         if turn in self.queued:
             self.queued.remove(turn)
+        if not self.queued:
+            self.post(self._clear_queue_note)
         # The entry the reply streams into; after a memory tool call, a new one below its line
         # (replaced on the UI thread, where the posts that use it run in order).
         current = [reply]
@@ -378,7 +410,10 @@ class ChatApp:
             return
         self.live_flushes.extend(marks)
         for m in marks:
-            text = f"⇣ flushed {m.messages} messages ({m.tokens:,} tokens) to long-term memory"
+            text = (
+                f"⇣ flushed {plural(m.messages, 'message')} ({plural(m.tokens, 'token')})"
+                " to long-term memory"
+            )
             self.post(lambda t=text: self.note(t, "flush"))  # type: ignore[misc]
 
     def _refresh_panels(self, reassemble: bool = False) -> None:
@@ -435,6 +470,7 @@ class ChatApp:
             self.app.exit()
 
     def _error(self, error: MemcliError) -> None:
+        self.exit_code = 1  # a failed turn or command: the chat exits 1, as in plain mode
         text = str(error)  # (MemcliError joins message and hint, minding the message's own stop)
         self.note(text if text.endswith((".", "!", "?")) else text + ".", "error")
 
@@ -442,6 +478,7 @@ class ChatApp:
         if isinstance(error, MemcliError):
             self._error(error)
         else:
+            self.exit_code = 1
             self.note(f"Internal error: {type(error).__name__}: {error}", "error")
         self.turn = None
 
