@@ -23,30 +23,31 @@ def test_failed_extraction_makes_check_fail_until_the_retry(llm, tmp_path: Path)
         assert run.code == 1 and "pending" in run.stderr and "stored" in run.stderr, run.stderr
         run = memcli("--config", config, "check", "--json")
         assert run.code == 1, run.stderr
-        assert "1 piece(s) of long-term work unfinished" in run.stderr
+        assert "of long-term work unfinished" in run.stderr
         records = run.records()
-        pending = [r for r in records if r["type"] == "attention"]
-        assert [(r["kind"], r["count"], r["status"]) for r in pending] == [("pending", 2, 500)]
-        assert "2 batches of user 'default' pending" in pending[0]["message"]
+        pending = [r for r in records if r["type"] == "attention" and r["kind"] == "pending"]
+        assert [(r["count"], r["status"]) for r in pending] == [(1, 500)]
+        assert "batch of user 'default' pending" in pending[0]["message"]
         assert (
             "server (HTTP 500)" in pending[0]["message"]
             and "extracted_info" in pending[0]["message"]
         )
         assert pending[0]["fix"] == "memcli blocks backfill --user default"
-        assert records[-1] == {"type": "summary", "problems": 0, "attention": 1}
+        assert records[-1]["type"] == "summary" and records[-1]["problems"] == 0
         info = memcli("--config", config, "info", "--json").records()
         work = {r["name"]: r["count"] for r in info if r["type"] == "unfinished"}
-        assert work["pending"] == 2
+        assert work["pending"] == 1
     finally:
-        llm.default = {"content": "OK"}
+        llm.default = {"content": "<facts></facts>"}
     llm.script(
         {"content": "<facts><fact>Ana likes tea</fact></facts>"},
         {"content": "<facts><fact>Ana likes jazz</fact></facts>"},
     )
-    fix = memcli("--config", config, "blocks", "backfill")
+    fix = memcli("--config", config, "facts", "extract")
     assert fix.code == 0, fix.stderr
     run = memcli("--config", config, "check")
     assert run.code == 0 and "no problems" in run.stderr, run.stdout + run.stderr
+    llm.default = {"content": "OK"}
 
 
 def test_batches_never_fed_are_listed(llm, tmp_path: Path) -> None:
@@ -135,14 +136,15 @@ def test_an_import_killed_while_feeding_leaves_batches_check_lists(llm, tmp_path
         proc.wait()
     finally:
         llm.default = {"content": "<facts></facts>"}
-    again = memcli("--config", config, "import", source, "--session", "s1", "--json")
-    assert again.code == 0 and again.records()[-1]["new"] == 0, again.stderr
     run = memcli("--config", config, "check", "--json")
     assert run.code == 1, run.stderr
     found = [r for r in run.records() if r["type"] == "attention"]
-    assert [(r["kind"], r["block"]) for r in found] == [("unfed", "extracted_info")], found
+    assert {(r["kind"], r["block"]) for r in found} == {("unfed", "extracted_info")}, found
     assert found[0]["count"] >= 1 and found[0]["fix"] == "memcli blocks backfill --user default"
-    assert memcli("--config", config, "blocks", "backfill").code == 0
+    # The import again: nothing new is stored, and the extraction it left is finished.
+    again = memcli("--config", config, "import", source, "--session", "s1", "--json")
+    summary = [r for r in again.records() if r["type"] == "summary"]
+    assert again.code == 0 and summary[-1]["new"] == 0, again.stderr
     assert memcli("--config", config, "check").code == 0
     llm.default = {"content": "OK"}
 
@@ -292,12 +294,12 @@ def test_an_interrupted_import_and_backfill_name_the_user_they_are_about(
         llm, "--config", config, "import", source, "--session", "s1", "--user", "big"
     )
     assert code == 130, err
-    assert "Interrupted while feeding long-term blocks" in err, err
-    assert "`memcli blocks backfill --user big` catches them up" in err, err
+    assert "Interrupted while extracting facts: the messages are stored" in err, err
+    assert "`memcli facts extract --user big` goes on from there" in err, err
     found = [r for r in memcli("--config", config, "check", "--json").records()]
-    assert [r["fix"] for r in found if r["type"] == "attention"] == [
+    assert {r["fix"] for r in found if r["type"] == "attention"} == {
         "memcli blocks backfill --user big"
-    ]
+    }
     code, err = _interrupt_once_the_llm_is_asked(
         llm, "--config", config, "blocks", "backfill", "--user", "big"
     )

@@ -195,15 +195,24 @@ def _extract(s: Any, store: Any, blocks: list[Any], sessions: list[str], *, json
         f"Extracting facts: {output.plural(plan.requests, 'request')} ({plan.tokens:,} cl100k"
         " tokens before the replies; --no-extract skips it)."
     )
-    with output.progress("Extracting facts") as bar:
-        bar.total(len(plan.batches))
-        result = read_batches(store, blocks, plan, common.tokenizer(s), bar.advance)
+    again = f"memcli facts extract --user {s.user}"
+    try:
+        with output.progress("Extracting facts") as bar:
+            bar.total(len(plan.batches))
+            result = read_batches(store, blocks, plan, common.tokenizer(s), bar.advance)
+    except KeyboardInterrupt:
+        output.info(
+            "Interrupted while extracting facts: the messages are stored, and so are the facts"
+            f" of every batch read; `{again}` goes on from there."
+        )
+        raise
     done, still = sum(result.done.values()), sum(result.pending.values())
     output.info(f"Extracted facts from {output.plural(done, 'batch')}; {still} still pending.")
     if output.wants_json(json_):
         output.emit_all([{"type": "extraction", "done": done, "pending": still}])
-    error = result.pending_error("memcli facts extract")
+    error = result.pending_error(again)
     if error is not None:
+        error.hint = f"The messages are stored. {error.hint}"
         raise error
 
 

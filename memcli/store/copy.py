@@ -74,6 +74,10 @@ TABLES: tuple[Table, ...] = (
     Table("retrieval_redo", "message_id"),
     # What a re-import skips of the messages deleted for good.
     Table("deleted_sources", "session_id, message_id"),
+    # What a block read of active messages outside any flush (`memcli facts extract`).
+    Table("block_reads", "block, scope_key, session_id, first_message_id"),
+    # The HTTP MCP server's tokens (their hashes): a copy serves the same clients.
+    Table("mcp_tokens", "id"),
 )
 
 #: The tables a copy leaves to the destination, and why.
