@@ -72,6 +72,8 @@ TABLES: tuple[Table, ...] = (
     # claim to embed held by a process working on the source.
     Table("retrieval_state", "key", where="key <> 'fts_through' AND key NOT LIKE 'embedding:%'"),
     Table("retrieval_redo", "message_id"),
+    # How far each user's and session's vectors reach (`memcli.store.vectors`).
+    Table("retrieval_marks", "model, scope_key"),
 )
 
 #: The tables a copy leaves to the destination, and why.

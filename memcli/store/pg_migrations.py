@@ -528,6 +528,28 @@ $$""",
 )
 
 
+#: SQLite's migration 21: embedding scoped to a user or a session (see
+#: `migrations._migration_21`).
+_MARKS_25 = (
+    f"""CREATE TABLE retrieval_marks (
+   model {_TEXT} NOT NULL,
+   scope_key {_TEXT} NOT NULL,
+   through BIGINT NOT NULL,
+   PRIMARY KEY (model, scope_key)
+)""",
+    "CREATE INDEX messages_session_id ON messages (session_id, id)",
+    """CREATE FUNCTION memcli_marks_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+   DELETE FROM retrieval_marks WHERE scope_key = 'session:' || OLD.id
+      OR (scope_key = 'user:' || OLD.user_id
+          AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = OLD.user_id));
+   RETURN NULL;
+END $$""",
+    """CREATE TRIGGER retrieval_marks_gone AFTER DELETE ON sessions
+   FOR EACH ROW EXECUTE FUNCTION memcli_marks_gone()""",
+)
+
+
 def has_embedding_column(conn: Any) -> bool:
     """Whether the database keeps pgvector's column (made at 16 when the server had pgvector)."""
     row = conn.execute(
@@ -547,7 +569,7 @@ def _vector_scope_23(conn: Any) -> None:
 #: 19 (the put function) is PostgreSQL's own, SQLite's schema has nothing to match it; 20 is
 #: SQLite's 19 (the sessions' sources), 21 SQLite's 20 (fact states), 22 PostgreSQL's own again (the
 #: put function's next seq), 23 too (with pgvector: the vectors' user and time), 24 too (the put of
-#: one message).
+#: one message); 25 is SQLite's 21 (the embedding marks of users and sessions).
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
@@ -558,6 +580,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (22, _run(_PUT_22)),
     (23, _vector_scope_23),
     (24, _run(_PUT_ONE_24)),
+    (25, _run(_MARKS_25)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -150,3 +150,12 @@ CREATE TABLE "summaries" (
 );
 CREATE TRIGGER "summaries_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM summaries WHERE session_id = old.id; END;
 CREATE INDEX "sessions_source" ON "sessions" ("user_id", "source_id");
+CREATE TABLE "retrieval_marks" (
+   "model" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "through" INTEGER NOT NULL,
+   PRIMARY KEY ("model", "scope_key")
+);
+CREATE INDEX "messages_session_id"
+    ON "messages" ("session_id", "id");
+CREATE TRIGGER "retrieval_marks_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM retrieval_marks WHERE scope_key = 'session:' || old.id OR (scope_key = 'user:' || old.user_id AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = old.user_id)); END;
