@@ -153,12 +153,13 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
 
 
-#: Rough rates of a search's catching up on this kind of machine (one CPU core's worth): messages
-#: added to SQLite's full-text index per second (86 s for 1M messages), and messages embedded per
-#: second by the bundled model with one earlier message of context (benchmarks/cold_search.py
-#: --scope prints the measured rate). A `Building`'s time is an estimate from these, no more.
+#: Rough rates of a search's catching up on a small shared machine: messages added to SQLite's
+#: full-text index per second (86 s for 1M messages), and messages embedded per second by the
+#: bundled model with one earlier message of context (benchmarks/scoped_embedding.py prints the
+#: measured rate: 89-114 a second for LoCoMo's short turns on 2 shared cores; longer messages
+#: take longer). A `Building`'s time is an estimate from these, no more.
 FTS_RATE = 11_000
-EMBED_RATE = 40
+EMBED_RATE = 80
 
 
 @dataclass(frozen=True)
