@@ -46,6 +46,7 @@ from memcli.formats import read  # noqa: E402
 from memcli.importing import Opening, from_source, import_conversations  # noqa: E402
 from memcli.search.retriever import Retriever  # noqa: E402
 from memcli.store import index as sql  # noqa: E402
+from memcli.store import vectors as vsql  # noqa: E402
 from memcli.store.base import NewMessage  # noqa: E402
 
 TOPICS = [
@@ -101,8 +102,9 @@ def bench_import(n: int, embedder: OnnxEmbedder, limit: int, flush: int, options
     # What the block embeds: each stored message's `Name: text` once (its vector is then summed
     # with the previous message's, `Retriever._embed`), split to fit the model's window.
     retriever = Retriever(store, embedder, options)
-    embedded = n - sql.pending_count(store, retriever.model)
-    units = retriever.texts(sql.pending_units(store, "none", n + 1)[:embedded])
+    embedded = n - vsql.pending_count(store, retriever.model)
+    ids, _ = vsql.pending_ids(store, "none", None, n + 1)
+    units = retriever.texts(vsql.unit_rows(store, ids[:embedded])[0])
     texts = list(dict.fromkeys([t for own, before in units for t in (own, *before)]))
     start = time.perf_counter()
     pieces = [p for ps in embedder.split(texts) for p in ps]
@@ -133,7 +135,7 @@ def store_synthetic(store: SQLiteStore, model: str, m: int, sessions: int = 100)
         with store.transaction():
             ids = store.append_messages(session_id, new)
             rows = [(i, 0, 384, v.tobytes()) for i, v in zip(ids, vectors, strict=True)]
-            sql.add_vectors(store, model, rows, ids[-1])
+            vsql.add_vectors(store, model, rows, ids[-1])
 
 
 def median_ms(times: list[float]) -> str:

@@ -50,7 +50,7 @@ def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str | N
     from memcli.messages import Message
     from memcli.search.onnx import OnnxEmbedder
     from memcli.search.retriever import Retriever
-    from memcli.store import index as sql
+    from memcli.store import vectors as vsql
     from memcli.store.base import NewMessage
     from memcli.store.sqlite import SQLiteStore
 
@@ -111,7 +111,7 @@ def build(db: Path, messages: int, per_batch: int, sessions: int, cache: str | N
                 )
         vectors = pool_vectors[picks] + noise.normal(0, 0.02, (len(picks), 384)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        sql.add_vectors(
+        vsql.add_vectors(
             store,
             model,
             [

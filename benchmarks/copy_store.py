@@ -46,8 +46,8 @@ def run(command: list[str], env: dict[str, str]) -> tuple[float, float, float, s
 
 
 def build(db: Path, messages: int, sessions: int, env: dict[str, str], tmp: Path) -> None:
-    from memcli.store import index as sql
     from memcli.store import open_store
+    from memcli.store import vectors as vsql
 
     rng = random.Random(1)
     per = messages // sessions
@@ -65,7 +65,7 @@ def build(db: Path, messages: int, sessions: int, env: dict[str, str], tmp: Path
     for start in range(0, len(ids), 5000):
         chunk = ids[start : start + 5000]
         rows = [(i, 0, 384, rng.randbytes(384 * 4)) for i in chunk]
-        sql.add_vectors(store, "bench", rows, chunk[-1])
+        vsql.add_vectors(store, "bench", rows, chunk[-1])
     store.close()
 
 

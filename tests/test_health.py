@@ -12,8 +12,8 @@ from fakes import HashEmbedder
 
 from memcli import Memory, Message, VectorBlock
 from memcli.search import retriever as retriever_module
-from memcli.store import index as sql
 from memcli.store import longterm
+from memcli.store import vectors as vsql
 
 
 def memory(tmp_path: Path) -> tuple[Memory, VectorBlock]:
@@ -65,8 +65,8 @@ def test_a_dead_holders_claim_is_taken_over_at_once(tmp_path: Path) -> None:
         m.put_messages([Message("user", f"message {i} about tea"), Message("assistant", "ok")])
     assert time.monotonic() - started < 10
     assert statuses(m, block) and set(statuses(m, block)) == {"done"}
-    assert sql.pending_count(m.store, model) <= 4  # only short-term memory may wait
-    assert sql.claim_holder(m.store, model) is None  # released
+    assert vsql.pending_count(m.store, model) <= 4  # only short-term memory may wait
+    assert vsql.claim_holder(m.store, model) is None  # released
 
 
 def test_a_live_holder_leaves_the_batches_pending(

@@ -20,6 +20,7 @@ from memcli.search.retriever import Retriever
 from memcli.search.types import SearchOptions
 from memcli.store import Store, open_store
 from memcli.store import index as sql
+from memcli.store import vectors as vsql
 from memcli.store.base import NewMessage
 from memcli.store.sqlite import SQLiteStore
 
@@ -694,7 +695,7 @@ def test_pgvector_search_of_a_user_returns_the_exact_top_10(
     matrix = rng.normal(size=(len(ids), 384)).astype(np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     rows = [(i, 0, 384, v.tobytes()) for i, v in zip(ids, matrix, strict=True)]
-    sql.add_vectors(store, "m", rows, ids[-1])
+    vsql.add_vectors(store, "m", rows, ids[-1])
     vectors = PgVectors(store, "m")
     users = np.array([owner[i] for i in ids])
     overlap = []

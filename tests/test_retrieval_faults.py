@@ -19,8 +19,8 @@ from memcli.messages import Message
 from memcli.search.embedder import MAX_PIECES, segments
 from memcli.search.retriever import Retriever
 from memcli.search.types import SearchOptions
-from memcli.store import index as sql
 from memcli.store import open_store
+from memcli.store import vectors as vsql
 from memcli.store.base import NewMessage
 from memcli.store.migrations import MIGRATIONS
 from memcli.store.sqlite import SQLiteStore
@@ -169,10 +169,10 @@ def test_a_search_leaves_messages_another_process_is_embedding(db: str) -> None:
     store = open_store(db)
     add(store, "s", CHAT)
     retriever = Retriever(store, HashEmbedder(), EXACT)
-    assert sql.claim_embedding(open_store(db), retriever.model, "another")
-    assert not sql.claim_embedding(open_store(db), retriever.model, "a third")
+    assert vsql.claim_embedding(open_store(db), retriever.model, "another")
+    assert not vsql.claim_embedding(open_store(db), retriever.model, "a third")
     assert retriever.index(wait=0.5) == 0 and retriever.pending() == len(CHAT)
-    sql.release_embedding(store, retriever.model, "another")
+    vsql.release_embedding(store, retriever.model, "another")
     assert retriever.index(wait=0.5) == len(CHAT) and retriever.pending() == 0
 
 
@@ -180,10 +180,10 @@ def test_storing_a_vector_twice_keeps_one(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
     (message,) = add(store, "s", ["hello"])
     row = (message, 0, 2, np.ones(2, np.float32).tobytes())
-    assert sql.add_vectors(store, "m", [row], message) == 1
-    assert sql.add_vectors(store, "m", [row], message) == 0
+    assert vsql.add_vectors(store, "m", [row], message) == 1
+    assert vsql.add_vectors(store, "m", [row], message) == 0
     assert store.execute("SELECT COUNT(*) FROM retrieval_vectors").fetchone()[0] == 1
-    assert sql.vector_stats(store, "m") == (1, 0)
+    assert vsql.vector_stats(store, "m") == (1, 0)
 
 
 def test_migration_14_deletes_duplicate_vectors_and_makes_them_impossible(tmp_path: Path) -> None:

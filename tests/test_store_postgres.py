@@ -71,7 +71,7 @@ def test_migrations_recorded_once_at_sqlites_numbers(pg_url: str) -> None:
     open_store(pg_url).close()
     store = open_store(pg_url)
     versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
-    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 27
+    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 28
 
 
 OPEN = textwrap.dedent(
@@ -262,6 +262,7 @@ def test_vectors_keep_their_users_and_times_from_migration_23_on(
     from memcli.store import index as sql
     from memcli.store import pg_index
     from memcli.store import postgres as pg_store
+    from memcli.store import vectors as vsql
 
     with monkeypatch.context() as m:
         m.setattr(pgm, "MIGRATIONS", [x for x in pgm.MIGRATIONS if x[0] < 23])
@@ -283,7 +284,7 @@ def test_vectors_keep_their_users_and_times_from_migration_23_on(
         ids = [r[0] for r in store.execute("SELECT id FROM messages ORDER BY id")]
         vectors = rng.standard_normal((len(ids) + 1, 384)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        sql.add_vectors(
+        vsql.add_vectors(
             store,
             "m",
             [(i, 0, 384, v.tobytes()) for i, v in zip(ids, vectors[:-1], strict=True)],
@@ -313,7 +314,7 @@ def test_vectors_keep_their_users_and_times_from_migration_23_on(
         session_id="bo-s", user_id="bo", db=store, tokenizer=WordTokenizer()
     ).put_messages([Message(role="user", content="late", timestamp=start + timedelta(days=40))])
     late = store.execute("SELECT MAX(id) FROM messages").fetchone()[0]
-    sql.add_vectors(store, "m", [(late, 0, 384, vectors[-1].tobytes())], late)
+    vsql.add_vectors(store, "m", [(late, 0, 384, vectors[-1].tobytes())], late)
     pg_index.fill_embeddings(store)
     assert store.execute(
         "SELECT user_id, at_ms FROM retrieval_vectors WHERE message_id = ?", (late,)
@@ -374,6 +375,7 @@ def test_a_big_users_vectors_go_through_the_index_and_find_what_exact_search_fin
 
     from memcli.store import index as sql
     from memcli.store import pg_index
+    from memcli.store import vectors as vsql
 
     store = open_store(pgvector_url)
     sizes = {"big": 400, "mid": 60, "small": 30}
@@ -390,7 +392,7 @@ def test_a_big_users_vectors_go_through_the_index_and_find_what_exact_search_fin
     rng = np.random.default_rng(11)
     vectors = rng.standard_normal((len(ids), 384)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    sql.add_vectors(
+    vsql.add_vectors(
         store, "m", [(i, 0, 384, v.tobytes()) for i, v in zip(ids, vectors, strict=True)], ids[-1]
     )
     pg_index.fill_embeddings(store)

@@ -51,8 +51,9 @@ class VectorBlock(MemoryBlock):
     #: words alone and starts the export in the background instead of waiting for it (the chat
     #: sets it: typing never waits for the model). Off: the first `get` waits.
     words_while_preparing = False
-    #: A batch never handed to it loses nothing: the next put or search embeds every message
-    #: that has no vector (`memcli check` does not list such batches as unfinished).
+    #: A batch never handed to it loses nothing: the next search of its user (or a put of its
+    #: session) embeds every message of it that has no vector (`memcli check` does not list
+    #: such batches as unfinished).
     catches_up_itself = True
     #: Messages embedded per model call when batches are put: enough for the model's full
     #: mini-batches, few enough that an import's progress moves every few seconds.
@@ -143,21 +144,27 @@ class VectorBlock(MemoryBlock):
         items: Sequence[tuple[Sequence[Message], BlockContext]],
         progress: Callable[[int], None] | None = None,
     ) -> list[str | None]:
-        """Embed every message not embedded yet (those of these batches among them),
-        `embed_batch` messages per model call; `progress(n)` is told after each call how many
-        it embedded. A batch whose messages are not all embedded afterwards (another process
-        held the embedding claim past the wait) stays pending, with the reason."""
-        from memcli.store.index import unembedded
+        """Embed every message not embedded yet of the batches' sessions (those of these batches
+        among them; never another session's, nor another user's), `embed_batch` messages per
+        model call; `progress(n)` is told after each call how many it embedded. A batch whose
+        messages are not all embedded afterwards (another process held the embedding claim past
+        the wait) stays pending, with the reason."""
+        from memcli.store.index import Scope
+        from memcli.store.vectors import unembedded
 
         stores = {id(ctx.store): ctx.store for _, ctx in items}
         missing: dict[int, set[int]] = {}
         reasons: dict[int, str] = {}
         for key, store in stores.items():
             retriever = self.retriever(store)
-            retriever.index(batch=self.embed_batch, progress=progress)
+            holder = None
+            sessions = dict.fromkeys(ctx.session_id for _, ctx in items if ctx.store is store)
+            for session_id in sessions:
+                scope = Scope(session_id=session_id)
+                retriever.index(batch=self.embed_batch, progress=progress, scope=scope)
+                holder = holder or retriever.waited_for
             ids = [m.id for batch, ctx in items if ctx.store is store for m in batch if m.id]
             missing[key] = unembedded(store, retriever.model, ids)
-            holder = retriever.waited_for
             reasons[key] = (
                 f"not embedded: process {holder} held the embedding claim past the wait"
                 if holder

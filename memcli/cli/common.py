@@ -225,13 +225,23 @@ def blocks_with_problems(
 PREPARING = "Preparing the embedding model (once, about 15 s)…"
 
 
-def retriever(s: Settings, store: Any) -> Retriever:
+def retriever(s: Settings, store: Any, *, announce: bool = False) -> Retriever:
     """The search of `memcli search`: hybrid retrieval over the store with the settings' options;
-    the embedder says when it prepares the model (`embedder`), lexical searches never load it."""
+    the embedder says when it prepares the model (`embedder`), lexical searches never load it;
+    with `announce`, a search that first builds for a second or more (the full-text index after
+    a bulk import, the vectors of its scope's pending messages) says what and about how long, on
+    stderr (not in the chat's screen)."""
+    from memcli.cli import output
     from memcli.search.retriever import Retriever
     from memcli.search.types import SearchOptions
 
-    return Retriever(store, embedder(s), SearchOptions.from_settings(s), s.home / "indexes")
+    return Retriever(
+        store,
+        embedder(s),
+        SearchOptions.from_settings(s),
+        s.home / "indexes",
+        on_build=(lambda building: output.info(building.describe())) if announce else None,
+    )
 
 
 def embedder(s: Settings) -> OnnxEmbedder:

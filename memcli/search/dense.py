@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import index as sql
+from memcli.store import vectors as vsql
 
 if TYPE_CHECKING:
     import numpy as np
@@ -145,7 +146,7 @@ class MessageVectors:
         finish a delete that was stopped before it removed the files (`finish_deletes`)."""
         if finish_deletes(self.store, self.index_dir):
             self._reset()
-        added, deleted = sql.vector_stats(self.store, self.model)
+        added, deleted = vsql.vector_stats(self.store, self.model)
         if self.index is not None and (added, deleted) == (self.added, self.deleted):
             return  # up to date (`rebuilt` still tells what the last change was)
         self.rebuilt = False
@@ -155,7 +156,7 @@ class MessageVectors:
                 return
         if self.index is not None and deleted == self.deleted and added > self.added:
             expected = added - self.added
-            rows = list(sql.iter_vectors(self.store, self.model, self.max_id))
+            rows = list(vsql.iter_vectors(self.store, self.model, self.max_id))
             if len(rows) == expected and all(r[5] == self.dim for r in rows):
                 self._writable()
                 self._append(rows)
@@ -167,7 +168,7 @@ class MessageVectors:
     def _rebuild(self, added: int, deleted: int) -> None:
         import numpy as np
 
-        rows = list(sql.iter_vectors(self.store, self.model, 0))
+        rows = list(vsql.iter_vectors(self.store, self.model, 0))
         dims = {r[5] for r in rows}
         if len(dims) > 1:  # vectors of two sizes under one model name: keep the latest size
             rows = [r for r in rows if r[5] == rows[-1][5]]
@@ -288,7 +289,7 @@ class MessageVectors:
             return True
         rows = sorted({i * n // SAMPLE for i in range(SAMPLE)} | {n - 1})
         ids = [int(message_ids[r]) for r in rows]
-        stored = sql.message_vectors(self.store, self.model, ids)
+        stored = vsql.message_vectors(self.store, self.model, ids)
         for row, message_id in zip(rows, ids, strict=True):
             pieces = stored.get(message_id)
             if not pieces:
@@ -458,7 +459,7 @@ def index_health(store: Any, index_dir: str | Path | None = None) -> tuple[str, 
             return "damaged", f"{arrays.name} does not match its checksum", arrays
         if not info.get("ivf") and _file_crc(path) != info["crc_faiss"]:
             return "damaged", f"{path.name} does not match its checksum", path
-        added, deleted = sql.vector_stats(store, str(info["model"]))
+        added, deleted = vsql.vector_stats(store, str(info["model"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return "damaged", f"unreadable ({exc})", path
     if (added, deleted) != (info["added"], info["deleted"]):

@@ -12,8 +12,9 @@ and dense vectors (FAISS, or pgvector), fused. (What differs between the backend
   two units.
 - Lexical: an FTS5 index over every message (speaker name and text); messages stored since the
   last search are added to it in one statement before the next, so a put pays nothing.
-- Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing),
-  by one process at a time (a claim in the store), and stored in SQLite, the source of truth
+- Dense: vectors are made in batches (`Retriever.index`, or at search time for what is missing
+  in the search's scope: its user's or session's messages, never another user's), by one
+  process at a time (a claim in the store), and stored in SQLite, the source of truth
   (each piece once: a unique key); a FAISS index in a file beside the database is loaded for
   queries and rebuilt from SQLite when it is missing, stale, unreadable or damaged.
 - Fusion: weighted reciprocal rank fusion, `sum(weight / (rrf_k + rank))` over the two lists.
@@ -43,9 +44,18 @@ from memcli.search.ranking import (
     query_words,
     without_words,
 )
-from memcli.search.types import MODES, Hit, SearchOptions, SearchResult
+from memcli.search.types import (
+    EMBED_RATE,
+    FTS_RATE,
+    MODES,
+    Building,
+    Hit,
+    SearchOptions,
+    SearchResult,
+)
 from memcli.search.when import TimeWindow, names_time, time_window
 from memcli.store import index as sql
+from memcli.store import vectors as vsql
 from memcli.store.index import MessageRow, Scope
 
 if TYPE_CHECKING:
@@ -69,6 +79,11 @@ BATCH_CHARS = 2_000_000
 #: often it looks whether that one is done.
 CLAIM_WAIT = 60.0
 CLAIM_POLL = 0.2
+#: Pending message ids read at once by `index` (then embedded a batch at a time): a scope's
+#: pending messages are found by one query per this many, not per batch.
+QUEUE = 8192
+#: A search says what it builds (`on_build`) when that should take at least this many seconds.
+ANNOUNCE_SECONDS = 1.0
 
 
 class Retriever:
@@ -80,12 +95,17 @@ class Retriever:
         embedder: Embedder,
         options: SearchOptions | None = None,
         index_dir: str | Path | None = None,
+        on_build: Callable[[Building], None] | None = None,
     ) -> None:
         """`embedder` (the Embedder protocol) embeds the stored messages and the queries alike.
         `index_dir` keeps the FAISS index files of a database that has no file of its own (a
         PostgreSQL one without pgvector), each in a folder named after it; without it, such an
-        index is kept in memory only (a SQLite database's files are beside it)."""
+        index is kept in memory only (a SQLite database's files are beside it). `on_build` is
+        told what a search is about to build when that takes a second or more (the full-text
+        index after a bulk import, the vectors of the scope's pending messages), before it
+        builds it."""
         self.store = store
+        self.on_build = on_build
         self.embedder = embedder
         self.options = options or SearchOptions()
         # The vectors depend on the embedder (its name: the model and how it splits texts) and on
@@ -103,9 +123,10 @@ class Retriever:
         #: The claim's holder (`PID@HOST`) when the last `index` gave up waiting for it, else None.
         self.waited_for: str | None = None
 
-    def pending(self) -> int:
-        """How many stored messages have no vectors yet."""
-        return sql.pending_count(self.store, self.model)
+    def pending(self, scope: Scope | None = None) -> int:
+        """How many messages of the scope's user or session (`owner`; None: the store) have no
+        vectors yet."""
+        return vsql.pending_count(self.store, self.model, _owner(scope))
 
     def index(
         self,
@@ -113,9 +134,12 @@ class Retriever:
         batch: int = 512,
         progress: Callable[[int], None] | None = None,
         wait: float | None = None,
+        scope: Scope | None = None,
     ) -> int:
         """Embed messages that have no vectors, `batch` at a time (fewer when they are long: at
-        most BATCH_CHARS characters of messages in memory); return how many were done.
+        most BATCH_CHARS characters of messages in memory); return how many were done. With
+        `scope`, only the messages of its user or session (`owner`): another user's wait for
+        their own scope's search, or an `index` of the store.
 
         One process embeds a model's messages at a time (a claim in the store, renewed each
         batch): while another holds it, this one waits (up to `wait` seconds, default
@@ -125,7 +149,8 @@ class Retriever:
         is dead is taken over at once."""
         import time
 
-        token = sql.claim_token()
+        owner = _owner(scope)
+        token = vsql.claim_token()
         wait = CLAIM_WAIT if wait is None else wait
         self.waited_for = None
         if getattr(self.store, "transaction_depth", 0):
@@ -133,34 +158,46 @@ class Retriever:
         claimed = False
         done = 0
         waiting_since: float | None = None
+        queue: list[int] = []  # pending ids read under the claim, in the order they are done
+        changed: set[int] = set()  # those of them changed since they were embedded
         try:
             while limit is None or done < limit:
                 size = batch if limit is None else min(batch, limit - done)
-                if not sql.pending_units(self.store, self.model, 1):
+                if not queue and not vsql.pending_ids(self.store, self.model, owner, 1)[0]:
+                    if claimed:  # all done: the scope's next searches start past it
+                        vsql.settle(self.store, self.model, owner)
                     break
-                if not sql.claim_embedding(self.store, self.model, token):
+                if not vsql.claim_embedding(self.store, self.model, token):
+                    queue = []  # another holder may embed them meanwhile: read them again
                     now = time.monotonic()
                     waiting_since = now if waiting_since is None else waiting_since
                     if now - waiting_since >= wait:
-                        self.waited_for = sql.claim_holder(self.store, self.model) or "another"
+                        self.waited_for = vsql.claim_holder(self.store, self.model) or "another"
                         break
                     time.sleep(CLAIM_POLL)
                     continue
                 claimed, waiting_since = True, None
-                # Read under the claim: what another process embedded meanwhile is not pending.
-                rows = sql.pending_units(self.store, self.model, size, BATCH_CHARS)
+                if not queue:
+                    # Read under the claim: what another process embedded meanwhile is not
+                    # pending, and nobody else embeds while it is held.
+                    left = QUEUE if limit is None else min(QUEUE, limit - done)
+                    queue, changed = vsql.pending_ids(self.store, self.model, owner, left)
+                    if not queue:
+                        continue  # (settled above on the next turn)
+                rows, used = vsql.unit_rows(self.store, queue[:size], BATCH_CHARS)
+                queue = queue[used:]
                 if not rows:
-                    break
-                self._embed(rows)
+                    continue
+                self._embed(rows, owner, changed)
                 done += len(rows)
                 if progress is not None:
                     progress(len(rows))
         finally:
             if claimed:
-                sql.release_embedding(self.store, self.model, token)
+                vsql.release_embedding(self.store, self.model, token)
         return done
 
-    def texts(self, rows: Sequence[sql.UnitRow]) -> list[tuple[str, list[str]]]:
+    def texts(self, rows: Sequence[vsql.UnitRow]) -> list[tuple[str, list[str]]]:
         """For each message: its own `Name: text` and those of the `vector_context` messages
         before it in its session (what its vector is made from)."""
         context = self.options.vector_context
@@ -173,17 +210,31 @@ class Retriever:
             out.append((unit_text(row.name, row.role, row.content), before))
         return out
 
-    def _embed(self, rows: Sequence[sql.UnitRow]) -> None:
+    def _embed(self, rows: Sequence[vsql.UnitRow], scope: Scope | None, changed: set[int]) -> None:
+        """Embed these pending messages of `scope` (its user's or session's, None: the store's)
+        and move the scope's mark past them; `changed`: those that are not in id order (changed
+        after they were embedded), which move no mark."""
         import numpy as np
 
         units = self.texts(rows)
-        # Each text once (a message is also the one before the next), in pieces that fit.
-        texts = list(dict.fromkeys([t for own, before in units for t in (own, *before)]))
+        # Each text once (a message is also the one before the next), in pieces that fit; a
+        # message with no text gets no vector, and is not given to the model.
+        blank = {row.id for row in rows if not row.content.strip()}
+        texts = list(
+            dict.fromkeys(
+                [
+                    t
+                    for row, (own, before) in zip(rows, units, strict=True)
+                    if row.id not in blank
+                    for t in (own, *before)
+                ]
+            )
+        )
         weighted = dict(zip(texts, weighted_pieces(self.embedder, texts), strict=True))
         stored: list[tuple[int, int, int, bytes]] = []
         cleared: list[int] = []
         for row, (own, before) in zip(rows, units, strict=True):
-            if not row.content.strip():
+            if row.id in blank:
                 cleared.append(row.id)
                 continue
             context = sum(
@@ -193,7 +244,8 @@ class Retriever:
                 vector = (piece + context).astype(np.float32)
                 vector /= max(float(np.linalg.norm(vector)), 1e-12)
                 stored.append((row.id, i, len(vector), vector.tobytes()))
-        sql.add_vectors(self.store, self.model, stored, max(r.id for r in rows), cleared)
+        through = max((r.id for r in rows if r.id not in changed), default=0)
+        vsql.add_vectors(self.store, self.model, stored, through, cleared, scope)
 
     def search(
         self,
@@ -235,6 +287,10 @@ class Retriever:
             except_window=except_window,
         )
         o = self.options
+        if self.on_build is not None and mode != "vector" and o.lexical_weight > 0:
+            behind = sql.fts_behind(self.store)
+            if behind / FTS_RATE >= ANNOUNCE_SECONDS:
+                self.on_build(Building("index", behind, behind, behind / FTS_RATE))
         sql.catch_up(self.store)
         scopes = [scope]
         if o.window_weight > 0:
@@ -259,10 +315,18 @@ class Retriever:
         dense_wanted = mode != "lexical" and o.vector_weight > 0
         dense_job = None
         if dense_wanted:
-            pending = self.pending()
-            if pending:  # a search embeds what is missing first (up to `embed_limit`)
-                result.embedded = self.index(limit=o.embed_limit)
-                result.pending = self.pending()  # another process may have embedded some
+            # A search embeds what is missing in its scope's user or session first (up to
+            # `embed_limit`), never another user's messages.
+            owner = _owner(scope)
+            pending = self.pending(owner)
+            if pending:
+                count = min(pending, o.embed_limit)
+                if self.on_build is not None and count / EMBED_RATE >= ANNOUNCE_SECONDS:
+                    self.on_build(Building("vectors", count, pending, count / EMBED_RATE))
+                result.embedded = self.index(limit=o.embed_limit, scope=owner)
+                result.pending = self.pending(owner)  # another process may have embedded some
+            else:  # (what another scope embedded past its mark is not looked at again)
+                vsql.settle(self.store, self.model, owner)
             # Embedding the query and the FAISS search (in a cold process, loading the model
             # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
             dense_job = _Background(self._dense, text, scopes, o.candidates, parts)
@@ -403,7 +467,7 @@ class Retriever:
         import numpy as np
 
         query = getattr(self, "_query", None)
-        stored = sql.message_vectors(self.store, self.model, [row.id]).get(row.id)
+        stored = vsql.message_vectors(self.store, self.model, [row.id]).get(row.id)
         if query is None or not stored:
             return None
         matrix = np.frombuffer(b"".join(v for _, v in stored), dtype=np.float32)
@@ -451,6 +515,12 @@ class Retriever:
                 chosen.append(m)
                 total += m.tokens
         return sorted(chosen, key=lambda m: m.seq)
+
+
+def _owner(scope: Scope | None) -> Scope | None:
+    """The scope whose messages a search of `scope` embeds: its user's or its session's (whatever
+    its time range or status), None for the store."""
+    return None if scope is None else sql.owner(scope)
 
 
 def weighted_pieces(embedder: Embedder, texts: Sequence[str]) -> list[Any]:

@@ -151,3 +151,43 @@ class SearchResult:
     pending: int = 0
     embedded: int = 0
     notes: list[str] = field(default_factory=list)
+
+
+#: Rough rates of a search's catching up on a small shared machine: messages added to SQLite's
+#: full-text index per second (86 s for 1M messages), and messages embedded per second by the
+#: bundled model with one earlier message of context (benchmarks/scoped_embedding.py prints the
+#: measured rate: 89-114 a second for LoCoMo's short turns on 2 shared cores; longer messages
+#: take longer). A `Building`'s time is an estimate from these, no more.
+FTS_RATE = 11_000
+EMBED_RATE = 80
+
+
+@dataclass(frozen=True)
+class Building:
+    """What a search is about to build before it answers (told to `Retriever(on_build=...)`):
+    the full-text index of `count` messages not in it yet, or the vectors of `count` of the
+    `pending` messages of the search's scope that have none (`what`: "index" or "vectors");
+    `seconds`, roughly how long that takes."""
+
+    what: str
+    count: int
+    pending: int
+    seconds: float
+
+    def describe(self) -> str:
+        """One sentence for people: what is built, of how many, and about how long it takes."""
+        about = f"about {_duration(self.seconds)}"
+        if self.what == "index":
+            return f"Adding {self.count:,} messages to the full-text index ({about})..."
+        return (
+            f"Embedding {self.count:,} of {self.pending:,} messages not yet searchable by"
+            f" meaning ({about})..."
+        )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"

@@ -78,6 +78,8 @@ TABLES: tuple[Table, ...] = (
     Table("block_reads", "block, scope_key, session_id, first_message_id"),
     # The HTTP MCP server's tokens (their hashes): a copy serves the same clients.
     Table("mcp_tokens", "id"),
+    # How far each user's and session's vectors reach (`memcli.store.vectors`).
+    Table("retrieval_marks", "model, scope_key"),
 )
 
 #: The tables a copy leaves to the destination, and why.

@@ -1,10 +1,11 @@
-"""SQL of the search index over every message: the FTS5 table, the message vectors, their claims,
-and the scoped queries the search (`memcli.search`) runs.
+"""SQL of the search index over every message: the FTS5 table and the scoped queries the search
+(`memcli.search`) runs. (The message vectors, which messages wait for theirs and the embedding
+claims: `memcli.store.vectors`.)
 
 A put pays nothing here: new messages reach the full-text index in one statement before the next
-search (`catch_up`), and their vectors later, in batches. `retrieval_state` records how far each
-has got (the highest message id up to which every message is indexed, or embedded); triggers
-take deleted or changed messages out of both. (The tables: migration 10, `memcli.store.migrations`.)
+search (`catch_up`), and their vectors later, in batches. `retrieval_state` records how far the
+full-text index has got (the highest message id up to which every message is indexed); triggers
+take deleted or changed messages out of it. (The tables: migration 10, `memcli.store.migrations`.)
 
 On PostgreSQL (a store whose `dialect` is "postgresql"), the full-text search and, with pgvector,
 the vector search are PostgreSQL's own (`memcli.store.pg_index`, called from here); the
@@ -13,7 +14,6 @@ other statements are the same on both backends.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from memcli.messages import parse_time
 from memcli.store.migrations import FTS_TOKENIZER
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     import numpy as np
 
@@ -58,6 +58,17 @@ def catch_up(store: SQLStore) -> int:
         return _catch_up(store)
     except (StoreBusy, StoreDamaged):  # a damaged file is read, never written
         return 0
+
+
+def fts_behind(store: SQLStore) -> int:
+    """How many messages the next `catch_up` adds to the full-text index (0 on PostgreSQL)."""
+    if store.dialect == "postgresql":
+        return 0
+    row = store.execute(
+        "SELECT COUNT(*) FROM messages WHERE id > COALESCE((SELECT CAST(value AS INTEGER)"
+        " FROM retrieval_state WHERE key = 'fts_through'), 0)"
+    ).fetchone()
+    return int(row[0])
 
 
 def _catch_up(store: SQLStore) -> int:
@@ -103,7 +114,7 @@ _TIME_MS = (
 )
 
 
-def _time_ms(store: SQLStore) -> str:
+def message_time_ms(store: SQLStore) -> str:
     if store.dialect == "postgresql":
         from memcli.store.pg_migrations import TIME_MS
 
@@ -119,9 +130,9 @@ def _filters(
     store: SQLStore, scope: Scope, user: str = "s.user_id", time_ms: str | None = None
 ) -> tuple[str, list[Any]]:
     """SQL conditions (and their parameters) that keep `messages m` rows within the scope: the
-    user in `user`, the time in `time_ms` (by default the message's own, `_time_ms`); pgvector's
+    user in `user`, the time in `time_ms` (by default the message's own, `message_time_ms`); pgvector's
     search reads both from the vectors' copies (`v.user_id`, `v.at_ms`)."""
-    time_ms = time_ms or _time_ms(store)
+    time_ms = time_ms or message_time_ms(store)
     sql = ""
     params: list[Any] = []
     if scope.user_id is not None:
@@ -380,7 +391,7 @@ def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
     """The latest message's time in scope (its timestamp, else when it was stored), or None."""
     where, params = _filters(store, scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
-    sql = f"SELECT MAX({_time_ms(store)}) FROM messages m{join} WHERE TRUE{where}"
+    sql = f"SELECT MAX({message_time_ms(store)}) FROM messages m{join} WHERE TRUE{where}"
     if (
         store.dialect == "postgresql"
         and scope.session_id is None
@@ -398,261 +409,6 @@ def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
     if row is None or row[0] is None:
         return None
     return datetime.fromtimestamp(int(row[0]) / 1000, tz=UTC)
-
-
-# -- vectors ---------------------------------------------------------------------------------------
-
-
-def embedded_through(store: SQLStore, model: str) -> int:
-    """Every message with an id up to this one has its vectors for `model`."""
-    row = store.execute(
-        "SELECT value FROM retrieval_state WHERE key = ?", (f"embedded:{model}",)
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def pending_count(store: SQLStore, model: str) -> int:
-    """How many messages have no vectors yet."""
-    row = store.execute(
-        "SELECT (SELECT COUNT(*) FROM messages WHERE id > ?)"
-        " + (SELECT COUNT(*) FROM retrieval_redo)",
-        (embedded_through(store, model),),
-    ).fetchone()
-    return int(row[0])
-
-
-@dataclass(frozen=True)
-class UnitRow:
-    """What a message's vector is made from: the message, and its previous one in the session."""
-
-    id: int
-    session_id: str
-    seq: int
-    role: str
-    name: str | None
-    content: str
-
-
-def pending_units(
-    store: SQLStore, model: str, limit: int, max_chars: int | None = None
-) -> list[UnitRow]:
-    """The next `limit` messages without vectors: changed ones first, then in id order; with
-    `max_chars`, only as many as hold that many characters together (at least one), so that a
-    batch of huge messages is not read into memory at once.
-
-    None while another process holds the write lock, or on a read-only database: their vectors
-    could not be stored now, and a search must not wait (it searches the vectors there are; the
-    messages stay pending for the next one)."""
-    if not store.can_write_now():
-        return []
-    redo = store.execute(
-        "SELECT m.id, length(m.content) FROM retrieval_redo r"
-        " JOIN messages m ON m.id = r.message_id ORDER BY m.id LIMIT ?",
-        (limit,),
-    ).fetchall()
-    rows = store.execute(
-        "SELECT id, length(content) FROM messages WHERE id > ? ORDER BY id LIMIT ?",
-        (embedded_through(store, model), limit - len(redo)),
-    ).fetchall()
-    ids: list[int] = []
-    total = 0
-    for item, size in [*redo, *rows]:
-        total += size or 0
-        if ids and max_chars is not None and total > max_chars:
-            break
-        ids.append(item)
-    found = store.rows_for_ids(
-        "SELECT id, session_id, seq, role, name, content FROM messages WHERE id IN ({ids})", ids
-    )
-    by_id = {r[0]: UnitRow(*r) for r in found}
-    return [by_id[i] for i in ids if i in by_id]
-
-
-#: How long a claim to embed a model's messages lasts unless renewed (each batch renews it).
-CLAIM_SECONDS = 120.0
-
-
-def claim_token() -> str:
-    """A new holder's token for `claim_embedding`: unique, and naming the process (`ID/PID@HOST`)
-    so that another process on the host can tell when the holder is dead."""
-    import os
-    import socket
-    import uuid
-
-    return f"{uuid.uuid4().hex}/{os.getpid()}@{socket.gethostname()}"
-
-
-def holder_alive(holder: str) -> bool:
-    """Whether the process a token names may still run: False only when it names a process of
-    this host that is gone (a holder of another host, or an older token, counts as alive)."""
-    import os
-    import socket
-
-    _, _, where = holder.partition("/")
-    pid, _, host = where.partition("@")
-    if not pid.isdigit() or host != socket.gethostname():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # (it exists, another user's)
-    return True
-
-
-def claim_embedding(store: SQLStore, model: str, token: str) -> bool:
-    """Take or renew the right to embed messages for `model` (one process at a time, so that two
-    do not spend the model on the same messages); False while another holder's claim is live: not
-    expired, and its process (see `claim_token`) not known to be dead. A dead holder's claim is
-    taken over at once."""
-    key = f"embedding:{model}"
-    now = time.time()
-    with store.transaction():
-        if store.dialect == "postgresql":  # (SQLite: its write transaction excludes other writers)
-            from memcli.store import pg_index
-
-            pg_index.lock_claim(store, key)
-        row = store.execute("SELECT value FROM retrieval_state WHERE key = ?", (key,)).fetchone()
-        if row is not None:
-            holder, _, until = str(row[0]).rpartition(" ")
-            try:
-                live = float(until) > now
-            except ValueError:
-                live = False
-            if holder != token and live and holder_alive(holder):
-                return False
-        store.execute(
-            "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
-            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (key, f"{token} {now + CLAIM_SECONDS:.3f}"),
-        )
-    return True
-
-
-def claim_holder(store: SQLStore, model: str) -> str | None:
-    """Who holds the claim to embed `model`'s messages (`PID@HOST`, or the token), if anyone."""
-    row = store.execute(
-        "SELECT value FROM retrieval_state WHERE key = ?", (f"embedding:{model}",)
-    ).fetchone()
-    if row is None:
-        return None
-    holder = str(row[0]).rpartition(" ")[0]
-    return holder.partition("/")[2] or holder
-
-
-def release_embedding(store: SQLStore, model: str, token: str) -> None:
-    """Give up a claim taken with `token` (a claim left by a killed process expires, or is taken
-    over by the next process of its host at once)."""
-    store.execute(
-        "DELETE FROM retrieval_state WHERE key = ? AND substr(value, 1, ?) = ?",
-        (f"embedding:{model}", len(token) + 1, f"{token} "),
-    )
-
-
-def unembedded(store: SQLStore, model: str, ids: Sequence[int]) -> set[int]:
-    """Those of these messages that have no vectors for `model` yet (still pending)."""
-    mark = embedded_through(store, model)
-    out = {i for i in ids if i > mark}
-    rows = store.rows_for_ids(
-        "SELECT message_id FROM retrieval_redo WHERE message_id IN ({ids})",
-        [i for i in ids if i <= mark],
-    )
-    return out | {int(r[0]) for r in rows}
-
-
-def add_vectors(
-    store: SQLStore,
-    model: str,
-    rows: Sequence[tuple[int, int, int, bytes]],
-    through: int,
-    cleared: Sequence[int] = (),
-) -> int:
-    """Store (message id, piece, dim, float32 bytes) rows and move the embedded mark to `through`
-    (`cleared`: messages handled that got no vector, e.g. empty ones). A piece already stored (by
-    another process that embedded the message meanwhile) is kept, not stored twice; return how
-    many rows were added."""
-    with store.transaction():
-        store.execute(
-            "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
-            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (f"embedded:{model}", str(max(through, embedded_through(store, model)))),
-        )
-        added = store.executemany(
-            "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (message_id, piece, model) DO NOTHING",
-            [(m, p, model, d, v) for m, p, d, v in rows],
-        ).rowcount
-        added = max(int(added), 0)
-        store.execute(
-            "INSERT INTO retrieval_state (key, value) VALUES (?, ?)"
-            " ON CONFLICT(key) DO UPDATE SET value = CAST(CAST(retrieval_state.value AS INTEGER)"
-            " + CAST(excluded.value AS INTEGER) AS TEXT)",
-            (f"vectors_added:{model}", str(added)),
-        )
-        done = sorted({r[0] for r in rows} | set(cleared))
-        store.execute_for_ids("DELETE FROM retrieval_redo WHERE message_id IN ({ids})", done)
-    return added
-
-
-def vector_stats(store: SQLStore, model: str) -> tuple[int, int]:
-    """(vectors ever added for `model`, vectors ever deleted): an index file built when both
-    were the same is up to date; one built when only fewer were added can be extended."""
-    rows = dict(
-        store.execute(
-            "SELECT key, value FROM retrieval_state WHERE key IN (?, 'vectors_deleted')",
-            (f"vectors_added:{model}",),
-        ).fetchall()
-    )
-    return int(rows.get(f"vectors_added:{model}", 0)), int(rows.get("vectors_deleted", 0))
-
-
-def iter_vectors(store: SQLStore, model: str, after: int) -> Iterator[tuple[Any, ...]]:
-    """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order.
-    A row the database cannot read, or that is not such a row (a damaged page), raises
-    StoreDamaged (StoreError on another failure)."""
-    cursor = store.execute(
-        "SELECT v.id, v.message_id, m.session_id, s.user_id,"
-        f" {_time_ms(store)}, v.dim, v.vector"
-        " FROM retrieval_vectors v JOIN messages m ON m.id = v.message_id"
-        " JOIN sessions s ON s.id = m.session_id WHERE v.model = ? AND v.id > ? ORDER BY v.id",
-        (model, after),
-    )
-    errors: tuple[type[Exception], ...] = getattr(store, "DATABASE_ERRORS", ())
-    try:
-        for row in cursor:
-            if not _vector_row(row):
-                raise StoreDamaged(
-                    f"the stored vectors are damaged (vector {row[0]!r} of message {row[1]!r}"
-                    " is not a vector)",
-                    "Run `memcli check` to see what is wrong, and restore the database from a"
-                    " backup (`memcli backup`)",
-                )
-            yield row
-    except errors as exc:
-        raise _translate(store, exc, "cannot read the stored vectors") from None
-
-
-def _vector_row(row: Sequence[Any]) -> bool:
-    dim, vector = row[5], row[6]
-    return (
-        isinstance(row[0], int)
-        and isinstance(row[1], int)
-        and isinstance(dim, int)
-        and dim > 0
-        and isinstance(vector, bytes | bytearray | memoryview)
-        and len(vector) == dim * 4
-    )
-
-
-def _translate(store: SQLStore, exc: Exception, what: str) -> Exception:
-    """The store's own error for a driver error met while reading a cursor."""
-    error = getattr(store, "_error", None)
-    if callable(error):
-        return error(exc, what)  # type: ignore[no-any-return]
-    from memcli.errors import StoreError
-
-    return StoreError(f"{what}: {exc}", "Run `memcli check`")
 
 
 def vector_search(
@@ -781,19 +537,3 @@ def session_span(store: SQLStore, session_id: str, first: int, last: int) -> lis
         (session_id, first, last),
     )
     return [_row(r) for r in rows]
-
-
-def message_vectors(
-    store: SQLStore, model: str, ids: Sequence[int]
-) -> dict[int, list[tuple[int, bytes]]]:
-    """Per message id, its stored (piece, float32 bytes) vectors for `model`, in piece order."""
-    out: dict[int, list[tuple[int, bytes]]] = {}
-    rows = store.rows_for_ids(
-        "SELECT message_id, piece, vector FROM retrieval_vectors"
-        " WHERE model = ? AND message_id IN ({ids}) ORDER BY message_id, piece",
-        list(ids),
-        (model,),
-    )
-    for message_id, piece, vector in rows:
-        out.setdefault(int(message_id), []).append((int(piece), bytes(vector)))
-    return out

@@ -413,6 +413,26 @@ _DELETES_23 = (
 )
 
 
+def _migration_24(conn: sqlite3.Connection) -> None:
+    """Embedding scoped to a user or a session: per model, up to which message id every message
+    of a user (`user:ID`) or session (`session:ID`) has its vectors (`memcli.store.vectors`),
+    and an index on (session, id) that finds a scope's messages past its mark. A session's mark
+    goes with it; a user's with the user's last session."""
+    conn.execute(
+        'CREATE TABLE "retrieval_marks" (\n'
+        '   "model" TEXT NOT NULL,\n'
+        '   "scope_key" TEXT NOT NULL,\n'
+        '   "through" INTEGER NOT NULL,\n'
+        '   PRIMARY KEY ("model", "scope_key")\n'
+        ")"
+    )
+    conn.execute('CREATE INDEX "messages_session_id"\n    ON "messages" ("session_id", "id")')
+    conn.execute(
+        'CREATE TRIGGER "retrieval_marks_gone" AFTER DELETE ON "sessions" BEGIN'
+        " DELETE FROM retrieval_marks WHERE scope_key = 'session:' || old.id"
+        " OR (scope_key = 'user:' || old.user_id"
+        " AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = old.user_id)); END"
+    )
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -431,6 +451,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (21, _migration_21),
     (22, _migration_22),
     (23, _run(_DELETES_23)),
+    (24, _migration_24),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -528,7 +528,7 @@ $$""",
 )
 
 
-# SQLite's 21: what a re-import skips of the messages deleted for good, and deletes whose cleanup
+# SQLite's 23: what a re-import skips of the messages deleted for good, and deletes whose cleanup
 # has not run yet (`memcli.store.forget`).
 _DELETES_27 = (
     f"""CREATE TABLE deleted_sources (
@@ -541,6 +541,27 @@ _DELETES_27 = (
    id BIGSERIAL PRIMARY KEY,
    created_at {_TEXT} NOT NULL
 )""",
+)
+
+#: SQLite's migration 24: embedding scoped to a user or a session (see
+#: `migrations._migration_24`).
+_MARKS_28 = (
+    f"""CREATE TABLE retrieval_marks (
+   model {_TEXT} NOT NULL,
+   scope_key {_TEXT} NOT NULL,
+   through BIGINT NOT NULL,
+   PRIMARY KEY (model, scope_key)
+)""",
+    "CREATE INDEX messages_session_id ON messages (session_id, id)",
+    """CREATE FUNCTION memcli_marks_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+   DELETE FROM retrieval_marks WHERE scope_key = 'session:' || OLD.id
+      OR (scope_key = 'user:' || OLD.user_id
+          AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = OLD.user_id));
+   RETURN NULL;
+END $$""",
+    """CREATE TRIGGER retrieval_marks_gone AFTER DELETE ON sessions
+   FOR EACH ROW EXECUTE FUNCTION memcli_marks_gone()""",
 )
 
 
@@ -588,7 +609,8 @@ _MCP_TOKENS_26 = (
 )""",
 )
 
-#: SQLite's 23 (deleted sources, unfinished deletes).
+#: SQLite's 23 (deleted sources, unfinished deletes); 28 is SQLite's 24 (the embedding marks of
+#: users and sessions).
 MIGRATIONS: list[tuple[int, Migration]] = [
     (16, _schema_16),
     (17, _run(_SUMMARIES_17)),
@@ -602,6 +624,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (25, _run(_BLOCK_READS_25)),
     (26, _run(_MCP_TOKENS_26)),
     (27, _run(_DELETES_27)),
+    (28, _run(_MARKS_28)),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -110,6 +110,7 @@ _PURGED = (
     "block_definitions",
     "retrieval_vectors",
     "retrieval_redo",
+    "retrieval_marks",
 )
 
 

@@ -176,3 +176,12 @@ CREATE TABLE "unfinished_deletes" (
    "id" INTEGER PRIMARY KEY,
    "created_at" TEXT NOT NULL
 );
+CREATE TABLE "retrieval_marks" (
+   "model" TEXT NOT NULL,
+   "scope_key" TEXT NOT NULL,
+   "through" INTEGER NOT NULL,
+   PRIMARY KEY ("model", "scope_key")
+);
+CREATE INDEX "messages_session_id"
+    ON "messages" ("session_id", "id");
+CREATE TRIGGER "retrieval_marks_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM retrieval_marks WHERE scope_key = 'session:' || old.id OR (scope_key = 'user:' || old.user_id AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = old.user_id)); END;
