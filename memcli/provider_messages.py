@@ -1,6 +1,7 @@
 """Messages as providers' chat APIs take them: what `Memory.get()` returns (or any messages),
 ready to send to OpenAI's Chat Completions API (`openai_messages`) or Anthropic's Messages API
-(`anthropic_messages`).
+(`anthropic_messages`), and as a line of OpenAI's fine-tuning format (`openai_line`, what
+`memcli export --format openai` writes).
 
 One path: each message as the OpenAI export writes it (`transcripts.openai_message`: the keys its
 source record came with, `tool_calls` and `tool_call_id` among them), then only the keys the API
@@ -36,6 +37,8 @@ OPENAI_KEYS = {
     "assistant": frozenset(("role", "content", "name", "tool_calls", "refusal")),
     "tool": frozenset(("role", "content", "tool_call_id")),
 }
+#: The keys a fine-tuning line (`openai_line`) takes: the API's, and an assistant's `weight`.
+FINE_TUNING_KEYS = {**OPENAI_KEYS, "assistant": OPENAI_KEYS["assistant"] | {"weight"}}
 #: A `name` OpenAI takes (no spaces, no `<|\\/>`); another one is said in the text instead.
 _OPENAI_NAME = re.compile(r"[^\s<|\\/>]{1,64}")
 #: An id Anthropic takes for a `tool_use` block.
@@ -47,6 +50,25 @@ def openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
     role, content, `name` (when it is one OpenAI takes; else said as `Name: ` before the text),
     an assistant's answered `tool_calls`, a tool result's `tool_call_id`; memcli's metadata, the
     timestamp and any other key left out."""
+    return _openai_messages(messages, OPENAI_KEYS)
+
+
+def openai_line(
+    messages: Iterable[Message], record_keys: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One OpenAI fine-tuning line, `{"messages": [...], ...record_keys}` (`memcli export
+    --format openai`), that `memcli import` reads back to the same conversation (and the same
+    keys): the messages as `openai_messages` gives them, an assistant's `weight` kept."""
+    line: dict[str, Any] = {"messages": _openai_messages(messages, FINE_TUNING_KEYS)}
+    for key, value in (record_keys or {}).items():
+        line.setdefault(key, value)
+    return line
+
+
+def _openai_messages(
+    messages: Iterable[Message], keys: dict[str, frozenset[str]]
+) -> list[dict[str, Any]]:
+    """`openai_messages`, each role's message with the `keys` given for it."""
     records = [openai_message(m) for m in messages]
     kept_calls, answers = _pair(records, _openai_call)
     out: list[dict[str, Any]] = []
@@ -72,7 +94,7 @@ def openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
             message["name"] = name
         elif name:
             message["content"] = f"{name}: {text}"
-        for key in OPENAI_KEYS[role] - {"role", "content", "name", "tool_calls"}:
+        for key in keys[role] - {"role", "content", "name", "tool_calls"}:
             if key in record:
                 message[key] = record[key]
         if role == "assistant":

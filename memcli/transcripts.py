@@ -528,79 +528,6 @@ def openai_message(m: Message) -> dict[str, Any]:
     return out
 
 
-def openai_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Messages in OpenAI's chat format (`openai_message`), with valid tool turns (see
-    `valid_tool_turns`): what OpenAI's API and fine-tuning take."""
-    return valid_tool_turns([openai_message(m) for m in messages])
-
-
-def valid_tool_turns(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages in OpenAI's chat format with every tool turn as its API requires: an assistant
-    message's `tool_calls` entries each answered by a `tool` message of its id right after it,
-    each `tool` message answering an entry of the assistant message just before. What cannot be
-    paired is written as plain text: a call without an answer joins its assistant message's
-    text, a tool message that answers no call (or a call already answered) becomes a user
-    message holding its result. Nothing is dropped; records are not changed in place."""
-    out: list[dict[str, Any]] = []
-    i = 0
-    while i < len(records):
-        record = records[i]
-        calls = record.get("tool_calls") if record.get("role") == "assistant" else None
-        if not calls or not isinstance(calls, list):
-            out.append(_tool_as_text(record) if record.get("role") == "tool" else record)
-            i += 1
-            continue
-        end = i + 1
-        while end < len(records) and records[end].get("role") == "tool":
-            end += 1
-        ids = {c.get("id") for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)}
-        answered: set[str] = set()
-        replies, loose = [], []
-        for tool in records[i + 1 : end]:
-            call_id = tool.get("tool_call_id")
-            if isinstance(call_id, str) and call_id in ids and call_id not in answered:
-                answered.add(call_id)
-                replies.append(tool)
-            else:
-                loose.append(_tool_as_text(tool))
-        kept = [c for c in calls if isinstance(c, dict) and c.get("id") in answered]
-        asked = {k: v for k, v in record.items() if k != "tool_calls"}
-        if kept:
-            asked["tool_calls"] = kept
-        lost = [_call_text(c) for c in calls if not (isinstance(c, dict) and c in kept)]
-        if lost:
-            asked["content"] = "\n\n".join([asked.get("content") or "", *lost]).strip("\n")
-        elif asked.get("content") is None and not kept:
-            asked["content"] = ""
-        out += [asked, *replies, *loose]
-        i = end
-    return out
-
-
-def _call_text(call: Any) -> str:
-    """A tool call that has no answer, as text."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict):
-        return f"[tool call] {json.dumps(call, ensure_ascii=False)}"
-    arguments = function.get("arguments")
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments, ensure_ascii=False)
-    return f"[tool call {function.get('name')}] {arguments}"
-
-
-def _tool_as_text(record: dict[str, Any]) -> dict[str, Any]:
-    """A tool message that answers no call of the message before it, as a user message."""
-    name = record.get("name")
-    label = f"[{name} result]" if isinstance(name, str) and name else "[tool result]"
-    content = record.get("content")
-    if isinstance(content, list):
-        content = "\n".join(
-            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
-        )
-    text = content if isinstance(content, str) else ""
-    return {"role": "user", "content": f"{label}\n{text}" if text else label}
-
-
 def session_record_keys(info: Any) -> dict[str, Any] | None:
     """The record-level keys of a conversation line (`tools`, `parallel_tool_calls`, `weight`,
     ...) an import kept on the session: its metadata's `record_keys` when that is an object, else
@@ -613,17 +540,6 @@ def session_record_keys(info: Any) -> dict[str, Any] | None:
         return None
     keys = {k: v for k, v in keys.items() if k not in ("messages", "session", "title", "source_id")}
     return keys or None
-
-
-def openai_line(
-    messages: Iterable[Message], record_keys: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """One OpenAI fine-tuning line, `{"messages": [...], ...record_keys}`, that `memcli import`
-    reads back to the same conversation (and the same keys)."""
-    line: dict[str, Any] = {"messages": openai_messages(messages)}
-    for key, value in (record_keys or {}).items():
-        line.setdefault(key, value)
-    return line
 
 
 def markdown_transcript(

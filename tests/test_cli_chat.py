@@ -976,3 +976,64 @@ def test_a_long_paste_is_previewed_and_the_panels_follow_the_width(tmp_path, iso
         wait_for(lambda: "CHAT-ENDED" in screen())
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+# -- imported tool turns --------------------------------------------------------------------------
+
+EXPORTS = Path(__file__).parent / "data" / "exports"
+#: The keys OpenAI's Chat Completions API takes on a message, by role (any other is a 400).
+OPENAI_MESSAGE_KEYS = {
+    "system": {"role", "content", "name"},
+    "developer": {"role", "content", "name"},
+    "user": {"role", "content", "name"},
+    "assistant": {"role", "content", "name", "tool_calls", "refusal", "audio"},
+    "tool": {"role", "content", "tool_call_id"},
+}
+
+
+def assert_valid_openai_messages(messages: list[dict[str, Any]]) -> None:
+    """What OpenAI's API checks: known keys for each role; each `tool` message in the run of tool
+    messages right after an assistant message, answering one of its `tool_calls` by id (once);
+    every call answered before the next other message; a call's shape."""
+    open_calls: set[str] = set()
+    after_calls = False
+    for m in messages:
+        assert m["role"] in OPENAI_MESSAGE_KEYS, m
+        assert set(m) <= OPENAI_MESSAGE_KEYS[m["role"]], m
+        if m["role"] == "tool":
+            assert after_calls, f"a tool message not after an assistant's tool_calls: {m}"
+            assert isinstance(m.get("tool_call_id"), str), m
+            assert m["tool_call_id"] in open_calls, m
+            open_calls.remove(m["tool_call_id"])
+            continue
+        assert not open_calls, f"tool calls without results before {m}"
+        calls = m.get("tool_calls")
+        assert m.get("content") is not None or calls, m
+        assert calls is None or (m["role"] == "assistant" and calls), m
+        for call in calls or []:
+            assert set(call) == {"id", "type", "function"} and call["type"] == "function", call
+            assert set(call["function"]) == {"name", "arguments"}, call
+            assert isinstance(call["function"]["arguments"], str), call
+        open_calls = {c["id"] for c in calls or []}
+        assert len(open_calls) == len(calls or []), m
+        after_calls = bool(calls)
+    assert not open_calls
+
+
+def test_chat_in_an_imported_session_sends_its_tool_turns_as_valid_openai_messages(llm):
+    """Issue 34: ChatGPT's code interpreter, browsing, DALL-E and memory turns, imported and then
+    chatted in, reach the API with each tool result answering a call of the assistant message
+    before it, and what has no call as text; never an orphan tool message or a foreign key."""
+    assert memcli("import", str(EXPORTS / "chatgpt-tools.json"), "--session", "tools").code == 0
+    assert any("tool_call_id" in json.dumps(m) for m in stored("tools"))  # tool turns were kept
+    llm.script({"content": "Glad to help."})
+    run = memcli("chat", "--plain", "--session", "tools", *model_args(llm), input="thanks!\n")
+    assert run.code == 0, run.stderr
+    (request,) = llm.requests
+    sent = request["messages"]
+    assert_valid_openai_messages(sent)
+    assert sent[-1] == {"role": "user", "content": "thanks!"}
+    calls = [c["function"]["name"] for m in sent for c in m.get("tool_calls") or []]
+    assert calls == ["bio", "browser", "python", "dalle_text2im"]
+    texts = json.dumps(sent, ensure_ascii=False)
+    assert "Baeckerei Glatz opens at 6:30." in texts  # the result that answers no call, as text

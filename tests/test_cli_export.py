@@ -13,10 +13,10 @@ import pytest
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 
 from memcli import Message
+from memcli.provider_messages import openai_line
 from memcli.store.base import SessionInfo
 from memcli.transcripts import (
     markdown_transcript,
-    openai_line,
     openai_message,
     parse_transcript,
     session_record_keys,
@@ -200,10 +200,10 @@ def test_chatgpt_tool_turns_export_as_valid_openai_messages() -> None:
     valid_for_openai(messages)
     calls = [c["function"]["name"] for m in messages for c in m.get("tool_calls") or []]
     assert calls == ["bio", "browser", "python", "dalle_text2im"]
-    # the browser's second result answers no call: a user message holding it, not an orphan
+    # the browser's second result answers no call: said as text after the answers, not an orphan
     assert {
-        "role": "user",
-        "content": "[browser result]\nBaeckerei Glatz opens at 6:30.",
+        "role": "assistant",
+        "content": "Tool result (browser):\nBaeckerei Glatz opens at 6:30.",
     } in messages
     assert [m["content"] for m in messages if m["role"] == "tool"] == [
         "Model set context updated.",
@@ -211,24 +211,6 @@ def test_chatgpt_tool_turns_export_as_valid_openai_messages() -> None:
         "84",
         "DALL·E displayed 1 images. The images are already plainly visible, so don't repeat"
         " the descriptions in detail.",
-    ]
-
-
-def test_valid_tool_turns_writes_what_cannot_be_paired_as_text() -> None:
-    from memcli.transcripts import valid_tool_turns
-
-    call = {"id": "x", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    records = [
-        {"role": "tool", "content": "orphan", "name": "python"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "user", "content": "next"},
-    ]
-    out = valid_tool_turns(records)
-    valid_for_openai(out)
-    assert out == [
-        {"role": "user", "content": "[python result]\norphan"},
-        {"role": "assistant", "content": "[tool call f] {}"},
-        {"role": "user", "content": "next"},
     ]
 
 

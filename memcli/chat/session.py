@@ -27,8 +27,8 @@ from memcli.blocks.background import Background
 from memcli.chat.offline import offline_answer, related_messages
 from memcli.errors import ProviderError, UsageError
 from memcli.memory import Context, Flush, Memory
-from memcli.messages import EXTRA, Message, format_time
-from memcli.transcripts import valid_tool_turns
+from memcli.messages import Message, format_time
+from memcli.provider_messages import openai_messages
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -425,7 +425,7 @@ class Turn:
             yield notice
         # The request starts before the UI is told about the context, so the two overlap.
         sent = _uncut(ready.context.messages) if self.is_retry else ready.context.messages
-        payload = valid_tool_turns([_wire(m) for m in sent])
+        payload = openai_messages(sent)
         rounds = 0
         self._start(payload, tools, rounds)
         yield ready
@@ -494,7 +494,7 @@ class Turn:
             }
         )
         self._flushes += memory.put(asked)
-        payload.append(_wire(asked))
+        answers = []
         for call in self._calls:
             result = self.chat.tools.call(call.id, call.name, call.arguments)
             answer = Message.from_dict(
@@ -506,8 +506,9 @@ class Turn:
                 }
             )
             self._flushes += memory.put(answer)
-            payload.append(_wire(answer))
+            answers.append(answer)
             yield ToolCalled(result)
+        payload += openai_messages([asked, *answers])
 
     def interrupt(self) -> ReplyDone | None:
         """After a KeyboardInterrupt stopped `events()`: close the provider's connection, keep
@@ -580,23 +581,6 @@ def _is_cut(message: Message) -> bool:
 def _now() -> datetime:
     """The time a chat message is stored with: now, in UTC, to the second (as exported)."""
     return datetime.now(UTC).replace(microsecond=0)
-
-
-def _wire(message: Message) -> dict[str, Any]:
-    """A message as the LLM API takes it, with the keys of OpenAI's tool calls it was stored
-    with (kept in `metadata["extra"]`: an assistant message's `tool_calls` and `content` null,
-    a tool message's `tool_call_id`)."""
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.name:
-        out["name"] = message.name
-    extra = (message.metadata or {}).get(EXTRA)
-    if isinstance(extra, dict):
-        out.update({k: v for k, v in extra.items() if k in _TOOL_KEYS})
-    return out
-
-
-#: The keys of a stored message's `extra` that go to the LLM API.
-_TOOL_KEYS = frozenset(("tool_calls", "tool_call_id", "content"))
 
 
 def _reason(error: ProviderError) -> str:

@@ -59,12 +59,12 @@ def export_command(
     memcli export demo --format openai >> train.jsonl; memcli export demo --format markdown > demo.md
     """
     from memcli.errors import UsageError
+    from memcli.provider_messages import openai_line
     from memcli.transcripts import (
         EXPORT_FORMATS,
         SessionRecord,
         export_lines,
         markdown_transcript,
-        openai_line,
         session_record_keys,
     )
 

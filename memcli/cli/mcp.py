@@ -358,10 +358,16 @@ def parse_error(error: Exception) -> Any:
     None for a notification (no id: JSON-RPC answers none)."""
     line = None
     errors = getattr(error, "errors", None)
-    if callable(errors):
-        found = errors()
-        line = found[0].get("input") if found else None
-    request: Any = None
+    if callable(errors):  # the whole message: a JSON error's line, or a message model's input
+        line = next(
+            (
+                e.get("input")
+                for e in errors()
+                if len(e.get("loc", ())) <= 1 or (e.get("type") == "missing" and len(e["loc"]) == 2)
+            ),
+            None,
+        )
+    request: Any = line if isinstance(line, dict | list) else None
     if isinstance(line, str | bytes) and request_problem(line) is None:
         try:
             request = json.loads(line)
@@ -372,7 +378,7 @@ def parse_error(error: Exception) -> Any:
     ident = request.get("id") if isinstance(request, dict) else None
     if not isinstance(ident, int | str) or isinstance(ident, bool):
         ident = None
-    text = str(line or "")
+    text = line if isinstance(line, str) else ""
     bad_text = any(0xD800 <= ord(c) <= 0xDFFF for c in text) or "\\ud" in text.lower()
     message = (
         "Parse error: the request holds text that is not valid Unicode (a lone surrogate such"

@@ -13,7 +13,7 @@ tool (`recipient` other than `all`) is an assistant message with an OpenAI `tool
 (the message id as the call's id, the recipient as its name, the text as its arguments), and
 the tool's first message after it (by the tool's name) the `tool` message answering it
 (`tool_call_id`). A tool message that answers no call is kept, without `tool_call_id`: an
-export writes it as text (`memcli.transcripts.valid_tool_turns`). Each message's id in the
+export writes it as text (`memcli.provider_messages.openai_messages`). Each message's id in the
 export is its `metadata["source_id"]`.
 """
 
