@@ -87,6 +87,7 @@ class Commands:
         }
 
     def run(self, line: str) -> Result:
+        self.chat.wait_prepared()  # (Chat.prepare_in_background: the blocks are its own till then)
         name, _, arg = line.strip().partition(" ")
         handler = self._table.get(name.lower())
         if handler is None:
