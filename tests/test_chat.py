@@ -336,6 +336,21 @@ def test_a_turn_started_while_the_chat_prepares_waits_for_it(tmp_path, llm):
     assert len(llm.requests) == 1  # the turn's: preparing sends nothing
 
 
+def test_exit_does_not_wait_for_the_chat_to_prepare(tmp_path, monkeypatch):
+    """/exit while the chat still prepares: it returns at once (other commands wait)."""
+    release = threading.Event()
+    released: list[bool] = []
+    monkeypatch.setattr(
+        Chat, "prepare", lambda self, on_step=None: released.append(release.wait(10))
+    )
+    chat = make_chat(tmp_path)
+    preparing = chat.prepare_in_background()
+    assert Commands(chat).run("/exit").exit
+    release.set()  # (were /exit waiting for it, it would have timed out first)
+    preparing.join(30)
+    assert released == [True]
+
+
 def test_facts_command_lists_the_fact_blocks_facts_with_ids(tmp_path, llm):
     """/facts shows what a real FactBlock extracted (over HTTP) when the session flushed."""
     from memcli import FactBlock
