@@ -1,13 +1,15 @@
 """A fresh chat's first reply against its second, and how long a plain chat takes to exit after EOF.
 
-    PYTHONPATH=. python benchmarks/chat_latency.py [--runs 3]
+    PYTHONPATH=. python benchmarks/chat_latency.py [--runs 3] [--think 6]
 
 Against the tests' loopback OpenAI-compatible server (it answers at once), in a fresh `memcli
 chat --plain` process per run, with the default blocks (a vector block and a fact block) in a new
-home. From the moment a line is written to stdin to the reply's first byte on stdout: the first
-line (litellm imported, the store, the tokenizer and the blocks' models loaded on the way) and
-the second (everything warm). Exit: from closing stdin to the process's end, with long-term work
-(the fact block's extraction after a flush) still running: the chat waits for none of it.
+home. The first line is written `--think` seconds after the process starts (a user typing a first
+message; the chat prepares litellm, the store's indexes, the tokenizer and the blocks' models
+meanwhile; 0: at once, everything loaded on the first turn's way). From the moment a line is
+written to stdin to the reply's first byte on stdout: the first line and the second (everything
+warm). Exit: from closing stdin to the process's end, with long-term work (the fact block's
+extraction after a flush) still running: the chat waits for none of it.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def read_reply(proc: subprocess.Popen[bytes]) -> float:
     return first
 
 
-def one_run(server: LLMServer, home: Path) -> tuple[float, float, float]:
+def one_run(server: LLMServer, home: Path, think: float) -> tuple[float, float, float]:
     env = {
         **os.environ,
         "MEMCLI_HOME": str(home),
@@ -71,6 +73,7 @@ def one_run(server: LLMServer, home: Path) -> tuple[float, float, float]:
         env=env,
     )
     assert proc.stdin is not None
+    time.sleep(think)
     latencies = []
     for line in ("hello, I keep bees on the roof of my house", "and I sell the honey at a market"):
         sent = time.perf_counter()
@@ -86,6 +89,9 @@ def one_run(server: LLMServer, home: Path) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--think", type=float, default=6.0, help="seconds from the start to the first line"
+    )
     args = parser.parse_args()
 
     def reply(body: dict) -> dict:
@@ -101,12 +107,13 @@ def main() -> None:
                 models = Path(os.environ.get("MEMCLI_HOME", "~/.local/share/memcli")).expanduser()
                 if (models / "models").is_dir():  # the exported model, not exported again
                     (Path(home) / "models").symlink_to(models / "models")
-                first, second, exit_time = one_run(server, Path(home))
+                first, second, exit_time = one_run(server, Path(home), args.think)
             firsts.append(first)
             seconds.append(second)
             exits.append(exit_time)
     finally:
         server.stop()
+    print(f"first line {args.think:g} s after the start")
     for name, values in (
         ("first reply", firsts),
         ("second reply", seconds),

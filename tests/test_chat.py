@@ -299,6 +299,58 @@ def test_warm_up_loads_block_embedders_and_asks_the_blocks(tmp_path):
     assert chat.last_context is ready
 
 
+def test_a_turn_started_while_the_chat_prepares_waits_for_it(tmp_path, llm):
+    """prepare_in_background loads the blocks' models, asks the blocks and warms litellm up on a
+    thread of its own, sending nothing; a turn started meanwhile waits until it is done: the
+    blocks are asked by the preparing thread first, then by the turn's."""
+    go = threading.Event()
+    asked: list[str] = []
+
+    class Slow:
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            go.wait(10)  # the model loads slowly
+            return [[0.0] for _ in texts]
+
+    class Recording(StaticText):
+        def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
+            asked.append(threading.current_thread().name)
+            return super().get(messages, ctx)
+
+    block = Recording("The user keeps bees.")
+    block.embedder = Slow()  # type: ignore[attr-defined]
+    llm.script({"content": "Noted."})
+    chat = make_chat(tmp_path, llm, blocks=[block])
+    steps: list[str] = []
+    preparing = chat.prepare_in_background(steps.append)
+    assert preparing.name == "memcli-prepare" and preparing is not threading.current_thread()
+    events: list[Any] = []
+    turn = threading.Thread(target=lambda: events.extend(play(chat.send("hi"))), name="turn")
+    turn.start()
+    turn.join(1)  # (it waits for the model; were it not waiting, it would ask the block now)
+    go.set()
+    preparing.join(30)
+    turn.join(30)
+    assert asked == ["memcli-prepare", "turn"]
+    assert steps == ["blocks", "litellm"]
+    assert events[-1].text == "Noted."
+    assert len(llm.requests) == 1  # the turn's: preparing sends nothing
+
+
+def test_exit_does_not_wait_for_the_chat_to_prepare(tmp_path, monkeypatch):
+    """/exit while the chat still prepares: it returns at once (other commands wait)."""
+    release = threading.Event()
+    released: list[bool] = []
+    monkeypatch.setattr(
+        Chat, "prepare", lambda self, on_step=None: released.append(release.wait(10))
+    )
+    chat = make_chat(tmp_path)
+    preparing = chat.prepare_in_background()
+    assert Commands(chat).run("/exit").exit
+    release.set()  # (were /exit waiting for it, it would have timed out first)
+    preparing.join(30)
+    assert released == [True]
+
+
 def test_facts_command_lists_the_fact_blocks_facts_with_ids(tmp_path, llm):
     """/facts shows what a real FactBlock extracted (over HTTP) when the session flushed."""
     from memcli import FactBlock

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -71,6 +72,54 @@ def test_resume_sends_the_stored_window_and_json_lines(llm):
         "OK",
         "remember?",
     ]
+
+
+def test_plain_mode_prepares_the_chat_on_another_thread_before_it_reads_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """litellm, the models and the indexes load while the user types: Chat.prepare is running
+    on a thread of its own when stdin's first line is read."""
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat import run_plain
+
+    started = threading.Event()
+    threads: list[str] = []
+
+    def prepare(self: Chat, on_step: Any = None) -> None:
+        threads.append(threading.current_thread().name)
+        started.set()
+
+    monkeypatch.setattr(Chat, "prepare", prepare)
+    was_started: list[bool] = []
+
+    class Stdin:
+        buffer = property(lambda self: self)
+
+        def __iter__(self) -> Any:
+            was_started.append(started.wait(10))
+            yield b"/help\n"
+
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    chat = Chat(SQLiteStore(tmp_path / "chat.db"))
+    chat.open("s")
+    assert run_plain(chat, Commands(chat), True, False) == 0
+    assert was_started == [True]
+    assert threads == ["memcli-prepare"]
+
+
+def test_eof_closes_the_store_and_ends_the_process_with_everything_stored(
+    llm: Any, isolated: Path
+) -> None:
+    """The process ends at once after EOF (the interpreter's teardown skipped), its database
+    closed first: its last connection took the WAL back into the file."""
+    llm.script({"content": "Hello."}, {"content": "Bye."})
+    run = memcli("chat", "--session", "s", *model_args(llm), input="hi\nbye\n")
+    assert run.code == 0, run.stderr
+    assert run.stdout == "Hello.\n\nBye.\n\n"
+    (db,) = isolated.glob("*.db")
+    assert not list(isolated.glob("*.db-wal"))
+    rows = sqlite3.connect(db).execute("SELECT content FROM messages ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == ["hi", "Hello.", "bye", "Bye."]
 
 
 @pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL

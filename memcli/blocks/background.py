@@ -161,7 +161,9 @@ class Background:
         """Stop: no more jobs are taken, nothing is waited for. Return how many batches were
         left unfed (they stay in the store: the next chat in their session or `memcli blocks
         backfill` feeds them). The thread ends after the job it is running, if any; it closes
-        its own connection then."""
+        its own connection then. An idle thread is waited for (it only closes its connection:
+        so the store's last connection, which checkpoints the WAL, is closed by the time the
+        program ends)."""
         with self._lock:
             self._closed = True
             left = len(self._waiting)
@@ -174,7 +176,11 @@ class Background:
                     self._open -= 1
                     self._waiting -= dropped.ids
             self._idle.notify_all()
+            idle = not self._open
         self._jobs.put(None)
+        thread = self._thread
+        if idle and thread is not None and thread is not threading.current_thread():
+            thread.join()
         return left
 
     # -- the thread --------------------------------------------------------------------------------

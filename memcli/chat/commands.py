@@ -104,6 +104,8 @@ class Commands:
         handler = self._table.get(name.lower())
         if handler is None:
             raise UsageError(f"unknown command {name!r}", "Type /help to see the commands")
+        if handler != self.exit:  # (Chat.prepare_in_background: the blocks are its own till then)
+            self.chat.wait_prepared()
         if handler != self.reset:
             self._reset_armed = None
         return handler(arg.strip())

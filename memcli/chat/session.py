@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.background import Background
 from memcli.chat.offline import offline_answer, related_messages
-from memcli.errors import ProviderError, UsageError
+from memcli.errors import MemcliError, ProviderError, UsageError
 from memcli.memory import Context, Flush, Memory
 from memcli.messages import Message, format_time
 from memcli.provider_messages import openai_messages
@@ -190,6 +190,7 @@ class Chat:
         self._without_tools: set[str] = set()  # models found not to take tools
         self.memory: Memory | None = None
         self.last_context: ContextReady | None = None
+        self._preparer: threading.Thread | None = None  # prepare_in_background's thread
 
     # -- sessions ---------------------------------------------------------------------------------
 
@@ -273,6 +274,51 @@ class Chat:
         if active and active[-1].role == "tool":
             return next((m for m in reversed(active) if m.role == "user"), None)
         return None
+
+    def prepare(self, on_step: Callable[[str], None] | None = None) -> None:
+        """Load now what a fresh process would load during its first turn (seconds): the
+        tokenizer, the blocks' models and the store's indexes (the blocks asked once:
+        `warm_up`), then litellm and what its first call builds (`memcli.llm.warm_up`: ~3 s of
+        imports; with a model) and the tools' schemas. `on_step(part)` is told when "blocks",
+        then "litellm", is done. Nothing is sent to the model. A store or model error is left
+        for the turn that meets it again to report."""
+        try:
+            self.mem.tokenizer.count("warm up")
+            if self.blocks:
+                self.warm_up()
+        except MemcliError:
+            pass  # the first turn says it
+        if on_step is not None:
+            on_step("blocks")
+        if self.llm is not None and self._stream is None:  # (a stream of its own: no litellm)
+            from memcli.llm import warm_up
+
+            warm_up(self.llm)
+            if self.tools is not None:
+                self.tools.schemas()  # derived once, before the first message
+        if on_step is not None:
+            on_step("litellm")
+
+    def prepare_in_background(
+        self, on_step: Callable[[str], None] | None = None
+    ) -> threading.Thread:
+        """Run `prepare(on_step)` on a daemon thread while the user types the first message;
+        return the thread. A turn or a command started meanwhile waits for it to end
+        (`wait_prepared`): it would wait for the same loads itself, and the blocks and the
+        session's memory are never used by two threads at once. Leaving does not wait for it."""
+        thread = threading.Thread(
+            target=self.prepare, args=(on_step,), name="memcli-prepare", daemon=True
+        )
+        self._preparer = thread
+        thread.start()
+        return thread
+
+    def wait_prepared(self) -> None:
+        """Wait until `prepare_in_background`'s work is done (at once when none runs, and on
+        its own thread)."""
+        thread = self._preparer
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def warm_up(self) -> ContextReady:
         """Load what the blocks need (an embedding model loads on first use: seconds), then ask
@@ -400,6 +446,7 @@ class Turn:
 
     def events(self) -> Iterator[Event]:
         chat = self.chat
+        chat.wait_prepared()  # the first turn finds what `prepare` loads, or waits for the rest
         memory = chat.mem
         if self.text is not None:
             message = Message("user", self.text, timestamp=_now())

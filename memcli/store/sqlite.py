@@ -423,7 +423,8 @@ class SQLiteStore(TableStore):
                 raise self._error(exc, f"database error in {self.where}") from None
 
     def close(self) -> None:
-        self.conn.close()
+        with self.lock:  # not under a statement or a transaction of another thread
+            self.conn.close()
 
     def prepare_delete(self) -> None:
         """Before a delete for good: a damaged full-text index refuses it (StoreDamaged, nothing

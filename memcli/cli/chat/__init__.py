@@ -92,6 +92,7 @@ def chat_command(
 
     Example: printf 'hi\\nwhat did I say?\\n' | memcli chat --plain --session demo
     """
+    ending = ProcessEnd()  # before litellm registers its exit handlers: they run first
     s = common.settings(
         ctx, user=user, model=model, api_base=api_base, memory_tools=memory_tools or None
     )
@@ -100,7 +101,10 @@ def chat_command(
 
     commands = Commands(chat)
     if plain or json_ or not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise typer.Exit(run_plain(chat, commands, is_new, json_))
+        code = run_plain(chat, commands, is_new, json_)
+        chat.store.close()
+        ending.code = code
+        raise typer.Exit(code)
     from memcli.cli.chat.history import history_path
     from memcli.cli.chat.ui import ChatApp
 
@@ -108,13 +112,46 @@ def chat_command(
         history = history_path(s.home, chat.user_id)  # (the session's user)
         app = ChatApp(chat, commands, is_new, history_path=history, db_label=s.db_label)
         code = app.run()
+    chat.store.close()
     from memcli.blocks.background import left_note
 
     note = left_note(app.left, chat.session_id)
     if note is not None:
         output.info(note)
+    ending.code = code
     if code:  # a turn or a command failed (said in the conversation): exit 1, as plain mode
         raise typer.Exit(code)
+
+
+class ProcessEnd:
+    """How a chat process ends: as Python ends it (its threads joined, every exit handler run:
+    litellm's, logging's, those registered after this object), then, once `code` is set, at
+    once with that status, skipping the interpreter's teardown of its objects.
+
+    That teardown frees every object of every module one by one, with full garbage collections
+    between: with litellm imported (~400,000 objects) it took 2 to 3 s after the last atexit
+    handler on a loaded machine, and 0.3 s with the collections skipped; it writes nothing. What
+    it would have closed is closed before `code` is set (the store: its last connection
+    checkpoints the WAL) or flushed here (stdout and stderr). A thread still running (long-term
+    work, the warm-up) is a daemon: the interpreter would not have waited for it either; its
+    batch stays pending in the store. When `code` is not set (an error, Ctrl-C), the process
+    ends as usual."""
+
+    def __init__(self) -> None:
+        import atexit
+
+        self.code: int | None = None
+        atexit.register(self._end)  # (handlers run last-registered first: this one last)
+
+    def _end(self) -> None:
+        if self.code is None:
+            return
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a reader that left, a stream closed
+                pass
+        os._exit(self.code)
 
 
 @contextmanager
@@ -266,6 +303,7 @@ def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="replace")
+    chat.prepare_in_background()  # litellm, the models, the indexes: while the user types
     state = "new session" if is_new else "resumed session"
     output.info(
         f"memcli chat: {state} {chat.session_id} (user {chat.user_id}); resume with --session {chat.session_id}"

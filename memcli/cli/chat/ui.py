@@ -206,39 +206,32 @@ class ChatApp:
         self._loop.call_soon_threadsafe(apply)
 
     def _warm_up(self) -> None:
-        """Import litellm and ask the blocks once (loading their models) in the background."""
+        """Prepare the chat on a thread of its own (Chat.prepare_in_background: the blocks'
+        models and litellm); the status line says what is loading. The worker waits for it,
+        so the jobs queued meanwhile (the first turn) find it done."""
         if not self.chat.offline:
             self.loading.add("litellm")
-
-            def load_litellm() -> None:
-                from memcli.llm import warm_up
-
-                try:
-                    warm_up(self.chat.llm)
-                    if self.chat.tools is not None:
-                        self.chat.tools.schemas()  # derives them once, before the first message
-                finally:
-                    self.post(lambda: self._loaded("litellm"))
-
-            threading.Thread(target=load_litellm, name="memcli-litellm", daemon=True).start()
-
-        def load_tokenizer() -> None:
-            self.chat.mem.tokenizer.count("warm up")
-
-        self.worker.submit(load_tokenizer)
         if self.chat.blocks:
             self.loading.add("blocks")
             self._say_when_preparing()
 
-            def ask_blocks() -> None:
-                try:
-                    self.chat.warm_up()
+        def step(part: str) -> None:  # (on the preparing thread: the store is its own till done)
+            try:
+                if part == "blocks" and self.chat.blocks:
                     self._refresh_panels()
-                finally:
-                    self.post(lambda: self._loaded("blocks"))
+            except Exception as error:  # shown in the conversation, as a worker's job's
+                failed = error
+                self.post(lambda: self._failed_job(failed))
+            self.post(lambda: self._loaded(part))
 
-            self.worker.submit(ask_blocks)
-        self.worker.submit(lambda: self.post(self._check_warm))
+        def ready() -> None:
+            try:
+                self.chat.wait_prepared()
+            finally:
+                self.post(lambda: self._loaded("blocks", "litellm"))
+
+        self.chat.prepare_in_background(step)
+        self.worker.submit(ready)
 
     def _say_when_preparing(self) -> None:
         """The embedding model's first export (seconds) is told in the conversation: stderr,
@@ -250,8 +243,8 @@ class ChatApp:
             if hasattr(embedder, "on_prepare"):
                 embedder.on_prepare = lambda: self.post(lambda: self.note(PREPARING))
 
-    def _loaded(self, what: str) -> None:
-        self.loading.discard(what)
+    def _loaded(self, *parts: str) -> None:
+        self.loading.difference_update(parts)
         self._check_warm()
 
     def _check_warm(self) -> None:
