@@ -164,6 +164,8 @@ def test_the_chat_panel_shows_the_summary_after_the_turn_that_flushed(llm, tmp_p
     shown = []
     for text in ("I am Ana and I live in Porto", "I like tea", "I work as a nurse"):
         list(chat.send(text).events())
+        assert chat.longterm is not None and chat.longterm.wait(timeout=120)  # (in background)
+        chat.context()  # the panels are drawn again once the work is done (as the UI does)
         (view,) = panels(chat).long.blocks
         shown.append(view.content)
     assert shown[0] == ""  # nothing flushed before the first reply

@@ -145,6 +145,7 @@ def test_chat_facts_command_shows_topics(tmp_path, llm) -> None:
     chat = make_chat(tmp_path, blocks=[facts], budget_for=lambda info: Budget(20, 0.5, 5))
     for text in ("I live in Porto with my cat", "I work nights", "I like tea", "and cake"):
         play(chat.send(text))
+    assert chat.longterm is not None and chat.longterm.wait(timeout=120)  # (in background)
     lines = Commands(chat).run("/facts").text.splitlines()
     assert lines[0].startswith("[extracted_info] #")
     assert lines[0].endswith("The user lives in Porto (home)")

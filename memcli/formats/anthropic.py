@@ -36,7 +36,7 @@ def is_request(value: Any) -> bool:
     if "system" in value:
         return True
     return any(
-        isinstance(b, dict) and b.get("type") in _OWN_BLOCKS
+        isinstance(b, dict) and isinstance(b.get("type"), str) and b["type"] in _OWN_BLOCKS
         for m in value["messages"]
         if isinstance(m, dict) and isinstance(m.get("content"), list)
         for b in m["content"]
@@ -94,7 +94,7 @@ def _message(data: Any, at: str) -> tuple[list[Message], int]:
                 results.append(
                     message(here, "tool", text, metadata={"extra": {"tool_call_id": ident}})
                 )
-        elif kind not in _SKIPPED:
+        elif not isinstance(kind, str) or kind not in _SKIPPED:
             dropped += 1
     text = "\n".join(t for t in texts if t)
     found = list(results)

@@ -56,7 +56,8 @@ def _message(data: Any, at: str, limits: Limits) -> tuple[Message | None, int]:
     for i, attachment in enumerate(_list(data, "attachments", at)):
         if isinstance(attachment, dict) and isinstance(attachment.get("extracted_content"), str):
             text, file = attachment["extracted_content"], attachment.get("file_name")
-            kept.add(file)
+            if isinstance(file, str):
+                kept.add(file)
             if not text.strip():
                 dropped += 1  # a file without text (a scan): left out, as an image is
                 continue
@@ -71,7 +72,8 @@ def _message(data: Any, at: str, limits: Limits) -> tuple[Message | None, int]:
     dropped += sum(
         1
         for f in _list(data, "files", at)
-        if isinstance(f, dict) and f.get("file_name") not in kept
+        if isinstance(f, dict)
+        and not (isinstance(f.get("file_name"), str) and f["file_name"] in kept)
     )
     text = "\n\n".join(t for t in texts if t)
     if not text.strip():
@@ -110,7 +112,11 @@ def _texts(data: dict[str, Any], at: str) -> tuple[list[str], int]:
             if not isinstance(block.get("text"), str):
                 raise InputError(f"{at}: a text block without text", _HINT)
             texts.append(block["text"])
-        elif not (isinstance(block, dict) and block.get("type") in _SKIPPED):
+        elif not (
+            isinstance(block, dict)
+            and isinstance(block.get("type"), str)
+            and block["type"] in _SKIPPED
+        ):
             dropped += 1
     return texts, dropped
 

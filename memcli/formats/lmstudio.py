@@ -49,7 +49,7 @@ def _conversation(item: Any, at: str) -> Conversation:
         here = f"{at}: message {i}"
         version = _selected(data, here)
         role = version.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise InputError(f"{here}: role {role!r} is not one of {', '.join(_ROLES)}", _HINT)
         if version.get("type") == "multiStep" or "steps" in version:
             texts, left_out = [], 0

@@ -45,7 +45,7 @@ def _conversation(item: Any, at: str) -> Conversation:
         ident = data.get("id")
         here = f"{at}: message {ident}"
         role = data.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:
             raise InputError(f"{here}: role {role!r} is not one of {', '.join(_ROLES)}", _HINT)
         files = data.get("files")
         dropped += len(files) if isinstance(files, list) else 0
