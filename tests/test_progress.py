@@ -83,7 +83,12 @@ def test_every_command_that_prepares_the_model_says_so_and_lexical_search_does_n
     ):
         run = memcli(*args, input=text, env=unexported)
         assert PREPARING in run.stderr, (args, run.stderr)
-        assert "Install torch" in " ".join(run.stderr.split()), (args, run.stderr)
+        said = " ".join(run.stderr.split())
+        if args[0] == "chat":  # its long-term work runs beside the chat, which quits without
+            # waiting for it: a failure that comes after the last line is the next use's to say
+            assert "Install torch" in said or "the next chat in this session" in said, said
+            continue
+        assert "Install torch" in said, (args, run.stderr)
 
 
 INTERRUPTING = '''
