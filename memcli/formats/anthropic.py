@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, message, records, tool_call, where
+from memcli.formats.base import Conversation, message, records, text_blocks, tool_call, where
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -117,12 +117,4 @@ def _text(value: Any, at: str) -> tuple[str, int]:
         return value, 0
     if not isinstance(value, list):
         raise InputError(f"{at}: neither text nor a list of blocks", _HINT)
-    texts, dropped = [], 0
-    for block in value:
-        if isinstance(block, dict) and block.get("type") == "text":
-            if not isinstance(block.get("text"), str):
-                raise InputError(f"{at}: a text block without text", _HINT)
-            texts.append(block["text"])
-        else:
-            dropped += 1
-    return "\n".join(texts), dropped
+    return text_blocks(value, at, _HINT)

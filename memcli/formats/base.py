@@ -167,3 +167,18 @@ def tool_call(ident: str, name: str, arguments: Any) -> dict[str, Any]:
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)
     return {"id": ident, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def text_blocks(blocks: list[Any], at: str, hint: str) -> tuple[str, int]:
+    """The text of a list of content blocks (`{"type": "text", "text": ...}`) joined by newlines,
+    and how many blocks of other types were left out; InputError naming `at` for a text block
+    without text."""
+    texts, dropped = [], 0
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "text":
+            if not isinstance(block.get("text"), str):
+                raise InputError(f"{at}: a text block without text", hint)
+            texts.append(block["text"])
+        else:
+            dropped += 1
+    return "\n".join(texts), dropped

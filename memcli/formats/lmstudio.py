@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, clean_text, message, records, where
+from memcli.formats.base import Conversation, clean_text, message, records, text_blocks, where
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -98,15 +98,7 @@ def _parts(content: Any, at: str) -> tuple[str, int]:
         return content, 0
     if not isinstance(content, list):
         return "", 0
-    texts, dropped = [], 0
-    for part in content:
-        if isinstance(part, dict) and part.get("type") == "text":
-            if not isinstance(part.get("text"), str):
-                raise InputError(f"{at}: a text part without text", _HINT)
-            texts.append(part["text"])
-        else:
-            dropped += 1
-    return "\n".join(texts), dropped
+    return text_blocks(content, at, _HINT)
 
 
 def _system(item: dict[str, Any]) -> str | None:
