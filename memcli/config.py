@@ -354,6 +354,10 @@ def _check_known(data: dict[str, Any], path: Path | None) -> None:
                     f"Known settings in [{key}]: {', '.join(sorted(sections[key]))}",
                 )
             continue
+        home = next((name for name, keys in sections.items() if key in keys), None)
         raise ConfigError(
-            f"{path}: unknown setting {key!r}", "See config.example.toml for every setting"
+            f"{path}: unknown setting {key!r}",
+            f"It goes in [{home}]: write it under a [{home}] line"
+            if home is not None
+            else "See config.example.toml for every setting",
         )

@@ -272,6 +272,19 @@ def test_another_users_session_is_refused(llm):
     assert "--user ann" in run.stderr
 
 
+def test_a_new_session_close_to_one_of_the_users_own_gets_did_you_mean(llm):
+    assert memcli("chat", "--session", "demo", input="hi\n").code == 0
+    assert memcli("chat", "--session", "notes", "--user", "ann", input="hi\n").code == 0
+    run = memcli("chat", "--session", "demoo", input="")  # a typo: a new session, said so
+    assert run.code == 0, run.stderr
+    assert "No session 'demoo' of user 'default' yet: this chat starts it." in run.stderr
+    assert "Did you mean 'demo'?" in run.stderr
+    run = memcli("chat", "--session", "note")  # ann's 'notes' is not the default user's
+    assert run.code == 0 and "Did you mean" not in run.stderr, run.stderr
+    run = memcli("chat", "--session", "demo", input="")  # resumed: nothing to guess
+    assert run.code == 0 and "Did you mean" not in run.stderr, run.stderr
+
+
 # -- the full-screen app through prompt-toolkit's pipe input --------------------------------------
 
 

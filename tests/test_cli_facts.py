@@ -134,6 +134,17 @@ def test_rm_reports_the_fact_as_removal_left_it() -> None:
 
 
 @pytest.mark.usefixtures("no_blocks")
+def test_no_fact_hint_lists_the_facts_of_the_user_asked() -> None:
+    # Fact 1 is ana's: bo is sent to his own list, where the ids he can use are.
+    assert memcli("facts", "add", "Ana is vegetarian", "--user", "ana").code == 0
+    run = memcli("facts", "edit", "1", "Bo is vegan", "--user", "bo")
+    assert run.code == 1 and "no fact 1 of user 'bo'" in run.stderr, run.stderr
+    assert "Run `memcli facts --user bo` to see the facts" in run.stderr, run.stderr
+    run = memcli("facts", "history", "7")  # no --user: every user's list
+    assert run.code == 1 and "Run `memcli facts` to see the facts" in run.stderr, run.stderr
+
+
+@pytest.mark.usefixtures("no_blocks")
 def test_fact_text_not_utf8_is_refused() -> None:
     # bytes that are not UTF-8 on the command line (os.fsdecode keeps them as surrogate escapes,
     # which the subprocess turns back into the same bytes)

@@ -230,8 +230,9 @@ def test_export_round_trip(tmp_path: Path) -> None:
 
 
 def test_a_user_with_nothing_stored_is_said_so(tmp_path: Path) -> None:
-    """A user name with no sessions (mistyped, as often as not): `sessions` on a terminal names
-    the users that have some, and `rm --user` says nothing is stored rather than "forgot"."""
+    """A user name with no sessions (mistyped, as often as not): `sessions` (on a terminal or in
+    a pipe) names the users that have some, and `rm --user` says nothing is stored rather than
+    "forgot"."""
     seed(tmp_path, "one")
     code = (
         "import sys; sys.stdout.isatty = lambda: True;"
@@ -241,6 +242,9 @@ def test_a_user_with_nothing_stored_is_said_so(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "No sessions of user 'nobody'. The users with sessions: default." in proc.stderr
+    run = memcli("sessions", "--user", "defautl")  # a pipe: said on stderr too, close name first
+    assert run.code == 0 and run.stdout == "", run.stderr
+    assert "No sessions of user 'defautl'. Did you mean 'default'? The users" in run.stderr
     run = memcli("rm", "--user", "nobody", "--yes")
     assert run.code == 0 and "user 'nobody': nothing is stored for this user" in run.stderr
     assert [r["session"] for r in memcli("sessions").records()] == ["one"]

@@ -111,6 +111,16 @@ def test_no_summary_yet_and_not_found(llm, tmp_path: Path) -> None:
     assert run.stderr.startswith("Error: no session 'nope'")
 
 
+def test_a_session_without_a_summary_block_is_told_so(tmp_path: Path) -> None:
+    # The default blocks (vector, facts) keep no summary: "yet" would promise one.
+    (tmp_path / "chat.jsonl").write_text('{"role": "user", "content": "Hi"}\n')
+    assert memcli("import", str(tmp_path / "chat.jsonl"), "--session", "s1").code == 0
+    run = memcli("summary", "s1")
+    assert run.code == 0 and run.stdout == "", run.stderr
+    assert "No summary of session s1: it has no summary block." in run.stderr
+    assert 'kind = "summary"' in run.stderr and "yet" not in run.stderr
+
+
 def test_a_bad_summary_option_in_the_config_exits_2(llm, tmp_path: Path) -> None:
     imported(tmp_path, llm, turns=1)
     path = tmp_path / "bad.toml"

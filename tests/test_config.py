@@ -67,6 +67,16 @@ def test_bad_config_names_the_file(tmp_path: Path, text: str, message: str) -> N
     assert str(path) in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "section"), [("token_limit = 4000\n", "memory"), ("model = 'gpt-4o-mini'\n", "llm")]
+)
+def test_a_setting_outside_its_section_is_sent_there(tmp_path: Path, text: str, section: str):
+    # The README's table says `[memory] token_limit`; written at the top, it is named its section.
+    with pytest.raises(ConfigError, match="unknown setting") as info:
+        load_settings({"MEMCLI_HOME": str(tmp_path)}, None, write(tmp_path, text))
+    assert f"It goes in [{section}]: write it under a [{section}] line" in str(info.value)
+
+
 def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="MEMCLI_RATIO"):
         load_settings({"MEMCLI_HOME": str(tmp_path), "MEMCLI_RATIO": "high"})

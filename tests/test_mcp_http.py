@@ -98,8 +98,9 @@ def test_tokens_decide_the_user_and_no_token_is_401(server: tuple[str, Path]) ->
         made[user] = done.stdout.strip()
         assert made[user].startswith("memcli_")
     listed = memcli(db, "mcp", "token", "list", "--json")
+    t = "token"  # a typed record, as every command's
     records = [json.loads(line) for line in listed.stdout.splitlines()]
-    assert [(r["id"], r["user"]) for r in records] == [(1, "ana"), (2, "bo")]
+    assert [(r["type"], r["id"], r["user"]) for r in records] == [(t, 1, "ana"), (t, 2, "bo")]
     assert made["ana"] not in listed.stdout and made["ana"] not in db.read_bytes().decode("latin-1")
 
     async def ana(s: ClientSession) -> dict[str, Any]:
@@ -146,3 +147,18 @@ def test_tokens_decide_the_user_and_no_token_is_401(server: tuple[str, Path]) ->
     with httpx2.Client(timeout=30) as http:
         gone = http.post(url, json=body, headers={"Authorization": f"Bearer {made['bo']}"})
     assert gone.status_code == 401
+
+
+def test_token_list_on_a_terminal_shows_times_as_the_other_tables(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    assert memcli(db, "mcp", "token", "add", "--user", "ana").returncode == 0
+    code = (
+        "import sys; sys.stdout.isatty = lambda: True;"
+        f" sys.argv = ['memcli', '--db', {str(db)!r}, 'mcp', 'token', 'list'];"
+        "from memcli.cli.app import main; main()"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    header, row = (line for line in proc.stdout.splitlines() if "user" in line or "ana" in line)
+    assert "created" in header and "created_at" not in header
+    assert "ana" in row and "T" not in row.split("ana")[1] and "Z" not in row  # local, no ISO

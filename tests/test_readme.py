@@ -383,6 +383,14 @@ def test_links_lead_somewhere(page: Path) -> None:
             assert fragment in headings(target.read_text()), where
 
 
+@pytest.mark.parametrize("page", MARKDOWN_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_heading_is_repeated(page: Path) -> None:
+    """A page names each section once (a repeated heading is a slip of an edit, and its
+    anchor would lead to the first of them)."""
+    found = re.findall(r"^(#+ .*)$", prose(page.read_text()), re.M)
+    assert sorted({h for h in found if found.count(h) > 1}) == []
+
+
 # --- Python and TOML ----------------------------------------------------------------------
 
 

@@ -60,12 +60,16 @@ def _facts(
         owner=owner,
         origin="manual",
         embedder=lambda: common.embedder(s),
-        hint=_LIST_HINT,
+        hint=list_hint(owner),
     )
     return s, facts
 
 
-_LIST_HINT = "Run `memcli facts` to see the facts and their ids"
+def list_hint(user: str | None) -> str:
+    """Where a "no fact N" error sends the user to see the ids: their own list with --user."""
+    flag = f" --user {user}" if user is not None else ""
+    return f"Run `memcli facts{flag}` to see the facts and their ids"
+
 
 #: The group's options every subcommand takes over: `memcli facts --user ana rm 1`.
 _GROUP_OPTIONS = ("user", "session", "topic")

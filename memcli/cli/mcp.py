@@ -225,12 +225,17 @@ def token_list(ctx: typer.Context, json_: common.Json = False) -> None:
     if not found:
         output.info("No tokens: make one with `memcli mcp token add --user NAME`.")
     records = [
-        {"id": t.id, "user": t.user_id, "created_at": format_time(t.created_at)} for t in found
-    ]
+        {"type": "token", "id": t.id, "user": t.user_id, "created_at": format_time(t.created_at)}
+        for t in found
+    ]  # typed, as every command's records are
     if output.wants_json(json_):
         output.emit_all(records)
     elif records:
-        output.table(None, ["id", "user", "created_at"], [list(r.values()) for r in records])
+        output.table(
+            None,
+            ["id", "user", "created"],
+            [[t.id, t.user_id, t.created_at.astimezone()] for t in found],  # as other tables
+        )
 
 
 @token_app.command("rm")

@@ -42,18 +42,12 @@ def sessions_command(
         }
         for i in infos
     ]
+    if not infos:  # said on stderr in a pipe too: a mistyped --user is no silent empty list
+        _say_none(store, user)
     if output.wants_json(json_):
         output.emit_all(records)
         return
     if not infos:
-        others = [] if store is None or user is None else store.list_sessions(None)
-        if others:  # a user with none (a mistyped name?) in a database that has sessions
-            users = sorted({i.user_id for i in others})
-            output.info(
-                f"No sessions of user {user!r}. The users with sessions: {', '.join(users)}."
-            )
-            return
-        output.info("No sessions yet. Start one with `memcli import FILE` or `memcli chat`.")
         return
     titled = any(i.title for i in infos)  # imported conversations: their titles
     output.table(
@@ -73,4 +67,21 @@ def sessions_command(
             )
             for i in infos
         ],
+    )
+
+
+def _say_none(store: Any, user: str | None) -> None:
+    """No sessions: of a user (a mistyped name?) in a database that has some, the users that
+    have some, the close names first; else how to start one."""
+    from difflib import get_close_matches
+
+    others = [] if store is None or user is None else store.list_sessions(None)
+    if not others:
+        output.info("No sessions yet. Start one with `memcli import FILE` or `memcli chat`.")
+        return
+    users = sorted({i.user_id for i in others})
+    close = get_close_matches(str(user), users, n=3, cutoff=0.6)
+    guess = f" Did you mean {' or '.join(repr(u) for u in close)}?" if close else ""
+    output.info(
+        f"No sessions of user {user!r}.{guess} The users with sessions: {', '.join(users)}."
     )

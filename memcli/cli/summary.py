@@ -49,7 +49,12 @@ def summary_command(
     else:
         for report in reports:
             _show(report, history)
-    if not any(r.current for r in reports):
+    if not reports:  # no summary block: none will ever come
+        output.info(
+            f"No summary of session {session}: it has no summary block. Add one to the config"
+            ' file ([[blocks]] kind = "summary"; `memcli blocks list` shows the blocks).'
+        )
+    elif not any(r.current for r in reports):
         output.info(f"No summary of session {session} yet.")
     for report in reports:
         if report.pending:

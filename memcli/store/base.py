@@ -277,12 +277,13 @@ def require_session(store: Store, session_id: str, user: str | None = None) -> S
     return info
 
 
-def suggestion(store: Store, session_id: str, user: str | None) -> str | None:
-    """ "Did you mean ...?" for a session id that is not there: the closest ids among the
-    sessions of `user` (None: of every user), as a hint; None when no id is close."""
+def suggestion(store: Store, session_id: str, user: str | None, *, new: bool = False) -> str | None:
+    """ "Did you mean ...?" for a session id that is not there (`new`: that was just started,
+    so not itself): the closest ids among the sessions of `user` (None: of every user), as a
+    hint; None when no id is close."""
     from difflib import get_close_matches
 
-    ids = [i.id for i in store.list_sessions(user)]
+    ids = [i.id for i in store.list_sessions(user) if not (new and i.id == session_id)]
     close = get_close_matches(session_id, ids, n=3, cutoff=0.6)
     if not close:
         return None

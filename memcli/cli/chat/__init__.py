@@ -100,7 +100,10 @@ def chat_command(
     from memcli.chat.commands import Commands
 
     commands = Commands(chat)
+    guess = close_sessions(chat, session) if is_new else None
     if plain or json_ or not (sys.stdin.isatty() and sys.stdout.isatty()):
+        if guess is not None:
+            output.info(guess)
         code = run_plain(chat, commands, is_new, json_)
         chat.store.close()
         ending.code = code
@@ -111,6 +114,8 @@ def chat_command(
     with stderr_to(s.home / "chat.log"):
         history = history_path(s.home, chat.user_id)  # (the session's user)
         app = ChatApp(chat, commands, is_new, history_path=history, db_label=s.db_label)
+        if guess is not None:
+            app.note(guess)
         code = app.run()
     chat.store.close()
     from memcli.blocks.background import left_note
@@ -121,6 +126,17 @@ def chat_command(
     ending.code = code
     if code:  # a turn or a command failed (said in the conversation): exit 1, as plain mode
         raise typer.Exit(code)
+
+
+def close_sessions(chat: Chat, session: str | None) -> str | None:
+    """For a --session that starts a new session: the user's sessions with a close id (a typo
+    would otherwise start an empty session unnoticed), as a note; None when none is close."""
+    from memcli.store.base import suggestion
+
+    guess = suggestion(chat.store, session, chat.user_id, new=True) if session else None
+    if guess is None:
+        return None
+    return f"No session {session!r} of user {chat.user_id!r} yet: this chat starts it. {guess}."
 
 
 class ProcessEnd:
