@@ -593,3 +593,17 @@ def test_extract_without_a_model_suggests_what_the_command_has(tmp_path: Path) -
     run = memcli("--db", db, "facts", "extract", "--pending")
     assert run.code == 2 and "no model is configured for facts" in run.stderr, run.stderr
     assert "--model" not in run.stderr and "MEMCLI_MODEL" in run.stderr, run.stderr
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_no_facts_of_a_mistyped_user_names_the_close_users() -> None:
+    """`memcli facts --user anaa` for a user with nothing stored: the users that have sessions,
+    the close name first (a typo is no silent empty list)."""
+    line = '{"role": "user", "content": "hi"}\n'
+    assert memcli("import", "-", "--session", "s", "--user", "ana", input=line).code == 0
+    run = memcli("facts", "--user", "anaa", "--json")
+    assert run.code == 0 and run.records() == []
+    said = " ".join(run.stderr.split())
+    assert "No facts of user 'anaa'. Did you mean 'ana'?" in said, said
+    own = memcli("facts", "--user", "ana")
+    assert own.code == 0 and "Did you mean" not in own.stderr and "No facts." in own.stderr

@@ -134,6 +134,19 @@ def require_session(store: AnyStore, session_id: str, user: str | None = None) -
 OTHER_USERS_SESSION = "It belongs to user {owner}: use --user {owner}, or leave --user out"
 
 
+def close_users(store: Any, user: str) -> str:
+    """For a user with nothing stored (a mistyped --user?): " Did you mean 'ana'? The users with
+    sessions: ana, bo." (empty when the database has no sessions)."""
+    from difflib import get_close_matches
+
+    users = sorted({i.user_id for i in store.list_sessions(None)} - {user})
+    if not users:
+        return ""
+    close = get_close_matches(user, users, n=3, cutoff=0.6)
+    guess = f" Did you mean {' or '.join(repr(u) for u in close)}?" if close else ""
+    return f"{guess} The users with sessions: {', '.join(users)}."
+
+
 def asked_user(s: Settings) -> str | None:
     """The user a command was told (--user or MEMCLI_USER), else None: any user's session."""
     return s.user if "user" in s.explicit else None

@@ -220,8 +220,7 @@ def facts_command(
     """
     if ctx.invoked_subcommand is not None:
         return  # (the subcommand takes --user, --session and --topic over: `_merged`)
-    _, facts = _facts(ctx, user)
-    session = session
+    s, facts = _facts(ctx, user)
     if query is not None:
         found = facts.search(query, k, mode, session=session, block=block, entity=entity)
         if not found:
@@ -232,7 +231,9 @@ def facts_command(
         session=session, block=block, topic=topic, entity=entity, everything=everything
     )
     if not listed:
-        output.info("No facts.")
+        stored = facts.store.list_sessions(s.user)
+        others = "" if stored or session else common.close_users(facts.store, s.user)
+        output.info(f"No facts of user {s.user!r}.{others}" if others else "No facts.")
     _show(listed, json_)
 
 

@@ -73,15 +73,8 @@ def sessions_command(
 def _say_none(store: Any, user: str | None) -> None:
     """No sessions: of a user (a mistyped name?) in a database that has some, the users that
     have some, the close names first; else how to start one."""
-    from difflib import get_close_matches
-
-    others = [] if store is None or user is None else store.list_sessions(None)
+    others = "" if store is None or user is None else common.close_users(store, str(user))
     if not others:
         output.info("No sessions yet. Start one with `memcli import FILE` or `memcli chat`.")
         return
-    users = sorted({i.user_id for i in others})
-    close = get_close_matches(str(user), users, n=3, cutoff=0.6)
-    guess = f" Did you mean {' or '.join(repr(u) for u in close)}?" if close else ""
-    output.info(
-        f"No sessions of user {user!r}.{guess} The users with sessions: {', '.join(users)}."
-    )
+    output.info(f"No sessions of user {user!r}.{others}")
