@@ -28,6 +28,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -229,10 +230,13 @@ def warm(
     return times
 
 
-def scope(db: Path, cache: str | None, runs: int) -> None:
-    """Scope first, in a store of several users: for each user, `runs` LoCoMo questions searched
-    in lexical mode (how many lose their lexical hits to other users: the user's messages hold a
-    query word, yet BM25 found none of them; must be 0) and in hybrid mode, warm (p50/p95)."""
+def scope(db: Path, cache: str | None, runs: int, only: str | None = None, k: int = 10) -> None:
+    """Scope first, in a store of several users: for each user (or `only` that one), `runs`
+    LoCoMo questions searched in lexical mode (how many lose their lexical hits to other users:
+    the user's messages hold a query word, yet BM25 found none of them; must be 0), then timed
+    warm in each mode (hybrid, lexical, vector: p50/p95); and the dense search's recall@`k` of
+    the exact top `k` (numpy over the user's stored vectors), as the index answers it."""
+    import numpy as np
     from locomo import DEFAULT_DATA
 
     from memcli.config import default_home
@@ -252,26 +256,69 @@ def scope(db: Path, cache: str | None, runs: int) -> None:
     embedder = OnnxEmbedder(cache or default_home(os.environ) / "models")
     retriever = Retriever(store, embedder, SearchOptions())
     users = [r[0] for r in store.execute("SELECT DISTINCT user_id FROM sessions ORDER BY 1")]
+    if only is not None:
+        users = [only]
+    sizes = {u: sql.scope_size(store, sql.Scope(user_id=u)) for u in users}
+    total = sql.scope_size(store, None)
+    started = time.perf_counter()
     retriever.search(questions[0], k=5, user_id=users[0])  # loads the model and the index
+    print(f"first search (model, index): {time.perf_counter() - started:.1f} s")
     lost = asked = 0
-    hybrid: list[float] = []
+    times: dict[str, list[float]] = {"hybrid": [], "lexical": [], "vector": []}
+    recall: list[float] = []
     for at, user in enumerate(users):
-        for question in questions[at * runs : (at + 1) * runs]:
-            owner = sql.Scope(user_id=user)
+        owner = sql.Scope(user_id=user)
+        asking = questions[at * runs : (at + 1) * runs]
+        # Hybrid first: its searches count each word in the user's messages for the first
+        # time (the other modes find the counts kept, as a chat's next turns do).
+        for mode, spent in times.items():
+            for question in asking:
+                started = time.perf_counter()
+                retriever.search(question, k=5, user_id=user, mode=mode)
+                spent.append(time.perf_counter() - started)
+        for question in asking:
             terms = retriever.lexical.terms(question, owner)[0]
             has = any(sql.term_counts(store, terms, 1, owner).values())
             found = retriever.search(question, k=5, user_id=user, mode="lexical").hits
             asked += 1
             lost += bool(has and not found)
-            started = time.perf_counter()
-            retriever.search(question, k=5, user_id=user)
-            hybrid.append(time.perf_counter() - started)
-    hot = sorted(hybrid)
+        exact = _user_vectors(store, retriever.model, user)
+        for question in asking:
+            vector = embedder.embed([question])[0].astype(np.float32)
+            want = set(exact[1][np.argsort(-(exact[0] @ vector))[:k]].tolist())
+            got = {i for i, _ in retriever.vectors.search(vector, owner, k)}
+            recall.append(len(want & got) / k)
     print(
-        f"scope: {len(users)} users, {asked} queries: {lost} lost their lexical hits to other"
-        f" users; hybrid warm p50 {statistics.median(hot) * 1000:.1f} ms,"
-        f" p95 {hot[int(len(hot) * 0.95)] * 1000:.1f} ms"
+        f"scope: {len(users)} user(s) of {', '.join(str(sizes[u]) for u in users)} messages"
+        f" in a store of {total}; {asked} queries, {lost} lost their lexical hits to other users"
+        f" (load average {os.getloadavg()[0]:.1f})"
     )
+    for mode, spent in times.items():
+        hot = sorted(spent)
+        print(
+            f"  {mode:8} warm p50 {statistics.median(hot) * 1000:6.1f} ms,"
+            f" p95 {hot[min(len(hot) - 1, int(len(hot) * 0.95))] * 1000:6.1f} ms"
+            f" over {len(hot)} queries"
+        )
+    print(
+        f"  dense recall@{k} against exact search of the user's vectors:"
+        f" {statistics.mean(recall):.3f} ({type(retriever.vectors.index).__name__})"
+    )
+
+
+def _user_vectors(store: Any, model: str, user: str) -> tuple[Any, Any]:
+    """A user's stored vectors (first piece of each message) and their message ids."""
+    import numpy as np
+
+    rows = store.execute(
+        "SELECT v.message_id, v.vector FROM retrieval_vectors v JOIN messages m"
+        " ON m.id = v.message_id JOIN sessions s ON s.id = m.session_id"
+        " WHERE s.user_id = ? AND v.model = ? AND v.piece = 0",
+        (user, model),
+    ).fetchall()
+    ids = np.asarray([r[0] for r in rows], dtype=np.int64)
+    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    return matrix, ids
 
 
 def rekey(db: Path, cache: str | None) -> None:
@@ -322,6 +369,7 @@ def main() -> int:
     parser.add_argument(
         "--scope", type=int, default=0, help="also N queries per user: lost lexical hits, p95"
     )
+    parser.add_argument("--user", help="with --scope: only this user")
     parser.add_argument(
         "--rekey", action="store_true", help="give an older store's vectors the current model key"
     )
@@ -335,7 +383,7 @@ def main() -> int:
         times = measure(args.db, args.model_cache, args.command, args.runs)
         print(f"cold search: median {statistics.median(times):.3f} s, max {max(times):.3f} s")
     if args.scope:
-        scope(args.db, args.model_cache, args.scope)
+        scope(args.db, args.model_cache, args.scope, args.user)
     if args.warm:
         load = os.getloadavg()[0]
         shapes = warm(args.db, args.model_cache, args.warm, args.threads, args.options)

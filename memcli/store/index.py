@@ -14,6 +14,7 @@ other statements are the same on both backends.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -204,18 +205,66 @@ def term_counts(
         from memcli.store import pg_index
 
         return pg_index.term_counts(store, terms, cap, (join, where, params))
+    join, where, params = _fts_scope(store, scope or Scope())
+    sql = f"SELECT 1 FROM retrieval_fts f{join} WHERE retrieval_fts MATCH ?{where} LIMIT ?"
     counts = {}
     for term in terms:
-        if where:
-            sql = (
-                "SELECT 1 FROM retrieval_fts f JOIN messages m ON m.id = f.rowid"
-                f"{join} WHERE retrieval_fts MATCH ?{where} LIMIT ?"
-            )
-        else:
-            sql = "SELECT 1 FROM retrieval_fts WHERE retrieval_fts MATCH ? LIMIT ?"
         row = store.execute(f"SELECT COUNT(*) FROM ({sql})", (f'"{term}"', *params, cap + 1))
         counts[term] = int(row.fetchone()[0])
     return counts
+
+
+def _fts_scope(store: SQLStore, scope: Scope) -> tuple[str, str, list[Any]]:
+    """The joins, conditions and parameters that keep the rows of a full-text index (as `f`)
+    within the scope (SQLite). A user's messages are looked up in a temporary table of
+    their ids (`_user_ids`): a probe of a small table in memory per match, where reading each
+    match's message and session would cost several times more."""
+    join = user = ""
+    params: list[Any] = []
+    if scope.user_id is not None:
+        _user_ids(store, scope.user_id)
+        # CROSS JOIN: the matches outside (SQLite's planner may otherwise walk every id of
+        # the user, one full-text query each).
+        join = " CROSS JOIN temp.retrieval_user_ids u ON u.id = f.rowid"
+        user = " AND u.user_id = ?"
+        params.append(scope.user_id)
+        scope = dataclasses.replace(scope, user_id=None)
+    where, more = _filters(store, scope)
+    if where:
+        join += " CROSS JOIN messages m ON m.id = f.rowid"
+    return join, user + where, params + more
+
+
+def _user_ids(store: SQLStore, user_id: str) -> None:
+    """Bring the connection's temporary table of the user's message ids up to date: the
+    messages stored since it was last read are added (deleted ones may stay: they are in no
+    index any more, so no match finds them)."""
+    store.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS retrieval_user_ids (user_id TEXT NOT NULL, id INTEGER"
+        " NOT NULL, PRIMARY KEY (user_id, id)) WITHOUT ROWID"
+    )
+    store.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS retrieval_user_through (user_id TEXT PRIMARY KEY,"
+        " through INTEGER NOT NULL)"
+    )
+    top, through = store.execute(
+        "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT through FROM"
+        " temp.retrieval_user_through WHERE user_id = ?), 0)",
+        (user_id,),
+    ).fetchone()
+    if top <= through:
+        return
+    store.execute(
+        "INSERT OR IGNORE INTO temp.retrieval_user_ids (user_id, id) SELECT s.user_id, m.id"
+        " FROM messages m JOIN sessions s ON s.id = m.session_id"
+        " WHERE s.user_id = ? AND m.id > ? AND m.id <= ?",
+        (user_id, through, top),
+    )
+    store.execute(
+        "INSERT INTO temp.retrieval_user_through (user_id, through) VALUES (?, ?)"
+        " ON CONFLICT (user_id) DO UPDATE SET through = excluded.through",
+        (user_id, top),
+    )
 
 
 def fts_match(terms: Sequence[str]) -> str | None:
@@ -241,8 +290,9 @@ def lexical_search(
     that what other users store changes nothing.
 
     SQLite: messages not yet in the full-text index (`catch_up` could not write) are searched
-    too, in a temporary index of them alone (`_tail`). The matches are scored through a
-    temporary index of them alone (`_bm25`: FTS5's own tokens and stems). PostgreSQL:
+    too, in a temporary index of them alone (`_tail`). Each match's term frequencies come from
+    FTS5's `highlight` of it and its length from FTS5's docsize table (`_matches`), so ranking
+    costs a read of the matches, not a new index of them (`_bm25`). PostgreSQL:
     `memcli.store.pg_index`."""
     if not terms:
         return []
@@ -257,101 +307,128 @@ def lexical_search(
     match = fts_match(terms)
     if match is None:
         return []
-    ids = _matches(store, "retrieval_fts", match, scope, recent)
+    found = _matches(store, "retrieval_fts", match, scope, recent)
     if _tail(store):
-        ids = sorted(set(ids) | set(_matches(store, "retrieval_tail", match, scope, recent)))
+        found = {**found, **_matches(store, "retrieval_tail", match, scope, recent)}
         if recent is not None:
-            ids = ids[-recent:]
-    return _bm25(store, ids, terms, counts, size)[:limit]
+            found = {i: found[i] for i in sorted(found)[-recent:]}
+    return _bm25(store, found, terms, counts, size)[:limit]
 
 
 #: The most matches BM25 ranks without a `recent` bound (the retriever's term choice keeps
 #: them under its budget); BM25's parameters (FTS5's).
 RANKED_MAX, K1, B = 20_000, 1.2, 0.75
+#: What `highlight` puts around each match (characters no message is expected to hold).
+_OPEN, _CLOSE = "\ue000", "\ue001"
 
 
-def _matches(store: SQLStore, fts: str, match: str, scope: Scope, recent: int | None) -> list[int]:
-    """The ids of the messages in scope that match, in id order: the `recent` newest of them
-    (FTS5 walks its lists by rowid, newest first here), else up to RANKED_MAX."""
-    where, params = _filters(store, scope)
-    join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
-    if where:
-        sql = (
-            f"SELECT f.rowid FROM {fts} f JOIN messages m ON m.id = f.rowid{join}"
-            f" WHERE {fts} MATCH ?{where} ORDER BY f.rowid DESC LIMIT ?"
+def _matches(
+    store: SQLStore, fts: str, match: str, scope: Scope, recent: int | None
+) -> dict[int, tuple[list[str], int]]:
+    """The messages in scope that match, each with the words that matched (FTS5's `highlight`
+    of both columns: every occurrence of a term, as written) and its length in tokens (FTS5's
+    own count, from its docsize table): the `recent` newest of them (FTS5 walks its lists by
+    rowid, newest first here), else up to RANKED_MAX."""
+    import re
+
+    join, where, params = _fts_scope(store, scope)
+    marks = f"'{_OPEN}', '{_CLOSE}'"
+    sql = (
+        f"SELECT f.rowid, highlight({fts}, 0, {marks}), highlight({fts}, 1, {marks}), d.sz"
+        f" FROM {fts} f{join} CROSS JOIN {fts}_docsize d ON d.id = f.rowid"
+        f" WHERE {fts} MATCH ?{where} ORDER BY f.rowid DESC LIMIT ?"
+    )
+    spans = re.compile(f"{_OPEN}(.*?){_CLOSE}", re.S)
+    found = {}
+    for rowid, name, content, size in store.execute(sql, (match, *params, recent or RANKED_MAX)):
+        words = spans.findall(name or "") + spans.findall(content or "")
+        found[int(rowid)] = (words, _tokens(size))
+    return found
+
+
+def _tokens(size: bytes | None) -> int:
+    """A document's tokens, all columns: the sum of the varints of FTS5's docsize record."""
+    total = value = 0
+    for byte in size or b"":
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            total, value = total + value, 0
+    return total
+
+
+#: The tokens (FTS5's stems, in order) of words and terms already tokenized, kept for the next
+#: searches (the tokenizer never changes); emptied when it holds more than STEMS_MAX.
+_STEMS: dict[str, tuple[str, ...]] = {}
+STEMS_MAX = 100_000
+
+
+def _stems(store: SQLStore, texts: set[str]) -> dict[str, tuple[str, ...]]:
+    """Each text's tokens as the full-text index reads them (FTS5's tokenizer, through a
+    temporary index of the texts not seen before)."""
+    missing = sorted(t for t in texts if t not in _STEMS)
+    if missing:
+        if len(_STEMS) + len(missing) > STEMS_MAX:
+            _STEMS.clear()
+        store.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.retrieval_words USING fts5(content,"
+            f" tokenize='{FTS_TOKENIZER}')"
         )
-    else:
-        sql = f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? ORDER BY rowid DESC LIMIT ?"
-    rows = store.execute(sql, (match, *params, recent or RANKED_MAX))
-    return sorted(int(r[0]) for r in rows)
+        store.execute(
+            "CREATE VIRTUAL TABLE IF NOT EXISTS temp.retrieval_words_vocab"
+            " USING fts5vocab('temp', 'retrieval_words', 'instance')"
+        )
+        store.execute("DELETE FROM temp.retrieval_words")
+        store.executemany(
+            "INSERT INTO temp.retrieval_words (rowid, content) VALUES (?, ?)",
+            [(i + 1, text) for i, text in enumerate(missing)],
+        )
+        tokens: dict[int, list[tuple[int, str]]] = {}
+        for doc, offset, stem in store.execute(
+            "SELECT doc, offset, term FROM temp.retrieval_words_vocab"
+        ).fetchall():
+            tokens.setdefault(int(doc), []).append((int(offset), str(stem)))
+        for i, text in enumerate(missing):
+            _STEMS[text] = tuple(stem for _, stem in sorted(tokens.get(i + 1, [])))
+    return {t: _STEMS[t] for t in texts}
 
 
 def _bm25(
-    store: SQLStore, ids: Sequence[int], terms: Sequence[str], counts: Mapping[str, int], size: int
+    store: SQLStore,
+    found: Mapping[int, tuple[list[str], int]],
+    terms: Sequence[str],
+    counts: Mapping[str, int],
+    size: int,
 ) -> list[tuple[int, float]]:
-    """(id, BM25 score) of these messages, best first (ties: in id order, as FTS5's): each term's
-    frequency in a message and the message's length in tokens as FTS5 reads them (a temporary
-    index of these messages and the terms, read through fts5vocab), its IDF from `counts` and
-    `size`, lengths against their mean over these messages."""
+    """(id, BM25 score) of these messages (`_matches`), best first (ties: in id order, as
+    FTS5's): each term's frequency in a message (the occurrences of its tokens among the words
+    that matched), the message's length in tokens, its IDF from `counts` and `size` (the
+    scope's), lengths against their mean over these messages."""
     import math
 
-    if not ids:
+    if not found:
         return []
-    store.execute(
-        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.retrieval_rank USING fts5(name, content,"
-        f" tokenize='{FTS_TOKENIZER}')"
-    )
-    store.execute(
-        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.retrieval_rank_words"
-        " USING fts5vocab('temp', 'retrieval_rank', 'instance')"
-    )
-    store.execute("DELETE FROM temp.retrieval_rank")
-    store.executemany(
-        "INSERT INTO temp.retrieval_rank (rowid, name, content) VALUES (?, '', ?)",
-        [(-1 - i, term) for i, term in enumerate(terms)],
-    )
-    for at in range(0, len(ids), 500):
-        chunk = list(ids[at : at + 500])
-        store.execute(
-            "INSERT INTO temp.retrieval_rank (rowid, name, content) SELECT id, name, content"
-            f" FROM messages WHERE id IN ({','.join('?' * len(chunk))})",
-            chunk,
-        )
-    stems: dict[str, set[int]] = {}  # a stem: the terms (by index) it is a word of
-    parts = [0] * len(terms)
-    for doc, stem in store.execute(
-        "SELECT doc, term FROM temp.retrieval_rank_words WHERE doc < 0"
-    ).fetchall():
-        stems.setdefault(stem, set()).add(-1 - int(doc))
-        parts[-1 - int(doc)] += 1
-    lengths = dict(
-        store.execute(
-            "SELECT doc, COUNT(*) FROM temp.retrieval_rank_words WHERE doc > 0 GROUP BY doc"
-        ).fetchall()
-    )
-    mean = max(sum(lengths.values()) / max(len(lengths), 1), 1.0)
-    found: dict[tuple[int, int], list[int]] = {}  # (doc, term): its words' frequencies
-    if stems:
-        rows = store.execute(
-            "SELECT doc, term, COUNT(*) FROM temp.retrieval_rank_words WHERE doc > 0"
-            f" AND term IN ({','.join('?' * len(stems))}) GROUP BY doc, term",
-            list(stems),
-        ).fetchall()
-        for doc, stem, n in rows:
-            for t in stems[stem]:
-                found.setdefault((int(doc), t), []).append(int(n))
+    stems = _stems(store, {w for words, _ in found.values() for w in words} | set(terms))
+    mean = max(sum(length for _, length in found.values()) / len(found), 1.0)
     idf = []
     for term in terms:
         count = counts.get(term, 0)
         total = max(size, count)
         idf.append(max(math.log((total - count + 0.5) / (count + 0.5)), 1e-6))
+    wanted = [(t, stems[term]) for t, term in enumerate(terms) if stems[term]]
     scores: dict[int, float] = {}
-    for (doc, t), tfs in found.items():
-        if len(tfs) < parts[t]:
-            continue  # not every word of the term (a phrase) is in it
-        tf = min(tfs)
-        norm = K1 * (1 - B + B * lengths.get(doc, 0) / mean)
-        scores[doc] = scores.get(doc, 0.0) + idf[t] * tf * (K1 + 1) / (tf + norm)
+    for doc, (words, length) in found.items():
+        tfs = [0] * len(terms)
+        for word in words:
+            tokens = stems[word]
+            for t, phrase in wanted:
+                width = len(phrase)
+                tfs[t] += sum(
+                    tokens[at : at + width] == phrase for at in range(len(tokens) - width + 1)
+                )
+        norm = K1 * (1 - B + B * length / mean)
+        score = sum(idf[t] * tf * (K1 + 1) / (tf + norm) for t, tf in enumerate(tfs) if tf)
+        if score:
+            scores[doc] = score
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
