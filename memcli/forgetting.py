@@ -56,9 +56,8 @@ class Deletion:
         """One line for a person: what goes."""
         if self.forgotten is not None:
             f = self.forgotten
-            if not (f.sessions or f.messages or f.facts or f.fact_changes or f.summaries):
-                if not (f.block_states or f.vectors):  # (a mistyped name, as often as not)
-                    return f"user {f.user!r}: nothing is stored for this user"
+            if f.is_empty:  # (a mistyped name, as often as not)
+                return f"user {f.user!r}: nothing is stored for this user"
             return (
                 f"user {f.user!r}: {_n(len(f.sessions), 'session')} ({', '.join(f.sessions)}),"
                 f" {_n(f.messages, 'message')}, {_n(f.facts, 'fact')}"

@@ -247,6 +247,9 @@ def test_a_user_with_nothing_stored_is_said_so(tmp_path: Path) -> None:
     assert "No sessions of user 'defautl'. Did you mean 'default'? The users" in run.stderr
     run = memcli("rm", "--user", "nobody", "--yes")
     assert run.code == 0 and "user 'nobody': nothing is stored for this user" in run.stderr
+    run = memcli("rm", "--user", "defualt", "--yes")  # a typo: the close name, nothing deleted
+    said = " ".join(run.stderr.split())
+    assert run.code == 0 and "Nothing is stored for user 'defualt'. Did you mean 'default'?" in said
     assert [r["session"] for r in memcli("sessions").records()] == ["one"]
 
 

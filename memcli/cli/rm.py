@@ -68,6 +68,11 @@ def rm_command(
     if not dry_run and forgetting.finish_deletes(store, s.home / "indexes"):
         output.info("Finished a delete that was stopped before its cleanup.")
     deletions = forgetting.plan(store, session or [], message or [], user)
+    for d in deletions:
+        if d.forgotten is not None and d.forgotten.is_empty:
+            others = common.close_users(store, d.forgotten.user)
+            if others:
+                output.info(f"Nothing is stored for user {d.forgotten.user!r}.{others}")
     wants_json = output.wants_json(json_)
     if dry_run:
         for d in deletions:

@@ -52,6 +52,12 @@ class Forgotten:
     block_states: int = 0
     vectors: int = 0
 
+    @property
+    def is_empty(self) -> bool:
+        """Nothing of the user is stored (a mistyped name, as often as not)."""
+        counts = (self.messages, self.facts, self.fact_changes, self.summaries)
+        return not self.sessions and not any(counts) and not (self.block_states or self.vectors)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": "forgotten",
