@@ -450,7 +450,12 @@ def test_chat_in_a_real_terminal(tmp_path, llm, isolated):
                 "send-keys", "-t", name, f"message {i}: tell me about the sea and the sky", "Enter"
             )
             wait_for(lambda i=i: f"you › message {i}" in screen())
-            wait_for(lambda: screen().splitlines()[-1].startswith(" ready"))
+            wait_for(
+                lambda: (
+                    screen().splitlines()[-1:] != []
+                    and screen().splitlines()[-1].startswith(" ready")
+                )
+            )
         text = screen()
         assert "threshold · limit 60" in text, text  # the budget gauge
         assert "┃" in text or "╋" in text
@@ -754,8 +759,9 @@ def test_the_edges_in_a_real_terminal(tmp_path, llm, isolated):
         def screen() -> str:
             return tmux("capture-pane", "-p", "-t", name)
 
-        def ready() -> bool:
-            return screen().rstrip().splitlines()[-1].startswith(" ready")
+        def ready() -> bool:  # (a screen caught blank, mid-resize, is not ready yet)
+            lines = screen().rstrip().splitlines()
+            return bool(lines) and lines[-1].startswith(" ready")
 
         wait_for(lambda: "Short-term" in screen() and "Long-term" in screen() and ready())
         tmux("send-keys", "-t", name, "I keep bees", "Enter")
