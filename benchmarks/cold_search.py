@@ -305,7 +305,7 @@ def scope(
         )
     print(
         f"  dense recall@{k} against exact search of the user's vectors:"
-        f" {statistics.mean(recall):.3f} ({type(retriever.vectors.index).__name__})"
+        f" {statistics.mean(recall):.3f} ({type(getattr(retriever.vectors, 'index', retriever.vectors)).__name__})"
     )
 
 
