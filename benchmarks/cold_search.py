@@ -230,8 +230,11 @@ def warm(
     return times
 
 
-def scope(db: Path, cache: str | None, runs: int, only: str | None = None, k: int = 10) -> None:
-    """Scope first, in a store of several users: for each user (or `only` that one), `runs`
+def scope(
+    db: Path | str, cache: str | None, runs: int, only: str | None = None, k: int = 10
+) -> None:
+    """Scope first, in a store of several users (`db`: a SQLite file, or a `postgresql://` URL:
+    the store copied there by `memcli copy`): for each user (or `only` that one), `runs`
     LoCoMo questions searched in lexical mode (how many lose their lexical hits to other users:
     the user's messages hold a query word, yet BM25 found none of them; must be 0), then timed
     warm in each mode (hybrid, lexical, vector: p50/p95); and the dense search's recall@`k` of
@@ -244,7 +247,7 @@ def scope(db: Path, cache: str | None, runs: int, only: str | None = None, k: in
     from memcli.search.retriever import Retriever
     from memcli.search.types import SearchOptions
     from memcli.store import index as sql
-    from memcli.store.sqlite import SQLiteStore
+    from memcli.store import open_store
 
     questions: list[str] = []
     for path in sorted(DEFAULT_DATA.glob("*.json")):
@@ -252,7 +255,7 @@ def scope(db: Path, cache: str | None, runs: int, only: str | None = None, k: in
         conv = data.get("conversation", data)
         questions += [q["question"] for q in data.get("qa", conv.get("qa", []))]
     random.Random(5).shuffle(questions)
-    store = SQLiteStore(db)
+    store = open_store(db, create=False)
     embedder = OnnxEmbedder(cache or default_home(os.environ) / "models")
     retriever = Retriever(store, embedder, SearchOptions())
     users = [r[0] for r in store.execute("SELECT DISTINCT user_id FROM sessions ORDER BY 1")]
@@ -302,7 +305,7 @@ def scope(db: Path, cache: str | None, runs: int, only: str | None = None, k: in
         )
     print(
         f"  dense recall@{k} against exact search of the user's vectors:"
-        f" {statistics.mean(recall):.3f} ({type(retriever.vectors.index).__name__})"
+        f" {statistics.mean(recall):.3f} ({type(getattr(retriever.vectors, 'index', retriever.vectors)).__name__})"
     )
 
 
@@ -348,7 +351,9 @@ def rekey(db: Path, cache: str | None) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True, type=Path)
+    parser.add_argument(
+        "--db", required=True, help="the SQLite file (or, for --scope alone, a postgresql:// URL)"
+    )
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--per-batch", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=1000)
@@ -374,9 +379,13 @@ def main() -> int:
         "--rekey", action="store_true", help="give an older store's vectors the current model key"
     )
     args = parser.parse_args()
+    if not args.db.startswith(("postgresql://", "postgres://")):
+        args.db = Path(args.db)
+    elif args.runs or args.warm or args.rekey:
+        parser.error("a postgresql:// --db takes --scope only (with --runs 0)")
     if args.rekey:
         rekey(args.db, args.model_cache)
-    if not args.db.exists():
+    if isinstance(args.db, Path) and not args.db.exists():
         args.db.parent.mkdir(parents=True, exist_ok=True)
         build(args.db, args.messages, args.per_batch, args.sessions, args.model_cache)
     if args.runs:

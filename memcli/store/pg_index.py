@@ -318,10 +318,13 @@ def latest_time(
         "SELECT COALESCE(MIN(CAST(value AS BIGINT)), 0) FROM retrieval_state"
         " WHERE key LIKE 'embedded:%'"
     ).fetchone()[0]
+    # The messages past the mark and those to embed again, each their own maximum: an OR of
+    # the two would read every message of the store (no index serves it).
     row = store.execute(
         f"SELECT GREATEST((SELECT MAX(v.at_ms) FROM retrieval_vectors v WHERE TRUE{filters}),"
-        f" ({messages} AND (m.id > ? OR m.id IN (SELECT message_id FROM retrieval_redo))))",
-        (*vector_params, *params, int(through)),
+        f" ({messages} AND m.id > ?),"
+        f" ({messages} AND m.id IN (SELECT message_id FROM retrieval_redo)))",
+        (*vector_params, *params, int(through), *params),
     ).fetchone()
     if row is None or row[0] is None:
         return None
