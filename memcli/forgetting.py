@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import MessageNotFound, UsageError
 from memcli.messages import format_time
 from memcli.store.base import require_session
+from memcli.words import plural
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,22 +60,18 @@ class Deletion:
             if f.is_empty:  # (a mistyped name, as often as not)
                 return f"user {f.user!r}: nothing is stored for this user"
             return (
-                f"user {f.user!r}: {_n(len(f.sessions), 'session')} ({', '.join(f.sessions)}),"
-                f" {_n(f.messages, 'message')}, {_n(f.facts, 'fact')}"
-                f" ({_n(f.fact_changes, 'history entry', 'history entries')}),"
-                f" {_n(f.summaries, 'summary', 'summaries')}, {_n(f.block_states, 'block state')},"
-                f" {_n(f.vectors, 'vector')}"
+                f"user {f.user!r}: {plural(len(f.sessions), 'session')} ({', '.join(f.sessions)}),"
+                f" {plural(f.messages, 'message')}, {plural(f.facts, 'fact')}"
+                f" ({plural(f.fact_changes, 'history entry', 'history entries')}),"
+                f" {plural(f.summaries, 'summary', 'summaries')}, {plural(f.block_states, 'block state')},"
+                f" {plural(f.vectors, 'vector')}"
             )
         if self.message is not None:
             m = self.message
             text = " ".join(m.content.split())
             text = text if len(text) <= 60 else text[:59] + "…"
             return f"message {m.id} of session {self.session} ({m.role}, {m.status}): {text}"
-        return f"session {self.session} ({_n(self.messages, 'message')})"
-
-
-def _n(count: int, noun: str, plural: str | None = None) -> str:
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+        return f"session {self.session} ({plural(self.messages, 'message')})"
 
 
 def plan(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from memcli.blocks.feed import FeedResult, FlushedBatch, feed, unprocessed
 from memcli.errors import MemcliError
+from memcli.words import plural
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -65,7 +66,7 @@ class WorkStatus:
         """e.g. `long-term: 2 batches in progress`; empty when nothing waits."""
         if not self.waiting:
             return ""
-        return f"long-term: {_batches(self.waiting)} in progress"
+        return f"long-term: {plural(self.waiting, 'batch')} in progress"
 
 
 @dataclass
@@ -243,16 +244,12 @@ class Background:
             return Fed(len(job.ids), result)
 
 
-def _batches(n: int) -> str:
-    return f"{n:,} {'batch' if n == 1 else 'batches'}"
-
-
 def left_note(left: int, session_id: str) -> str | None:
     """What to say on quitting with `left` batches not fed yet (None: none)."""
     if not left:
         return None
     verb = "waits" if left == 1 else "wait"
     return (
-        f"{_batches(left)} of long-term memory {verb}; the next chat in this session"
+        f"{plural(left, 'batch')} of long-term memory {verb}; the next chat in this session"
         f" (`memcli chat --session {session_id}`) or `memcli blocks backfill` finishes them."
     )

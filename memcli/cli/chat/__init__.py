@@ -389,7 +389,7 @@ def _say_failures(chat: Chat) -> None:
         if fed.failed:
             n = fed.failed
             output.info(
-                f"Long-term memory: {n} {'batch' if n == 1 else 'batches'} failed and"
+                f"Long-term memory: {output.plural(n, 'batch')} failed and"
                 f" {'stays' if n == 1 else 'stay'} pending ({fed.error}); `memcli blocks"
                 " backfill` retries."
             )
