@@ -318,3 +318,14 @@ def complete_user(ctx: typer.Context, incomplete: str) -> list[str]:
         return sorted(u for u in users if u.startswith(incomplete))
     except Exception:  # noqa: BLE001
         return []
+
+
+#: A command's SESSION argument: a stored session's id, completed from the database.
+SessionId = Annotated[
+    str,
+    typer.Argument(
+        help="The session id (see `memcli sessions`).",
+        metavar="SESSION",
+        autocompletion=complete_session,
+    ),
+]

@@ -12,14 +12,7 @@ from memcli.cli import common, output
 
 def export_command(
     ctx: typer.Context,
-    session: Annotated[
-        str,
-        typer.Argument(
-            help="The session id (see `memcli sessions`).",
-            metavar="SESSION",
-            autocompletion=common.complete_session,
-        ),
-    ],
+    session: common.SessionId,
     all_: Annotated[
         bool, typer.Option("--all", help="Include archived messages, with their status.")
     ] = False,

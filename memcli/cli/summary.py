@@ -14,14 +14,7 @@ if TYPE_CHECKING:
 
 def summary_command(
     ctx: typer.Context,
-    session: Annotated[
-        str,
-        typer.Argument(
-            help="The session id (see `memcli sessions`).",
-            metavar="SESSION",
-            autocompletion=common.complete_session,
-        ),
-    ],
+    session: common.SessionId,
     history: Annotated[
         bool, typer.Option("--history", help="Every version, oldest first, not only the current.")
     ] = False,
