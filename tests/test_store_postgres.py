@@ -52,16 +52,16 @@ def test_the_tables_and_columns_are_sqlites(
 ) -> None:
     """Same names on both backends (what the SQL helpers and a copy between backends rely on);
     SQLite's full-text index is not there, and PostgreSQL's derived columns are its own: the
-    messages' tsvector, and with pgvector the vectors in its type with their messages' users and
-    times (the columns a copy leaves to the destination)."""
+    messages' tsvector and users, and with pgvector the vectors in its type with their messages'
+    users and times (the columns a copy leaves to the destination)."""
     from memcli.store.copy import DERIVED
 
     url = request.getfixturevalue("pg_url" if server == "postgresql" else "pgvector_url")
     open_store(url).close()
     columns = _columns_pg(url)
     columns["messages"].remove("search")
-    if server == "pgvector":
-        for table, column in DERIVED:
+    for table, column in DERIVED:
+        if server == "pgvector" or table != "retrieval_vectors":
             columns[table].remove(column)
     assert not {c for t, c in DERIVED} & set(columns["retrieval_vectors"])
     assert columns == _columns_sqlite(tmp_path / "s.db")
@@ -71,7 +71,7 @@ def test_migrations_recorded_once_at_sqlites_numbers(pg_url: str) -> None:
     open_store(pg_url).close()
     store = open_store(pg_url)
     versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
-    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 28
+    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 29
 
 
 OPEN = textwrap.dedent(
@@ -360,6 +360,64 @@ def test_vectors_keep_their_users_and_times_from_migration_23_on(
         ]
         exact = sorted(within, key=lambda i: -float(by_id[i] @ query))[:5]
         assert [i for i, _ in found] == exact, scope
+    store.close()
+
+
+def test_messages_carry_their_users_from_migration_29_on(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store made before 29 gets each message's user, in its row and in its tsvector; a
+    message stored after it (a put, a copy's rows) gets them when it is stored; a user's search
+    and term counts go through the user's lexeme, which no message's text can make (so no
+    message of another user is ever counted or found)."""
+    import hashlib
+
+    import memcli.store.pg_migrations as pgm
+    from memcli.store import index as sql
+    from memcli.store import postgres as pg_store
+
+    def put(store: PostgresStore, user: str, texts: list[str]) -> None:
+        Memory.from_defaults(
+            session_id=f"{user}-s", user_id=user, db=store, tokenizer=WordTokenizer()
+        ).put_messages([Message(role="user", content=t) for t in texts])
+
+    forged = f"cello u {hashlib.md5(b'bo').hexdigest()} 'u {hashlib.md5(b'bo').hexdigest()}'"
+    with monkeypatch.context() as m:
+        m.setattr(pgm, "MIGRATIONS", [x for x in pgm.MIGRATIONS if x[0] < 29])
+        m.setattr(pg_store, "LATEST", 28)
+        store = open_store(pg_url)
+        assert store.execute("SELECT MAX(version) FROM migrations").fetchone()[0] == 28
+        put(store, "ana", ["the cello lesson", "cello again", forged])
+        put(store, "bo", ["a cello for bo", "the piano"])
+        store.close()
+
+    store = open_store(pg_url)
+    assert store.execute("SELECT MAX(version) FROM migrations").fetchone()[0] == LATEST
+    put(store, "bo", ["cello late"])
+    store.execute(
+        "INSERT INTO messages (session_id, seq, role, content, tokens, status, created_at)"
+        " VALUES ('ana-s', 99, 'user', 'cello copied', 2, 'archived', '2024-01-01T00:00:00')"
+    )
+    rows = store.execute(
+        "SELECT m.user_id, s.user_id FROM messages m JOIN sessions s ON s.id = m.session_id"
+    ).fetchall()
+    assert len(rows) == 7 and all(mine == theirs for mine, theirs in rows)
+    for user, want in (("ana", 4), ("bo", 2)):
+        assert sql.term_counts(store, ["cello"], 100, sql.Scope(user_id=user)) == {"cello": want}
+        found = sql.lexical_search(store, ["cello"], sql.Scope(user_id=user), 10)
+        owners = {
+            store.execute(
+                "SELECT s.user_id FROM messages m JOIN sessions s ON s.id = m.session_id"
+                " WHERE m.id = ?",
+                (i,),
+            ).fetchone()[0]
+            for i, _ in found
+        }
+        assert len(found) == want and owners == {user}
+    assert sql.term_counts(store, ["cello"], 100) == {"cello": 6}  # the whole store
+    # A word with no lexeme matches nothing, in a user's scope as in the store's.
+    assert sql.term_counts(store, ["__"], 100, sql.Scope(user_id="ana")) == {"__": 0}
+    assert sql.lexical_search(store, ["__"], sql.Scope(user_id="ana"), 10) == []
     store.close()
 
 

@@ -84,6 +84,8 @@ CLAIM_POLL = 0.2
 QUEUE = 8192
 #: A search says what it builds (`on_build`) when that should take at least this many seconds.
 ANNOUNCE_SECONDS = 1.0
+#: How many scopes' speakers' names a retriever keeps, and how many names each (see `search`).
+SPEAKER_SCOPES, SPEAKER_NAMES = 64, 256
 
 
 class Retriever:
@@ -120,6 +122,8 @@ class Retriever:
         self._part_vectors: OrderedDict[str, Any] = OrderedDict()  # see `search(parts=...)`
         self.lexical = Lexical(store, self.options.lexical_budget)
         self._query: Any = None  # the last search's query vector
+        # The speakers' names (lowercase) the hits of each owner scope (`_owner`) have shown.
+        self._speakers: OrderedDict[Scope | None, set[str]] = OrderedDict()
         #: The claim's holder (`PID@HOST`) when the last `index` gave up waiting for it, else None.
         self.waited_for: str | None = None
 
@@ -304,20 +308,17 @@ class Retriever:
         # of the query without it. (Names are indexed and embedded with each message, so the
         # name alone would match, and pull the vector toward, every message of that speaker.)
         # The names are those of the speakers among the messages BM25 finds for the whole query.
-        text = query
-        first: list[tuple[int, float]] | None = None
-        if o.speaker_weight > 0:
-            first = self.lexical.search(query, scope, o.candidates)
-            speakers = sql.speaker_words(self.store, [i for i, _ in first], query_words(query))
-            text = (without_words(query, speakers) if speakers else None) or query
-        lexical: list[list[tuple[int, float]]] = [[] for _ in scopes]
-        dense: list[list[tuple[int, float]]] = [[] for _ in scopes]
+        # The dense search does not wait for BM25 to name them: it starts at once on the query
+        # without the names this scope's hits have shown so far (a conversation has few
+        # speakers), and starts again, on the right text, only when BM25's names take out other
+        # words (so the first search of a scope that names a speaker searches twice).
+        owner = _owner(scope)
+        words = query_words(query) if o.speaker_weight > 0 else set()
         dense_wanted = mode != "lexical" and o.vector_weight > 0
-        dense_job = None
+        dense_job = guess = None
         if dense_wanted:
             # A search embeds what is missing in its scope's user or session first (up to
             # `embed_limit`), never another user's messages.
-            owner = _owner(scope)
             pending = self.pending(owner)
             if pending:
                 count = min(pending, o.embed_limit)
@@ -328,7 +329,23 @@ class Retriever:
             else:  # (what another scope embedded past its mark is not looked at again)
                 vsql.settle(self.store, self.model, owner)
             # Embedding the query and the FAISS search (in a cold process, loading the model
-            # and the index) run in a thread while SQLite ranks BM25 here: neither holds the GIL.
+            # and the index) run in a thread while the database ranks BM25 here: neither holds
+            # the GIL. (A window's parts make the vector: the names do not change it.)
+            known = self._speakers.get(owner, set())
+            guess = query if parts else _without(query, sql.naming_words(known, words))
+            dense_job = _Background(self._dense, guess, scopes, o.candidates, parts)
+        text = query
+        first: list[tuple[int, float]] | None = None
+        if o.speaker_weight > 0:
+            first = self.lexical.search(query, scope, o.candidates)
+            names = sql.speaker_names(self.store, [i for i, _ in first])
+            if names:
+                self._remember_speakers(owner, names)
+            text = _without(query, sql.naming_words(names, words))
+        lexical: list[list[tuple[int, float]]] = [[] for _ in scopes]
+        dense: list[list[tuple[int, float]]] = [[] for _ in scopes]
+        if dense_job is not None and not parts and guess != text:
+            dense_job.result()  # (it holds the vectors' connection)
             dense_job = _Background(self._dense, text, scopes, o.candidates, parts)
         if mode != "vector" and o.lexical_weight > 0:
             lexical = [
@@ -358,6 +375,17 @@ class Retriever:
                 fused = fuse([(1.0, [i for i, _ in fused]), (o.speaker_weight, named)], o.rrf_k)
         result.hits = self._hits(fused, lexical[0], dense[0], k, scope, query_terms(query))
         return result
+
+    def _remember_speakers(self, owner: Scope | None, names: set[str]) -> None:
+        """Add names to those `owner`'s hits have shown (a bounded memory: SPEAKER_SCOPES
+        scopes, SPEAKER_NAMES names each; the rest only costs a second dense search)."""
+        known = self._speakers.setdefault(owner, set())
+        self._speakers.move_to_end(owner)
+        if len(known) + len(names) > SPEAKER_NAMES:
+            known.clear()
+        known |= set(list(names)[:SPEAKER_NAMES])
+        while len(self._speakers) > SPEAKER_SCOPES:
+            self._speakers.popitem(last=False)
 
     def _window(self, query: str, scope: Scope) -> TimeWindow | None:
         """The time window the query names within the scope's, or None (see `search.when`):
@@ -539,6 +567,11 @@ def weighted_pieces(embedder: Embedder, texts: Sequence[str]) -> list[Any]:
         out.append(vectors[at : at + len(ps)] * words[:, None])
         at += len(ps)
     return out
+
+
+def _without(query: str, names: set[str]) -> str:
+    """The query without the words that name speakers (the query itself when nothing is left)."""
+    return (without_words(query, names) if names else None) or query
 
 
 def _within(m: MessageRow, scope: Scope) -> bool:

@@ -126,8 +126,9 @@ def snapshot(store: Any) -> Iterator[None]:
 
 #: Columns a database derives from others, left to the destination: pgvector's copy of a
 #: vector's bytes (filled before a search), and the copies of its message's user and time (set
-#: when the vector is stored).
+#: when the vector is stored); a message's copy of its session's user (set when it is stored).
 DERIVED = {
+    ("messages", "user_id"),
     ("retrieval_vectors", "embedding"),
     ("retrieval_vectors", "user_id"),
     ("retrieval_vectors", "at_ms"),

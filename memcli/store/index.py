@@ -24,7 +24,7 @@ from memcli.messages import parse_time
 from memcli.store.migrations import FTS_TOKENIZER
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     import numpy as np
 
@@ -156,17 +156,16 @@ def _filters(
     return sql, params
 
 
-def _pg_filters(store: SQLStore, scope: Scope) -> tuple[str, list[Any]]:
-    """`_filters` for the full-text search of `messages m` on PostgreSQL, with no join: a user's
-    messages are those of the user's sessions, an array of their ids computed once, so that the
-    planner intersects the text index's bitmap of a term's messages with the session index's
-    bitmap of the user's (a common word of a 100,000-message user in a 1,000,000-message store:
-    32 ms), where a join to `sessions` read every user's matches (580 ms)."""
+def _pg_filters(store: SQLStore, scope: Scope) -> tuple[str, list[Any], str | None]:
+    """`_filters` for the full-text search of `messages m` on PostgreSQL, with no join, and the
+    scope's user apart: the text query itself asks for the user's messages (each message's
+    tsvector holds its user's lexeme, `pg_migrations.USER_LEXEME`), so that the text index
+    intersects a word's messages with the user's (a common word of a 100,000-message user in a
+    1,000,000-message store: 7 ms), where a filter on the user's sessions built the bitmap of
+    every message of the user for each word (24 ms) and a join to `sessions` read every user's
+    matches (580 ms)."""
     where, params = _filters(store, dataclasses.replace(scope, user_id=None))
-    if scope.user_id is None:
-        return where, params
-    user = " AND m.session_id = ANY(ARRAY(SELECT id FROM sessions WHERE user_id = ?))"
-    return user + where, [scope.user_id, *params]
+    return where, params, scope.user_id
 
 
 def fts_through(store: SQLStore) -> int:
@@ -215,7 +214,7 @@ def term_counts(
     if store.dialect == "postgresql":
         from memcli.store import pg_index
 
-        return pg_index.term_counts(store, terms, cap, ("", *_pg_filters(store, scope or Scope())))
+        return pg_index.term_counts(store, terms, cap, _pg_filters(store, scope or Scope()))
     join, where, params = _fts_scope(store, scope or Scope())
     sql = f"SELECT 1 FROM retrieval_fts f{join} WHERE retrieval_fts MATCH ?{where} LIMIT ?"
     counts = {}
@@ -313,7 +312,7 @@ def lexical_search(
         from memcli.store import pg_index
 
         where = _pg_filters(store, scope)
-        return pg_index.lexical_search(store, terms, where, "", limit, recent, counts, size)
+        return pg_index.lexical_search(store, terms, where, limit, recent, counts, size)
     match = fts_match(terms)
     if match is None:
         return []
@@ -593,13 +592,16 @@ def spoken_by(store: SQLStore, ids: Sequence[int], words: set[str]) -> list[int]
     return [item for item in ids if _name_words(names.get(item, ""), words)]
 
 
-def speaker_words(store: SQLStore, ids: Sequence[int], words: set[str]) -> set[str]:
-    """The words of `words` (lowercase) that name the speaker of one of the messages `ids`, as
-    `spoken_by` reads names."""
-    if not words or not ids:
-        return set()
+def speaker_names(store: SQLStore, ids: Sequence[int]) -> set[str]:
+    """The names (lowercase) of the speakers of the messages `ids` (see `naming_words`)."""
+    return {name for name in _names(store, ids).values() if name} if ids else set()
+
+
+def naming_words(names: Iterable[str], words: set[str]) -> set[str]:
+    """The words of `words` (lowercase) that name one of `names` (lowercase), as `spoken_by`
+    reads names."""
     out: set[str] = set()
-    for name in set(_names(store, ids).values()):
+    for name in names:
         out |= _name_words(name, words)
     return out
 

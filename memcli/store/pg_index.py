@@ -111,9 +111,11 @@ def lock_claim(store: SQLStore, key: str) -> None:
 # -- full text -------------------------------------------------------------------------------------
 
 
-def _tsquery(terms: Sequence[str]) -> str:
-    """SQL for the OR of the terms (one `?` each): each term's words, stemmed."""
-    return " || ".join(["plainto_tsquery('memcli', ?)"] * len(terms))
+def _tsquery(terms: Sequence[str], user: str | None) -> str:
+    """SQL for the OR of the terms (one `?` each): each term's words, stemmed; within a user's
+    messages (one more `?`, after the terms': the user) when `user` is not None."""
+    match = " || ".join(["plainto_tsquery('memcli', ?)"] * len(terms))
+    return match if user is None else f"memcli_user_query({match}, ?)"
 
 
 #: A term PostgreSQL's statistics put in over this many times the cap is taken as over it,
@@ -122,10 +124,11 @@ OVER_CAP = 4
 
 
 def term_counts(
-    store: SQLStore, terms: Sequence[str], cap: int, scope: tuple[str, str, list[Any]]
+    store: SQLStore, terms: Sequence[str], cap: int, scope: tuple[str, list[Any], str | None]
 ) -> dict[str, int]:
-    """In how many messages of the scope (`scope`: join, conditions and parameters on
-    `messages m`, from `memcli.store.index.term_counts`) each term occurs, counted up to cap + 1.
+    """In how many messages of the scope (`scope`: conditions and parameters on `messages m`,
+    and the user or None, from `memcli.store.index.term_counts`) each term occurs, counted up
+    to cap + 1: a user's through the user's lexeme in the query (see `_tsquery`).
 
     Counting through the GIN index builds the whole bitmap of a term's messages, however low the
     cap (a common word in a million messages: 50-400 ms). So for the whole store, when ANALYZE
@@ -133,10 +136,10 @@ def term_counts(
     OVER_CAP times the cap counts as cap + 1 without counting (PostgreSQL's estimate, about
     1 ms); the others, rare or unknown, are counted. A user's or a session's terms are always
     counted in it: the store's statistics would make one user's counts depend on the others'."""
-    join, filters, params = scope
+    filters, params, user = scope
     counts = {}
     row = None
-    if not filters:
+    if not filters and user is None:
         row = store.execute(
             "SELECT 1 FROM pg_stats WHERE schemaname = current_schema()"
             " AND tablename = 'messages' AND attname = 'search' AND most_common_elems IS NOT NULL"
@@ -152,9 +155,9 @@ def term_counts(
                 counts[term] = cap + 1
                 continue
         found = store.execute(
-            f"SELECT COUNT(*) FROM (SELECT 1 FROM messages m{join}"
-            f" WHERE m.search @@ plainto_tsquery('memcli', ?){filters} LIMIT ?) AS t",
-            (term, *params, cap + 1),
+            "SELECT COUNT(*) FROM (SELECT 1 FROM messages m"
+            f" WHERE m.search @@ {_tsquery([term], user)}{filters} LIMIT ?) AS t",
+            (term, *([] if user is None else [user]), *params, cap + 1),
         ).fetchone()
         counts[term] = int(found[0])
     return counts
@@ -163,38 +166,39 @@ def term_counts(
 def lexical_search(
     store: SQLStore,
     terms: Sequence[str],
-    where: tuple[str, list[Any]],
-    join: str,
+    where: tuple[str, list[Any], str | None],
     limit: int,
     recent: int | None,
     counts: Mapping[str, int],
     size: int,
 ) -> list[tuple[int, float]]:
     """(message id, BM25 score) of the best `limit` messages holding any of the terms, under the
-    scope's filters (`where`, `join`: SQL from `memcli.store.index`); with `recent`, only
+    scope's filters and user (`where`, from `memcli.store.index`); with `recent`, only
     the `recent` most recent matches in scope are ranked. `counts` and `size`: in how many of
     the scope's user's (or session's) messages each term occurs, and how many it holds."""
     if not terms:
         return []
-    filters, params = where
+    filters, params, user = where
     idf = [_idf(int(size), counts.get(t, 0)) for t in terms]
-    match = _tsquery(terms)
+    match = _tsquery(terms, user)
+    scoped = [*terms, *([] if user is None else [user]), *params]
     if recent is not None:
         matches = (
-            f"(SELECT m.id FROM messages m{join} WHERE m.search @@ ({match}){filters}"
+            f"(SELECT m.id FROM messages m WHERE m.search @@ ({match}){filters}"
             f" ORDER BY m.id DESC LIMIT ?) AS r JOIN messages m ON m.id = r.id"
         )
-        args: list[Any] = [*terms, *params, recent]
+        args: list[Any] = [*scoped, recent]
     else:
-        matches = f"messages m{join} WHERE m.search @@ ({match}){filters}"
-        args = [*terms, *params]
+        matches = f"messages m WHERE m.search @@ ({match}){filters}"
+        args = scoped
     rows = store.execute(
         "WITH q AS (SELECT w.lexeme, MAX(u.idf) AS idf FROM unnest(?::text[], ?::float8[])"
         " AS u(term, idf), unnest(tsvector_to_array(to_tsvector('memcli', u.term))) AS w(lexeme)"
         " GROUP BY w.lexeme),"
         # Each match's tsvector cut down to the query's words (weight A marks them: the
-        # generated vectors carry D only), so that only those are unnested.
-        " c AS (SELECT m.id, length(m.search) AS len, ts_filter(setweight(m.search, 'A',"
+        # generated vectors carry D only), so that only those are unnested; its length
+        # without the user's lexeme.
+        " c AS (SELECT m.id, length(m.search) - 1 AS len, ts_filter(setweight(m.search, 'A',"
         f" (SELECT array_agg(lexeme) FROM q)), '{{a}}') AS found FROM {matches}),"
         " a AS (SELECT GREATEST(AVG(len), 1) AS mean FROM c)"
         " SELECT c.id, SUM(q.idf * t.tf * ? / (t.tf + ? * (1 - ? + ? * c.len / a.mean)))"
