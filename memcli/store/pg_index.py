@@ -6,8 +6,10 @@ Full text. `messages.search` is a tsvector generated from the speaker's name and
 schema: `memcli.store.pg_migrations`), so a message is searchable once committed: no catching up
 as with SQLite's FTS5 table (generated at insert: an import pays about the time of
 `to_tsvector`, measured in docs/performance.md). A query is the OR of the query's terms, each
-through `plainto_tsquery` (its text bound as a parameter, never written into tsquery syntax).
-The score is BM25 computed in SQL over the matching messages, as FTS5's `bm25()` ranks them:
+through `plainto_tsquery` (its text bound as a parameter, never written into tsquery syntax);
+within a user's messages, ANDed with the user's lexeme (each message's tsvector holds its user's,
+`pg_migrations.USER_LEXEME`), so that the GIN index intersects the word's messages with the
+user's and hands over only those (`_tsquery`). The score is BM25 computed in SQL over the matching messages, as FTS5's `bm25()` ranks them:
 per term, IDF from the number of messages of the scope's user (or session) it occurs in (the
 retriever's term counts) and how many messages that user holds; term frequency from the tsvector's positions; length from the tsvector's number
 of words, against their mean over the matches. The retriever fuses ranks, not scores, so the

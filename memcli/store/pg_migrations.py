@@ -6,7 +6,8 @@ The first step makes at once the schema SQLite reaches at version 16, with Postg
 text search in place of SQLite's FTS5 table, and pgvector's vectors when the server has it:
 
 - Full text: `messages.search`, a tsvector generated from the speaker's name and the text (the
-  first TSV_CHARS characters: a tsvector holds at most 1 MB), under a GIN index, in the text
+  first TSV_CHARS characters: a tsvector holds at most 1 MB; from 29, and a lexeme of the
+  message's user, `USER_LEXEME`), under a GIN index, in the text
   search configuration `memcli` (words stemmed by Snowball's English stemmer, as FTS5's porter
   tokenizer does, and no stop words: the query leaves out its own). A put pays for it (see
   `memcli.store.pg_index`); no catching up, nothing to get out of step.
