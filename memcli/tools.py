@@ -398,7 +398,9 @@ class AgentTools:
     def forget_user(self, confirm: bool = False) -> dict[str, Any]:
         """Delete everything of the user for good (`memcli.forgetting.forget_user`): sessions,
         messages, facts and their history, summaries, block state, full-text rows, vectors and
-        index files. Refused (UsageError) unless `confirm` is True."""
+        index files, and the chat's input history of the user (`memcli.input_history`). Refused
+        (UsageError) unless `confirm` is True."""
+        from memcli import input_history
         from memcli.forgetting import forget_user
 
         if confirm is not True:
@@ -408,6 +410,8 @@ class AgentTools:
                 "Ask the user first; call again with confirm set to true",
             )
         with self._lock:
+            # Their typed lines in the chat's input history too (read from the store first).
+            input_history.forget_user(self.settings.home, self.store, self.user)
             forgotten = forget_user(self.store, self.user, self.settings.home / "indexes")
         return forgotten.to_dict()
 

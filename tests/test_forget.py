@@ -328,19 +328,31 @@ def test_delete_message(db: str) -> None:
 
 def test_agent_tool_forgets_its_user_when_confirmed(tmp_path: Path, isolated: Path) -> None:
     from memcli.config import load_settings
+    from memcli.input_history import SHARED, history_path
 
     seed_users(tmp_path)
+    # What alice typed in the chat: her own history file, and the file every user shared before.
+    mine = history_path(isolated, "alice")
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text("\n# 2024-01-01 10:00:00\n+Rosa the zanzibarflamingo\n")
+    shared = isolated / SHARED
+    shared.write_text(
+        "\n# 2024-01-01 10:00:00\n+She eats quetzalcrumpet every morning.\n"
+        "\n# 2024-01-01 10:01:00\n+I restore old steam trains on weekends.\n"
+    )
+    assert files_holding(isolated, "quetzalcrumpet") and files_holding(isolated, "zanzibarflamingo")
     store = open_store(isolated / "memcli.db")
     tools = AgentTools(store, load_settings({"MEMCLI_HOME": str(isolated)}, {}), "alice")
     with pytest.raises(UsageError, match="not confirmed"):
         tools.forget_user()
-    assert len(store.list_sessions("alice")) == 1
+    assert len(store.list_sessions("alice")) == 1 and mine.exists()
     record = tools.forget_user(confirm=True)
     assert record["type"] == "forgotten" and record["sessions"] == ["a1"]
     assert store.list_sessions("alice") == [] and len(store.list_sessions("bob")) == 1
     store.close()
     for word in ALICE_WORDS:
         assert files_holding(isolated, word) == [], word
+    assert not mine.exists() and "steam trains" in shared.read_text()  # bob's line stays
 
 
 def test_rm_session_deletes_its_text_for_good(tmp_path: Path, isolated: Path) -> None:
@@ -356,7 +368,7 @@ def test_rm_session_deletes_its_text_for_good(tmp_path: Path, isolated: Path) ->
 
 
 def test_rm_user_takes_her_chat_input_history(tmp_path: Path, isolated: Path) -> None:
-    from memcli.cli.chat.history import history_path
+    from memcli.input_history import history_path
 
     seed_users(tmp_path)
     mine, bobs = history_path(isolated, "alice"), history_path(isolated, "bob")

@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"messages", "flush", "tokens", "charts", "llm"},  # foundations over errors
     {"store", "transcripts"},  # every SQL statement; the transcript formats
     {"config", "search", "formats", "copy", "provider_messages", "writer", "context"},
-    {"about", "health", "forgetting", "tool_params", "simulate"},
+    {"about", "health", "forgetting", "input_history", "tool_params", "simulate"},
     {"blocks"},
     {"memory", "facts"},
     {"sessions", "integrations"},

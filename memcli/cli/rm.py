@@ -95,11 +95,11 @@ def rm_command(
                 " terminal to ask on",
                 "Pass --yes to delete without asking (--dry-run lists what would go)",
             )
-    from memcli.cli.chat import history
+    from memcli import input_history
 
     for d in deletions:
         if d.forgotten is not None:  # their typed lines too (read from the store: before it goes)
-            history.forget_user(s.home, store, d.forgotten.user)
+            input_history.forget_user(s.home, store, d.forgotten.user)
     done = forgetting.delete(store, deletions, s.home / "indexes")
     for d in done:
         output.info(_done_line(d))

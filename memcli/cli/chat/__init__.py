@@ -108,8 +108,8 @@ def chat_command(
         chat.store.close()
         ending.code = code
         raise typer.Exit(code)
-    from memcli.cli.chat.history import history_path
     from memcli.cli.chat.ui import ChatApp
+    from memcli.input_history import history_path
 
     with stderr_to(s.home / "chat.log"):
         history = history_path(s.home, chat.user_id)  # (the session's user)

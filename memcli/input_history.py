@@ -1,10 +1,10 @@
-"""The full-screen chat's input history (Up/Down): one file per user, so that `memcli rm --user`
-can take a user's typed lines with the rest of them.
+"""The full-screen chat's input history (Up/Down): one file per user, so that forgetting a user
+(`memcli rm --user`, the agent tools' `forget_user`: MCP) takes their typed lines with the rest.
 
 `$MEMCLI_HOME/chat_histories/<hash of the user name>`, in prompt_toolkit's `FileHistory` format
 (each entry a `# time` line, then its lines each after a `+`). Before, one file was shared by
 every user of the home (`$MEMCLI_HOME/chat_history`): it is no longer written, and `rm --user`
-takes out of it every entry that is the text of one of the user's messages (an entry never sent,
+and forgetting take out of it every entry that is the text of one of the user's messages (an entry never sent,
 such as a slash command, cannot be told apart: remove that file by hand).
 """
 
