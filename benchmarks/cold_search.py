@@ -269,6 +269,7 @@ def scope(
     lost = asked = 0
     times: dict[str, list[float]] = {"hybrid": [], "lexical": [], "vector": []}
     recall: list[float] = []
+    cosines: tuple[list[float], list[float]] = ([], [])  # the exact top k's mean, the found's
     for at, user in enumerate(users):
         owner = sql.Scope(user_id=user)
         asking = questions[at * runs : (at + 1) * runs]
@@ -288,9 +289,13 @@ def scope(
         exact = _user_vectors(store, retriever.model, user)
         for question in asking:
             vector = embedder.embed([question])[0].astype(np.float32)
-            want = set(exact[1][np.argsort(-(exact[0] @ vector))[:k]].tolist())
-            got = {i for i, _ in retriever.vectors.search(vector, owner, k)}
-            recall.append(len(want & got) / k)
+            scores = exact[0] @ vector
+            best = np.argsort(-scores)[:k]
+            want = set(exact[1][best].tolist())
+            found = retriever.vectors.search(vector, owner, k)
+            recall.append(len(want & {i for i, _ in found}) / k)
+            cosines[0].append(float(scores[best].mean()))
+            cosines[1].append(statistics.mean(c for _, c in found) if found else 0.0)
     print(
         f"scope: {len(users)} user(s) of {', '.join(str(sizes[u]) for u in users)} messages"
         f" in a store of {total}; {asked} queries, {lost} lost their lexical hits to other users"
@@ -305,7 +310,9 @@ def scope(
         )
     print(
         f"  dense recall@{k} against exact search of the user's vectors:"
-        f" {statistics.mean(recall):.3f} ({type(getattr(retriever.vectors, 'index', retriever.vectors)).__name__})"
+        f" {statistics.mean(recall):.3f} ({type(getattr(retriever.vectors, 'index', retriever.vectors)).__name__});"
+        f" mean cosine of the top {k}: exact {statistics.mean(cosines[0]):.4f},"
+        f" found {statistics.mean(cosines[1]):.4f}"
     )
 
 
