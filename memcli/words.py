@@ -1,5 +1,5 @@
-"""How a count is said: `1 flush`, `2 flushes`. UI-free, so that the chat engine and the CLI
-say counts the same way (`memcli.cli.output.plural` is this)."""
+"""How a count and a duration are said: `1 flush`, `2 flushes`, `45 s`, `9 min`. UI-free, so that
+the engine, the store and the CLI say them the same way (`memcli.cli.output.plural` is this)."""
 
 from __future__ import annotations
 
@@ -10,3 +10,12 @@ def plural(n: int, noun: str, plural_form: str | None = None) -> str:
         return f"1 {noun}"
     form = plural_form or (noun + "es" if noun.endswith(("s", "sh", "ch", "x")) else noun + "s")
     return f"{n:,} {form}"
+
+
+def duration(seconds: float) -> str:
+    """About how long, for people: `45 s`, `9 min`, `1.5 h` (at least `1 s`)."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"

@@ -364,9 +364,10 @@ def test_vectors_keep_their_users_and_times_from_migration_23_on(
 
 
 def test_messages_carry_their_users_from_migration_29_on(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A store made before 29 gets each message's user, in its row and in its tsvector; a
+    """A store made before 29 gets each message's user, in its row and in its tsvector (opening
+    it says so first, with what it rewrites and about how long); a
     message stored after it (a put, a copy's rows) gets them when it is stored; a user's search
     and term counts go through the user's lexeme, which no message's text can make (so no
     message of another user is ever counted or found)."""
@@ -391,7 +392,15 @@ def test_messages_carry_their_users_from_migration_29_on(
         put(store, "bo", ["a cello for bo", "the piano"])
         store.close()
 
-    store = open_store(pg_url)
+    # Opening it says first what the migration rewrites (the CLI's stores say it on stderr).
+    from memcli.cli import common
+    from memcli.config import load_settings
+
+    monkeypatch.setattr(pg_store, "ANNOUNCE_SECONDS", 0.0)
+    common.open_store(load_settings({"MEMCLI_DB": pg_url}, {})).close()
+    said = capsys.readouterr().err
+    assert "up to date (once): rewriting 5 messages, about 1 s" in " ".join(said.split())
+    store = PostgresStore(pg_url, on_migrate=lambda text: pytest.fail(text))  # once only
     assert store.execute("SELECT MAX(version) FROM migrations").fetchone()[0] == LATEST
     put(store, "bo", ["cello late"])
     store.execute(

@@ -115,9 +115,10 @@ def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
             "Create the folder first, or point --db at a file in a folder that exists",
         )
     if s.db_url is not None:
+        from memcli.cli import output
         from memcli.store.postgres import PostgresStore
 
-        return PostgresStore(s.db_url)
+        return PostgresStore(s.db_url, on_migrate=output.info)
     return SQLiteStore(s.db_path, create=not must_exist)
 
 

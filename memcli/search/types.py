@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError
 from memcli.messages import format_time
+from memcli.words import duration
 
 if TYPE_CHECKING:
     from memcli.search.when import TimeWindow
@@ -176,7 +177,7 @@ class Building:
 
     def describe(self) -> str:
         """One sentence for people: what is built, of how many, and about how long it takes."""
-        about = f"about {_duration(self.seconds)}"
+        about = f"about {duration(self.seconds)}"
         if self.what == "index":
             return f"Adding {self.count:,} messages to the full-text index ({about})..."
         return (
@@ -184,10 +185,3 @@ class Building:
             f" meaning ({about})..."
         )
 
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"

@@ -673,6 +673,29 @@ MIGRATIONS: list[tuple[int, Migration]] = [
 
 LATEST = MIGRATIONS[-1][0]
 
+#: The migrations that rewrite a table of an existing database, for telling how long opening it
+#: will take: the table, what its rows are called, and the rows rewritten per second (measured at
+#: 1,000,000 rows on 2 cores: 23 in 9 min with its HNSW rebuild, 29 in 42.6 s).
+REWRITES: dict[int, tuple[str, str, float]] = {
+    23: ("retrieval_vectors", "vectors", 1_850.0),
+    29: ("messages", "messages", 23_000.0),
+}
+
+
+def rewrite_seconds(conn: Any, current: int) -> tuple[float, list[str]]:
+    """About how long the migrations after `current` take to rewrite the database's tables, and
+    what they rewrite ("1,000,000 messages"): counted (a pending rewrite is rare, and its count
+    takes a fraction of its time)."""
+    seconds, what = 0.0, []
+    for version, (table, rows, rate) in REWRITES.items():
+        if version <= current or (version == 23 and not has_embedding_column(conn)):
+            continue
+        count = int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        if count:
+            seconds += count / rate
+            what.append(f"{count:,} {rows}")
+    return seconds, what
+
 _CREATE_MIGRATIONS = 'CREATE TABLE IF NOT EXISTS migrations (version BIGINT PRIMARY KEY, applied_at TEXT COLLATE "C")'
 
 

@@ -33,7 +33,7 @@ translated once per statement text to psycopg's `%s` (`translate`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -42,13 +42,16 @@ from memcli.errors import StoreBusy, StoreError
 from memcli.messages import format_time, metadata_json
 from memcli.store.base import FlushPlan, NewMessage, redact_url
 from memcli.store.check import PG_CHECKS, Problem, run_checks
-from memcli.store.pg_migrations import LATEST, schema_version, upgrade
+from memcli.store.pg_migrations import LATEST, rewrite_seconds, schema_version, upgrade
 from memcli.store.tables import MESSAGE_ROW, TableStore, now_utc
+from memcli.words import duration
 
 #: How long a write waits for a session another process is writing, in seconds.
 WRITE_WAIT_S = 60
 #: How long opening waits for the server to answer, in seconds.
 CONNECT_TIMEOUT_S = 10
+#: Opening a database whose migrations rewrite its tables for this long or more says so first.
+ANNOUNCE_SECONDS = 1.0
 #: Tables whose ids a sequence gives out, and the `counters` row that also remembers given ids.
 ID_TABLES = {
     "messages": "message_id",
@@ -128,7 +131,9 @@ class PostgresStore(TableStore):
     #: Which SQL the retrieval helpers speak to it (`memcli.store.index`).
     dialect = "postgresql"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, on_migrate: Callable[[str], None] | None = None) -> None:
+        """`on_migrate` is told, before it starts, when bringing an existing database up to date
+        rewrites its tables for ANNOUNCE_SECONDS or more (what, and about how long)."""
         import psycopg
 
         self._psycopg = psycopg
@@ -151,7 +156,7 @@ class PostgresStore(TableStore):
             conn.close()
             raise self._error(exc, f"cannot open the database {self.where}") from None
         self.read_only = row is not None and row[0] == "on"
-        self._migrate()
+        self._migrate(on_migrate)
 
     def _connect(self) -> Any:
         """A new connection, with the session's settings (the lock timeout)."""
@@ -224,7 +229,7 @@ class PostgresStore(TableStore):
             return StoreError(f"{what}: {text}", "Check that the database server runs")
         return StoreError(f"{what}: {text}", "Check the database (`memcli check`)")
 
-    def _migrate(self) -> None:
+    def _migrate(self, on_migrate: Callable[[str], None] | None = None) -> None:
         try:
             version = schema_version(self.conn)
         except self._psycopg.Error as exc:
@@ -236,6 +241,13 @@ class PostgresStore(TableStore):
                 f"the database {self.where} is read-only and has an older schema",
                 "Open it once through a server and role that may write, to bring it up to date",
             )
+        if on_migrate is not None and version > 0:
+            seconds, what = rewrite_seconds(self.conn, version)
+            if seconds >= ANNOUNCE_SECONDS:
+                on_migrate(
+                    f"Bringing the database {self.where} up to date (once): rewriting"
+                    f" {' and '.join(what)}, about {duration(seconds)}..."
+                )
         with self.lock:
             try:
                 self.conn.execute("BEGIN")
