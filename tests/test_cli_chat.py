@@ -893,10 +893,11 @@ def test_panels_start_hidden_on_a_narrow_terminal(tmp_path, isolated):
 
 
 @pytest.mark.slow
-def test_a_new_chat_recalls_a_short_imported_conversation_of_its_user_only(tmp_path, llm):
+def test_a_new_chat_recalls_a_short_imported_conversation_of_its_user_only(tmp_path, llm, vdb):
     """An imported conversation too short to flush is in the request a new chat of its user
     sends (the default vector block searches every message but the session's own window);
-    another user's is not."""
+    another user's is not. On every backend: SQLite, PostgreSQL (a FAISS index of its
+    vectors), PostgreSQL with pgvector."""
     rows = [
         ("alice", "I have been learning to play the cello for three years."),
         ("alice", "Music is a great hobby."),
@@ -912,11 +913,13 @@ def test_a_new_chat_recalls_a_short_imported_conversation_of_its_user_only(tmp_p
                 if who == user
             )
         )
-        assert memcli("import", str(path), "--user", user, "--no-blocks").code == 0
+        assert memcli("--db", vdb, "import", str(path), "--user", user, "--no-blocks").code == 0
     config = tmp_path / "vector.toml"
     config.write_text('[[blocks]]\nkind = "vector"\nsimilarity_top_k = 2\n')
     llm.script({"content": "The cello."})
     run = memcli(
+        "--db",
+        vdb,
         "--config",
         str(config),
         "chat",
