@@ -508,20 +508,24 @@ def _short_import(tmp_path: Path, config: str, user: str, name: str, text: str) 
     assert run.records()[-1]["flushes"] == 0
 
 
-def _long_config(tmp_path: Path, llm) -> str:
+def _long_config(tmp_path: Path, llm, db: str | None = None) -> str:
     """The loopback model, and a budget under which a short conversation never flushes; each
-    batch of an extraction is a turn (flush size 5 tokens)."""
+    batch of an extraction is a turn (flush size 5 tokens); `db`, when given, the database."""
     path = tmp_path / "config.toml"
     path.write_text(
-        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 5\n\n'
+        (f"db = {json.dumps(db)}\n\n" if db else "")
+        + f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 5\n\n'
         "[memory]\ntoken_limit = 10000\ntoken_flush_size = 5\n\n"
         '[[blocks]]\nkind = "facts"\n'
     )
     return str(path)
 
 
-def test_extract_reads_never_flushed_conversations_of_the_user_only(llm, tmp_path: Path) -> None:
-    config = _long_config(tmp_path, llm)
+def test_extract_reads_never_flushed_conversations_of_the_user_only(
+    llm, tmp_path: Path, db: str
+) -> None:
+    """On SQLite and PostgreSQL."""
+    config = _long_config(tmp_path, llm, db)
     _short_import(tmp_path, config, "ana", "a1", "My cello lessons are on Mondays")
     _short_import(tmp_path, config, "bo", "b1", "I keep bees on my roof")
     assert llm.requests == []  # --no-extract: nothing sent
