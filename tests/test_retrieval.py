@@ -715,6 +715,34 @@ def test_term_counts_are_capped_alike_with_postgresqls_statistics(pg_url: str) -
     )
 
 
+def test_a_search_says_first_when_it_adds_stored_vectors_to_pgvectors_index(
+    pgvector_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Vectors stored but not yet in pgvector's column (all of them after `memcli copy`): the
+    next search adds them first, and says so when that takes a second or more; `memcli copy`
+    says it too. Once added, nothing is said."""
+    from memcli.cli.copy import _pgvector_fill
+    from memcli.search.types import Building
+    from memcli.store import pg_index
+
+    monkeypatch.setattr(pg_index, "FILL_RATE", 2.0)  # two vectors a second
+    store = open_store(pgvector_url)
+    add(store, "s1", "u1", ["the cello is red", "kites fly high", "tea at noon", "ok"])
+    said: list[Building] = []
+    retriever = Retriever(store, WordsEmbedder(), on_build=said.append)
+    assert retriever.index() == 4 and pg_index.unfilled(store) == 4
+    message = _pgvector_fill(pgvector_url, "postgresql://db")
+    assert message is not None and "4 copied vectors to pgvector's index (about 2 s)" in message
+    assert retriever.search("cello", k=2, user_id="u1").hits
+    assert said == [Building("pgvector", 4, 4, 2.0)]
+    assert said[0].describe() == "Adding 4 stored vectors to pgvector's index (about 2 s)..."
+    assert pg_index.unfilled(store) == 0
+    said.clear()
+    assert retriever.search("kites", k=2, user_id="u1").hits and said == []
+    assert _pgvector_fill(pgvector_url, "postgresql://db") is None
+    store.close()
+
+
 def test_pgvector_search_of_a_user_finds_the_exact_top_10(
     pgvector_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

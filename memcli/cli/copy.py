@@ -37,6 +37,9 @@ def copy_command(
     """
     result = copy_with_progress(src, dst, "Copying")
     output.info(f"Copied {result.summary()} from {result.source} to {result.destination}.")
+    later = _pgvector_fill(dst, str(result.destination))
+    if later:
+        output.info(later)
     if output.wants_json(json_):
         output.emit_all([result.record()])
 
@@ -55,3 +58,30 @@ def copy_with_progress(src: str | Path, dst: str | Path, label: str) -> CopyResu
             shown = done
 
         return copy_store(src, dst, progress=advance)
+
+
+def _pgvector_fill(dst: str, shown: str) -> str | None:
+    """What the first search of a PostgreSQL destination with pgvector does first, when that
+    takes a second or more: add the copied vectors to pgvector's index (the copy moves their
+    bytes; `memcli.store.pg_index.fill_embeddings`)."""
+    from memcli.search.retriever import ANNOUNCE_SECONDS
+    from memcli.store import is_postgres_url, open_store
+    from memcli.words import duration
+
+    if not is_postgres_url(dst):
+        return None
+    from memcli.store import pg_index
+
+    store = open_store(dst)
+    try:
+        count = pg_index.unfilled(store) if pg_index.has_pgvector(store) else 0
+    finally:
+        store.close()
+    seconds = count / pg_index.FILL_RATE
+    if seconds < ANNOUNCE_SECONDS:
+        return None
+    return (
+        f"The first search adds the {count:,} copied vectors to pgvector's index (about"
+        f" {duration(seconds)}); a search now does it before it is needed: memcli --db"
+        f" '{shown}' search hello"
+    )

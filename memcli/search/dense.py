@@ -98,6 +98,14 @@ class PgVectors:
 
         pg_index.fill_embeddings(self._connection())
 
+    def to_fill(self) -> tuple[int, float]:
+        """How many stored vectors the next search adds to pgvector's index first, and about
+        how many seconds that takes (`refresh`)."""
+        from memcli.store import pg_index
+
+        count = pg_index.unfilled(self._connection())
+        return count, count / pg_index.FILL_RATE
+
     def search(self, vector: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
         """(message id, cosine) of the best `n` messages in scope, each once, best first."""
         if n <= 0:

@@ -328,6 +328,11 @@ class Retriever:
                 result.pending = self.pending(owner)  # another process may have embedded some
             else:  # (what another scope embedded past its mark is not looked at again)
                 vsql.settle(self.store, self.model, owner)
+            to_fill = getattr(self.vectors, "to_fill", None)  # pgvector's index, after a copy
+            if self.on_build is not None and to_fill is not None:
+                count, seconds = to_fill()
+                if seconds >= ANNOUNCE_SECONDS:
+                    self.on_build(Building("pgvector", count, count, seconds))
             # Embedding the query and the FAISS search (in a cold process, loading the model
             # and the index) run in a thread while the database ranks BM25 here: neither holds
             # the GIL. (A window's parts make the vector: the names do not change it.)

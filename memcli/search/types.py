@@ -166,8 +166,9 @@ EMBED_RATE = 80
 @dataclass(frozen=True)
 class Building:
     """What a search is about to build before it answers (told to `Retriever(on_build=...)`):
-    the full-text index of `count` messages not in it yet, or the vectors of `count` of the
-    `pending` messages of the search's scope that have none (`what`: "index" or "vectors");
+    the full-text index of `count` messages not in it yet, the vectors of `count` of the
+    `pending` messages of the search's scope that have none, or pgvector's index of `count`
+    stored vectors not in it yet (after `memcli copy`: `what` "index", "vectors" or "pgvector");
     `seconds`, roughly how long that takes."""
 
     what: str
@@ -180,8 +181,9 @@ class Building:
         about = f"about {duration(self.seconds)}"
         if self.what == "index":
             return f"Adding {self.count:,} messages to the full-text index ({about})..."
+        if self.what == "pgvector":
+            return f"Adding {self.count:,} stored vectors to pgvector's index ({about})..."
         return (
             f"Embedding {self.count:,} of {self.pending:,} messages not yet searchable by"
             f" meaning ({about})..."
         )
-

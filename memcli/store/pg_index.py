@@ -225,6 +225,21 @@ def _idf(size: int, count: int) -> float:
 VECTOR = "CAST(CAST(? AS float8[]) AS vector)"
 
 
+#: Vectors a second that `fill_embeddings` adds to pgvector's column and its HNSW index (about
+#: 1,500 measured at 1,000,000 vectors on 2 cores: 11 minutes for the million).
+FILL_RATE = 1_500.0
+
+
+def unfilled(store: SQLStore) -> int:
+    """How many stored vectors pgvector's column does not hold yet (`fill_embeddings` adds them;
+    a copy leaves them all: the partial index `retrieval_vectors_unfilled` counts them)."""
+    return int(
+        store.execute("SELECT COUNT(*) FROM retrieval_vectors WHERE embedding IS NULL").fetchone()[
+            0
+        ]
+    )
+
+
 def fill_embeddings(store: SQLStore) -> int:
     """Copy the vectors stored as bytes into pgvector's column where it is still empty; return
     how many. Nothing on a read-only database (its vectors stay unsearched until filled)."""
