@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memcli.store import work
-from memcli.words import plural
+from memcli.words import plural, shell_arg
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -101,7 +101,7 @@ def _deletes(store: Any) -> list[Attention]:
 
 
 def _user(user: str) -> str:
-    return f" --user {user}" if user else ""
+    return f" --user {shell_arg(user)}" if user else ""
 
 
 def _unfed(store: Any, blocks_for: BlocksFor, known: dict[str, MemoryBlock]) -> list[Attention]:

@@ -1,7 +1,10 @@
-"""How a count and a duration are said: `1 flush`, `2 flushes`, `45 s`, `9 min`. UI-free, so that
-the engine, the store and the CLI say them the same way (`memcli.cli.output.plural` is this)."""
+"""How a count, a duration and a command's argument are said: `1 flush`, `2 flushes`, `45 s`,
+`9 min`, `--user 'o'"'"'brien'`. UI-free, so that the engine, the store and the CLI say them the
+same way (`memcli.cli.output.plural` is this)."""
 
 from __future__ import annotations
+
+import shlex
 
 
 def plural(n: int, noun: str, plural_form: str | None = None) -> str:
@@ -19,3 +22,9 @@ def duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{round(seconds / 60)} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def shell_arg(value: str) -> str:
+    """`value` as one argument of a command a person copies into a shell: as it is when that is
+    safe (`alice`), quoted otherwise (`'o'"'"'brien smith'`)."""
+    return shlex.quote(value)

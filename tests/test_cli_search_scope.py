@@ -159,3 +159,24 @@ def test_a_search_tells_what_it_builds_first(tmp_path: Path, monkeypatch) -> Non
     told.clear()
     retriever.search("apples", user_id="a")
     assert told == []
+
+
+def test_hints_quote_a_user_name_as_a_shell_argument(tmp_path: Path) -> None:
+    """A user name with a quote and a space is given back as one shell argument in the
+    commands memcli suggests (search with no hits, a session of another user)."""
+    import shlex
+
+    db = str(tmp_path / "m.db")
+    user = "o'brien smith"
+    line = '{"role": "user", "content": "I collect antique harpsichords"}\n'
+    run = memcli(
+        "--db", db, "import", "-", "--user", user, "--session", "ob1", "--no-blocks", input=line
+    )
+    assert run.code == 0, run.stderr
+    run = memcli("--db", db, "search", "harpsichords", "--user", "alice", "--mode", "lexical")
+    said = " ".join(run.stderr.split())
+    assert "Use --user 'o'\"'\"'brien smith'." in said, said
+    assert shlex.split(said.split("Use --user ", 1)[1].rstrip("."))[0] == user
+    run = memcli("--db", db, "inspect", "ob1", "--user", "alice")
+    said = " ".join(run.stderr.split())
+    assert run.code == 1 and "use --user 'o'\"'\"'brien smith'," in said, said

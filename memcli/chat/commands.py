@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memcli.errors import UsageError
-from memcli.words import plural
+from memcli.words import plural, shell_arg
 
 if TYPE_CHECKING:
     from memcli.chat.session import Chat, Turn
@@ -125,7 +125,7 @@ class Commands:
             )
         from memcli.sessions import owned
 
-        owned(chat.store, arg, chat.user_id, f"Run `memcli chat --user {{owner}} --session {arg}`")
+        owned(chat.store, arg, chat.user_id, f"Run `memcli chat --user {{owner_arg}} --session {shell_arg(arg)}`")
         is_new = chat.open(arg)
         return Result(
             f"{'Started new' if is_new else 'Resumed'} session {chat.session_id}",

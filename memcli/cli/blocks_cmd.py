@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.blocks.feed import FeedResult
@@ -115,12 +116,12 @@ def backfill_command(
     store = common.open_store(s, must_exist=True)
     if session is not None:
         sessions = [common.require_session(store, session)]
-        check_owner(sessions[0], user, "Leave out --user, or use --user {owner}")
+        check_owner(sessions[0], user, "Leave out --user, or use --user {owner_arg}")
     else:
         sessions = store.list_sessions(s.user)
     blocks = common.make_blocks(s, store, session=session)
-    again = "memcli blocks backfill" + (f" {session}" if session else "")
-    again += f" --user {user}" if user else ""
+    again = "memcli blocks backfill" + (f" {shell_arg(session)}" if session else "")
+    again += f" --user {shell_arg(user)}" if user else ""
     done = [0, 0]  # batches processed, of how many
 
     def advance(n: int) -> None:

@@ -132,7 +132,7 @@ def require_session(store: AnyStore, session_id: str, user: str | None = None) -
 
 
 #: The hint every command gives for a session of another user than --user.
-OTHER_USERS_SESSION = "It belongs to user {owner}: use --user {owner}, or leave --user out"
+OTHER_USERS_SESSION = "It belongs to user {owner}: use --user {owner_arg}, or leave --user out"
 
 
 def close_users(store: Any, user: str) -> str:

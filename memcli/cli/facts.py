@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.config import Settings
@@ -67,7 +68,7 @@ def _facts(
 
 def list_hint(user: str | None) -> str:
     """Where a "no fact N" error sends the user to see the ids: their own list with --user."""
-    flag = f" --user {user}" if user is not None else ""
+    flag = f" --user {shell_arg(user)}" if user is not None else ""
     return f"Run `memcli facts{flag}` to see the facts and their ids"
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.importing import Imported
@@ -195,7 +196,7 @@ def _extract(s: Any, store: Any, blocks: list[Any], sessions: list[str], *, json
         f"Extracting facts: {output.plural(plan.requests, 'request')} ({plan.tokens:,} cl100k"
         " tokens before the replies; --no-extract skips it)."
     )
-    again = f"memcli facts extract --user {s.user}"
+    again = f"memcli facts extract --user {shell_arg(s.user)}"
     try:
         with output.progress("Extracting facts") as bar:
             bar.total(len(plan.batches))
@@ -218,7 +219,7 @@ def _extract(s: Any, store: Any, blocks: list[Any], sessions: list[str], *, json
 
 def _backfill(user: str) -> str:
     """The command that feeds the blocks what an import left (of the import's user)."""
-    return f"memcli blocks backfill --user {user}"
+    return f"memcli blocks backfill --user {shell_arg(user)}"
 
 
 def _empty_store() -> Any:

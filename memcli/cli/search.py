@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -154,7 +155,7 @@ def _no_matches(retriever: Any, query: str | None, session: str | None, user: st
         return "No matches."
     return (
         f"No matches for user {user!r}. Users with matches: {', '.join(others)}."
-        f" Use --user {others[0]}."
+        f" Use --user {shell_arg(others[0])}."
     )
 
 

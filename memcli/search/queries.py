@@ -113,7 +113,7 @@ def search_lines(
         if target is not None:
             try:
                 info = require_session(retriever.store, target)
-                check_owner(info, line.user or user, "Drop --user, or use --user {owner}")
+                check_owner(info, line.user or user, "Drop --user, or use --user {owner_arg}")
             except MemcliError as exc:
                 if source is not None and (line.session or line.user):
                     exc.message = f"{source}:{line.index + 1}: {exc.message}"

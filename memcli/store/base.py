@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from memcli.credentials import redact_url  # noqa: F401 (the stores show their URLs with it)
 from memcli.errors import SessionNotFound
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -294,8 +295,10 @@ def suggestion(store: Store, session_id: str, user: str | None, *, new: bool = F
 def check_owner(info: SessionInfo | None, user: str | None, hint: str) -> None:
     """Refuse a stored session of another user than `user` (None: any user may open it) as
     every command and tool refuses it: SessionNotFound, "no session 'x' of user 'bo'" (exit 1).
-    `hint` says what to do instead; `{owner}` in it stands for the session's user (the CLI names
+    `hint` says what to do instead; `{owner}` in it stands for the session's user, `{owner_arg}`
+    for it as a command's argument (`words.shell_arg`) (the CLI names
     the owner to its own user; the agent tools give a hint without it, so that a session of
     another user is not told from one that does not exist)."""
     if info is not None and user is not None and info.user_id != user:
+        hint = hint.replace("{owner_arg}", shell_arg(info.user_id))
         raise SessionNotFound(info.id, user, hint.replace("{owner}", info.user_id))
