@@ -356,6 +356,41 @@ def test_the_vector_search_starts_before_bm25_names_the_speakers(
     assert texts == ["Ana and tea"]
 
 
+def test_the_latest_time_of_a_user_or_session_comes_from_the_time_index(
+    store: SQLiteStore,
+) -> None:
+    """The latest message's time of a user, a session or the store (its timestamp, else when it
+    was stored), on SQLite read from the index of the messages' times per session: the same as
+    reading every message, whatever the order the times came in."""
+    add(store, "s1", "u1", ["a", "b"], start=datetime(2023, 5, 1, tzinfo=UTC))
+    add(store, "s2", "u1", ["c"], start=datetime(2021, 1, 1, tzinfo=UTC))  # older, stored later
+    add(store, "s3", "u2", ["d", "e", "f"], start=datetime(2022, 3, 1, tzinfo=UTC))
+    store.append_messages("s3", [NewMessage(Message("user", "no time of its own"), 4)])
+    stored = store.execute("SELECT MAX(created_at) FROM messages WHERE session_id = 's3'")
+    now = datetime.fromisoformat(stored.fetchone()[0].replace("Z", "+00:00"))
+
+    def close(found: datetime | None, want: datetime) -> bool:
+        return found is not None and abs((found - want).total_seconds()) < 0.001
+
+    assert sql.latest_time(store, sql.Scope(user_id="u1")) == datetime(2023, 5, 2, tzinfo=UTC)
+    assert sql.latest_time(store, sql.Scope(session_id="s2")) == datetime(2021, 1, 1, tzinfo=UTC)
+    assert close(sql.latest_time(store, sql.Scope(user_id="u2")), now)
+    assert close(sql.latest_time(store, sql.Scope()), now)
+    assert sql.latest_time(store, sql.Scope(user_id="u1", session_id="s3")) is None
+    assert sql.latest_time(store, sql.Scope(user_id="nobody")) is None
+    if store.dialect != "sqlite":
+        return  # (PostgreSQL: through the vectors' times with pgvector, else the messages')
+    plan = " ".join(
+        str(r)
+        for r in store.execute(
+            "EXPLAIN QUERY PLAN SELECT MAX(" + sql.message_time_ms(store) + ") FROM messages m"
+            " WHERE m.session_id = ?",
+            ("s1",),
+        )
+    )
+    assert "messages_time" in plan
+
+
 def test_relative_times_count_back_from_the_latest_message_in_scope(store: SQLiteStore) -> None:
     options = SearchOptions(context_before=0, context_after=0)
     add(store, "s1", "u1", ["a swim in the lake"], start=datetime(2021, 3, 4, tzinfo=UTC))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import StoreBusy, StoreDamaged
 from memcli.messages import parse_time
-from memcli.store.migrations import FTS_TOKENIZER
+from memcli.store.migrations import FTS_TOKENIZER, TIME_MS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -109,10 +109,7 @@ class Scope:
 
 
 #: A message's time in unix milliseconds: its own timestamp, else when it was stored.
-_TIME_MS = (
-    "CAST(ROUND((julianday(COALESCE(m.timestamp, m.created_at)) - 2440587.5) * 86400000.0)"
-    " AS INTEGER)"
-)
+_TIME_MS = TIME_MS.format(m="m.")
 
 
 def message_time_ms(store: SQLStore) -> str:
@@ -474,7 +471,20 @@ def count_messages(store: SQLStore, scope: Scope, cap: int | None = None) -> int
 
 
 def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
-    """The latest message's time in scope (its timestamp, else when it was stored), or None."""
+    """The latest message's time in scope (its timestamp, else when it was stored), or None.
+    SQLite: a user's or a session's, whatever its messages, from the index of the messages'
+    times per session (`migrations.TIME_MS`), the latest entry of each of its sessions."""
+    if store.dialect == "sqlite" and scope == Scope(scope.user_id, scope.session_id):
+        per_session = f"(SELECT MAX({_TIME_MS}) FROM messages m WHERE m.session_id = s.id)"
+        where, params = "", []
+        for column, value in (("s.user_id", scope.user_id), ("s.id", scope.session_id)):
+            if value is not None:
+                where += f" AND {column} = ?"
+                params.append(value)
+        row = store.execute(
+            f"SELECT MAX({per_session}) FROM sessions s WHERE TRUE{where}", params
+        ).fetchone()
+        return _from_ms(row)
     where, params = _filters(store, scope)
     join = " JOIN sessions s ON s.id = m.session_id" if scope.user_id is not None else ""
     sql = f"SELECT MAX({message_time_ms(store)}) FROM messages m{join} WHERE TRUE{where}"
@@ -491,7 +501,11 @@ def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
             # messages' would be read one by one; the messages not embedded yet are read.
             vectors = _filters(store, scope, "v.user_id", "v.at_ms")
             return pg_index.latest_time(store, vectors, sql, params)
-    row = store.execute(sql, params).fetchone()
+    return _from_ms(store.execute(sql, params).fetchone())
+
+
+def _from_ms(row: Any) -> datetime | None:
+    """A time from a row whose first value is unix milliseconds (None: no time)."""
     if row is None or row[0] is None:
         return None
     return datetime.fromtimestamp(int(row[0]) / 1000, tz=UTC)
