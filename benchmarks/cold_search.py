@@ -237,7 +237,8 @@ def scope(
     the store copied there by `memcli copy`): for each user (or `only` that one), `runs`
     LoCoMo questions searched in lexical mode (how many lose their lexical hits to other users:
     the user's messages hold a query word, yet BM25 found none of them; must be 0), then timed
-    warm in each mode (hybrid, lexical, vector: p50/p95); and the dense search's recall@`k` of
+    warm in each mode (hybrid, lexical, vector, and hybrid leaving out a session's window as a
+    chat's long-term memory does: p50/p95); and the dense search's recall@`k` of
     the exact top `k` (numpy over the user's stored vectors), as the index answers it."""
     import numpy as np
     from locomo import DEFAULT_DATA
@@ -267,7 +268,7 @@ def scope(
     retriever.search(questions[0], k=5, user_id=users[0])  # loads the model and the index
     print(f"first search (model, index): {time.perf_counter() - started:.1f} s")
     lost = asked = 0
-    times: dict[str, list[float]] = {"hybrid": [], "lexical": [], "vector": []}
+    times: dict[str, list[float]] = {"hybrid": [], "lexical": [], "vector": [], "chat": []}
     recall: list[float] = []
     cosines: tuple[list[float], list[float]] = ([], [])  # the exact top k's mean, the found's
     for at, user in enumerate(users):
@@ -275,10 +276,23 @@ def scope(
         asking = questions[at * runs : (at + 1) * runs]
         # Hybrid first: its searches count each word in the user's messages for the first
         # time (the other modes find the counts kept, as a chat's next turns do).
+        # "chat": hybrid, leaving out the window of the user's latest session, as a chat's
+        # long-term memory searches (`except_window`).
+        latest = store.execute(
+            "SELECT id FROM sessions WHERE user_id = ? ORDER BY updated_at DESC, id DESC LIMIT 1",
+            (user,),
+        ).fetchone()[0]
         for mode, spent in times.items():
             for question in asking:
+                window = latest if mode == "chat" else None
                 started = time.perf_counter()
-                retriever.search(question, k=5, user_id=user, mode=mode)
+                retriever.search(
+                    question,
+                    k=5,
+                    user_id=user,
+                    mode="hybrid" if mode == "chat" else mode,
+                    except_window=window,
+                )
                 spent.append(time.perf_counter() - started)
         for question in asking:
             terms = retriever.lexical.terms(question, owner)[0]

@@ -519,11 +519,23 @@ def vector_search(
     from memcli.store import pg_index
 
     # The user and the time from the vectors' own copies; the session and the status from
-    # their messages.
-    join = " JOIN messages m ON m.id = v.message_id"
-    if scope.session_id is None and not scope.archived_only and scope.except_window is None:
-        join = ""
-    where = (join, *_filters(store, scope, "v.user_id", "v.at_ms"))
+    # their messages. A session's window left out (a chat's own, `except_window`) is a short
+    # list of ids, read once: joining every vector to its message would keep the planner from
+    # the HNSW index (a 100,000-message user: 151 ms a search, was 27 without the window).
+    if scope.session_id is not None or scope.archived_only:
+        join = " JOIN messages m ON m.id = v.message_id"
+        where = (join, *_filters(store, scope, "v.user_id", "v.at_ms"))
+    else:
+        filters, params = _filters(
+            store, dataclasses.replace(scope, except_window=None), "v.user_id", "v.at_ms"
+        )
+        if scope.except_window is not None:
+            filters += (
+                " AND v.message_id NOT IN (SELECT id FROM messages"
+                " WHERE session_id = ? AND status = 'active')"
+            )
+            params.append(scope.except_window)
+        where = ("", filters, params)
     return pg_index.vector_search(store, model, vector, scope, where, n)
 
 
