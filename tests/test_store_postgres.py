@@ -430,6 +430,61 @@ def test_messages_carry_their_users_from_migration_29_on(
     store.close()
 
 
+@pytest.mark.parametrize("few_active", [True, False])
+def test_what_short_term_memory_holds_is_left_out_of_a_vector_search(
+    pgvector_url: str, monkeypatch: pytest.MonkeyPatch, few_active: bool
+) -> None:
+    """pgvector: a search of archived messages only, or of everything but a session's window,
+    finds what comparing that scope's vectors one by one finds: the short-term messages left
+    out by their ids (few of them) or through each vector's message (many)."""
+    import numpy as np
+
+    from memcli.store import index as sql
+    from memcli.store import vectors as vsql
+
+    if not few_active:
+        monkeypatch.setattr(sql, "ACTIVE_IDS_MAX", 0)
+    store = open_store(pgvector_url)
+    status: dict[int, tuple[str, str, str]] = {}  # id: user, session, status
+    for user, session in (("ana", "a1"), ("ana", "a2"), ("bo", "b1")):
+        store.create_session(session, user, 30000, 0.7, 3000)
+        new = [NewMessage(Message("user", f"{session} {i}"), 2) for i in range(40)]
+        ids = store.append_messages(session, new)
+        store.archive(session, ids[:25], 50, "size")
+        status.update(
+            {i: (user, session, "archived" if n < 25 else "active") for n, i in enumerate(ids)}
+        )
+    ids = sorted(status)
+    rng = np.random.default_rng(9)
+    matrix = rng.standard_normal((len(ids), 384)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    vsql.add_vectors(
+        store, "m", [(i, 0, 384, v.tobytes()) for i, v in zip(ids, matrix, strict=True)], ids[-1]
+    )
+    from memcli.store import pg_index
+
+    pg_index.fill_embeddings(store)
+    for query in rng.standard_normal((4, 384)).astype(np.float32):
+        query /= np.linalg.norm(query)
+        for scope in (
+            sql.Scope(user_id="ana", archived_only=True),
+            sql.Scope(archived_only=True),
+            sql.Scope(user_id="ana", except_window="a1"),
+            sql.Scope(user_id="ana", archived_only=True, except_window="a2"),
+        ):
+            within = [
+                i
+                for i, (user, session, state) in status.items()
+                if (scope.user_id is None or user == scope.user_id)
+                and not (scope.archived_only and state == "active")
+                and not (scope.except_window == session and state == "active")
+            ]
+            exact = sorted(within, key=lambda i: -float(matrix[ids.index(i)] @ query))[:5]
+            found = sql.vector_search(store, "m", query, scope, 5)
+            assert [i for i, _ in found] == exact, scope
+    store.close()
+
+
 @pytest.mark.parametrize("version", [(0, 8, 5), (0, 6, 2)])
 def test_a_big_users_vectors_go_through_the_index_and_find_what_exact_search_finds(
     pgvector_url: str, monkeypatch: pytest.MonkeyPatch, version: tuple[int, ...]

@@ -519,24 +519,48 @@ def vector_search(
     from memcli.store import pg_index
 
     # The user and the time from the vectors' own copies; the session and the status from
-    # their messages. A session's window left out (a chat's own, `except_window`) is a short
-    # list of ids, read once: joining every vector to its message would keep the planner from
-    # the HNSW index (a 100,000-message user: 151 ms a search, was 27 without the window).
-    if scope.session_id is not None or scope.archived_only:
+    # their messages. What short-term memory holds (a session's window left out, `except_window`;
+    # every window left out, `archived_only`) is left out by its ids, read once, when they are
+    # few: joining every vector to its message keeps the planner from the HNSW index (a
+    # 100,000-message user: 151-169 ms a search, against 27 without).
+    if scope.session_id is not None or (
+        scope.archived_only and active_count(store, scope.user_id) > ACTIVE_IDS_MAX
+    ):
         join = " JOIN messages m ON m.id = v.message_id"
         where = (join, *_filters(store, scope, "v.user_id", "v.at_ms"))
     else:
-        filters, params = _filters(
-            store, dataclasses.replace(scope, except_window=None), "v.user_id", "v.at_ms"
-        )
+        plain = dataclasses.replace(scope, except_window=None, archived_only=False)
+        filters, params = _filters(store, plain, "v.user_id", "v.at_ms")
         if scope.except_window is not None:
             filters += (
                 " AND v.message_id NOT IN (SELECT id FROM messages"
                 " WHERE session_id = ? AND status = 'active')"
             )
             params.append(scope.except_window)
+        if scope.archived_only:
+            user = "" if scope.user_id is None else " AND s.user_id = ?"
+            filters += (
+                " AND v.message_id NOT IN (SELECT m.id FROM sessions s JOIN messages m"
+                f" ON m.session_id = s.id AND m.status = 'active' WHERE TRUE{user})"
+            )
+            params += [] if scope.user_id is None else [scope.user_id]
         where = ("", filters, params)
     return pg_index.vector_search(store, model, vector, scope, where, n)
+
+
+#: Up to this many messages in short-term memory (of the user, or of the store), a search of
+#: archived messages leaves them out by their ids (see `vector_search`).
+ACTIVE_IDS_MAX = 20_000
+
+
+def active_count(store: SQLStore, user_id: str | None) -> int:
+    """How many messages are in short-term memory: the user's, or the store's (the sessions'
+    counters)."""
+    where, params = ("", []) if user_id is None else (" WHERE user_id = ?", [user_id])
+    row = store.execute(
+        f"SELECT COALESCE(SUM(active_messages), 0) FROM sessions{where}", params
+    ).fetchone()
+    return int(row[0])
 
 
 # -- hits ------------------------------------------------------------------------------------------

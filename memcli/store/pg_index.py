@@ -353,16 +353,22 @@ def latest_time(
 
 
 def _scope_size(store: SQLStore, scope: Scope, where: tuple[str, str, list[Any]], cap: int) -> int:
-    """How many vectors the scope holds, counted up to `cap` (a bounded cost); all of a user's
-    messages by their sessions' counters, also when a session's window is left out (a few
-    hundred messages at most: the counters' figure stays close enough to choose between the
-    index and exact search)."""
+    """How many vectors the scope holds, counted up to `cap` (a bounded cost); a user's messages
+    by their sessions' counters (their archived ones for `archived_only`), also when a
+    session's window is left out (a few hundred messages at most: the counters' figure stays
+    close enough to choose between the index and exact search)."""
     join, filters, params = where
-    plain = type(scope)(user_id=scope.user_id, except_window=scope.except_window)
+    plain = type(scope)(
+        user_id=scope.user_id,
+        archived_only=scope.archived_only,
+        except_window=scope.except_window,
+    )
     if scope.user_id is not None and scope == plain:
+        counted = (
+            "archived_messages" if scope.archived_only else "active_messages + archived_messages"
+        )
         row = store.execute(
-            "SELECT COALESCE(SUM(active_messages + archived_messages), 0) FROM sessions"
-            " WHERE user_id = ?",
+            f"SELECT COALESCE(SUM({counted}), 0) FROM sessions WHERE user_id = ?",
             (scope.user_id,),
         ).fetchone()
         return int(row[0])
