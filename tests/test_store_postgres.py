@@ -8,6 +8,7 @@ import sys
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -430,6 +431,22 @@ def test_messages_carry_their_users_from_migration_29_on(
     store.close()
 
 
+def _random_vectors(store: PostgresStore, ids: list[int], rng: Any) -> Any:
+    """A random unit vector of 384 dimensions for each message of `ids` (model "m"), stored and
+    in pgvector's column; returned as a matrix, a row per id."""
+    import numpy as np
+
+    from memcli.store import pg_index
+    from memcli.store import vectors as vsql
+
+    matrix = rng.standard_normal((len(ids), 384)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    rows = [(i, 0, 384, v.tobytes()) for i, v in zip(ids, matrix, strict=True)]
+    vsql.add_vectors(store, "m", rows, ids[-1])
+    pg_index.fill_embeddings(store)
+    return matrix
+
+
 @pytest.mark.parametrize("few_active", [True, False])
 def test_what_short_term_memory_holds_is_left_out_of_a_vector_search(
     pgvector_url: str, monkeypatch: pytest.MonkeyPatch, few_active: bool
@@ -440,7 +457,6 @@ def test_what_short_term_memory_holds_is_left_out_of_a_vector_search(
     import numpy as np
 
     from memcli.store import index as sql
-    from memcli.store import vectors as vsql
 
     if not few_active:
         monkeypatch.setattr(sql, "ACTIVE_IDS_MAX", 0)
@@ -456,14 +472,7 @@ def test_what_short_term_memory_holds_is_left_out_of_a_vector_search(
         )
     ids = sorted(status)
     rng = np.random.default_rng(9)
-    matrix = rng.standard_normal((len(ids), 384)).astype(np.float32)
-    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-    vsql.add_vectors(
-        store, "m", [(i, 0, 384, v.tobytes()) for i, v in zip(ids, matrix, strict=True)], ids[-1]
-    )
-    from memcli.store import pg_index
-
-    pg_index.fill_embeddings(store)
+    matrix = _random_vectors(store, ids, rng)
     for query in rng.standard_normal((4, 384)).astype(np.float32):
         query /= np.linalg.norm(query)
         for scope in (
@@ -497,7 +506,6 @@ def test_a_big_users_vectors_go_through_the_index_and_find_what_exact_search_fin
 
     from memcli.store import index as sql
     from memcli.store import pg_index
-    from memcli.store import vectors as vsql
 
     store = open_store(pgvector_url)
     sizes = {"big": 400, "mid": 60, "small": 30}
@@ -512,12 +520,7 @@ def test_a_big_users_vectors_go_through_the_index_and_find_what_exact_search_fin
     )
     ids = sorted(owner)
     rng = np.random.default_rng(11)
-    vectors = rng.standard_normal((len(ids), 384)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    vsql.add_vectors(
-        store, "m", [(i, 0, 384, v.tobytes()) for i, v in zip(ids, vectors, strict=True)], ids[-1]
-    )
-    pg_index.fill_embeddings(store)
+    vectors = _random_vectors(store, ids, rng)
     monkeypatch.setattr(pg_index, "pgvector_version", lambda _store: version)
     monkeypatch.setattr(pg_index, "EXACT_MAX", 20)
     monkeypatch.setattr(pg_index, "ITERATIVE_COST", 0.2)  # with 0.8: the index over 200
