@@ -311,7 +311,7 @@ def test_an_interrupted_import_and_backfill_name_the_user_they_are_about(
 
 
 def test_batches_never_handed_to_the_vector_block_are_listed_as_needing_nothing(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The vector block catches up itself (a search embeds what has no vector), but `check`
     still lists the batches it was never handed (an interrupted import used to leave 403 of
@@ -332,6 +332,26 @@ def test_batches_never_handed_to_the_vector_block_are_listed_as_needing_nothing(
         "memcli blocks backfill --user big"
     )
     assert run.records()[-1] == {"type": "summary", "problems": 0, "attention": 0}
+    # On a terminal: listed apart, as needing nothing, and said so in the last line.
+    from typer.testing import CliRunner
+
+    from memcli.cli import output
+    from memcli.cli.app import app
+
+    monkeypatch.setattr(output, "stdout_is_tty", lambda: True)
+    output.out.cache_clear()
+    shown = CliRunner().invoke(app, ["--db", str(db), "check"])
+    output.out.cache_clear()
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "Needs nothing (the next search does it by itself):", lines
+    assert lines[1].startswith("  unfed: block 'vector_memory'") and lines[2].startswith(
+        "    fix: memcli blocks backfill --user big"
+    ), lines
+    assert (
+        "no problems found (1 piece of long-term work the next search does by itself)"
+        in " ".join(shown.stderr.split())
+    ), shown.stderr
     assert memcli("--db", str(db), "blocks", "backfill", "--user", "big").code == 0
     after = memcli("--db", str(db), "check", "--json").records()
     assert [r for r in after if r["type"] == "attention"] == []

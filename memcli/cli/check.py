@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from memcli.cli import common, output
+from memcli.words import plural
 
 
 def check_command(
@@ -58,6 +59,7 @@ def check_command(
         problems = [Problem("integrity", error.message)]
     work = [] if problems or store is None else unfinished_work(s, store)
     needed = [a for a in work if a.needed]
+    itself = [a for a in work if not a.needed]  # the next search does it
     if output.wants_json(json_):
         output.emit_all(
             [
@@ -70,8 +72,12 @@ def check_command(
         for p in problems:
             where = f" (session {p.session})" if p.session is not None else ""
             typer.echo(f"{p.check}{where}: {p.message}" + (f"\n  fix: {p.fix}" if p.fix else ""))
-        for a in work:
+        for a in needed:
             typer.echo(f"{a.kind}: {a.message}\n  fix: {a.fix}")
+        if itself:
+            typer.echo("Needs nothing (the next search does it by itself):")
+            for a in itself:
+                typer.echo(f"  {a.kind}: {a.message}\n    fix: {a.fix}")
     if problems:
         if repair and not repaired and any(p.fix for p in problems):
             output.info("Nothing repaired: the database has other problems too.")
@@ -90,7 +96,8 @@ def check_command(
             " run the command under each."
         )
         raise typer.Exit(1)
-    output.info(f"{s.db_label}: no problems found.")
+    later = f" ({plural(len(itself), 'piece')} of long-term work the next search does by itself)"
+    output.info(f"{s.db_label}: no problems found{later if itself else ''}.")
 
 
 def unfinished_work(s: Any, store: Any) -> list[Any]:
