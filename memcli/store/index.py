@@ -184,9 +184,15 @@ def owner(scope: Scope) -> Scope | None:
     return Scope(user_id=scope.user_id, session_id=scope.session_id)
 
 
-def scope_size(store: SQLStore, scope: Scope | None) -> int:
+def scope_size(store: SQLStore, scope: Scope | None, counted: str = "all") -> int:
     """How many messages the user or session of `scope` holds (the sessions' counters), or the
-    store (None): BM25's document count."""
+    store (None): BM25's document count. `counted`: "all", or only those in short-term memory
+    ("active") or out of it ("archived")."""
+    column = {
+        "all": "active_messages + archived_messages",
+        "active": "active_messages",
+        "archived": "archived_messages",
+    }[counted]
     where, params = "", []
     if scope is not None and scope.user_id is not None:
         where += " AND user_id = ?"
@@ -195,9 +201,7 @@ def scope_size(store: SQLStore, scope: Scope | None) -> int:
         where += " AND id = ?"
         params.append(scope.session_id)
     row = store.execute(
-        "SELECT COALESCE(SUM(active_messages + archived_messages), 0) FROM sessions"
-        f" WHERE TRUE{where}",
-        params,
+        f"SELECT COALESCE(SUM({column}), 0) FROM sessions WHERE TRUE{where}", params
     ).fetchone()
     return int(row[0])
 
@@ -520,47 +524,40 @@ def vector_search(
 
     # The user and the time from the vectors' own copies; the session and the status from
     # their messages. What short-term memory holds (a session's window left out, `except_window`;
-    # every window left out, `archived_only`) is left out by its ids, read once, when they are
-    # few: joining every vector to its message keeps the planner from the HNSW index (a
-    # 100,000-message user: 151-169 ms a search, against 27 without).
+    # every window left out, `archived_only`, which takes the session's window with the rest) is
+    # left out by its ids, read once, when they are few: joining every vector to its message
+    # keeps the planner from the HNSW index (a 100,000-message user: 151-169 ms a search,
+    # against 27 without).
+    user = Scope(user_id=scope.user_id)
+    plain = dataclasses.replace(scope, except_window=None, archived_only=False)
+    # A user's size from the sessions' counters (the window left out is a few hundred messages
+    # at most: close enough to choose between the index and exact search).
+    size = None
+    if scope.user_id is not None and plain == user:
+        size = scope_size(store, user, "archived" if scope.archived_only else "all")
     if scope.session_id is not None or (
-        scope.archived_only and active_count(store, scope.user_id) > ACTIVE_IDS_MAX
+        scope.archived_only and scope_size(store, user, "active") > ACTIVE_IDS_MAX
     ):
         join = " JOIN messages m ON m.id = v.message_id"
         where = (join, *_filters(store, scope, "v.user_id", "v.at_ms"))
-    else:
-        plain = dataclasses.replace(scope, except_window=None, archived_only=False)
-        filters, params = _filters(store, plain, "v.user_id", "v.at_ms")
-        if scope.except_window is not None:
-            filters += (
-                " AND v.message_id NOT IN (SELECT id FROM messages"
-                " WHERE session_id = ? AND status = 'active')"
-            )
-            params.append(scope.except_window)
-        if scope.archived_only:
-            user = "" if scope.user_id is None else " AND s.user_id = ?"
-            filters += (
-                " AND v.message_id NOT IN (SELECT m.id FROM sessions s JOIN messages m"
-                f" ON m.session_id = s.id AND m.status = 'active' WHERE TRUE{user})"
-            )
-            params += [] if scope.user_id is None else [scope.user_id]
-        where = ("", filters, params)
-    return pg_index.vector_search(store, model, vector, scope, where, n)
+        return pg_index.vector_search(store, model, vector, scope, where, n, size)
+    filters, params = _filters(store, plain, "v.user_id", "v.at_ms")
+    active = " FROM messages m WHERE m.status = 'active' AND m.session_id"
+    if scope.archived_only:
+        owner = "" if scope.user_id is None else " WHERE user_id = ?"
+        filters += (
+            f" AND v.message_id NOT IN (SELECT m.id{active} IN (SELECT id FROM sessions{owner}))"
+        )
+        params += [] if scope.user_id is None else [scope.user_id]
+    elif scope.except_window is not None:
+        filters += f" AND v.message_id NOT IN (SELECT m.id{active} = ?)"
+        params.append(scope.except_window)
+    return pg_index.vector_search(store, model, vector, scope, ("", filters, params), n, size)
 
 
 #: Up to this many messages in short-term memory (of the user, or of the store), a search of
 #: archived messages leaves them out by their ids (see `vector_search`).
 ACTIVE_IDS_MAX = 20_000
-
-
-def active_count(store: SQLStore, user_id: str | None) -> int:
-    """How many messages are in short-term memory: the user's, or the store's (the sessions'
-    counters)."""
-    where, params = ("", []) if user_id is None else (" WHERE user_id = ?", [user_id])
-    row = store.execute(
-        f"SELECT COALESCE(SUM(active_messages), 0) FROM sessions{where}", params
-    ).fetchone()
-    return int(row[0])
 
 
 # -- hits ------------------------------------------------------------------------------------------

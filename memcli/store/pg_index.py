@@ -272,10 +272,13 @@ def vector_search(
     scope: Scope,
     where: tuple[str, str, list[Any]],
     n: int,
+    size: int | None = None,
 ) -> list[tuple[int, float]]:
     """(message id, cosine) of the best `n` messages in scope, each once (its best piece), best
     first: through the HNSW index, or exactly (see the module docstring). `where`: (join,
-    conditions, parameters) that keep `retrieval_vectors v` rows within the scope."""
+    conditions, parameters) that keep `retrieval_vectors v` rows within the scope; `size`, how
+    many messages the scope holds when the caller knows (a user's: the sessions' counters),
+    else they are counted (up to what decides between the index and exact search)."""
     dim = len(vector)
     want = n * 2  # a message's pieces are rows of their own
     if dim != INDEXED_DIM or scope.session_id is not None:
@@ -295,13 +298,13 @@ def vector_search(
                 int(ITERATIVE_COST * EF_MAX),
                 math.isqrt(int(ITERATIVE_COST * want * max(total, 1))) + 1,
             )
-            size = _scope_size(store, scope, where, cap + 1)
+            size = size if size is not None else _scope_size(store, where, cap + 1)
             attempts = [EF_MAX, None] if size > cap else [None]
         else:
             # The index serves a scope only when its ef_search rows hold enough of the scope's
             # messages (IN_SCOPE of them, on average) and the scope is too big to compare exactly.
             needed = max(EXACT_MAX, -(-total * IN_SCOPE // EF_MAX))
-            size = _scope_size(store, scope, where, needed + 1)
+            size = size if size is not None else _scope_size(store, where, needed + 1)
             attempts = [EF_MAX, None] if size > needed else [None]
     best: list[tuple[int, float]] = []
     for ef in attempts:
@@ -352,26 +355,9 @@ def latest_time(
     return datetime.fromtimestamp(int(row[0]) / 1000, tz=UTC)
 
 
-def _scope_size(store: SQLStore, scope: Scope, where: tuple[str, str, list[Any]], cap: int) -> int:
-    """How many vectors the scope holds, counted up to `cap` (a bounded cost); a user's messages
-    by their sessions' counters (their archived ones for `archived_only`), also when a
-    session's window is left out (a few hundred messages at most: the counters' figure stays
-    close enough to choose between the index and exact search)."""
+def _scope_size(store: SQLStore, where: tuple[str, str, list[Any]], cap: int) -> int:
+    """How many vectors the scope holds, counted up to `cap` (a bounded cost)."""
     join, filters, params = where
-    plain = type(scope)(
-        user_id=scope.user_id,
-        archived_only=scope.archived_only,
-        except_window=scope.except_window,
-    )
-    if scope.user_id is not None and scope == plain:
-        counted = (
-            "archived_messages" if scope.archived_only else "active_messages + archived_messages"
-        )
-        row = store.execute(
-            f"SELECT COALESCE(SUM({counted}), 0) FROM sessions WHERE user_id = ?",
-            (scope.user_id,),
-        ).fetchone()
-        return int(row[0])
     row = store.execute(
         f"SELECT COUNT(*) FROM (SELECT 1 FROM retrieval_vectors v{join} WHERE TRUE{filters}"
         " LIMIT ?) AS t",
