@@ -147,6 +147,42 @@ def test_cancel_keeps_the_partial_reply_marked(tmp_path):
     )
 
 
+@pytest.mark.parametrize("ending", ["ends", "fails"])
+def test_cancel_is_a_cancel_when_the_hung_up_stream_ends_first(tmp_path, ending):
+    """Hanging up may end (or break) the stream before `cancel` has queued its word: the reply
+    is still stored as cancelled, not as a whole reply (or a failure)."""
+    release = threading.Event()
+    turns: list[Any] = []
+
+    def hang_up() -> None:  # runs inside `cancel`: the stream is over before it goes on
+        release.set()
+        turns[0]._pump_thread.join(5)
+
+    def stream(
+        config: LLMConfig, messages: Sequence[dict[str, Any]], hangup: Hangup
+    ) -> Iterator[str]:
+        hangup.on_hangup(hang_up)
+        yield "The first half"
+        release.wait(5)
+        if ending == "fails":
+            raise ConnectionResetError("connection closed")
+
+    chat = make_chat(tmp_path, stream=stream)
+    chat.set_model("openai/test")
+    turn = chat.send("Tell me a story")
+    turns.append(turn)
+    seen = []
+    for event in turn.events():
+        seen.append(event)
+        if isinstance(event, ReplyPiece):
+            turn.cancel()
+    assert not turn._pump_thread.is_alive()
+    done = seen[-1]
+    assert isinstance(done, ReplyDone) and done.cancelled and done.text == "The first half"
+    last = chat.mem.get_all()[-1]
+    assert (last.content, last.metadata) == ("The first half", {"cancelled": True})
+
+
 def test_cancel_closes_the_providers_connection_at_once_and_retry_asks_again(tmp_path, llm):
     llm.script({"content": "word " * 50, "chunk_delay": 5}, {"content": "The whole story."})
     chat = make_chat(tmp_path, llm)

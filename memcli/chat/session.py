@@ -478,7 +478,8 @@ class Turn:
         yield ready
         while True:
             kind, value = self._queue.get()
-            if kind is _CANCEL:
+            if kind is _CANCEL or (self.cancelled and (kind is _END or kind == "error")):
+                # (a stream hung up by `cancel` may end, or fail, before `cancel` says so)
                 yield self._finish(cancelled=True)
                 return
             if kind is _END and self._calls and tools and rounds < MAX_TOOL_ROUNDS:
@@ -586,12 +587,16 @@ class Turn:
                 if close is not None:
                     close()
         except ProviderError as error:
-            self._queue.put(("error", error))
+            if not self._cancelled.is_set():  # hung up: `cancel` tells the turn
+                self._queue.put(("error", error))
             return
         except Exception as error:  # a stream that fails oddly is still a provider failure
-            self._queue.put(("error", ProviderError(f"the LLM stream failed: {error}", "Retry")))
+            if not self._cancelled.is_set():
+                failed = ProviderError(f"the LLM stream failed: {error}", "Retry")
+                self._queue.put(("error", failed))
             return
-        self._queue.put((_END, None))
+        if not self._cancelled.is_set():
+            self._queue.put((_END, None))
 
     def _finish(self, *, cancelled: bool, capped: bool = False) -> ReplyDone:
         """End the turn: store the reply (calls of tools past the last round are not run). An
