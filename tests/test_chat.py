@@ -56,10 +56,14 @@ class Retrieving(MemoryBlock):
 
 
 def make_chat(
-    tmp_path: Any, llm: Any = None, blocks: Sequence[MemoryBlock] = (), **kwargs: Any
+    tmp_path: Any,
+    llm: Any = None,
+    blocks: Sequence[MemoryBlock] = (),
+    timeout: float = 5,
+    **kwargs: Any,
 ) -> Chat:
     store = SQLiteStore(tmp_path / "chat.db")
-    config = LLMConfig("openai/test", api_base=llm.api_base, timeout=5) if llm else None
+    config = LLMConfig("openai/test", api_base=llm.api_base, timeout=timeout) if llm else None
     chat = Chat(store, blocks=blocks, llm=config, **kwargs)
     chat.open("s1")
     return chat
@@ -156,14 +160,14 @@ def test_cancel_is_a_cancel_when_the_hung_up_stream_ends_first(tmp_path, ending)
 
     def hang_up() -> None:  # runs inside `cancel`: the stream is over before it goes on
         release.set()
-        turns[0]._pump_thread.join(5)
+        turns[0]._pump_thread.join(60)
 
     def stream(
         config: LLMConfig, messages: Sequence[dict[str, Any]], hangup: Hangup
     ) -> Iterator[str]:
         hangup.on_hangup(hang_up)
         yield "The first half"
-        release.wait(5)
+        release.wait(60)
         if ending == "fails":
             raise ConnectionResetError("connection closed")
 
@@ -184,16 +188,17 @@ def test_cancel_is_a_cancel_when_the_hung_up_stream_ends_first(tmp_path, ending)
 
 
 def test_cancel_closes_the_providers_connection_at_once_and_retry_asks_again(tmp_path, llm):
-    llm.script({"content": "word " * 50, "chunk_delay": 5}, {"content": "The whole story."})
-    chat = make_chat(tmp_path, llm)
+    llm.script({"content": "word " * 50, "chunk_delay": 300}, {"content": "The whole story."})
+    chat = make_chat(tmp_path, llm, timeout=600)
     turn = chat.send("Tell me a story")
     seen = []
     for event in turn.events():
         seen.append(event)
         if isinstance(event, ReplyPiece):
             turn.cancel()
-    # The next chunk is 5 s away: only a closed connection makes the server see it sooner.
-    assert llm.wait_for_disconnect(timeout=3) is not None
+    # The next chunk is 5 minutes away and the client's timeout 10: only a closed connection
+    # makes the server see it sooner.
+    assert llm.wait_for_disconnect(timeout=120) is not None
     done = seen[-1]
     assert isinstance(done, ReplyDone) and done.cancelled and done.text == "word wor"
     assert chat.pending() is not None  # a cut reply is no answer
@@ -210,15 +215,15 @@ def test_cancel_closes_the_providers_connection_at_once_and_retry_asks_again(tmp
 
 def test_interrupt_closes_the_providers_connection(tmp_path, llm):
     """Plain mode's Ctrl-C: a KeyboardInterrupt stops `events()`, then `interrupt()`."""
-    llm.script({"content": "word " * 50, "chunk_delay": 5})
-    chat = make_chat(tmp_path, llm)
+    llm.script({"content": "word " * 50, "chunk_delay": 300})
+    chat = make_chat(tmp_path, llm, timeout=600)
     turn = chat.send("Tell me a story")
     events = turn.events()
     while not isinstance(next(events), ReplyPiece):
         pass
     events.close()
     done = turn.interrupt()
-    assert llm.wait_for_disconnect(timeout=3) is not None
+    assert llm.wait_for_disconnect(timeout=120) is not None  # (the next chunk: in 5 minutes)
     assert done is not None and done.cancelled and done.message is not None
 
 

@@ -353,7 +353,7 @@ def test_full_screen_app_streams_cancels_and_updates_the_panels(tmp_path, llm):
             )
         finally:
             pipe.send_text("\x04")  # Ctrl-D quits
-            runner.join(10)
+            runner.join(60)
     assert not runner.is_alive()
     messages = chat.mem.get_all()
     users = [m.content for m in messages if m.role == "user"]
@@ -407,7 +407,7 @@ def test_full_screen_app_keeps_undecodable_input_and_says_when_the_model_is_prep
             wait_for(lambda: len(chat.mem.get_all()) == 2 and not ui.pending)
         finally:
             pipe.send_text("\x04")
-            runner.join(10)
+            runner.join(60)
     assert not runner.is_alive()
     assert [m.content for m in chat.mem.get_all()] == ["bad \ufffd line", "after"]
 
@@ -505,7 +505,7 @@ def test_ctrl_c_in_json_mode_closes_the_connection_and_writes_a_cancelled_reply_
     import os
     import signal
 
-    llm.script({"content": "word " * 200, "chunk_delay": 5})
+    llm.script({"content": "word " * 200, "chunk_delay": 300})
     proc = subprocess.Popen(
         [sys.executable, "-m", "memcli", "chat", "--json", "--session", "cut", *model_args(llm)],
         stdin=subprocess.PIPE,
@@ -518,10 +518,11 @@ def test_ctrl_c_in_json_mode_closes_the_connection_and_writes_a_cancelled_reply_
     proc.stdin.write(b"talk for a while\n")
     proc.stdin.flush()
     wait_for(lambda: len(llm.requests) == 1)
-    time.sleep(0.5)  # the first chunk is on its way; the next one is 5 s away
+    time.sleep(0.5)  # the first chunk is on its way; the next one is 5 minutes away
     proc.send_signal(signal.SIGINT)
-    # Only a closed connection makes the server see it before its next chunk.
-    assert llm.wait_for_disconnect(timeout=3) is not None
+    # Only a closed connection makes the server see it before its next chunk, or before the
+    # client's timeout (60 s) would close it.
+    assert llm.wait_for_disconnect(timeout=45) is not None
     stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
     (record,) = [json.loads(line) for line in stdout.splitlines() if line.strip()]
@@ -557,7 +558,7 @@ def test_full_screen_quit_while_a_reply_streams_keeps_it_and_drops_queued_messag
         pipe.send_text("\x15")  # Ctrl-U empties it
         wait_for(lambda: ui.app.current_buffer.text == "")
         pipe.send_text("\x04")
-        runner.join(15)
+        runner.join(60)
     assert not runner.is_alive()
     messages = chat.mem.get_all()
     assert [m.content for m in messages if m.role == "user"] == ["first"]
@@ -599,7 +600,7 @@ def test_full_screen_resume_and_switch_show_the_sessions_messages(tmp_path):
         pipe.send_text("\x03")  # Ctrl-C with no reply running clears the line
         wait_for(lambda: ui.app.current_buffer.text == "")
         pipe.send_text("\x04")
-        runner.join(10)
+        runner.join(60)
     assert chat.session_id == "other"
 
 
@@ -714,7 +715,7 @@ def test_full_screen_app_shows_each_memory_tool_call(tmp_path, llm):
             wait_for(lambda: not ui.pending and ui.entries[-1].text == "I will remember that.")
         finally:
             pipe.send_text("\x04")
-            runner.join(10)
+            runner.join(60)
     assert not runner.is_alive()
     kinds = [(e.kind, e.text) for e in ui.entries if e.kind in ("assistant", "tool")]
     assert kinds == [
@@ -747,7 +748,7 @@ def test_the_edges_in_a_real_terminal(tmp_path, llm, isolated):
         return {"content": "<facts><fact>Ana keeps bees on the roof</fact></facts>"}
 
     llm.default = server
-    llm.script({"content": "word " * 100, "chunk_delay": 5})
+    llm.script({"content": "word " * 100, "chunk_delay": 300})
     name = f"memcli-edges-{tmp_path.name}"
     command = (
         f"cd {root} && env MEMCLI_HOME={isolated} NO_COLOR=1 PYTHONPATH={root} {sys.executable}"
@@ -767,8 +768,9 @@ def test_the_edges_in_a_real_terminal(tmp_path, llm, isolated):
         tmux("send-keys", "-t", name, "I keep bees", "Enter")
         wait_for(lambda: "word wor" in screen())
         tmux("send-keys", "-t", name, "C-c")
-        # The next chunk is 5 s away: only a closed connection makes the server see it sooner.
-        assert llm.wait_for_disconnect(timeout=3) is not None
+        # The next chunk is 5 minutes away, the client's timeout 60 s: only a closed
+        # connection makes the server see it sooner.
+        assert llm.wait_for_disconnect(timeout=45) is not None
         wait_for(ready)
         tmux("send-keys", "-t", name, "/retry", "Enter")
         wait_for(lambda: "Fine." in screen() and ready())
@@ -815,10 +817,10 @@ def test_full_screen_ctrl_c_cancels_the_streaming_reply_first_and_scrolling_stop
 
     chat = Chat(
         SQLiteStore(tmp_path / "c.db"),
-        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=10),
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=600),
     )
     chat.open("c")
-    llm.script({"content": "slow " * 100, "chunk_delay": 5}, {"content": "Second reply."})
+    llm.script({"content": "slow " * 100, "chunk_delay": 300}, {"content": "Second reply."})
     with create_pipe_input() as pipe:
         ui = ChatApp(chat, Commands(chat), True, None, pipe, DummyOutput())
         runner = threading.Thread(target=ui.run)
@@ -829,7 +831,7 @@ def test_full_screen_ctrl_c_cancels_the_streaming_reply_first_and_scrolling_stop
             pipe.send_text("second, queued\r")
             wait_for(lambda: len(ui.queued) == 1)
             pipe.send_text("\x03")  # Ctrl-C: the streaming reply, not the queued message
-            assert llm.wait_for_disconnect(timeout=3) is not None
+            assert llm.wait_for_disconnect(timeout=120) is not None
             wait_for(lambda: any(e.text == "Second reply." for e in ui.entries) and not ui.pending)
             said = [e.text for e in ui.entries if e.kind == "note"]
             assert "Cancelled the reply to “first”." in said, said
@@ -856,7 +858,7 @@ def test_full_screen_ctrl_c_cancels_the_streaming_reply_first_and_scrolling_stop
             wait_for(lambda: ui.show_panels)
         finally:
             pipe.send_text("\x04")
-            runner.join(15)
+            runner.join(60)
     assert not runner.is_alive()
     messages = chat.mem.get_all()
     assert [m.content for m in messages if m.role == "user"] == ["first", "second, queued"]
@@ -995,7 +997,7 @@ def test_full_screen_a_failed_turn_exits_1_a_manual_flush_is_marked_and_ctrl_c_s
             wait_for(lambda: any(e.kind == "error" for e in ui.entries) and not ui.pending)
         finally:
             pipe.send_text("\x04")
-            runner.join(15)
+            runner.join(60)
     assert not runner.is_alive()
     assert codes == [1]
 
