@@ -63,7 +63,7 @@ def test_a_dead_holders_claim_is_taken_over_at_once(tmp_path: Path) -> None:
     started = time.monotonic()
     for i in range(8):
         m.put_messages([Message("user", f"message {i} about tea"), Message("assistant", "ok")])
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # (were the claim waited for, 2 minutes)
     assert statuses(m, block) and set(statuses(m, block)) == {"done"}
     assert vsql.pending_count(m.store, model) <= 4  # only short-term memory may wait
     assert vsql.claim_holder(m.store, model) is None  # released
