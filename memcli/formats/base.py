@@ -176,12 +176,25 @@ def text_blocks(blocks: list[Any], at: str, hint: str) -> tuple[str, int]:
     """The text of a list of content blocks (`{"type": "text", "text": ...}`) joined by newlines,
     and how many blocks of other types were left out; InputError naming `at` for a text block
     without text."""
+    texts, dropped = block_texts(blocks, at, hint)
+    return "\n".join(texts), dropped
+
+
+def block_texts(
+    blocks: list[Any], at: str, hint: str, skipped: frozenset[str] = frozenset()
+) -> tuple[list[str], int]:
+    """The texts of a list of content blocks, and how many blocks of other types were left out
+    (blocks whose type is in `skipped` are passed over without counting)."""
     texts, dropped = [], 0
     for block in blocks:
         if isinstance(block, dict) and block.get("type") == "text":
             if not isinstance(block.get("text"), str):
                 raise InputError(f"{at}: a text block without text", hint)
             texts.append(block["text"])
-        else:
+        elif not (
+            isinstance(block, dict)
+            and isinstance(block.get("type"), str)
+            and block["type"] in skipped
+        ):
             dropped += 1
-    return "\n".join(texts), dropped
+    return texts, dropped

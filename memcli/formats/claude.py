@@ -12,7 +12,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import LIMITS, Conversation, Limits, clean_text, message, records, where
+from memcli.formats.base import (
+    LIMITS,
+    Conversation,
+    Limits,
+    block_texts,
+    clean_text,
+    message,
+    records,
+    where,
+)
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -106,19 +115,7 @@ def _texts(data: dict[str, Any], at: str) -> tuple[list[str], int]:
         if text is not None and not isinstance(text, str):
             raise InputError(f"{at}: text is not a string", _HINT)
         return [text or ""], 0
-    texts, dropped = [], 0
-    for block in blocks:
-        if isinstance(block, dict) and block.get("type") == "text":
-            if not isinstance(block.get("text"), str):
-                raise InputError(f"{at}: a text block without text", _HINT)
-            texts.append(block["text"])
-        elif not (
-            isinstance(block, dict)
-            and isinstance(block.get("type"), str)
-            and block["type"] in _SKIPPED
-        ):
-            dropped += 1
-    return texts, dropped
+    return block_texts(blocks, at, _HINT, _SKIPPED)
 
 
 def _list(data: dict[str, Any], key: str, at: str) -> list[Any]:
