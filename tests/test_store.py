@@ -49,6 +49,34 @@ def test_wal_and_busy_timeout(tmp_path: Path) -> None:
     assert store.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
 
 
+def test_many_open_a_new_database_at_once(tmp_path: Path) -> None:
+    """Switching a new file to WAL mode answers "locked" at once (SQLite's busy timeout does not
+    apply) while another connection opens it too: every opener still gets the database."""
+    import threading
+
+    failed: list[str] = []
+    for n in range(30):
+        path = tmp_path / f"m{n}.db"
+        start = threading.Barrier(4)
+
+        def open_it(path: Path = path, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                SQLiteStore(path).close()
+            except Exception as exc:  # (collected: the assertion names them)
+                failed.append(f"{path.name}: {exc}")
+
+        threads = [threading.Thread(target=open_it) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert failed == []
+    store = SQLiteStore(tmp_path / "m0.db")
+    assert store.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+
+
 def test_active_window_does_not_scan_archive(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.db")
     plan = " ".join(

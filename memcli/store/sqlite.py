@@ -73,6 +73,24 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in str(exc)
 
 
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """WAL mode (the file keeps it). Switching a new file to it needs the file to itself, and
+    SQLite answers "locked" at once, without its busy timeout, while another connection opens
+    it too (two processes or threads making one database): again after a growing, jittered
+    pause, until WRITE_WAIT_S have gone by."""
+    deadline = time.monotonic() + WRITE_WAIT_S
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(pause * random.uniform(0.5, 1.5))
+            pause = min(pause * 2, 0.1)
+
+
 class SQLiteStore(TableStore):
     """The Store protocol over SQLite, WAL mode, with a busy timeout.
 
@@ -120,7 +138,7 @@ class SQLiteStore(TableStore):
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                 conn = self._connect(str(self.path) if self.path else ":memory:")
                 if self.path is not None:
-                    conn.execute("PRAGMA journal_mode = WAL")
+                    _use_wal(conn)
                     conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as exc:
