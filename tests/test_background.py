@@ -83,6 +83,28 @@ def test_a_resumed_chat_feeds_what_the_last_one_left_unfed(tmp_path: Path):
     assert background.status().done == len(flushes)
 
 
+def test_a_failing_on_fed_leaves_the_work_going_and_says_so(tmp_path: Path):
+    store = SQLiteStore(tmp_path / "m.db")
+    block = Held()
+    block.release.set()
+    background = Background(store)
+
+    def on_fed(fed: Any) -> None:
+        raise RuntimeError("the screen is gone")
+
+    background.on_fed = on_fed
+    memory = Memory(
+        store, "s", budget=Budget(60, 0.5, 10), memory_blocks=[block], background=background
+    )
+    flushes = [f for m in chatty(12) for f in memory.put(m)]
+    assert len(flushes) >= 2
+    assert background.wait(60)  # every job ran: the thread outlived the callback
+    assert block.taken == [f.id for f in flushes]
+    status = background.status()
+    assert status.waiting == 0 and status.done == len(flushes)
+    assert status.error == "after feeding: RuntimeError: the screen is gone"
+
+
 def test_put_messages_of_the_agent_tools_hands_the_batches_over(tmp_path: Path):
     s = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": "ana", "token_limit": 60})
     store = SQLiteStore(tmp_path / "t.db")

@@ -111,7 +111,7 @@ def test_the_first_search_says_what_it_embeds(tmp_path: Path, monkeypatch) -> No
     assert run.code == 0 and "Embedding" not in run.stderr
 
 
-def test_the_store_mark_stays_true_and_scopes_settle(tmp_path: Path) -> None:
+def test_the_store_mark_stays_true_and_scopes_settle(tmp_path: Path, monkeypatch) -> None:
     """Library: a scoped index leaves the store's other messages pending; an index of the store
     then embeds those only; a message put later in a's scope is a's next search's work."""
     from memcli.store import vectors
@@ -134,6 +134,12 @@ def test_the_store_mark_stays_true_and_scopes_settle(tmp_path: Path) -> None:
     before = len(embedder.calls)
     result = retriever.search("a says", user_id="a")
     assert result.embedded == 0 and len(embedder.calls) == before + 1  # the query alone
+    locks: list[bool] = []
+    can_write_now = store.can_write_now
+    monkeypatch.setattr(store, "can_write_now", lambda: locks.append(True) or can_write_now())
+    retriever.search("b says", user_id="b")
+    retriever.search("a says", user_id="a")
+    assert locks == []  # nothing past their marks: no write lock taken to find that out
 
 
 def test_a_search_tells_what_it_builds_first(tmp_path: Path, monkeypatch) -> None:

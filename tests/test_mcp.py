@@ -612,3 +612,28 @@ def test_deep_odd_and_huge_requests_get_error_replies(tmp_path: Path) -> None:
     assert replies[2]["error"]["code"] == -32600
     assert "bytes" in replies[3]["error"]["message"]
     assert replies[4]["result"]["tools"]
+
+
+def test_the_request_check_reads_an_unclosed_string_once() -> None:
+    """A string that never closes, full of escaped quotes, is read once (the pattern that
+    started again at each quote took minutes for a megabyte); brackets inside strings, escaped
+    quotes included, are not counted."""
+    import threading
+
+    from memcli.cli.mcp_http import MAX_REQUEST_DEPTH, request_problem
+
+    answers: list[object] = []
+    body = '{"jsonrpc": "2.0", "id": 1, "x": "' + '\\"' * 500_000
+    worker = threading.Thread(target=lambda: answers.append(request_problem(body)), daemon=True)
+    worker.start()
+    worker.join(120)
+    assert answers == [None]  # not JSON: the SDK's parse error answers it
+    inside = '{"id": 1, "a": "[[[\\"{{{", "b": ["\\\\"]}'
+    assert request_problem(inside) is None
+    deep = (
+        '{"id": 1, "a": "\\"", "b": '
+        + "[" * (MAX_REQUEST_DEPTH + 1)
+        + "]" * (MAX_REQUEST_DEPTH + 1)
+        + "}"
+    )
+    assert request_problem(deep) is not None and "nested" in request_problem(deep)[1]

@@ -202,7 +202,13 @@ class Background:
                         self._error = fed.error
                     self._idle.notify_all()
                 if self.on_fed is not None and fed.batches:
-                    self.on_fed(fed)
+                    try:
+                        self.on_fed(fed)
+                    except (
+                        Exception
+                    ) as error:  # (the caller's: the work goes on, the status says it)
+                        with self._lock:
+                            self._error = f"after feeding: {type(error).__name__}: {error}"
         finally:
             own, self._own = self._own, None
             if own is not None:

@@ -162,7 +162,9 @@ class VectorBlock(MemoryBlock):
             for session_id in sessions:
                 scope = Scope(session_id=session_id)
                 retriever.index(batch=self.embed_batch, progress=progress, scope=scope)
-                holder = holder or retriever.waited_for
+                holder = retriever.waited_for
+                if holder:  # waited out once: the other sessions' batches stay pending too
+                    break
             ids = [m.id for batch, ctx in items if ctx.store is store for m in batch if m.id]
             missing[key] = unembedded(store, retriever.model, ids)
             reasons[key] = (

@@ -45,7 +45,9 @@ def request_problem(text: str | bytes) -> tuple[int, str] | None:
 
     body = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
     depth = 0
-    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', body):
+    # (a string is read once, to its end if it never closes: a pattern that gave up on an
+    # unclosed string would start again at each quote inside it, in time growing as its square)
+    for token in re.finditer(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', body):
         char = token.group()
         if char in ("[", "{"):
             depth += 1

@@ -153,7 +153,7 @@ def settle(store: SQLStore, model: str, scope: Scope | None) -> bool:
     searches do not look at them again; True if it moved. Nothing on a database this process
     cannot write now."""
     key = mark_key(scope)
-    if key is None or not store.can_write_now():
+    if key is None:
         return False
     source, where, params = _in_scope(scope)
     mark = floor(store, model, scope)
@@ -164,6 +164,8 @@ def settle(store: SQLStore, model: str, scope: Scope | None) -> bool:
         (model, mark, *params),
     ).fetchone()
     if row is None or row[0] is None or (row[1] or 0) > 0:
+        return False  # (the usual case: nothing past the mark, and no write lock taken)
+    if not store.can_write_now():
         return False
     with store.transaction():
         _move_mark(store, model, key, int(row[0]))
