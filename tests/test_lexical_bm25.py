@@ -67,3 +67,40 @@ def test_a_users_new_messages_are_found_by_the_next_search(store: SQLiteStore) -
     found = sql.lexical_search(store, ["cello"], scope, 10)
     assert sorted(i for i, _ in found) == first + later
     assert sql.term_counts(store, ["cello"], 10, scope) == {"cello": 2}
+
+
+def test_two_threads_tokenize_query_words_on_one_connection(tmp_path: Path) -> None:
+    """The stems of query words are read through one temporary index per connection: two
+    threads' searches (asearch beside a block's get) never read each other's words, or break
+    each other's statements."""
+    import threading
+
+    store = SQLiteStore(tmp_path / "s.db")
+    sets = [
+        [{f"running{i}", f"jumped{i}", f"apples{i}"} for i in range(200)],
+        [{f"swimming{i}", f"houses{i}", f"walked{i}", f"cats{i}"} for i in range(200)],
+    ]
+    expected: dict[str, tuple[str, ...]] = {}
+    for words in sets[0] + sets[1]:
+        sql._STEMS.clear()
+        expected.update(sql._stems(store, words))
+    assert len(expected) == 1400 and all(len(stems) == 1 for stems in expected.values())
+    wrong: list[object] = []
+
+    def tokenize(each: list[set[str]]) -> None:
+        for words in each:
+            try:
+                found = sql._stems(store, words)
+            except Exception as exc:  # (collected: the assertion names them)
+                wrong.append(repr(exc))
+                continue
+            wrong.extend(w for w in words if found[w] != expected[w])
+
+    for _ in range(3):
+        sql._STEMS.clear()
+        threads = [threading.Thread(target=tokenize, args=(each,)) for each in sets]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert wrong == []

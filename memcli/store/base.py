@@ -116,6 +116,12 @@ class SQLStore(Protocol):
     #: read-only role): a transaction raises.
     read_only: bool
 
+    @property
+    def lock(self) -> AbstractContextManager[Any]:
+        """Held by a transaction for its whole length (reentrant): statements that must run
+        together on the connection, outside a transaction, hold it too."""
+        ...
+
     def transaction(self, wait: bool = True) -> AbstractContextManager[None]:
         """All writes inside happen together or not at all (nested calls join the outer one).
         An outermost one waits its turn for the write lock; with `wait=False` it raises

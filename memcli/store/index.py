@@ -374,11 +374,13 @@ STEMS_MAX = 100_000
 
 def _stems(store: SQLStore, texts: set[str]) -> dict[str, tuple[str, ...]]:
     """Each text's tokens as the full-text index reads them (FTS5's tokenizer, through a
-    temporary index of the texts not seen before)."""
-    missing = sorted(t for t in texts if t not in _STEMS)
-    if missing:
-        if len(_STEMS) + len(missing) > STEMS_MAX:
-            _STEMS.clear()
+    temporary index of the texts not seen before). The connection's temporary index is filled
+    and read under the store's lock, so that two threads' searches never read each other's."""
+    found = {t: _STEMS[t] for t in texts if t in _STEMS}
+    missing = sorted(texts - found.keys())
+    if not missing:
+        return found
+    with store.lock:
         store.execute(
             "CREATE VIRTUAL TABLE IF NOT EXISTS temp.retrieval_words USING fts5(content,"
             f" tokenize='{FTS_TOKENIZER}')"
@@ -392,14 +394,15 @@ def _stems(store: SQLStore, texts: set[str]) -> dict[str, tuple[str, ...]]:
             "INSERT INTO temp.retrieval_words (rowid, content) VALUES (?, ?)",
             [(i + 1, text) for i, text in enumerate(missing)],
         )
-        tokens: dict[int, list[tuple[int, str]]] = {}
-        for doc, offset, stem in store.execute(
-            "SELECT doc, offset, term FROM temp.retrieval_words_vocab"
-        ).fetchall():
-            tokens.setdefault(int(doc), []).append((int(offset), str(stem)))
-        for i, text in enumerate(missing):
-            _STEMS[text] = tuple(stem for _, stem in sorted(tokens.get(i + 1, [])))
-    return {t: _STEMS[t] for t in texts}
+        rows = store.execute("SELECT doc, offset, term FROM temp.retrieval_words_vocab").fetchall()
+    tokens: dict[int, list[tuple[int, str]]] = {}
+    for doc, offset, stem in rows:
+        tokens.setdefault(int(doc), []).append((int(offset), str(stem)))
+    if len(_STEMS) + len(missing) > STEMS_MAX:
+        _STEMS.clear()
+    for i, text in enumerate(missing):
+        found[text] = _STEMS[text] = tuple(stem for _, stem in sorted(tokens.get(i + 1, [])))
+    return found
 
 
 def _bm25(
