@@ -611,3 +611,23 @@ def test_no_facts_of_a_mistyped_user_names_the_close_users() -> None:
     assert "No facts of user 'anaa'. Did you mean 'ana'?" in said, said
     own = memcli("facts", "--user", "ana")
     assert own.code == 0 and "Did you mean" not in own.stderr and "No facts." in own.stderr
+
+
+def test_import_extracts_facts_even_when_another_block_stays_pending(llm, tmp_path: Path) -> None:
+    """A summary block's failed batches exit the import 1, after the facts of the imported
+    conversations are extracted (they were skipped: the failure ended the import first)."""
+    blocks = '[[blocks]]\nkind = "facts"\n\n[[blocks]]\nkind = "summary"\n'
+    config = llm_config(tmp_path, llm, blocks)
+
+    def server(body: dict) -> dict:
+        if "<summary>" in json.dumps(body["messages"]):
+            return {"status": 500}
+        return {"content": "<facts><fact>Ana has a dog named Rex</fact></facts>"}
+
+    llm.default = server
+    run = memcli("--config", config, "import", transcript(tmp_path, 3), "--session", "s1", "--json")
+    assert run.code == 1, run.stderr
+    assert "pending in a block" in run.stderr and "Extracting facts" in run.stderr
+    assert run.records()[-1] == {"type": "extraction", "done": 3, "pending": 0}
+    texts = [f["text"] for f in memcli("--config", config, "facts", "--json").records()]
+    assert texts == ["Ana has a dog named Rex"]

@@ -165,15 +165,17 @@ def import_command(
     except KeyboardInterrupt:
         fed.interrupted(total)
         raise
-    _report(
+    failed = _report(
         result,
         announce_new=session is None,
         blocks_fed=bool(blocks),
         json_=json_,
         backfill=_backfill(s.user),
     )
-    if extracting and not no_extract and result.sessions:
+    if extracting and not no_extract and result.sessions:  # (another block's failure aside)
         _extract(s, store, extracting, list(result.sessions), json_=json_)
+    if failed:
+        raise typer.Exit(1)
 
 
 def _fact_blocks_with_a_model(blocks: list[Any]) -> list[Any]:
@@ -231,11 +233,12 @@ def _empty_store() -> Any:
 
 def _report(
     result: Imported, *, announce_new: bool, blocks_fed: bool, json_: bool, backfill: str
-) -> None:
-    """What an import did: a line on stderr, and the summary record on stdout in JSON mode."""
+) -> bool:
+    """What an import did: a line on stderr, and the summary record on stdout in JSON mode;
+    True when batches stay pending in a block (the import then exits 1)."""
     if result.dry_run:
         _report_dry(result, json_=json_)
-        return
+        return False
     from memcli.memory import budget_text
 
     for new in result.new_sessions:
@@ -276,7 +279,7 @@ def _report(
             " shows why: the LLM failed, or the embedding claim was held). The messages are"
             f" stored: retry the blocks with `{backfill}`."
         )
-        raise typer.Exit(1)
+    return bool(result.blocks_pending)
 
 
 def _report_dry(result: Imported, *, json_: bool) -> None:
