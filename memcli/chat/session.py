@@ -587,16 +587,12 @@ class Turn:
                 if close is not None:
                     close()
         except ProviderError as error:
-            if not self._cancelled.is_set():  # hung up: `cancel` tells the turn
-                self._queue.put(("error", error))
+            self._queue.put(("error", error))
             return
         except Exception as error:  # a stream that fails oddly is still a provider failure
-            if not self._cancelled.is_set():
-                failed = ProviderError(f"the LLM stream failed: {error}", "Retry")
-                self._queue.put(("error", failed))
+            self._queue.put(("error", ProviderError(f"the LLM stream failed: {error}", "Retry")))
             return
-        if not self._cancelled.is_set():
-            self._queue.put((_END, None))
+        self._queue.put((_END, None))
 
     def _finish(self, *, cancelled: bool, capped: bool = False) -> ReplyDone:
         """End the turn: store the reply (calls of tools past the last round are not run). An
