@@ -36,18 +36,21 @@ def forget_user(home: Path, store: Store, user: str) -> None:
     shared = home / SHARED
     if not shared.is_file():
         return
-    texts = {
-        _digest(m.content)
-        for info in store.list_sessions(user)
-        for m in store.iter_messages(info.id)
-        if m.role == "user"
-    }
-    entries = _entries(shared.read_text(encoding="utf-8", errors="surrogateescape"))
-    kept = [e for e in entries if _digest(_text(e)) not in texts]
+    with open(shared, encoding="utf-8", errors="surrogateescape", newline="") as file:
+        entries = _entries(file.read())  # (as written: a "\r" in a line is no end of line)
+    # (typed lines are kept as typed, messages stored stripped: both are compared stripped)
+    wanted = {_digest(_text(e).strip()) for e in entries}
+    theirs: set[str] = set()
+    for info in store.list_sessions(user):
+        for m in store.iter_messages(info.id):
+            if m.role == "user" and (digest := _digest(m.content.strip())) in wanted:
+                theirs.add(digest)
+    kept = [e for e in entries if _digest(_text(e).strip()) not in theirs]
     if len(kept) == len(entries):
         return
     tmp = shared.with_name(f"{SHARED}.{os.getpid()}.tmp")
-    tmp.write_text("".join(kept), encoding="utf-8", errors="surrogateescape")
+    with open(tmp, "w", encoding="utf-8", errors="surrogateescape", newline="") as file:
+        file.write("".join(kept))
     os.replace(tmp, shared)
 
 
@@ -61,7 +64,8 @@ def _entries(data: str) -> list[str]:
     entries: list[str] = []
     current: list[str] = []
     has_text = False
-    for line in data.splitlines(keepends=True):
+    pieces = data.split("\n")  # (FileHistory's lines end with a newline, nothing else)
+    for line in [p + "\n" for p in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else []):
         is_text = line.startswith("+")
         if has_text and not is_text:
             entries.append("".join(current))
@@ -75,5 +79,5 @@ def _entries(data: str) -> list[str]:
 
 def _text(entry: str) -> str:
     """An entry's text: its `+` lines without the `+`, as FileHistory reads it."""
-    lines = [ln[1:] for ln in entry.splitlines() if ln.startswith("+")]
+    lines = [ln[1:] for ln in entry.split("\n") if ln.startswith("+")]
     return "\n".join(lines)

@@ -382,13 +382,18 @@ def test_rm_user_takes_her_chat_input_history(tmp_path: Path, isolated: Path) ->
         "\n# 2026-01-01 10:00:00.000000\n+She eats quetzalcrumpet every morning.\n"
         "\n# 2026-01-01 10:00:01.000000\n+I restore old steam trains on weekends.\n"
         "\n# 2026-01-01 10:00:02.000000\n+/facts\n+two lines\n"
+        # typed with spaces around it (the message is stored stripped): hers too
+        "\n# 2026-01-01 10:00:03.000000\n+  She eats quetzalcrumpet every morning. \n"
+        # a line separator inside a line is no end of line in the file
+        "\n# 2026-01-01 10:00:04.000000\n+steam\u2028trains\x0cand\rmore\n"
     )
     run = memcli("rm", "--user", "alice", "--yes")
     assert run.code == 0, run.stderr
     assert not mine.exists() and bobs.read_text().endswith("+trains\n")
-    assert shared.read_text() == (
+    assert shared.read_bytes().decode() == (
         "\n# 2026-01-01 10:00:01.000000\n+I restore old steam trains on weekends.\n"
         "\n# 2026-01-01 10:00:02.000000\n+/facts\n+two lines\n"
+        "\n# 2026-01-01 10:00:04.000000\n+steam\u2028trains\x0cand\rmore\n"
     )
     for word in ALICE_WORDS:
         assert files_holding(isolated, word) == []
