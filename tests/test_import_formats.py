@@ -561,3 +561,30 @@ def test_claude_counts_only_the_parts_left_out_and_no_bare_file_line(tmp_path: P
     user, assistant = found.messages
     assert user.content == "Read my scan\n\n[notes.txt]\nGecko-1122"  # no bare [scan.pdf] line
     assert [user.metadata, assistant.metadata] == [{"source_id": "m-1"}, {"source_id": "m-2"}]
+
+
+def test_an_open_webui_chat_with_no_branch_to_follow_is_refused(tmp_path: Path) -> None:
+    """A history of messages with no `currentId` and no `messages` list would import nothing
+    of it without a word: refused, naming the chat."""
+    chat = json.loads((DATA / "openwebui-chat.json").read_text())
+    assert chat["history"]["messages"]
+    del chat["history"]["currentId"]
+    chat["messages"] = []
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(chat))
+    refused(path, "but no currentId, and it has no messages list")
+
+
+def test_a_chatgpt_tool_call_whose_text_is_nested_too_deep_is_kept_as_text(tmp_path: Path) -> None:
+    items = json.loads((DATA / "chatgpt-tools.json").read_text())
+    deep = "[" * 100_000
+    items[0]["mapping"]["b1"]["message"]["content"]["parts"] = [deep]
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(items))
+    (conversation, *_) = read(path).conversations
+    calls = [
+        c
+        for m in conversation.messages
+        for c in m.to_dict().get("metadata", {}).get("extra", {}).get("tool_calls", [])
+    ]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"input": deep}

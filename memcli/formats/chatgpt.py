@@ -160,7 +160,7 @@ def _args(text: str) -> str:
     try:
         if isinstance(json.loads(text), dict):
             return text
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested too deep for the parser: text)
         pass
     return json.dumps({"input": text}, ensure_ascii=False)
 

@@ -69,7 +69,14 @@ def _branch(history: dict[str, Any], listed: Any, at: str) -> list[dict[str, Any
     tree: dict[str, Any] = history["messages"]
     current = history.get("currentId")
     if current is None:
-        return [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+        found = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+        if tree and not found:  # (not one of them would be imported, and no word said)
+            raise InputError(
+                f"{at}: its history holds {len(tree):,} messages but no currentId, and it has"
+                " no messages list",
+                _HINT,
+            )
+        return found
     path: list[dict[str, Any]] = []
     seen: set[str] = set()
     while current is not None:
