@@ -118,13 +118,22 @@ class MessageItem(TypedDict):
         Literal["system", "user", "assistant", "tool", "developer"],
         Field(description="Who wrote it (developer is stored as system)."),
     ]
-    content: Annotated[str, Field(description="The message's text.")]
+    content: Annotated[
+        str | list[dict[str, Any]] | None,
+        Field(
+            description="The message's text, or OpenAI's text parts; null for an assistant"
+            " message with tool_calls."
+        ),
+    ]
     name: NotRequired[Annotated[str, Field(description="The speaker's name.")]]
     metadata: NotRequired[
         Annotated[dict[str, Any], Field(description="Any JSON object, kept with the message.")]
     ]
     timestamp: NotRequired[
-        Annotated[str, Field(description="When it was written: an ISO 8601 time.")]
+        Annotated[
+            str | int | float,
+            Field(description="When it was written: an ISO 8601 time, or Unix seconds."),
+        ]
     ]
 
 

@@ -637,3 +637,49 @@ def test_the_request_check_reads_an_unclosed_string_once() -> None:
         + "}"
     )
     assert request_problem(deep) is not None and "nested" in request_problem(deep)[1]
+
+
+def test_put_messages_takes_what_memcli_reads_in_a_message(tmp_path: Path) -> None:
+    """Tool calls with null content, content as text parts, Unix-time timestamps: the tool's
+    schema takes what `Message.from_dict` reads (it refused them before memcli could)."""
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Weather in Bern?"}],
+            "timestamp": 1717243200,
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city": "Bern"}'},
+                }
+            ],
+            "timestamp": 1717243201.5,
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "12 C, rain"},
+        {
+            "role": "assistant",
+            "content": "12 degrees and rain.",
+            "timestamp": "2024-06-01T12:00:03Z",
+        },
+    ]
+
+    async def script(s: ClientSession) -> dict[str, Any]:
+        put = data(await s.call_tool("put_messages", {"messages": messages, "session": "w"}))
+        return {"put": put, "context": data(await s.call_tool("get_context", {"session": "w"}))}
+
+    out = drive(tmp_path / "mcp.db", script, "--user", "ana")
+    assert out["put"]["stored"] == 4
+    context = out["context"]
+    assert [(m["role"], m["content"]) for m in context] == [
+        ("user", "Weather in Bern?"),
+        ("assistant", ""),
+        ("tool", "12 C, rain"),
+        ("assistant", "12 degrees and rain."),
+    ]
+    assert context[1]["metadata"]["extra"]["tool_calls"][0]["function"]["name"] == "weather"
+    assert context[0]["timestamp"].startswith("2024-06-01T12:00:00")
