@@ -334,6 +334,20 @@ def test_vectors_keep_their_users_and_times_from_migration_23_on(
         store, sql.Scope(user_id="ana", until=start + timedelta(days=10))
     ) == start + timedelta(days=9)
     assert sql.latest_time(store, sql.Scope()) == start + timedelta(days=50)
+    # Embedded up to the user's mark (as her searches move it; the store's mark stays behind):
+    # her newest message is read from its vector, the messages past the mark one by one.
+    newest = store.execute("SELECT MAX(id) FROM messages").fetchone()[0]
+    at = round((start + timedelta(days=50)).timestamp() * 1000)
+    ana = sql.Scope(user_id="ana")
+    vsql.add_vectors(store, "m", [(newest, 0, 384, vectors[0].tobytes())], newest, scope=ana)
+    pg_index.fill_embeddings(store)
+    assert vsql.floor(store, "m", ana) == newest > vsql.embedded_through(store, "m")
+    assert store.execute(
+        "SELECT at_ms FROM retrieval_vectors WHERE message_id = ?", (newest,)
+    ).fetchone() == (at,)
+    assert sql.latest_time(store, sql.Scope(user_id="ana")) == start + timedelta(days=50)
+    assert sql.latest_time(store, sql.Scope(user_id="bo")) == start + timedelta(days=40)
+    assert sql.latest_time(store, sql.Scope()) == start + timedelta(days=50)
 
     # Searches within a user and a window: the same as comparing their vectors one by one.
     owner_of = dict(

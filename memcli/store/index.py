@@ -507,7 +507,7 @@ def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
             # The vectors' copies of their messages' times answer through an index, where the
             # messages' would be read one by one; the messages not embedded yet are read.
             vectors = _filters(store, scope, "v.user_id", "v.at_ms")
-            return pg_index.latest_time(store, vectors, sql, params)
+            return pg_index.latest_time(store, vectors, sql, params, scope.user_id)
     return _from_ms(store.execute(sql, params).fetchone())
 
 

@@ -327,20 +327,31 @@ def pgvector_version(store: SQLStore) -> tuple[int, ...]:
 
 
 def latest_time(
-    store: SQLStore, vectors: tuple[str, list[Any]], messages: str, params: Sequence[Any]
+    store: SQLStore,
+    vectors: tuple[str, list[Any]],
+    messages: str,
+    params: Sequence[Any],
+    user: str | None = None,
 ) -> datetime | None:
     """The latest message's time within a user's messages, a time window or the store (not a
     session's, nor archived messages only): the latest of the vectors' times (`vectors`: the
     scope's conditions on `retrieval_vectors v`, through `retrieval_vectors_scope` or
     `retrieval_vectors_time`) and of the messages with no vectors yet (`messages`, the query on
     every message in scope with `params`, kept to those). A message that gets no vector (no
-    text) is not counted once it is marked embedded."""
+    text) is not counted once it is marked embedded. Embedded means: up to the store's mark or
+    `user`'s (searches and blocks move a user's and a session's marks, seldom the store's),
+    for every model."""
     from datetime import UTC, datetime
 
     filters, vector_params = vectors
     through = store.execute(
-        "SELECT COALESCE(MIN(CAST(value AS BIGINT)), 0) FROM retrieval_state"
-        " WHERE key LIKE 'embedded:%'"
+        "SELECT COALESCE(MIN(GREATEST(COALESCE(CAST(st.value AS BIGINT), 0),"
+        " COALESCE(mk.through, 0))), 0)"
+        " FROM (SELECT substr(key, 10) AS model FROM retrieval_state WHERE key LIKE 'embedded:%'"
+        " UNION SELECT model FROM retrieval_marks WHERE scope_key = ?) models"
+        " LEFT JOIN retrieval_state st ON st.key = 'embedded:' || models.model"
+        " LEFT JOIN retrieval_marks mk ON mk.model = models.model AND mk.scope_key = ?",
+        (key := None if user is None else f"user:{user}", key),  # (NULL: no user's mark)
     ).fetchone()[0]
     # The messages past the mark and those to embed again, each their own maximum: an OR of
     # the two would read every message of the store (no index serves it).
