@@ -112,9 +112,11 @@ def _unfed(store: Any, blocks_for: BlocksFor, known: dict[str, MemoryBlock]) -> 
             known.setdefault(block.name, block)
             if not block.receives_flushes:
                 continue
-            if getattr(block, "catches_up_itself", False):
+            catches_up = getattr(block, "catches_up_itself", False)
+            if catches_up:  # (what a search embedded meanwhile is no work left)
                 itself.add(block.name)
-            n = work.unfed_count(store, block.name, block.key_for(session, user), session)
+            key = block.key_for(session, user)
+            n = work.unfed_count(store, block.name, key, session, unembedded=catches_up)
             if n:
                 entry = counts.setdefault((block.name, user), [0, 0])
                 entry[0] += n

@@ -352,6 +352,10 @@ def test_batches_never_handed_to_the_vector_block_are_listed_as_needing_nothing(
         "no problems found (1 piece of long-term work the next search does by itself)"
         in " ".join(shown.stderr.split())
     ), shown.stderr
+    # A search of the user embeds them: nothing is left to list (no backfill needed).
+    assert memcli("--db", str(db), "search", "tea", "--user", "big").code == 0
+    after = memcli("--db", str(db), "check", "--json").records()
+    assert [r for r in after if r["type"] == "attention"] == []
     assert memcli("--db", str(db), "blocks", "backfill", "--user", "big").code == 0
     after = memcli("--db", str(db), "check", "--json").records()
     assert [r for r in after if r["type"] == "attention"] == []

@@ -70,11 +70,21 @@ def pending_batches(store: SQLStore) -> list[PendingBatches]:
     return out
 
 
-def unfed_count(store: SQLStore, block: str, scope_key: str, session_id: str) -> int:
-    """How many of the session's flushed batches `block` has no record of (never handed it)."""
+def unfed_count(
+    store: SQLStore, block: str, scope_key: str, session_id: str, unembedded: bool = False
+) -> int:
+    """How many of the session's flushed batches `block` has no record of (never handed it);
+    with `unembedded`, only those of them with a message (with text) that has no vector yet."""
+    vectorless = (
+        " AND EXISTS (SELECT 1 FROM messages m WHERE m.flush_id = f.id AND m.content <> ''"
+        " AND NOT EXISTS (SELECT 1 FROM retrieval_vectors v WHERE v.message_id = m.id))"
+        if unembedded
+        else ""
+    )
     row = store.execute(
         "SELECT COUNT(*) FROM flushes f WHERE f.session_id = ? AND NOT EXISTS (SELECT 1"
-        " FROM block_flushes b WHERE b.block = ? AND b.scope_key = ? AND b.flush_id = f.id)",
+        " FROM block_flushes b WHERE b.block = ? AND b.scope_key = ? AND b.flush_id = f.id)"
+        + vectorless,
         (session_id, block, scope_key),
     ).fetchone()
     return int(row[0])
