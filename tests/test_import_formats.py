@@ -489,6 +489,21 @@ def test_a_logs_db_is_read_within_its_row_and_text_limits(name: str) -> None:
     assert read(DATA / name, limits=Limits(max_rows=100)).conversations
 
 
+def test_a_fragment_named_many_times_counts_as_that_much_text(tmp_path: Path) -> None:
+    """A part naming one fragment thousands of times would make gigabytes of text from a
+    small file: each use counts toward the limit on bytes of text."""
+    path = tmp_path / "logs.db"
+    shutil.copy(DATA / "llm-0.36-fragments.db", path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE fragments SET content = ? WHERE id = 1", ("x" * 100_000,))
+    payload = json.dumps({"text_ref": [{"fragment": 1}] * 1_000})
+    conn.execute("UPDATE parts SET payload = ? WHERE payload LIKE '%text_ref%'", (payload,))
+    conn.commit()
+    conn.close()
+    assert path.stat().st_size < 2_000_000
+    refused(path, "bytes of text", Limits(max_bytes=5_000_000))
+
+
 def test_a_claude_attachment_over_its_limit_is_refused_naming_it(tmp_path: Path) -> None:
     path = tmp_path / "conversations.json"
     shutil.copy(DATA / "claude-conversations.json", path)

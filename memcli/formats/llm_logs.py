@@ -111,13 +111,18 @@ class _Reader:
                     f"{self.name}: table {table} has more than {limit:,} rows",
                     "Import a smaller logs.db (or `llm logs --json` of part of it)",
                 )
-            self.bytes += sum(len(v) for v in row if isinstance(v, str | bytes))
-            if self.bytes > self.limits.max_bytes:
-                raise InputError(
-                    f"{self.name}: more than {self.limits.max_bytes:,} bytes of text",
-                    "Import a smaller logs.db (or `llm logs --json` of part of it)",
-                )
+            self.count(sum(len(v) for v in row if isinstance(v, str | bytes)))
             yield row
+
+    def count(self, size: int) -> None:
+        """Count `size` more bytes of text read (or made: a fragment's text in each part that
+        refers to it); InputError past `max_bytes`."""
+        self.bytes += size
+        if self.bytes > self.limits.max_bytes:
+            raise InputError(
+                f"{self.name}: more than {self.limits.max_bytes:,} bytes of text",
+                "Import a smaller logs.db (or `llm logs --json` of part of it)",
+            )
 
 
 def _count_table(conn: sqlite3.Connection, table: str) -> bool:
@@ -218,9 +223,12 @@ def _ids(response: Any) -> Any:
     return of
 
 
-def _part_text(kind: Any, text: Any, payload: Any, fragments: dict[Any, str]) -> str | None:
+def _part_text(
+    kind: Any, text: Any, payload: Any, fragments: dict[Any, str], db: _Reader
+) -> str | None:
     """A part's text: its `text`, or the fragments and literals of its `text_ref` payload
-    joined (None: a part that is not text)."""
+    joined (None: a part that is not text). Each fragment's text counts toward the database's
+    bytes of text again where it is used: a fragment named many times is that much text."""
     if kind != "text":
         return None
     if isinstance(text, str):
@@ -236,6 +244,7 @@ def _part_text(kind: Any, text: Any, payload: Any, fragments: dict[Any, str]) ->
         if isinstance(item, dict) and isinstance(item.get("literal"), str):
             pieces.append(item["literal"])
         elif isinstance(item, dict) and item.get("fragment") in fragments:
+            db.count(len(fragments[item["fragment"]]))
             pieces.append(fragments[item["fragment"]])
     return "".join(pieces)
 
@@ -256,7 +265,7 @@ def _threads(db: _Reader, name: str) -> list[Conversation]:
         "SELECT message_hash, type, text, payload FROM parts ORDER BY message_hash, position",
         "parts",
     ):
-        parts[h].append((kind, _part_text(kind, text, payload, fragments)))
+        parts[h].append((kind, _part_text(kind, text, payload, fragments, db)))
     times: dict[str, str] = {}
     turn_of: dict[str, Any] = {}
     for turn, parent, tip, when in db.rows(
