@@ -30,6 +30,19 @@ def test_a_new_database_has_the_recorded_schema(tmp_path: Path) -> None:
     assert "".join(row[0] + ";\n" for row in made) == recorded
 
 
+def test_a_deleted_sessions_marks_are_found_through_their_index(tmp_path: Path) -> None:
+    """The trigger of a deleted session looks its embedding marks (and its user's) up by their
+    scope, not through every mark: forgetting a user of 8,000 sessions read 64 million marks."""
+    store = SQLiteStore(tmp_path / "s.db")
+    plan = store.execute(
+        "EXPLAIN QUERY PLAN DELETE FROM retrieval_marks WHERE scope_key = 'session:' || ?"
+        " OR (scope_key = 'user:' || ? AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = ?))",
+        ("s", "u", "u"),
+    ).fetchall()
+    steps = " ".join(str(row[-1]) for row in plan)
+    assert "retrieval_marks_scope" in steps and "SCAN retrieval_marks" not in steps, steps
+
+
 def test_migrating_does_not_import_sqlite_utils_or_numpy(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -453,6 +453,13 @@ def _migration_25(conn: sqlite3.Connection) -> None:
     )
 
 
+def _migration_26(conn: sqlite3.Connection) -> None:
+    """The embedding marks by their scope alone: a deleted session's trigger finds its marks
+    (and its user's) through this index, where it read every mark (forgetting a user of 8,000
+    sessions: 13.6 s, now 0.04 s)."""
+    conn.execute('CREATE INDEX "retrieval_marks_scope" ON "retrieval_marks" ("scope_key")')
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -473,6 +480,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (23, _run(_DELETES_23)),
     (24, _migration_24),
     (25, _migration_25),
+    (26, _migration_26),
 ]
 
 LATEST = MIGRATIONS[-1][0]

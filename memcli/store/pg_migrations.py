@@ -669,6 +669,9 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (27, _run(_DELETES_27)),
     (28, _run(_MARKS_28)),
     (29, _run(_MESSAGE_USER_29)),
+    # SQLite's migration 26: the embedding marks by their scope, for the trigger of a deleted
+    # session (it read every mark).
+    (30, _run(("CREATE INDEX retrieval_marks_scope ON retrieval_marks (scope_key)",))),
 ]
 
 LATEST = MIGRATIONS[-1][0]

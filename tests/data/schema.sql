@@ -186,3 +186,4 @@ CREATE INDEX "messages_session_id"
     ON "messages" ("session_id", "id");
 CREATE TRIGGER "retrieval_marks_gone" AFTER DELETE ON "sessions" BEGIN DELETE FROM retrieval_marks WHERE scope_key = 'session:' || old.id OR (scope_key = 'user:' || old.user_id AND NOT EXISTS (SELECT 1 FROM sessions WHERE user_id = old.user_id)); END;
 CREATE INDEX "messages_time" ON "messages" ("session_id", CAST(ROUND((julianday(COALESCE(timestamp, created_at)) - 2440587.5) * 86400000.0) AS INTEGER));
+CREATE INDEX "retrieval_marks_scope" ON "retrieval_marks" ("scope_key");
