@@ -117,6 +117,8 @@ def test_onnxruntime_telemetry_is_off_before_the_session_exists(
 ) -> None:
     import onnxruntime
 
+    from memcli.search import onnx as onnx_module
+
     calls: list[str] = []
     disable, session = onnxruntime.disable_telemetry_events, onnxruntime.InferenceSession
 
@@ -130,6 +132,7 @@ def test_onnxruntime_telemetry_is_off_before_the_session_exists(
 
     monkeypatch.setattr(onnxruntime, "disable_telemetry_events", disabled)
     monkeypatch.setattr(onnxruntime, "InferenceSession", made)
+    monkeypatch.setattr(onnx_module, "_LOADED", {})  # (not the session `minilm` loaded)
     embedder = OnnxEmbedder(onnx_models)  # (the export `minilm` made: loaded, not exported)
     assert embedder.embed(["hello"]).shape[0] == 1
     assert calls[:2] == ["disable_telemetry_events", "InferenceSession"], calls
@@ -176,3 +179,15 @@ def test_an_export_started_by_a_process_that_exited_is_kept_and_waited_for(
     vector = embedder.embed(["the first run's export is waited for"])[0]
     assert len(vector) == 384 and embedder.is_exported
     assert not [p for p in models.iterdir() if p.name.endswith((".tmp", ".export"))]
+
+
+def test_embedders_of_one_model_share_its_loaded_session(minilm: OnnxEmbedder) -> None:
+    """A block's, the search's and an MCP server's users' embedders of the same model use one
+    loaded session (each loaded its own, ~90 MB apiece); another thread count is its own."""
+    other = OnnxEmbedder(minilm.cache_dir)
+    vectors = other.embed(["sourdough starter"])
+    assert other._session is minilm._session and other._tokenizer is minilm._tokenizer
+    assert np.allclose(vectors, minilm.embed(["sourdough starter"]))
+    single = OnnxEmbedder(minilm.cache_dir, threads=1)
+    single.embed(["sourdough starter"])
+    assert single._session is not minilm._session

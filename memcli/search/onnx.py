@@ -45,6 +45,11 @@ RUN_TOKENS = 4_096
 EXPORT_VERSION = 1
 
 _LOCK = threading.Lock()
+#: The models loaded in this process, by their export, model and threads: one session (and
+#: tokenizer) serves every embedder of the same model (a block's, the search's, the facts'; an
+#: MCP server's users'), where each loaded its own (~90 MB each). Both are safe to share
+#: between threads, and never change once loaded.
+_LOADED: dict[tuple[str, str, int | None], tuple[Any, Any]] = {}
 
 
 def bundled_model_dir() -> Path:
@@ -336,6 +341,10 @@ class OnnxEmbedder:
             self._wait_for_preparer()
             model_dir = self.model_dir or bundled_model_dir()
             path = onnx_path(self.cache_dir)
+            key = (str(path.resolve()), str(model_dir), self.threads)
+            if key in _LOADED:  # (another embedder of the process loaded this model)
+                self._tokenizer, self._session = _LOADED[key]
+                return
             if not path.is_file():
                 if self.on_prepare is not None:
                     self.on_prepare()
@@ -359,6 +368,7 @@ class OnnxEmbedder:
             tokenizer.no_truncation()  # embed() truncates; split() and count() see everything
             self._tokenizer = tokenizer
             self._session = session
+            _LOADED[key] = (tokenizer, session)
 
     def _session_for(self, onnxruntime: Any, path: Path) -> Any:
         # onnxruntime's telemetry (its events; on Windows, to Microsoft) is off before any
