@@ -146,7 +146,8 @@ class AgentTools:
         """Load what the first search needs (its retriever and embedding model) now, ahead of
         it (a server calls this on a thread of its own at start)."""
         with self._lock:
-            self._search_retriever().embedder.embed(["warm up"])
+            retriever = self._search_retriever()
+        retriever.embedder.embed(["warm up"])  # (the model loads under a lock of its own)
 
     def _search_retriever(self) -> Retriever:
         if self._retriever is None:

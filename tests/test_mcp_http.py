@@ -51,9 +51,14 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A running `memcli mcp --http` on a free port: (its /mcp URL, its database)."""
     db = tmp_path / "http.db"
     assert memcli(db, "mcp", "token", "list").returncode == 1  # no database yet: nothing made
+    yield from serve(db)
+
+
+def serve(db: Path, *options: str, stop_wait: float = 30) -> Iterator[tuple[str, Path]]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memcli", "--db", str(db), "mcp", "--http", "--port", str(port)],
+        [sys.executable, "-m", "memcli", *options, "--db", str(db), "mcp", "--http"]
+        + ["--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=dict(os.environ),
@@ -69,7 +74,11 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield f"http://127.0.0.1:{port}/mcp", db
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=stop_wait)
+        except subprocess.TimeoutExpired:  # (a tool call still waits for its LLM)
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 async def as_user(url: str, token: str, script: Any) -> Any:
@@ -162,3 +171,41 @@ def test_token_list_on_a_terminal_shows_times_as_the_other_tables(tmp_path: Path
     header, row = (line for line in proc.stdout.splitlines() if "user" in line or "ana" in line)
     assert "created" in header and "created_at" not in header
     assert "ana" in row and "T" not in row.split("ana")[1] and "Z" not in row  # local, no ISO
+
+
+def test_signing_in_does_not_wait_for_another_users_tool_call(tmp_path: Path, llm: Any) -> None:
+    """A tool call that holds the store through a slow LLM call (remember) keeps no other
+    request from being told its token: tokens are read on a connection of their own."""
+    db = tmp_path / "http.db"
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[llm]\nmodel = "openai/test"\napi_base = "{llm.api_base}"\ntimeout = 600\n\n'
+        '[[blocks]]\nkind = "facts"\n'
+    )
+    token = memcli(db, "mcp", "token", "add", "--user", "ana").stdout.strip()
+    llm.default = {"delay": 300, "content": "<facts><fact>Ana rows</fact></facts>"}
+    servers = serve(db, "--config", str(config), stop_wait=1)  # (remember waits 5 minutes)
+    url, _ = next(servers)
+    try:
+
+        async def slow(s: ClientSession) -> Any:
+            return await s.call_tool("remember", {"text": "I row on Sundays."})
+
+        async def both() -> tuple[int, bool]:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(as_user, url, token, slow)
+                while not llm.requests:  # the remember call holds the store now
+                    await anyio.sleep(0.05)
+                body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+                async with httpx2.AsyncClient(timeout=120) as http:
+                    wrong = await http.post(
+                        url, json=body, headers={"Authorization": "Bearer memcli_nope"}
+                    )
+                still = llm.wait_for_disconnect(timeout=0) is None
+                tasks.cancel_scope.cancel()
+            return wrong.status_code, still
+
+        status, still_waiting = anyio.run(both)
+        assert status == 401 and still_waiting
+    finally:
+        servers.close()

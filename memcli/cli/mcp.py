@@ -155,7 +155,15 @@ def serve_http(s: Settings, store: Any, host: str, port: int, background: Any) -
     warm = user_tools(s, store, s.user, lock, background, retriever)
     threading.Thread(target=_prepare, args=(warm,), name="memcli-prepare", daemon=True).start()
     output.info(f"memcli MCP server on http://{host}:{port}/mcp (Ctrl-C stops it)")
-    uvicorn.run(Bearer(app, store, lock), host=host, port=port, log_level="warning")
+    # Tokens are read on a connection of their own: a request's sign-in never waits for a
+    # tool call (one holding the shared connection through an LLM call, say).
+    tokens = common.open_store(s)
+    try:
+        uvicorn.run(
+            Bearer(app, tokens, threading.Lock()), host=host, port=port, log_level="warning"
+        )
+    finally:
+        tokens.close()
 
 
 def user_tools(
