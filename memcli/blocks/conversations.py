@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memcli.blocks.base import BlockContext
+from memcli.blocks.base import BlockContext, conversation_text
 from memcli.blocks.feed import FeedResult
 from memcli.store import longterm
 
@@ -65,12 +65,17 @@ def plan_extraction(
     batch)."""
     batches: list[UnreadBatch] = []
     tokens = 0
+    prompts: dict[tuple[str, str], int] = {}  # (the same for every batch of a block's scope)
     for block in blocks:
         for info in sessions:
+            key = block.key_for(info.id, info.user_id)
             for batch in unread_batches(store, block, info):
                 batches.append(batch)
                 if batch.messages:
-                    tokens += block.request_tokens(store, batch.messages, info, tokenizer)
+                    if (block.name, key) not in prompts:
+                        prompts[block.name, key] = block.prompt_tokens(store, key, tokenizer)
+                    tokens += prompts[block.name, key]
+                    tokens += tokenizer.count(conversation_text(batch.messages))
     return ExtractionPlan(batches, tokens)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memcli.blocks.base import BlockContext, Deferred, LLMBlock, conversation_text
+from memcli.blocks.base import BlockContext, Deferred, LLMBlock
 from memcli.blocks.feed import FeedResult
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
@@ -561,17 +561,14 @@ class FactBlock(LLMBlock):
             return list(batch)
         return [m for m in batch if m.id is None or not any(a <= m.id <= b for a, b in ranges)]
 
-    def request_tokens(
-        self, store: Any, batch: Sequence[Message], info: SessionInfo, tokenizer: Tokenizer
-    ) -> int:
-        """The tokens an extraction of `batch` sends: the prompt with as many of the facts known
-        now as it would be shown (the oldest, for the estimate: no search is run), and the
-        batch as `conversation_text`."""
-        key = self.key_for(info.id, info.user_id)
+    def prompt_tokens(self, store: Any, key: str, tokenizer: Tokenizer) -> int:
+        """The tokens of the prompt an extraction in scope `key` sends besides its batch (as
+        `conversation_text`): with as many of the facts known now as it would be shown (the
+        oldest, for the estimate: no search is run)."""
         known = fact_store.fact_texts(store, self.name, key)[: self.candidates]
         shown = fact_store.get_facts(store, [f.id for f in known])
         prompt = fact_prompt(EXTRACT_PROMPT, self.uses_schema, existing=self._render(shown, True))
-        return tokenizer.count(prompt) + tokenizer.count(conversation_text(batch))
+        return tokenizer.count(prompt)
 
     def related(self, store: Any, scope_key: str, text: str) -> list[fact_store.Fact]:
         """The current facts an extraction of `text` is shown: all of them when they are at most
