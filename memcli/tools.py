@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
-from memcli.errors import InputError, MemcliError, SessionNotFound, UsageError
+from memcli.errors import InputError, MemcliError, UsageError
 from memcli.facts import Facts, change_record, check_search, fact_record, parse_expiry
 from memcli.messages import Message, validate_session_id
 from memcli.sessions import session_record
@@ -434,16 +434,7 @@ class AgentTools:
         """The user's session; SessionNotFound, said in the tools' terms, when there is none
         (another user's session is not found either)."""
         check_session_id(session)
-        try:
-            return require_session(self.store, session, self.user)
-        except SessionNotFound as error:
-            close = (
-                (error.hint or "").partition("? ")[0]
-                if "Did you mean" in (error.hint or "")
-                else ""
-            )
-            hint = f"{close}? {SESSIONS_HINT}" if close else SESSIONS_HINT
-            raise SessionNotFound(session, self.user, hint) from None
+        return require_session(self.store, session, self.user, then=SESSIONS_HINT)
 
 
 def check_session_id(session: Any) -> None:

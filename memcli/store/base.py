@@ -275,19 +275,34 @@ class Store(SQLStore, Protocol):
         ...
 
 
-def require_session(store: Store, session_id: str, user: str | None = None) -> SessionInfo:
+#: How the CLI's hints say where to see the sessions.
+SESSIONS_CLI = "Run `memcli sessions` to see the sessions"
+
+
+def require_session(
+    store: Store, session_id: str, user: str | None = None, *, then: str | None = None
+) -> SessionInfo:
     """The stored session; SessionNotFound when there is none (with `user`, none of that user's:
-    another user's session is not found for them)."""
+    another user's session is not found for them). Its hint: the closest ids, then `then` (the
+    CLI's `memcli sessions` when None; `then` alone when no id is close)."""
     info = store.get_session(session_id)
     if info is None or (user is not None and info.user_id != user):
-        raise SessionNotFound(session_id, user, suggestion(store, session_id, user))
+        hint = suggestion(store, session_id, user, then=then or SESSIONS_CLI) or then
+        raise SessionNotFound(session_id, user, hint)
     return info
 
 
-def suggestion(store: Store, session_id: str, user: str | None, *, new: bool = False) -> str | None:
+def suggestion(
+    store: Store,
+    session_id: str,
+    user: str | None,
+    *,
+    new: bool = False,
+    then: str = SESSIONS_CLI,
+) -> str | None:
     """ "Did you mean ...?" for a session id that is not there (`new`: that was just started,
-    so not itself): the closest ids among the sessions of `user` (None: of every user), as a
-    hint; None when no id is close."""
+    so not itself): the closest ids among the sessions of `user` (None: of every user), then
+    `then`, as a hint; None when no id is close."""
     from difflib import get_close_matches
 
     ids = [i.id for i in store.list_sessions(user) if not (new and i.id == session_id)]
@@ -295,7 +310,7 @@ def suggestion(store: Store, session_id: str, user: str | None, *, new: bool = F
     if not close:
         return None
     names = " or ".join(repr(c) for c in close)
-    return f"Did you mean {names}? Run `memcli sessions` to see the sessions"
+    return f"Did you mean {names}? {then}"
 
 
 def check_owner(info: SessionInfo | None, user: str | None, hint: str) -> None:
