@@ -306,12 +306,10 @@ class Facts:
             blocks, sessions = self._extracting(session)
             return extract_pending(self.store, blocks, sessions, tokenizer)
         if plan is None:
-            blocks, plan = self.extraction_plan(tokenizer, session)
-        else:
-            blocks = self._extracting(session)[0]
+            plan = self.extraction_plan(tokenizer, session)[1]
         if on_total is not None:
             on_total(len(plan.batches))
-        return read_batches(self.store, blocks, plan, tokenizer, progress)
+        return read_batches(self.store, plan.blocks, plan, tokenizer, progress)
 
     def _extracting(self, session: str | None) -> tuple[list[FactBlock], list[SessionInfo]]:
         """The fact blocks with a model (of `session`'s blocks, else the user's), and the

@@ -48,6 +48,8 @@ class ExtractionPlan:
 
     batches: list[UnreadBatch] = field(default_factory=list)
     tokens: int = 0
+    #: The fact blocks it plans for (the ones that read its batches).
+    blocks: list[FactBlock] = field(default_factory=list)
 
     @property
     def requests(self) -> int:
@@ -76,7 +78,7 @@ def plan_extraction(
                         prompts[block.name, key] = block.prompt_tokens(store, key, tokenizer)
                     tokens += prompts[block.name, key]
                     tokens += tokenizer.count(conversation_text(batch.messages))
-    return ExtractionPlan(batches, tokens)
+    return ExtractionPlan(batches, tokens, list(blocks))
 
 
 def unread_batches(store: Any, block: FactBlock, info: SessionInfo) -> list[UnreadBatch]:
