@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import BlockContext, conversation_text
-from memcli.blocks.feed import FeedResult
+from memcli.blocks.feed import FeedResult, not_done
 from memcli.store import longterm
 
 if TYPE_CHECKING:
@@ -91,11 +91,9 @@ def unread_batches(store: Any, block: FactBlock, info: SessionInfo) -> list[Unre
         return [m for m in messages if not _within(m.id, ranges)]
 
     out: list[UnreadBatch] = []
-    statuses = longterm.flush_statuses(store, block.name, key, info.id)
-    for record in store.list_flushes(info.id):
-        if statuses.get(record.id) != "done":
-            messages = unread(longterm.flush_messages(store, record.id))
-            out.append(UnreadBatch(block.name, info.id, info.user_id, record.id, messages))
+    for record in not_done(store, block, info):
+        messages = unread(longterm.flush_messages(store, record.id))
+        out.append(UnreadBatch(block.name, info.id, info.user_id, record.id, messages))
     batch: list[Message] = []
     size = 0
     for m in unread(store.get_messages(info.id, status="active")):

@@ -170,7 +170,7 @@ def unprocessed(
             continue
         todo[block.name] = []
         for info in sessions:
-            for record in _not_done(store, block, info, unfed_only):
+            for record in not_done(store, block, info, unfed_only):
                 if record.id not in messages:
                     messages[record.id] = longterm.flush_messages(store, record.id)
                 todo[block.name].append(
@@ -179,7 +179,7 @@ def unprocessed(
     return todo
 
 
-def _not_done(
+def not_done(
     store: Any, block: MemoryBlock, info: SessionInfo, unfed_only: bool = False
 ) -> list[FlushRecord]:
     """The session's flushes that `block` has not processed (never handed it, or pending; with
@@ -211,7 +211,7 @@ def backfill(
     result = FeedResult()
     for block in blocks:
         if isinstance(block, LLMBlock) and block.llm is None:
-            result.waiting[block.name] = sum(len(_not_done(store, block, i)) for i in sessions)
+            result.waiting[block.name] = sum(len(not_done(store, block, i)) for i in sessions)
         if block.name not in todo:
             continue
         part = feed(store, [block], todo[block.name], tokenizer, progress)
