@@ -1110,3 +1110,28 @@ def test_chat_in_an_imported_session_sends_its_tool_turns_as_valid_openai_messag
     assert calls == ["bio", "browser", "python", "dalle_text2im"]
     texts = json.dumps(sent, ensure_ascii=False)
     assert "Baeckerei Glatz opens at 6:30." in texts  # the result that answers no call, as text
+
+
+def test_the_editors_rows_are_counted_only_as_far_as_they_matter() -> None:
+    """The editor asks at each redraw how many rows its text takes: counted up to one past the
+    most it shows (a 20,000-line paste is not read whole), the same count below that."""
+    import random
+
+    from memcli.cli.chat.layout import draft_preview, wrapped_rows
+
+    rng = random.Random(7)
+    for _ in range(300):
+        text = "\n".join("x" * rng.randrange(0, 200) for _ in range(rng.randrange(1, 12)))
+        width = rng.randrange(1, 90)
+        every = sum(max(1, -(-len(line) // width)) for line in text.split("\n"))
+        assert wrapped_rows(text, width) == every
+        assert (
+            wrapped_rows(text, width, 8) == every
+            if every <= 8
+            else wrapped_rows(text, width, 8) > 8
+        )
+    paste = "first line of it\n" + "middle\n" * 19_998 + "the very end"
+    line = draft_preview(paste, 80, 8, 120)
+    assert line.startswith(f"{len(paste):,} characters, 20,000 lines: “first line of it”")
+    assert "“the very end”" in line and len(line) <= 120
+    assert draft_preview("short\nmessage", 80, 8, 120) == ""

@@ -87,9 +87,17 @@ NARROW = 80
 EDITOR_ROWS = 8
 
 
-def wrapped_rows(text: str, width: int) -> int:
-    """The rows `text` takes wrapped at `width` columns."""
-    return sum(max(1, -(-len(line) // max(1, width))) for line in text.split("\n"))
+def wrapped_rows(text: str, width: int, most: int | None = None) -> int:
+    """The rows `text` takes wrapped at `width` columns; with `most`, counted only until they
+    are more than that (the editor asks at each redraw: a long paste is not read whole)."""
+    width = max(1, width)
+    rows = start = 0
+    while True:
+        end = text.find("\n", start)
+        rows += max(1, -(-((len(text) if end < 0 else end) - start) // width))
+        if end < 0 or (most is not None and rows > most):
+            return rows
+        start = end + 1
 
 
 def draft_preview(text: str, width: int, rows: int, room: int) -> str:
@@ -97,15 +105,16 @@ def draft_preview(text: str, width: int, rows: int, room: int) -> str:
     length, its first and last characters, so that a long paste can be reviewed before Enter
     sends it (the editor shows only its end). Empty when the message fits. At most `room`
     characters."""
-    if wrapped_rows(text, width) <= rows:
+    if wrapped_rows(text, width, rows) <= rows:
         return ""
-    lines = text.split("\n")
-    size = f"{plural(len(text), 'character')}, {plural(len(lines), 'line')}"
+    size = f"{plural(len(text), 'character')}, {plural(text.count(chr(10)) + 1, 'line')}"
     tail = " · Enter sends it all, Ctrl-C clears"
     if (room - len(size) - len(tail) - 12) // 2 < 16:
         tail = ""  # a narrow screen: the message's ends come first
     ends = max(8, (room - len(size) - len(tail) - 12) // 2)
-    head, last = " ".join(lines[0].split()), " ".join(lines[-1].split())
+    # (the ends of the first and last lines, read no further than they can be shown)
+    head = " ".join(text.partition("\n")[0][: 4 * room].split())
+    last = " ".join(text.rpartition("\n")[2][-4 * room :].split())
     first = head if len(head) <= ends else head[: ends - 1] + "…"
     end = last if len(last) <= ends else "…" + last[-(ends - 1) :]
     out = f"{size}: “{first}” … “{end}”{tail}"
@@ -203,8 +212,15 @@ def build_application(
         columns, _, panel = size()
         return max(1, columns - panel - 2)
 
+    previewed: dict[tuple[str, int, int], str] = {}  # the last one (asked several times a redraw)
+
     def preview() -> str:
-        return draft_preview(buffer.text, editor_width(), EDITOR_ROWS, size()[0] - size()[2])
+        columns, _, panel = size()
+        key = (buffer.text, editor_width(), columns - panel)
+        if key not in previewed:
+            previewed.clear()
+            previewed[key] = draft_preview(key[0], key[1], EDITOR_ROWS, key[2])
+        return previewed[key]
 
     def preview_height() -> int:
         return 1 if preview() else 0
@@ -216,7 +232,7 @@ def build_application(
 
     def editor_height() -> int:
         """Its wrapped rows, up to EDITOR_ROWS (a long line shows more than its end)."""
-        return min(EDITOR_ROWS, wrapped_rows(buffer.text, editor_width()))
+        return min(EDITOR_ROWS, wrapped_rows(buffer.text, editor_width(), EDITOR_ROWS))
 
     def panel_height(name: str) -> int:
         rows = size()[1]
