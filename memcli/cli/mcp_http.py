@@ -98,7 +98,7 @@ class Bearer:
             return
         body, receive = await _read_body(receive)
         if body is not None and len(body) > MAX_REQUEST_BYTES:
-            await _reply(send, 413, _rpc_error(-32700, "the request is too large"))
+            await _reply(send, 413, _rpc_error(PARSE_ERROR, "the request is too large"))
             return
         problem = request_problem(body) if body else None
         if problem is not None:
