@@ -86,6 +86,9 @@ class AgentTools:
     origin: str = "api"
     #: Where put_messages hands the flushed batches (fed beside the calls); None: fed at once.
     background: Background | None = None
+    #: Opens a connection of the tools' own for `remember`, whose model call then holds no lock
+    #: the other calls wait for (None: it runs under the lock, on `store`).
+    reopen: Callable[[], Store] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _retriever: Retriever | None = field(default=None, repr=False)
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
@@ -170,22 +173,24 @@ class AgentTools:
     def facts(self) -> Facts:
         """The user's facts (`memcli.facts.Facts`): only theirs, changes recorded as `origin`."""
         if self._facts is None:
-
-            def embedder() -> Any:
-                from memcli.search import OnnxEmbedder
-
-                return OnnxEmbedder(self.settings.home / "models")
-
-            self._facts = Facts(
-                self.store,
-                self.user,
-                self.blocks,
-                owner=self.user,
-                origin=self.origin,
-                embedder=embedder,
-                hint=FACTS_HINT,
-            )
+            self._facts = self._facts_on(self.store)
         return self._facts
+
+    def _facts_on(self, store: Store) -> Facts:
+        def embedder() -> Any:
+            from memcli.search import OnnxEmbedder
+
+            return OnnxEmbedder(self.settings.home / "models")
+
+        return Facts(
+            store,
+            self.user,
+            self.blocks,
+            owner=self.user,
+            origin=self.origin,
+            embedder=embedder,
+            hint=FACTS_HINT,
+        )
 
     def list_facts(
         self,
@@ -419,10 +424,19 @@ class AgentTools:
     def remember(self, text: str) -> dict[str, Any]:
         """Extract the facts in `text` now (`Facts.remember`: the user's fact blocks, with their
         model) and return what changed: the facts added, and those superseded or retired."""
-        with self._lock:
-            before = {f.id: f.status() for f in self.facts.list_facts(everything=True)}
-            self.facts.remember(text, self.tokenizer())
-            after = self.facts.list_facts(everything=True)
+        if self.reopen is None:
+            with self._lock:
+                return self._remember(self.facts, text)
+        own = self.reopen()  # (the other calls go on while the model answers)
+        try:
+            return self._remember(self._facts_on(own), text)
+        finally:
+            own.close()
+
+    def _remember(self, facts: Facts, text: str) -> dict[str, Any]:
+        before = {f.id: f.status() for f in facts.list_facts(everything=True)}
+        facts.remember(text, self.tokenizer())
+        after = facts.list_facts(everything=True)
         added = [f for f in after if f.id not in before]
         changed = [f for f in after if f.id in before and f.status() != before[f.id]]
         return {

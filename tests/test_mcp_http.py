@@ -174,8 +174,8 @@ def test_token_list_on_a_terminal_shows_times_as_the_other_tables(tmp_path: Path
 
 
 def test_signing_in_does_not_wait_for_another_users_tool_call(tmp_path: Path, llm: Any) -> None:
-    """A tool call that holds the store through a slow LLM call (remember) keeps no other
-    request from being told its token: tokens are read on a connection of their own."""
+    """A tool call waiting for a slow LLM (remember) keeps no other request waiting: tokens
+    are read on a connection of their own, and remember asks the model on its own too."""
     db = tmp_path / "http.db"
     config = tmp_path / "config.toml"
     config.write_text(
@@ -183,15 +183,20 @@ def test_signing_in_does_not_wait_for_another_users_tool_call(tmp_path: Path, ll
         '[[blocks]]\nkind = "facts"\n'
     )
     token = memcli(db, "mcp", "token", "add", "--user", "ana").stdout.strip()
+    bos = memcli(db, "mcp", "token", "add", "--user", "bo").stdout.strip()
     llm.default = {"delay": 300, "content": "<facts><fact>Ana rows</fact></facts>"}
     servers = serve(db, "--config", str(config), stop_wait=1)  # (remember waits 5 minutes)
     url, _ = next(servers)
     try:
+        remembered: list[Any] = []
 
         async def slow(s: ClientSession) -> Any:
-            return await s.call_tool("remember", {"text": "I row on Sundays."})
+            remembered.append(await s.call_tool("remember", {"text": "I row on Sundays."}))
 
-        async def both() -> tuple[int, bool]:
+        async def listed(s: ClientSession) -> Any:
+            return result(await s.call_tool("list_sessions", {}))
+
+        async def both() -> tuple[int, Any, bool]:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(as_user, url, token, slow)
                 while not llm.requests:  # the remember call holds the store now
@@ -201,11 +206,12 @@ def test_signing_in_does_not_wait_for_another_users_tool_call(tmp_path: Path, ll
                     wrong = await http.post(
                         url, json=body, headers={"Authorization": "Bearer memcli_nope"}
                     )
-                still = llm.wait_for_disconnect(timeout=0) is None
+                sessions = await as_user(url, bos, listed)  # another user's call goes on
+                still = not remembered  # (its model has not answered: 5 minutes)
                 tasks.cancel_scope.cancel()
-            return wrong.status_code, still
+            return wrong.status_code, sessions, still
 
-        status, still_waiting = anyio.run(both)
-        assert status == 401 and still_waiting
+        status, sessions, still_waiting = anyio.run(both)
+        assert status == 401 and sessions == [] and still_waiting
     finally:
         servers.close()

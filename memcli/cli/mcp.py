@@ -195,6 +195,8 @@ def user_tools(
         retriever=retriever or (lambda: common.retriever(s, store)),
         origin="mcp",
         background=background,
+        # (an in-memory database has no second connection to it)
+        reopen=None if getattr(store, "path", "") is None else lambda: common.open_store(s),
         **extra,
     )
 
