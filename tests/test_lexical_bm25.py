@@ -9,6 +9,7 @@ import pytest
 
 from memcli.messages import Message
 from memcli.store import index as sql
+from memcli.store import sqlite_index
 from memcli.store.base import NewMessage
 from memcli.store.sqlite import SQLiteStore
 
@@ -48,7 +49,7 @@ def test_bm25_scores_are_fts5s_own_when_the_scope_is_the_whole_store(store: SQLi
     ours = sql.lexical_search(store, terms, sql.Scope(user_id="u1"), 10, counts=counts)
     fts5 = store.execute(
         "SELECT rowid, -bm25(retrieval_fts) FROM retrieval_fts WHERE retrieval_fts MATCH ?",
-        (sql.fts_match(terms),),
+        (sqlite_index.fts_match(terms),),
     ).fetchall()
     assert len(ours) == 5
     assert dict(ours) == pytest.approx(dict(fts5), rel=1e-9)
@@ -82,22 +83,22 @@ def test_two_threads_tokenize_query_words_on_one_connection(tmp_path: Path) -> N
     ]
     expected: dict[str, tuple[str, ...]] = {}
     for words in sets[0] + sets[1]:
-        sql._STEMS.clear()
-        expected.update(sql._stems(store, words))
+        sqlite_index._STEMS.clear()
+        expected.update(sqlite_index._stems(store, words))
     assert len(expected) == 1400 and all(len(stems) == 1 for stems in expected.values())
     wrong: list[object] = []
 
     def tokenize(each: list[set[str]]) -> None:
         for words in each:
             try:
-                found = sql._stems(store, words)
+                found = sqlite_index._stems(store, words)
             except Exception as exc:  # (collected: the assertion names them)
                 wrong.append(repr(exc))
                 continue
             wrong.extend(w for w in words if found[w] != expected[w])
 
     for _ in range(3):
-        sql._STEMS.clear()
+        sqlite_index._STEMS.clear()
         threads = [threading.Thread(target=tokenize, args=(each,)) for each in sets]
         for t in threads:
             t.start()

@@ -15,10 +15,11 @@ import pytest
 
 from memcli.errors import UsageError
 from memcli.messages import Message
+from memcli.search import speakers
 from memcli.search.ranking import fuse, query_terms
 from memcli.search.retriever import Retriever
 from memcli.search.types import SearchOptions
-from memcli.store import Store, open_store
+from memcli.store import Store, open_store, sqlite_index
 from memcli.store import index as sql
 from memcli.store import vectors as vsql
 from memcli.store.base import NewMessage
@@ -133,7 +134,7 @@ def test_fuse_scores_are_the_rrf_sums() -> None:
     ],
 )
 def test_fts_query(text: str, expected: str | None) -> None:
-    query = sql.fts_match(query_terms(text))
+    query = sqlite_index.fts_match(query_terms(text))
     if expected is None:
         assert query is None
     else:
@@ -281,8 +282,8 @@ def test_messages_of_a_speaker_the_query_names_come_first(store: SQLiteStore) ->
         hits = Retriever(store, WordsEmbedder(), options).search(query, k=2, mode=mode).hits
         assert [h.anchor_id for h in hits] == [ben, ana], mode
     # Part of a longer name counts; a name the query does not hold changes nothing.
-    assert sql.spoken_by(store, [ana, ben], {"ben", "cello"}) == [ben]
-    assert sql.spoken_by(store, [ana, ben], {"cello"}) == []
+    assert speakers.spoken_by(store, [ana, ben], {"ben", "cello"}) == [ben]
+    assert speakers.spoken_by(store, [ana, ben], {"cello"}) == []
 
 
 def test_a_speakers_name_in_the_query_ranks_their_messages_not_the_words(store: Store) -> None:

@@ -471,9 +471,10 @@ def test_what_short_term_memory_holds_is_left_out_of_a_vector_search(
     import numpy as np
 
     from memcli.store import index as sql
+    from memcli.store import pg_index
 
     if not few_active:
-        monkeypatch.setattr(sql, "ACTIVE_IDS_MAX", 0)
+        monkeypatch.setattr(pg_index, "ACTIVE_IDS_MAX", 0)
     store = open_store(pgvector_url)
     status: dict[int, tuple[str, str, str]] = {}  # id: user, session, status
     for user, session in (("ana", "a1"), ("ana", "a2"), ("bo", "b1")):

@@ -44,6 +44,7 @@ from memcli.search.ranking import (
     query_words,
     without_words,
 )
+from memcli.search.speakers import naming_words, spoken_by
 from memcli.search.types import (
     EMBED_RATE,
     FTS_RATE,
@@ -337,7 +338,7 @@ class Retriever:
             # and the index) run in a thread while the database ranks BM25 here: neither holds
             # the GIL. (A window's parts make the vector: the names do not change it.)
             known = self._speakers.get(owner, set())
-            guess = query if parts else _without(query, sql.naming_words(known, words))
+            guess = query if parts else _without(query, naming_words(known, words))
             dense_job = _Background(self._dense, guess, scopes, o.candidates, parts)
         text = query
         first: list[tuple[int, float]] | None = None
@@ -346,7 +347,7 @@ class Retriever:
             names = sql.speaker_names(self.store, [i for i, _ in first])
             if names:
                 self._remember_speakers(owner, names)
-            text = _without(query, sql.naming_words(names, words))
+            text = _without(query, naming_words(names, words))
         lexical: list[list[tuple[int, float]]] = [[] for _ in scopes]
         dense: list[list[tuple[int, float]]] = [[] for _ in scopes]
         if dense_job is not None and not parts and guess != text:
@@ -375,7 +376,7 @@ class Retriever:
         if o.speaker_weight > 0 and fused:
             # Messages of a speaker the query names ("What did Caroline ...") move up: the
             # fused order restricted to them joins the fusion again at `speaker_weight`.
-            named = sql.spoken_by(self.store, [i for i, _ in fused], query_words(query))
+            named = spoken_by(self.store, [i for i, _ in fused], query_words(query))
             if named:
                 fused = fuse([(1.0, [i for i, _ in fused]), (o.speaker_weight, named)], o.rrf_k)
         result.hits = self._hits(fused, lexical[0], dense[0], k, scope, query_terms(query))

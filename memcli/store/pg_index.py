@@ -1,6 +1,7 @@
-"""The search index SQL that differs on PostgreSQL: full-text ranking with its text search, and the
-vector search through pgvector. `memcli.store.index` calls these for a PostgreSQL store; the
-rest of its SQL (vectors as bytes, claims, hits) runs on both backends as it is.
+"""PostgreSQL's search index: full-text ranking with its text search, and the vector search
+through pgvector, behind `memcli.store.index` (which calls these for a store whose `dialect` is
+"postgresql"); the claims on embedding (`lock_claim`) and pgvector's column (`fill_embeddings`)
+for `memcli.store.vectors` and `memcli.search.dense`.
 
 Full text. `messages.search` is a tsvector generated from the speaker's name and the text (the
 schema: `memcli.store.pg_migrations`), so a message is searchable once committed: no catching up
@@ -41,11 +42,14 @@ copy between backends) are found.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from typing import TYPE_CHECKING, Any, cast
 
-from memcli.store.pg_migrations import INDEXED_DIM, has_embedding_column
+from memcli.store.bm25 import K1, B, idf
+from memcli.store.pg_migrations import INDEXED_DIM, TIME_MS, has_embedding_column
+from memcli.store.scope import Scope, filters, from_ms, messages_in, scope_size
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -54,12 +58,11 @@ if TYPE_CHECKING:
     import numpy as np
 
     from memcli.store.base import SQLStore
-    from memcli.store.index import Scope
     from memcli.store.postgres import PostgresStore
 
-#: BM25's parameters (FTS5's).
-K1 = 1.2
-B = 0.75
+#: The join that keeps its left table outside: PostgreSQL's planner finds that itself (and
+#: knows no CROSS JOIN ... ON).
+JOIN_IN_ORDER = "JOIN"
 #: Vectors copied from their bytes into pgvector's column per transaction.
 FILL_BATCH = 2000
 #: pgvector's largest `hnsw.ef_search`.
@@ -113,6 +116,33 @@ def lock_claim(store: SQLStore, key: str) -> None:
 # -- full text -------------------------------------------------------------------------------------
 
 
+def catch_up(store: SQLStore) -> int:
+    """Nothing to add: PostgreSQL indexes each message as it is stored."""
+    return 0
+
+
+def fts_behind(store: SQLStore) -> int:
+    """No message waits for the full-text index (see `catch_up`)."""
+    return 0
+
+
+def fts_through(store: SQLStore) -> int:
+    """The highest message id up to which every message is in the full-text index: the last."""
+    return int(store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
+
+
+def _text_scope(scope: Scope) -> tuple[str, list[Any], str | None]:
+    """The scope's conditions on `messages m` for the full-text search, with no join, and the
+    scope's user apart: the text query itself asks for the user's messages (each message's
+    tsvector holds its user's lexeme, `pg_migrations.USER_LEXEME`), so that the text index
+    intersects a word's messages with the user's (a common word of a 100,000-message user in a
+    1,000,000-message store: 7 ms), where a filter on the user's sessions built the bitmap of
+    every message of the user for each word (24 ms) and a join to `sessions` read every user's
+    matches (580 ms)."""
+    where, params = filters(dataclasses.replace(scope, user_id=None), TIME_MS)
+    return where, params, scope.user_id
+
+
 def _tsquery(terms: Sequence[str], user: str | None) -> str:
     """SQL for the OR of the terms (one `?` each): each term's words, stemmed; within a user's
     messages (one more `?`, after the terms': the user) when `user` is not None."""
@@ -125,12 +155,9 @@ def _tsquery(terms: Sequence[str], user: str | None) -> str:
 OVER_CAP = 4
 
 
-def term_counts(
-    store: SQLStore, terms: Sequence[str], cap: int, scope: tuple[str, list[Any], str | None]
-) -> dict[str, int]:
-    """In how many messages of the scope (`scope`: conditions and parameters on `messages m`,
-    and the user or None, from `memcli.store.index.term_counts`) each term occurs, counted up
-    to cap + 1: a user's through the user's lexeme in the query (see `_tsquery`).
+def term_counts(store: SQLStore, terms: Sequence[str], cap: int, scope: Scope) -> dict[str, int]:
+    """In how many messages of the scope each term occurs, counted up to cap + 1: a user's
+    through the user's lexeme in the query (see `_tsquery`).
 
     Counting through the GIN index builds the whole bitmap of a term's messages, however low the
     cap (a common word in a million messages: 50-400 ms). So for the whole store, when ANALYZE
@@ -138,10 +165,10 @@ def term_counts(
     OVER_CAP times the cap counts as cap + 1 without counting (PostgreSQL's estimate, about
     1 ms); the others, rare or unknown, are counted. A user's or a session's terms are always
     counted in it: the store's statistics would make one user's counts depend on the others'."""
-    filters, params, user = scope
+    where, params, user = _text_scope(scope)
     counts = {}
     row = None
-    if not filters and user is None:
+    if not where and user is None:
         row = store.execute(
             "SELECT 1 FROM pg_stats WHERE schemaname = current_schema()"
             " AND tablename = 'messages' AND attname = 'search' AND most_common_elems IS NOT NULL"
@@ -158,7 +185,7 @@ def term_counts(
                 continue
         found = store.execute(
             "SELECT COUNT(*) FROM (SELECT 1 FROM messages m"
-            f" WHERE m.search @@ {_tsquery([term], user)}{filters} LIMIT ?) AS t",
+            f" WHERE m.search @@ {_tsquery([term], user)}{where} LIMIT ?) AS t",
             (term, *([] if user is None else [user]), *params, cap + 1),
         ).fetchone()
         counts[term] = int(found[0])
@@ -168,20 +195,18 @@ def term_counts(
 def lexical_search(
     store: SQLStore,
     terms: Sequence[str],
-    where: tuple[str, list[Any], str | None],
+    scope: Scope,
     limit: int,
     recent: int | None,
     counts: Mapping[str, int],
     size: int,
 ) -> list[tuple[int, float]]:
-    """(message id, BM25 score) of the best `limit` messages holding any of the terms, under the
-    scope's filters and user (`where`, from `memcli.store.index`); with `recent`, only
-    the `recent` most recent matches in scope are ranked. `counts` and `size`: in how many of
-    the scope's user's (or session's) messages each term occurs, and how many it holds."""
+    """(message id, BM25 score) of the best `limit` messages in scope holding any of the terms
+    (see `memcli.store.index.lexical_search`), computed in SQL (see the module docstring)."""
     if not terms:
         return []
-    filters, params, user = where
-    idf = [_idf(int(size), counts.get(t, 0)) for t in terms]
+    filters, params, user = _text_scope(scope)
+    idfs = [idf(int(size), counts.get(t, 0)) for t in terms]
     match = _tsquery(terms, user)
     scoped = [*terms, *([] if user is None else [user]), *params]
     if recent is not None:
@@ -207,15 +232,9 @@ def lexical_search(
         " AS score FROM c CROSS JOIN a CROSS JOIN LATERAL (SELECT lexeme,"
         " COALESCE(array_length(positions, 1), 1) AS tf FROM unnest(c.found)) AS t"
         " JOIN q ON q.lexeme = t.lexeme GROUP BY c.id ORDER BY score DESC, c.id DESC LIMIT ?",
-        (list(terms), idf, *args, K1 + 1, K1, B, B, limit),
+        (list(terms), idfs, *args, K1 + 1, K1, B, B, limit),
     )
     return [(int(r[0]), float(r[1])) for r in rows]
-
-
-def _idf(size: int, count: int) -> float:
-    """BM25's inverse document frequency (FTS5's formula, kept above zero)."""
-    size = max(size, count)
-    return max(math.log((size - count + 0.5) / (count + 0.5)), 1e-6)
 
 
 # -- vectors through pgvector ----------------------------------------------------------------------
@@ -265,7 +284,49 @@ def fill_embeddings(store: SQLStore) -> int:
         done += len(rows)
 
 
+#: Up to this many messages in short-term memory (of the user, or of the store), a search of
+#: archived messages leaves them out by their ids (see `vector_search`).
+ACTIVE_IDS_MAX = 20_000
+
+
 def vector_search(
+    store: SQLStore, model: str, vector: np.ndarray, scope: Scope, n: int
+) -> list[tuple[int, float]]:
+    """(message id, cosine) of the best `n` messages in scope, each once, best first."""
+    # The user and the time from the vectors' own copies; the session and the status from
+    # their messages. What short-term memory holds (a session's window left out, `except_window`;
+    # every window left out, `archived_only`, which takes the session's window with the rest) is
+    # left out by its ids, read once, when they are few: joining every vector to its message
+    # keeps the planner from the HNSW index (a 100,000-message user: 151-169 ms a search,
+    # against 27 without).
+    user = Scope(user_id=scope.user_id)
+    plain = dataclasses.replace(scope, except_window=None, archived_only=False)
+    # A user's size from the sessions' counters (the window left out is a few hundred messages
+    # at most: close enough to choose between the index and exact search).
+    size = None
+    if scope.user_id is not None and plain == user:
+        size = scope_size(store, user, "archived" if scope.archived_only else "all")
+    if scope.session_id is not None or (
+        scope.archived_only and scope_size(store, user, "active") > ACTIVE_IDS_MAX
+    ):
+        join = " JOIN messages m ON m.id = v.message_id"
+        where = (join, *filters(scope, time_ms="v.at_ms", user="v.user_id"))
+        return _vectors_in(store, model, vector, scope, where, n, size)
+    conditions, params = filters(plain, time_ms="v.at_ms", user="v.user_id")
+    active = " FROM messages m WHERE m.status = 'active' AND m.session_id"
+    if scope.archived_only:
+        owner = "" if scope.user_id is None else " WHERE user_id = ?"
+        conditions += (
+            f" AND v.message_id NOT IN (SELECT m.id{active} IN (SELECT id FROM sessions{owner}))"
+        )
+        params += [] if scope.user_id is None else [scope.user_id]
+    elif scope.except_window is not None:
+        conditions += f" AND v.message_id NOT IN (SELECT m.id{active} = ?)"
+        params.append(scope.except_window)
+    return _vectors_in(store, model, vector, scope, ("", conditions, params), n, size)
+
+
+def _vectors_in(
     store: SQLStore,
     model: str,
     vector: np.ndarray,
@@ -326,7 +387,24 @@ def pgvector_version(store: SQLStore) -> tuple[int, ...]:
     return known
 
 
-def latest_time(
+def latest_time(store: SQLStore, scope: Scope) -> datetime | None:
+    """The latest message's time in scope (its timestamp, else when it was stored), or None."""
+    rows, params = messages_in(scope, TIME_MS)
+    messages = f"SELECT MAX({TIME_MS}){rows}"
+    if (
+        scope.session_id is None
+        and not scope.archived_only
+        and scope.except_window is None
+        and has_pgvector(store)
+    ):
+        # The vectors' copies of their messages' times answer through an index, where the
+        # messages' would be read one by one; the messages not embedded yet are read.
+        vectors = filters(scope, time_ms="v.at_ms", user="v.user_id")
+        return _latest_with_vectors(store, vectors, messages, params, scope.user_id)
+    return from_ms(store.execute(messages, params).fetchone())
+
+
+def _latest_with_vectors(
     store: SQLStore,
     vectors: tuple[str, list[Any]],
     messages: str,
@@ -341,8 +419,6 @@ def latest_time(
     text) is not counted once it is marked embedded. Embedded means: up to the store's mark or
     `user`'s (searches and blocks move a user's and a session's marks, seldom the store's),
     for every model."""
-    from datetime import UTC, datetime
-
     filters, vector_params = vectors
     through = store.execute(
         "SELECT COALESCE(MIN(GREATEST(COALESCE(CAST(st.value AS BIGINT), 0),"
@@ -361,9 +437,7 @@ def latest_time(
         f" ({messages} AND m.id IN (SELECT message_id FROM retrieval_redo)))",
         (*vector_params, *params, int(through), *params),
     ).fetchone()
-    if row is None or row[0] is None:
-        return None
-    return datetime.fromtimestamp(int(row[0]) / 1000, tz=UTC)
+    return from_ms(row)
 
 
 def _scope_size(store: SQLStore, where: tuple[str, str, list[Any]], cap: int) -> int:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from memcli.store.base import SQLStore
-    from memcli.store.index import Scope
+    from memcli.store.scope import Scope
 
 
 def embedded_through(store: SQLStore, model: str) -> int:
