@@ -1,7 +1,10 @@
 """Which messages a search may see (`Scope`), and the SQL that keeps rows within it, written once
 for both dialects' search index (`memcli.store.sqlite_index`, `memcli.store.pg_index`) and the
 face the search calls (`memcli.store.index`). A new field of `Scope` is a new condition in
-`filters` (and, where it sizes a scope, `owner`): each dialect reads its conditions from there.
+`filters` (and in `owner`, when it says whose statistics a search uses): both dialects read their
+conditions from there. (What short-term memory holds, `archived_only` and `except_window`, is
+also left out by its ids where that is cheaper: `index.active_ids` for the FAISS files,
+`pg_index.vector_search` for pgvector.)
 """
 
 from __future__ import annotations

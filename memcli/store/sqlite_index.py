@@ -50,16 +50,20 @@ def vector_search(
     raise StoreError("a SQLite database searches its vectors in the index files, not in SQL")
 
 
+#: The last message's id, and the highest up to which every message is in the full-text index.
+_LAST_AND_MARK = (
+    "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
+    " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
+)
+
+
 def catch_up(store: SQLStore) -> int:
     """Add the messages stored since the last call to the full-text index; return how many.
 
     A search must not wait for a writer, nor fail on a read-only database: when another process
     holds the write lock (or the file cannot be written, or is damaged), nothing is added here, and
     `lexical_search` scans the messages not yet indexed itself (`_tail`)."""
-    row = store.execute(
-        "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
-        " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
-    ).fetchone()
+    row = store.execute(_LAST_AND_MARK).fetchone()
     if row[0] <= row[1]:
         return 0
     try:
@@ -79,10 +83,7 @@ def fts_behind(store: SQLStore) -> int:
 
 def _catch_up(store: SQLStore) -> int:
     with store.transaction(wait=False):
-        top, mark = store.execute(
-            "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages), COALESCE((SELECT CAST(value AS"
-            " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
-        ).fetchone()
+        top, mark = store.execute(_LAST_AND_MARK).fetchone()
         if top <= mark:
             return 0
         count = store.execute(
