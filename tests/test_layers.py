@@ -113,3 +113,23 @@ def test_no_sql_in_the_cli() -> None:
         if any(w in path.read_text(encoding="utf-8") for w in words)
     ]
     assert offenders == []
+
+
+def test_the_search_index_chooses_its_dialect_in_one_place() -> None:
+    """store/index.py picks each dialect's module in one place (`_dialect`); neither dialect's
+    module, nor the scope and BM25 they share, reads the store's `dialect` or imports the face."""
+    reads: dict[str, int] = {}
+    back: list[str] = []
+    for name in ("index", "sqlite_index", "pg_index", "scope", "bm25"):
+        tree = ast.parse((PACKAGE / "store" / f"{name}.py").read_text(encoding="utf-8"))
+        count = sum(isinstance(n, ast.Attribute) and n.attr == "dialect" for n in ast.walk(tree))
+        if count:
+            reads[name] = count
+        if name != "index" and any(
+            isinstance(n, ast.ImportFrom)
+            and (n.module == "memcli.store.index" or any(a.name == "index" for a in n.names))
+            for n in ast.walk(tree)
+        ):
+            back.append(name)
+    assert reads == {"index": 1}
+    assert back == []
