@@ -243,6 +243,17 @@ def deleted_sources(store: SQLStore, session_id: str) -> list[tuple[int, str]]:
     return [(int(row[0]), str(row[1])) for row in rows]
 
 
+def deleted_source_ids(store: SQLStore, user_id: str) -> set[str]:
+    """The source-id hashes (`id:`) of the messages deleted for good from any session of the
+    user: a conversation imported into another session of hers does not bring them back."""
+    rows = store.execute(
+        "SELECT d.source_hash FROM deleted_sources d JOIN sessions s ON s.id = d.session_id"
+        " WHERE s.user_id = ? AND d.source_hash LIKE ?",
+        (user_id, BY_ID + "%"),
+    ).fetchall()
+    return {str(row[0]) for row in rows}
+
+
 def forget_sources(store: SQLStore, session_id: str) -> None:
     """Inside the caller's transaction, with the session: what its deleted messages left."""
     store.execute("DELETE FROM deleted_sources WHERE session_id = ?", (session_id,))
