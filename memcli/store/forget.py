@@ -75,10 +75,10 @@ class Forgotten:
 def _scope_keys(user: str, sessions: Sequence[str]) -> list[str]:
     """The user's scope keys, and the keys the blocks keep their failed work under (a failed
     condensation's `condense:<scope key>`, see `store.work`)."""
-    from memcli.store.work import CONDENSE
+    from memcli.store.work import CONDENSE, unread_key
 
     keys = [f"user:{user}", *(f"session:{s}" for s in sessions)]
-    return [*keys, *(CONDENSE + key for key in keys)]
+    return [*keys, *(CONDENSE + key for key in keys), *(unread_key(s) for s in sessions)]
 
 
 def _count(store: SQLStore, sql: str, ids: Sequence[Any]) -> int:
@@ -255,8 +255,12 @@ def deleted_source_ids(store: SQLStore, user_id: str) -> set[str]:
 
 
 def forget_sources(store: SQLStore, session_id: str) -> None:
-    """Inside the caller's transaction, with the session: what its deleted messages left."""
+    """Inside the caller's transaction, with the session: what its deleted messages left, and
+    the marks of its reading for facts (`store.work.unread_key`)."""
+    from memcli.store.work import unread_key
+
     store.execute("DELETE FROM deleted_sources WHERE session_id = ?", (session_id,))
+    store.execute("DELETE FROM block_state WHERE scope_key = ?", (unread_key(session_id),))
 
 
 # -- deletes whose cleanup has not run -----------------------------------------------------------
