@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from memcli.errors import ConfigError, InputError, UsageError
 from memcli.flush import MAX_TOKEN_LIMIT
 from memcli.messages import check_text
-from memcli.store.base import is_postgres_url, redact_url
+from memcli.store.base import is_postgres_url, redact_url, refuse_keyword_string
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -155,6 +155,7 @@ class Settings:
         A path that exists but is no regular file (a directory, /dev/null, a pipe) can never hold
         a database: a UsageError (exit 2) says so before anything opens it. A PostgreSQL URL has
         no file: asking for one is a UsageError too (see `db_url`)."""
+        refuse_keyword_string(self.db)
         if self.db_url is not None:
             raise UsageError(
                 f"{self.db_label} is a PostgreSQL database: this works on SQLite files only",

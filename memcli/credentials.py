@@ -151,6 +151,70 @@ def redact_text(text: str) -> str:
     return _in_text(text, MASK)
 
 
+def url_secrets(url: str) -> list[str]:
+    """The secrets a URL holds, as written and percent-decoded, longest first: its password (or a
+    key given as user name), and the value of every secret query or fragment parameter. Read by
+    memcli's own parser, so that a URL a library cannot parse (a space in the password, `%zz`)
+    still has its secrets named, for `hide_secrets` to mask in that library's messages."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return []
+    found: set[str] = set()
+    user, rest = _split_user(rest)
+    if user is not None:
+        name, _, password = user.partition(":")
+        if password:
+            found.add(password)
+        elif name and scheme.lower() not in _ACCOUNT_SCHEMES:
+            found.add(name)
+    for part in re.split(r"[?#&]", rest)[1:]:
+        name, eq, value = part.partition("=")
+        if eq and value and _is_secret(name):
+            found.add(value)
+    found |= {unquote(s) for s in found}
+    return sorted((s for s in found if s.strip()), key=len, reverse=True)
+
+
+def hide_secrets(text: str, url: str) -> str:
+    """`text` (a library's error about `url`) with every secret of the URL in it, as written or
+    decoded, as ***, and every URL in it redacted."""
+    for secret in url_secrets(url):
+        text = text.replace(secret, MASK)
+    return redact_text(text)
+
+
+#: The keywords of a libpq connection string (`host=db dbname=memcli password=...`).
+_LIBPQ_KEYWORDS = frozenset(
+    "host hostaddr port dbname user password passfile sslmode sslcert sslkey sslrootcert"
+    " connect_timeout options application_name service target_session_attrs".split()
+)
+_KEYWORD_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|\S*)")
+
+
+def libpq_keywords(text: str) -> dict[str, str] | None:
+    """`text` read as a libpq keyword/value connection string (`host=db dbname=memcli`): its
+    pairs, or None when it is not one (every word a `keyword=value` pair, one of them a libpq
+    keyword, and no `/` before the first `=`: a file path such as `./a=b.db` is not one)."""
+    if "=" not in text or "/" in text.split("=", 1)[0] or "://" in text:
+        return None
+    pairs: dict[str, str] = {}
+    at = 0
+    while at < len(text):
+        if text[at:].strip() == "":
+            break
+        match = _KEYWORD_PAIR.match(text, at)
+        if match is None or match.end() == at:
+            return None
+        pairs[match.group(1).lower()] = match.group(2)
+        at = match.end()
+    return pairs if pairs.keys() & _LIBPQ_KEYWORDS else None
+
+
+def redact_keywords(pairs: dict[str, str]) -> str:
+    """A libpq keyword string as messages show it: its password's value as ***."""
+    return " ".join(f"{k}={MASK if k == 'password' else v}" for k, v in pairs.items())
+
+
 def without_credentials(value: Any) -> Any:
     """A stored definition (a `[[blocks]]` table, nested tables and lists too) with every URL
     in its strings stripped of its credentials."""

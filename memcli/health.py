@@ -7,6 +7,9 @@
   its messages and feeding its blocks: a re-run finds the messages stored and feeds nothing;
   `import --no-blocks`); for a block that `catches_up_itself` (the vector block: the next
   search embeds every message without a vector) they are listed as needing nothing;
+- `unread`: conversations a fact block started to read for their facts (an import's
+  extraction, `memcli facts extract`) and did not finish (the process was killed): finished by
+  `memcli facts extract`;
 - `condense`: a fact block over its `max_facts` whose condensing failed (retried after the next
   extraction, or by `memcli facts extract --pending`);
 - `index`: index files that are damaged (rebuilt by the next search) or stale;
@@ -76,6 +79,7 @@ def unfinished(
     known: dict[str, MemoryBlock] = {}
     if blocks_for is not None:
         found += _unfed(store, blocks_for, known)
+    found += _unread(store)
     found += _pending(store, known)
     found += _condensations(store)
     found += _deletes(store)
@@ -135,6 +139,24 @@ def _unfed(store: Any, blocks_for: BlocksFor, known: dict[str, MemoryBlock]) -> 
         out.append(
             Attention(
                 "unfed", message, fix, block=name, user=user, count=n, needed=name not in itself
+            )
+        )
+    return out
+
+
+def _unread(store: Any) -> list[Attention]:
+    out = []
+    for (name, user), n in sorted(work.unread_conversations(store).items()):
+        out.append(
+            Attention(
+                "unread",
+                f"block {name!r}: {plural(n, 'conversation')} of user {user!r} not read for"
+                " facts (an import's extraction or `facts extract` stopped before it read them"
+                " all)",
+                f"memcli facts extract{_user(user)}",
+                block=name,
+                user=user,
+                count=n,
             )
         )
     return out

@@ -245,7 +245,7 @@ def import_conversations(
     rule = budget_rule(o.default_budget, o.budget, given=header.budget, rebudget=o.rebudget)
     new_user = o.user or header.user or o.default_user
     for _attempt in range(_ATTEMPTS):
-        plan = align(store, resolve(store, found, new_user, again), o.user, again)
+        plan = align(store, resolve(store, found, new_user, again), o.user, again, new_user)
         if dry_run:
             return _dry(plan)
         try:
@@ -355,11 +355,16 @@ def _dry(plan: Plan) -> Imported:
 
 
 def align(
-    store: Store, found: Sequence[Conversation], user: str | None, again: bool = False
+    store: Store,
+    found: Sequence[Conversation],
+    user: str | None,
+    again: bool = False,
+    new_user: str | None = None,
 ) -> Plan:
     """Skip, per stored session, the messages its conversation holds that are already stored
     there, or were and were deleted for good (all of them with `again`: nothing is skipped).
-    Reads only.
+    A message with a source id deleted for good from any session of the user (`new_user` for
+    new sessions) is skipped too, into whichever session it is imported. Reads only.
 
     Which those are: a message with an id in its source (`metadata["source_id"]`, which the
     format readers set) is known by it: stored with that id, or deleted (`deleted_sources`).
@@ -371,29 +376,47 @@ def align(
     from memcli.store import forget
 
     plan = Plan([], {}, {})
+    deleted_ids: dict[str, set[str]] = {}  # (per user, read once)
+
+    def deleted_of(owner: str) -> set[str]:
+        if owner not in deleted_ids:
+            deleted_ids[owner] = forget.deleted_source_ids(store, owner)
+        return deleted_ids[owner]
+
     for conversation in found:
         target = conversation.session
         plan.conversations.append(conversation)
-        if target is None:
-            continue  # a new session
-        version = plan.versions[target] = store.session_version(target)
-        if version < 0 or again:
-            continue  # a new session, or a second copy on purpose
-        check_owner(store.get_session(target), user, _OTHER_USER)
         messages = conversation.messages
-        k = stored_overlap(messages, _stored(store, target, messages))
-        if conversation.matched:  # the same conversation: what it shares with the session's start
-            k = max(k, _common_start(_stored(store, target, messages), messages))
+        has_ids = any(forget.source_id(m) is not None for m in messages)
+        version = -1 if target is None else store.session_version(target)
+        if target is not None:
+            plan.versions[target] = version
+        if again:
+            continue  # a second copy on purpose
         known: set[str] = set()
-        if any(forget.source_id(m) is not None for m in messages):
-            known.update(
-                h for _, h in forget.deleted_sources(store, target) if h.startswith(forget.BY_ID)
-            )
-            known.update(
-                forget.source_hash(m)
-                for m in store.iter_messages(target)
-                if forget.source_id(m) is not None
-            )
+        k = 0
+        if version < 0:  # a new session: only what the user deleted elsewhere is skipped
+            if has_ids and new_user is not None:
+                known = deleted_of(new_user)
+        else:
+            assert target is not None
+            info = store.get_session(target)
+            check_owner(info, user, _OTHER_USER)
+            k = stored_overlap(messages, _stored(store, target, messages))
+            if conversation.matched:  # the same conversation: what it shares with its start
+                k = max(k, _common_start(_stored(store, target, messages), messages))
+            if has_ids:
+                known.update(deleted_of(info.user_id) if info is not None else ())
+                known.update(
+                    h
+                    for _, h in forget.deleted_sources(store, target)
+                    if h.startswith(forget.BY_ID)
+                )
+                known.update(
+                    forget.source_hash(m)
+                    for m in store.iter_messages(target)
+                    if forget.source_id(m) is not None
+                )
         skip = {
             i
             for i, m in enumerate(messages)
@@ -401,7 +424,11 @@ def align(
         }
         if not skip:
             continue
-        plan.skipped[target] = len(skip)
+        if target is None:  # (a new session's id is made when it is put: name it now)
+            target = new_session_id()
+            conversation = replace(conversation, session=target)
+            plan.conversations[-1] = conversation
+        plan.skipped[target] = plan.skipped.get(target, 0) + len(skip)
         records, i = [], 0
         for record in conversation.records:
             kept = [m for j, m in enumerate(record.messages, i) if j not in skip]

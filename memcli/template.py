@@ -25,17 +25,28 @@ if TYPE_CHECKING:
 TEMPLATE_TAGS = ("memory", "fact", "message", "summary")
 
 
+#: Characters a reader (a model) does not see: zero-width spaces and joiners, the soft hyphen,
+#: bidirectional marks and isolates, the word joiner and invisible operators, the byte-order
+#: mark. Inside a tag they hide it from a plain match but not from the model.
+_INVISIBLE = "[\\s\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]*"
+
+
 @lru_cache(maxsize=64)
 def _tag_pattern(tags: tuple[str, ...]) -> re.Pattern[str]:
-    names = "|".join(re.escape(t) for t in sorted(set(tags), key=len, reverse=True))
-    return re.compile(rf"<(?=\s*/?\s*(?:{names})(?![\w.:-]))", re.I)
+    def spelled(tag: str) -> str:  # (each letter, invisible characters allowed between them)
+        return _INVISIBLE.join(re.escape(c) for c in tag)
+
+    names = "|".join(spelled(t) for t in sorted(set(tags), key=len, reverse=True))
+    return re.compile(rf"<(?={_INVISIBLE}/?{_INVISIBLE}(?:{names})(?![\w.:-]))", re.I)
 
 
 def neutralise(text: str, tags: Iterable[str] = TEMPLATE_TAGS) -> str:
     """`text` made unable to open or close an element named in `tags`: the `<` of each opening
     or closing tag of one (any case, with white space after `<` or `/`: `</memory>`,
     `<FACT id=1>`, `< /message >`) becomes `&lt;`. Nothing else changes: a text without such a
-    tag is returned as it is (`<b>`, `a < b`, `<memory_notes>` included)."""
+    tag is returned as it is (`<b>`, `a < b`, `<memory_notes>` included). Characters a model
+    does not see (a zero-width space, a soft hyphen, a bidirectional mark) count as white space
+    around and inside a tag's name: `<\u200b/memory>` and `</mem\u00adory>` are tags too."""
     names = tuple(tags)
     if "<" not in text or not names:
         return text

@@ -139,8 +139,13 @@ def test_an_import_killed_while_feeding_leaves_batches_check_lists(llm, tmp_path
     run = memcli("--config", config, "check", "--json")
     assert run.code == 1, run.stderr
     found = [r for r in run.records() if r["type"] == "attention"]
-    assert {(r["kind"], r["block"]) for r in found} == {("unfed", "extracted_info")}, found
+    # (the batches flushed and never fed; the conversation the extraction had started to read)
+    assert [(r["kind"], r["block"]) for r in found] == [
+        ("unfed", "extracted_info"),
+        ("unread", "extracted_info"),
+    ], found
     assert found[0]["count"] >= 1 and found[0]["fix"] == "memcli blocks backfill --user default"
+    assert found[1]["count"] == 1 and found[1]["fix"] == "memcli facts extract --user default"
     # The import again: nothing new is stored, and the extraction it left is finished.
     again = memcli("--config", config, "import", source, "--session", "s1", "--json")
     summary = [r for r in again.records() if r["type"] == "summary"]
@@ -298,7 +303,8 @@ def test_an_interrupted_import_and_backfill_name_the_user_they_are_about(
     assert "`memcli facts extract --user big` goes on from there" in err, err
     found = [r for r in memcli("--config", config, "check", "--json").records()]
     assert {r["fix"] for r in found if r["type"] == "attention"} == {
-        "memcli blocks backfill --user big"
+        "memcli blocks backfill --user big",
+        "memcli facts extract --user big",  # (the active messages: only extraction reads them)
     }
     code, err = _interrupt_once_the_llm_is_asked(
         llm, "--config", config, "blocks", "backfill", "--user", "big"
@@ -307,6 +313,9 @@ def test_an_interrupted_import_and_backfill_name_the_user_they_are_about(
     assert "Interrupted: the blocks processed 0 of 3 batches; the rest are left." in err, err
     assert "`memcli blocks backfill --user big` goes on from there" in err, err
     assert memcli("--config", config, "blocks", "backfill", "--user", "big").code == 0
+    found = [r for r in memcli("--config", config, "check", "--json").records()]
+    assert [r["kind"] for r in found if r["type"] == "attention"] == ["unread"]
+    assert memcli("--config", config, "facts", "extract", "--user", "big").code == 0
     assert memcli("--config", config, "check").code == 0
 
 
@@ -359,3 +368,60 @@ def test_batches_never_handed_to_the_vector_block_are_listed_as_needing_nothing(
     assert memcli("--db", str(db), "blocks", "backfill", "--user", "big").code == 0
     after = memcli("--db", str(db), "check", "--json").records()
     assert [r for r in after if r["type"] == "attention"] == []
+
+
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
+def test_an_import_killed_while_extracting_facts_leaves_conversations_check_lists(
+    llm, tmp_path: Path
+) -> None:
+    """kill -9 during the facts extraction of an import of short conversations (never
+    flushed: only the extraction reads them): `check` and `info` list the conversations left
+    unread, with `facts extract` as the fix, which reads them and clears the list."""
+    import os
+    import signal
+    import time
+
+    config = write_config(tmp_path, llm)
+    source = tmp_path / "five.jsonl"
+    source.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": f"My pet number {i} is a cat called Tom{i}"},
+                        {"role": "assistant", "content": "Noted"},
+                    ]
+                }
+            )
+            + "\n"
+            for i in range(5)
+        )
+    )
+    llm.default = {"delay": 30, "content": "<facts></facts>"}
+    try:
+        before = len(llm.requests)
+        proc = popen_memcli("--config", config, "import", str(source), "--user", "ana")
+        deadline = time.monotonic() + 120
+        while len(llm.requests) == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(llm.requests) > before, "the import never asked the LLM"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        llm.default = {"content": "<facts></facts>"}
+    assert len(memcli("sessions", "--user", "ana", "--json").records()) == 5
+    run = memcli("--config", config, "check", "--json")
+    assert run.code == 1, run.stdout + run.stderr
+    found = [r for r in run.records() if r["type"] == "attention"]
+    assert [(r["kind"], r["block"], r["user"], r["count"]) for r in found] == [
+        ("unread", "extracted_info", "ana", 5)
+    ], found
+    assert found[0]["fix"] == "memcli facts extract --user ana"
+    info = memcli("--config", config, "info", "--json").records()
+    assert {r["name"]: r["count"] for r in info if r["type"] == "unfinished"}["unread"] == 5
+    fix = memcli("--config", config, "facts", "extract", "--user", "ana")
+    assert fix.code == 0, fix.stderr
+    run = memcli("--config", config, "check")
+    assert run.code == 0 and "no problems" in run.stderr, run.stdout + run.stderr
+    assert memcli("rm", "--user", "ana", "--yes").code == 0
+    llm.default = {"content": "OK"}

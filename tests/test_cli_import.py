@@ -560,3 +560,27 @@ def test_a_grown_export_stores_only_its_new_messages(tmp_path: Path, session: st
     assert (run.records()[0]["new"], run.records()[0]["already_stored"]) == (4, 9)
     sessions = memcli("sessions", "--json").records()
     assert sum(s["active_messages"] + s["archived_messages"] for s in sessions) == 13
+
+
+@pytest.mark.parametrize("again", [[], ["--again"]])
+def test_a_deleted_message_stays_deleted_in_the_users_other_sessions(again: list[str]) -> None:
+    """Deleted from the session an export went into, a message does not come back when the
+    export is imported into another session of the same user (a new one, or one holding other
+    messages); another user's import, and `--again`, are not held back by it."""
+    export = EXPORTS / "chatgpt-conversations.json"
+    first = memcli("import", str(export), "--session", "a", "--user", "ana")
+    assert first.code == 0, first.stderr
+    stored = messages_of("a")
+    gone = stored[2]
+    run = memcli("rm", "a", "--message", str(gone["id"]), "--yes")
+    assert run.code == 0, run.stderr
+    memcli("import", "-", "--session", "c", "--user", "ana", input='{"role":"user","content":"hi"}\n')
+    for target in ("b", "c"):
+        run = memcli("import", str(export), "--session", target, "--user", "ana", *again)
+        assert run.code == 0, run.stderr
+        contents = [m["content"] for m in messages_of(target)]
+        assert (gone["content"] in contents) == bool(again), contents
+        assert len([c for c in contents if c != "hi"]) == len(stored) - (0 if again else 1)
+    run = memcli("import", str(export), "--session", "d", "--user", "bo")
+    assert run.code == 0, run.stderr
+    assert gone["content"] in [m["content"] for m in messages_of("d")]

@@ -93,3 +93,59 @@ def test_a_failed_turn_never_shows_the_endpoints_credentials(llm, reachable: boo
     assert f"127.0.0.1:{port}/v1?api_key=***" in said  # /model names it, masked
     if not reachable:
         assert f"Cannot reach http://ana:***@127.0.0.1:{port}/v1" in said
+
+
+#: Database URLs libpq cannot parse, each holding the secret "Se" + "CRET" in some form: the
+#: driver's message quotes the part it cannot read, the password included.
+UNPARSABLE_URLS = [
+    "postgresql://u:pa ssSeCRET@127.0.0.1/db",
+    "postgresql://u:Se%zzCRET@127.0.0.1/db",
+    "postgresql://u@127.0.0.1/db?password=Se%zzCRET",
+    "postgres://u:Se%41CRET%zz@127.0.0.1/db",
+]
+
+
+@pytest.mark.parametrize("url", UNPARSABLE_URLS)
+@pytest.mark.parametrize("command", [["sessions"], ["info"], ["search", "x"]])
+def test_a_database_url_the_driver_cannot_parse_never_shows_its_password(
+    url: str, command: list[str]
+) -> None:
+    run = memcli("--db", url, *command)
+    said = run.stdout + run.stderr
+    assert run.code != 0 or command == ["info"], said
+    assert "CRET" not in said and "SeA" not in said, said
+    assert "***" in said
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=127.0.0.1 dbname=memcli password=DSNPW",
+        "host=db user=ana password='DSN PW' port=5432",
+        "dbname = memcli password = DSNPW",
+    ],
+)
+def test_a_libpq_keyword_string_is_refused_with_the_url_form(tmp_path, dsn: str) -> None:
+    """Taken as a SQLite file name, the string made a file named with its password; it is a
+    usage error now (exit 2), naming the URL form, showing no password, creating nothing."""
+    for where in (["--db", dsn], []):
+        env = {} if where else {"MEMCLI_DB": dsn}
+        run = memcli(*where, "import", "-", "--session", "s", input='{"role":"user","content":"hi"}\n',
+                     env={**env, "MEMCLI_HOME": str(tmp_path)})  # fmt: skip
+        assert run.code == 2, run.stderr
+        assert "libpq keyword string" in run.stderr
+        assert "postgresql://USER:PASSWORD@HOST:PORT/DBNAME" in run.stderr
+        assert "DSNPW" not in run.stderr and "DSN PW" not in run.stderr
+    assert not [p for p in tmp_path.rglob("*") if "DSN" in p.name or "dbname" in p.name]
+
+
+def test_the_library_refuses_a_keyword_string_and_keeps_file_names_with_equals(tmp_path) -> None:
+    from memcli.errors import UsageError
+    from memcli.store import open_store
+
+    with pytest.raises(UsageError, match="libpq keyword string") as err:
+        open_store("host=db password=DSNPW")
+    assert "DSNPW" not in str(err.value)
+    store = open_store(str(tmp_path / "a=b.db"))  # (a path: no libpq keyword is its own word)
+    store.close()
+    assert (tmp_path / "a=b.db").exists()

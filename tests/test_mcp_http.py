@@ -215,3 +215,35 @@ def test_signing_in_does_not_wait_for_another_users_tool_call(tmp_path: Path, ll
         assert status == 401 and sessions == [] and still_waiting
     finally:
         servers.close()
+
+
+def test_the_first_request_after_a_postgresql_restart_is_answered(pg_url: str) -> None:
+    """Every connection of the server closed (as a PostgreSQL restart does): the next request
+    is answered as usual (the token is read again on a new connection), never a bare 500."""
+    import psycopg
+
+    made = memcli(pg_url, "mcp", "token", "add", "--user", "ana")  # type: ignore[arg-type]
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    for url, _ in serve(pg_url):  # type: ignore[arg-type]
+
+        async def sessions(s: ClientSession) -> Any:
+            return result(await s.call_tool("list_sessions", {}))
+
+        assert anyio.run(as_user, url, token, sessions) == []
+        database = pg_url.rsplit("/", 1)[1].split("?")[0]
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            cut = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            ).fetchall()
+        assert cut, "the server held no connection"
+        reply = httpx2.post(
+            url,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
+            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            timeout=60,
+        )
+        assert reply.status_code < 500, reply.text
+        assert anyio.run(as_user, url, token, sessions) == []

@@ -66,6 +66,13 @@ def _all(text: str, word: str) -> list[int]:
         ("x <fact id='1'>y</FACT>", "x &lt;fact id='1'>y&lt;/FACT>"),
         ("< /message > <  summary>", "&lt; /message > &lt;  summary>"),
         ("<message/>", "&lt;message/>"),
+        # characters a model does not see, around and inside a tag's name
+        ("<\u200b/memory>", "&lt;\u200b/memory>"),
+        ("<\ufeff/\u2060fact>", "&lt;\ufeff/\u2060fact>"),
+        ("</mem\u00adory>", "&lt;/mem\u00adory>"),
+        ("</MEMORY\u200d>", "&lt;/MEMORY\u200d>"),
+        ("<\u202e/summary>", "&lt;\u202e/summary>"),
+        ("<\u200b/memory_notes> <\u200bb>", "<\u200b/memory_notes> <\u200bb>"),
     ],
 )
 def test_neutralise_changes_only_the_templates_tags(text: str, expected: str) -> None:

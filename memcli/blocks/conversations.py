@@ -8,7 +8,9 @@ the session's flush size (whole turns: a batch ends before a user message once i
 `token_flush_size` tokens) and recorded as ranges of message ids per block and scope
 (`store.longterm.record_read`). What is recorded is not read again: not by a second run, and not
 when those messages are flushed later (`FactBlock.unread`). A run stopped at any point (the LLM
-failed, Ctrl-C) goes on from the first batch not recorded.
+failed, Ctrl-C) goes on from the first batch not recorded; until a block has read all of a
+conversation, the conversation is marked (`store.work.mark_unread`), so that `memcli check`
+lists what a killed run left unread.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import BlockContext, conversation_text
 from memcli.blocks.feed import FeedResult, not_done
-from memcli.store import longterm
+from memcli.store import longterm, work
 
 if TYPE_CHECKING:
     from memcli.blocks.facts import FactBlock
@@ -126,6 +128,13 @@ def read_batches(
     by_name = {b.name: b for b in blocks}
     result = FeedResult()
     failed: set[str] = set()
+    # (each conversation marked as being read until its block has read all of it: a run
+    # killed on the way leaves the mark, which `memcli check` lists)
+    reading = {(b.block, b.session_id, b.user_id) for b in plan.batches if b.messages}
+    work.mark_unread(store, sorted(reading))
+    left = {(b.block, b.session_id): 0 for b in plan.batches}
+    for b in plan.batches:
+        left[b.block, b.session_id] += 1
     for batch in plan.batches:
         block = by_name[batch.block]
         result.done.setdefault(block.name, 0)
@@ -144,6 +153,9 @@ def read_batches(
             longterm.record_read(store, block.name, key, batch.session_id, ids)
         if reason is None:
             result.done[block.name] += 1
+            left[block.name, batch.session_id] -= 1
+            if not left[block.name, batch.session_id]:
+                work.clear_unread(store, block.name, batch.session_id)
         else:
             failed.add(block.name)
             result.pending[block.name] += 1

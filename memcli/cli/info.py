@@ -76,7 +76,7 @@ def _tables(a: Any, work: dict[str, int]) -> None:
 
 
 #: The kinds of unfinished work `info` counts (`memcli.health`), in this order.
-WORK_KINDS = ("pending", "unfed", "condense", "index")
+WORK_KINDS = ("pending", "unfed", "unread", "condense", "index")
 
 
 def _work_counts(s: Any) -> dict[str, int]:

@@ -414,15 +414,25 @@ def _as_tool(tool_error: type[Exception], function: Any, meta: Any) -> Any:
 
     from mcp.types import CallToolResult, TextContent
 
-    from memcli.errors import MemcliError
-    from memcli.tool_params import EMPTY_RESULTS, check_arguments
+    from memcli.errors import MemcliError, StoreError
+    from memcli.tool_params import EMPTY_RESULTS, TOOL_HINTS, check_arguments
 
     empty = EMPTY_RESULTS.get(function.__name__, "Nothing: the result is empty.")
+
+    reads = TOOL_HINTS[function.__name__].read_only if function.__name__ in TOOL_HINTS else False
 
     @wraps(function)
     def call(**arguments: Any) -> Any:
         try:
-            result = function(**check_arguments(meta, arguments))
+            checked = check_arguments(meta, arguments)
+            try:
+                result = function(**checked)
+            except StoreError:
+                if not reads:
+                    raise
+                # (a tool that only reads is asked once more: the database's server closed the
+                # connection, a restart, and the store makes a new one for the next statement)
+                result = function(**checked)
         except MemcliError as error:
             raise tool_error(str(error)) from None
         if result == []:

@@ -17,6 +17,8 @@ import threading
 from contextvars import ContextVar
 from typing import Any
 
+from memcli.errors import MemcliError, StoreError
+
 #: The longest request line (stdio) or body (HTTP) read, and the deepest nesting of its JSON:
 #: over either, an error reply and no parse (a line nested 10,000 deep once ended the process).
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
@@ -25,6 +27,8 @@ MAX_REQUEST_DEPTH = 64
 #: JSON-RPC's codes for a request that could not be parsed, and for one that is not a request.
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
+#: JSON-RPC's code for a server's own failure (the database unreachable).
+INTERNAL_ERROR = -32603
 
 
 #: The user the current request acts as (set by `Bearer` for the request's handling).
@@ -82,7 +86,12 @@ class Bearer:
         import anyio.to_thread
 
         token = _bearer(scope)
-        user = await anyio.to_thread.run_sync(self._user_of, token) if token else None
+        try:
+            user = await anyio.to_thread.run_sync(self._user_of, token) if token else None
+        except MemcliError as exc:  # (the database cannot be read even on a new connection)
+            text = exc.message + (f". {exc.hint}" if exc.hint else "")
+            await _reply(send, 503, _rpc_error(INTERNAL_ERROR, text))
+            return
         if user is None:
             await _reply(
                 send,
@@ -111,10 +120,15 @@ class Bearer:
             _user.reset(marker)
 
     def _user_of(self, token: str) -> str | None:
+        """The token's user. A lookup that meets a connection the server closed (a PostgreSQL
+        restart) is asked once more, on the new connection the store makes: it reads only."""
         from memcli.store.tokens import token_user
 
         with self.lock:
-            return token_user(self.store, token)
+            try:
+                return token_user(self.store, token)
+            except StoreError:
+                return token_user(self.store, token)
 
 
 def _bearer(scope: Any) -> str | None:

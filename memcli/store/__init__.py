@@ -13,6 +13,7 @@ from memcli.store.base import (
     Store,
     WindowEntry,
     is_postgres_url,
+    refuse_keyword_string,
 )
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ def open_store(db: str | Path | None = None, *, create: bool = True) -> Store:
     is imported then), else a SQLiteStore for the file at that path (None: in memory). Without
     `create`, a SQLite file that is not there is a StoreError and nothing is made (a PostgreSQL
     database the server does not have is an error either way)."""
+    refuse_keyword_string(db)
     if is_postgres_url(db):
         from memcli.store.postgres import PostgresStore
 

@@ -6,8 +6,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from memcli.credentials import redact_url  # noqa: F401 (the stores show their URLs with it)
-from memcli.errors import SessionNotFound
+from memcli.credentials import (
+    libpq_keywords,
+    redact_keywords,
+    redact_url,  # noqa: F401 (the stores show their URLs with it)
+)
+from memcli.errors import SessionNotFound, UsageError
 from memcli.words import shell_arg
 
 if TYPE_CHECKING:
@@ -90,6 +94,23 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 def is_postgres_url(db: object) -> bool:
     """Whether `db` names a PostgreSQL database (a `postgresql://` or `postgres://` URL)."""
     return isinstance(db, str) and db.lower().startswith(POSTGRES_SCHEMES)
+
+
+def refuse_keyword_string(db: object) -> None:
+    """A UsageError when `db` is a libpq keyword string (`host=db dbname=memcli password=...`),
+    which would otherwise name a SQLite file (its password in the file's name): memcli takes a
+    PostgreSQL database as a URL. The message shows the string with its password as ***."""
+    if not isinstance(db, str) or is_postgres_url(db):
+        return
+    pairs = libpq_keywords(db)
+    if pairs is None:
+        return
+    raise UsageError(
+        f"the database {redact_keywords(pairs)!r} is a libpq keyword string; memcli takes a"
+        " PostgreSQL database as a URL",
+        "Write it as postgresql://USER:PASSWORD@HOST:PORT/DBNAME (a password holding /, ?, #, @"
+        " or a space is written with %2F, %3F, %23, %40 or %20 in their place)",
+    )
 
 
 class Cursor(Protocol):

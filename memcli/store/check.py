@@ -13,6 +13,7 @@ keys: PostgreSQL enforces those itself; the `counters` high-water mark: a sequen
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -96,7 +97,9 @@ def integrity_lines(text: str) -> list[str]:
 def check_full_text(conn: sqlite3.Connection, read_only: bool = False) -> list[Problem]:
     """FTS5's integrity check of the full-text index of the messages (`retrieval_fts`): whether
     the index is sound in itself, and when every message is in it (none stored since the last
-    search), whether it holds exactly the messages' words. Run outside a transaction: FTS5
+    search), whether it holds exactly the messages' words; then a sample of messages is looked up
+    by their words (`_missed_words`), and an index written by another version of FTS5 is
+    damage too (both are mended by a rebuild). Run outside a transaction: FTS5
     takes the write lock for its check (for as long as it runs; nothing is written). On a
     read-only connection, or while another process holds the write lock past the busy timeout,
     the whole index is read instead (an `fts5vocab` table over it, in `temp`), which finds
@@ -127,24 +130,73 @@ def full_text_damage(conn: sqlite3.Connection, read_only: bool = False) -> str |
         " INTEGER) FROM retrieval_state WHERE key = 'fts_through'), 0)"
     ).fetchone()[0]
     try:
+        checked = False
         if not read_only:
             try:
                 conn.execute(
                     "INSERT INTO retrieval_fts (retrieval_fts, rank) VALUES ('integrity-check', ?)",
                     (1 if complete else 0,),
                 )
-                return None
+                checked = True
             except sqlite3.OperationalError as exc:
                 name = getattr(exc, "sqlite_errorname", "") or ""
                 if not name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY")):
                     raise
-        _read_full_text(conn)
-        return None
+        if not checked:
+            _read_full_text(conn)
+        return _missed_words(conn)
     except sqlite3.DatabaseError as exc:
         name = getattr(exc, "sqlite_errorname", "") or ""
-        if name.startswith("SQLITE_CORRUPT") or "malformed" in str(exc):
-            return str(exc)
+        text = str(exc)
+        if name.startswith("SQLITE_CORRUPT") or "malformed" in text or "fts5 file format" in text:
+            return text
         raise
+
+
+#: How many messages `_missed_words` looks up by one of their words.
+WORD_SAMPLE = 32
+#: A word to look a message up by: letters and digits only (no tokenizer splits it), 3-40 long.
+_WORD = re.compile(r"[^\W_]{3,40}")
+
+
+def _missed_words(conn: sqlite3.Connection) -> str | None:
+    """Look a sample of indexed messages up by a few of their words, the messages spread
+    evenly over the ids the index holds: a message its own word does not find is damage that
+    FTS5's check does not see (rows of the index's term index gone, say: every word search
+    finds nothing while the structure is sound). None: each was found."""
+    through = conn.execute(
+        "SELECT COALESCE((SELECT CAST(value AS INTEGER) FROM retrieval_state"
+        " WHERE key = 'fts_through'), 0)"
+    ).fetchone()[0]
+    low, high, count = conn.execute(
+        "SELECT MIN(id), MAX(id), COUNT(*) FROM messages WHERE id <= ?", (through,)
+    ).fetchone()
+    if not count:
+        return None
+    step = max(1, (high - low + 1) // WORD_SAMPLE)
+    rows = {
+        row
+        for start in range(low, high + 1, step)[:WORD_SAMPLE]
+        for row in conn.execute(  # (the first message from each start: one index lookup)
+            "SELECT id, content FROM messages WHERE id >= ? AND id <= ? ORDER BY id LIMIT 1",
+            (start, high),
+        )
+    }
+    for message_id, content in sorted(rows):
+        words = sorted({w.lower() for w in _WORD.findall(content or "")})
+        if not words:
+            continue
+        # (its first, middle and last word in the alphabet, and its longest: the index's pages
+        # are ranges of terms, so the sample's words reach over all of them)
+        picked = {words[0], words[len(words) // 2], words[-1], max(words, key=len)}
+        for word in sorted(picked):
+            found = conn.execute(
+                "SELECT 1 FROM retrieval_fts WHERE retrieval_fts MATCH ? AND rowid = ?",
+                (f'"{word}"', message_id),
+            ).fetchone()
+            if found is None:
+                return f"message {message_id} is not found by its word {word!r}"
+    return None
 
 
 def rebuild_full_text(conn: sqlite3.Connection) -> None:
@@ -155,11 +207,15 @@ def rebuild_full_text(conn: sqlite3.Connection) -> None:
     try:
         empty.execute("CREATE VIRTUAL TABLE fts USING fts5(name, content)")
         rows = empty.execute("SELECT id, block FROM fts_data").fetchall()
+        config = empty.execute("SELECT k, v FROM fts_config").fetchall()
     finally:
         empty.close()
     conn.execute("DELETE FROM retrieval_fts_data")
     conn.execute("DELETE FROM retrieval_fts_idx")
     conn.executemany("INSERT INTO retrieval_fts_data (id, block) VALUES (?, ?)", rows)
+    # (the file format this SQLite's FTS5 writes: another version's index is rebuilt in it)
+    conn.execute("DELETE FROM retrieval_fts_config WHERE k = 'version'")
+    conn.executemany("INSERT INTO retrieval_fts_config (k, v) VALUES (?, ?)", config)
     conn.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('rebuild')")
     conn.execute(
         "INSERT INTO retrieval_state (key, value)"

@@ -75,10 +75,10 @@ class Forgotten:
 def _scope_keys(user: str, sessions: Sequence[str]) -> list[str]:
     """The user's scope keys, and the keys the blocks keep their failed work under (a failed
     condensation's `condense:<scope key>`, see `store.work`)."""
-    from memcli.store.work import CONDENSE
+    from memcli.store.work import CONDENSE, unread_key
 
     keys = [f"user:{user}", *(f"session:{s}" for s in sessions)]
-    return [*keys, *(CONDENSE + key for key in keys)]
+    return [*keys, *(CONDENSE + key for key in keys), *(unread_key(s) for s in sessions)]
 
 
 def _count(store: SQLStore, sql: str, ids: Sequence[Any]) -> int:
@@ -243,9 +243,24 @@ def deleted_sources(store: SQLStore, session_id: str) -> list[tuple[int, str]]:
     return [(int(row[0]), str(row[1])) for row in rows]
 
 
+def deleted_source_ids(store: SQLStore, user_id: str) -> set[str]:
+    """The source-id hashes (`id:`) of the messages deleted for good from any session of the
+    user: a conversation imported into another session of hers does not bring them back."""
+    rows = store.execute(
+        "SELECT d.source_hash FROM deleted_sources d JOIN sessions s ON s.id = d.session_id"
+        " WHERE s.user_id = ? AND d.source_hash LIKE ?",
+        (user_id, BY_ID + "%"),
+    ).fetchall()
+    return {str(row[0]) for row in rows}
+
+
 def forget_sources(store: SQLStore, session_id: str) -> None:
-    """Inside the caller's transaction, with the session: what its deleted messages left."""
+    """Inside the caller's transaction, with the session: what its deleted messages left, and
+    the marks of its reading for facts (`store.work.unread_key`)."""
+    from memcli.store.work import unread_key
+
     store.execute("DELETE FROM deleted_sources WHERE session_id = ?", (session_id,))
+    store.execute("DELETE FROM block_state WHERE scope_key = ?", (unread_key(session_id),))
 
 
 # -- deletes whose cleanup has not run -----------------------------------------------------------

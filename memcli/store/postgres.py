@@ -38,6 +38,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from memcli.credentials import hide_secrets
 from memcli.errors import StoreBusy, StoreError
 from memcli.messages import format_time, metadata_json
 from memcli.store.base import FlushPlan, NewMessage, redact_url
@@ -202,7 +203,8 @@ class PostgresStore(TableStore):
         """An error's text on one line, without the URL's password should it hold one."""
         text = " ".join(str(exc).split()).rstrip(".")
         password = self._password()
-        return text.replace(password, "***") if password else text
+        text = text.replace(password, "***") if password else text
+        return hide_secrets(text, self.url)
 
     def _password(self) -> str | None:
         """The password the URL holds, if any (so that no message repeats it)."""

@@ -3,7 +3,10 @@ batches a block failed on (pending), batches no block was handed (an import or a
 before it fed its blocks), and fact condensations that failed.
 
 A failed condensation is kept as a block's state under the scope key `condense:<scope key>`
-(a `block_state` row: nothing new in the schema), cleared when a condensation succeeds.
+(a `block_state` row: nothing new in the schema), cleared when a condensation succeeds. A
+conversation a fact block is reading for its facts (an import's extraction, `facts extract`) is
+marked the same way under `unread:session:<id>` before the first request and cleared once the
+block has read all of it: a run killed on the way leaves the mark, which `check` lists.
 """
 
 from __future__ import annotations
@@ -16,9 +19,57 @@ from typing import TYPE_CHECKING, Any
 from memcli.messages import format_time
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from memcli.store.base import SQLStore
 
 CONDENSE = "condense:"
+UNREAD = "unread:"
+
+
+def unread_key(session_id: str) -> str:
+    """The scope key of the mark of a conversation a fact block is reading."""
+    return f"{UNREAD}session:{session_id}"
+
+
+def mark_unread(store: SQLStore, marks: Iterable[tuple[str, str, str]]) -> None:
+    """Mark (block, session, user) conversations as being read for facts, in one transaction."""
+    now = format_time(datetime.now(UTC))
+    with store.transaction():
+        for block, session_id, user_id in marks:
+            store.execute(
+                "INSERT INTO block_state (block, scope_key, value, updated_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (block, scope_key) DO UPDATE SET value = excluded.value,"
+                " updated_at = excluded.updated_at",
+                (block, unread_key(session_id), json.dumps({"user": user_id}), now),
+            )
+
+
+def clear_unread(store: SQLStore, block: str, session_id: str) -> None:
+    """The block has read all of the conversation: its mark goes."""
+    with store.transaction():
+        store.execute(
+            "DELETE FROM block_state WHERE block = ? AND scope_key = ?",
+            (block, unread_key(session_id)),
+        )
+
+
+def unread_conversations(store: SQLStore) -> dict[tuple[str, str], int]:
+    """Per (block, user), the conversations still marked as being read for facts (of sessions
+    that exist)."""
+    rows = store.execute(
+        "SELECT b.block, b.value FROM block_state b JOIN sessions s"
+        f" ON b.scope_key = '{UNREAD}session:' || s.id WHERE b.scope_key LIKE ?",
+        (UNREAD + "%",),
+    ).fetchall()
+    out: dict[tuple[str, str], int] = {}
+    for block, value in rows:
+        try:
+            user = str(json.loads(value).get("user", ""))
+        except (ValueError, AttributeError):
+            user = ""
+        out[block, user] = out.get((block, user), 0) + 1
+    return out
 
 
 @dataclass(frozen=True)
