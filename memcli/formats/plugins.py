@@ -60,8 +60,8 @@ def _load(points: list[EntryPoint], built_in: Collection[str]) -> Reader:
     where = _described(point)
     if len(points) > 1:
         raise ConfigError(
-            f"format plugins of {', '.join(_package(p) for p in points)} are all named"
-            f" {point.name!r}",
+            f"{' and '.join(sorted(_package(p) for p in points))} each add a format plugin"
+            f" named {point.name!r}",
             "Uninstall all of them but one",
         )
     if point.name in built_in or point.name == "auto":
