@@ -97,3 +97,25 @@ def test_every_format_module_is_in_the_table() -> None:
     readers = [importlib.import_module(f"memcli.formats.{m}").READER for m in modules]
     assert sorted(readers, key=lambda r: r.name) == sorted(READERS, key=lambda r: r.name)
     assert len(NAMES) == len(READERS) and READERS[-1].name == "transcript"
+
+
+EXPORTS = ROOT / "tests" / "data" / "exports"
+
+
+@pytest.mark.parametrize(
+    ("file", "kind"),
+    [
+        ("chatgpt-conversations.json", "chatgpt"),
+        ("llm-0.36-logs.db", "llm"),
+        ("sharegpt.jsonl", "sharegpt"),
+        ("openwebui-chats.json", "openwebui"),
+        ("sillytavern.jsonl", "sillytavern"),
+        ("anthropic-messages.json", "anthropic"),
+    ],
+)
+def test_simulate_refuses_an_export_of_any_format_by_name(file: str, kind: str) -> None:
+    """(It knew three formats' names, and failed with a KeyError on the others.)"""
+    run = memcli("simulate", "flush", str(EXPORTS / file))
+    assert run.code == 2, run.stderr
+    assert f"is an export (the {kind} format): simulate replays one transcript" in run.stderr
+    assert "Traceback" not in run.stderr

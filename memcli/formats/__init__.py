@@ -5,21 +5,13 @@ messages, errors, `memcli.transcripts` only).
 `READERS` is the table of the formats memcli reads, in the order their shapes are tried: each
 module of the package exports its `Reader` (`memcli.formats.reader`), and `FORMATS`, detection,
 `memcli import --help` and the error for an input of no known shape are made from the table.
-Adding a format is one module and one entry here; a package adds one with an entry point of the
-group `memcli.formats` (`memcli.formats.plugins`, docs/formats.md).
+Adding a format is one module and one entry here (each module's docstring says what its format
+holds and what is kept of it); a package adds one with an entry point of the group
+`memcli.formats` (`memcli.formats.plugins`, docs/formats.md).
 
-- `transcript`: memcli's own formats (`memcli.transcripts`): a message per line, an OpenAI
-  fine-tuning / chat file (one `{"messages": [...]}` conversation per line), a JSON array of
-  messages, `memcli export`'s output;
-- `chatgpt`: ChatGPT's data export (`conversations.json`, or the `.zip` it comes in);
-- `claude`: Claude.ai's data export (`conversations.json`, or its `.zip`);
-- `llm`: simonw/llm's `logs.db` (both its schemas) and the output of `llm logs --json`
-  (`memcli.formats.llm_logs`);
-- `sharegpt`: ShareGPT datasets (`{"conversations": [{"from", "value"}]}`, JSON or JSON Lines);
-- `openwebui`: Open WebUI's "export all chats" JSON, or one chat's;
-- `sillytavern`: a SillyTavern chat (`.jsonl`);
-- `lmstudio`: an LM Studio `.conversation.json`;
-- `anthropic`: Anthropic Messages API JSON (`{"system", "messages"}` with content blocks).
+An input is unwrapped first (a zip's conversations: `memcli.formats.archive`; a database file is
+opened where it is, never read whole), then read by the first reader whose `detect` knows it (or
+the one `--format` names), validated whole (`memcli.formats.reader`).
 
 Each conversation found carries its id in the source (`source_id`: `chatgpt:ID`, `claude:UUID`,
 `llm:ID`, ...; one without gets a hash of its first messages when the import needs one), its
