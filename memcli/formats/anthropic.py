@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, message, records, text_blocks, tool_call, where
+from memcli.formats.base import Conversation, message, records, text_blocks, tool_call
 from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
@@ -46,9 +46,7 @@ def detect(source: Input) -> bool:
 
 
 def read(source: Input) -> Source:
-    return Source(
-        [_conversation(item, where(source.name, i, item)) for i, item in enumerate(source.items())]
-    )
+    return Source([_conversation(item, at) for at, item in source.entries()])
 
 
 def _conversation(item: Any, at: str) -> Conversation:

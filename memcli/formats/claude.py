@@ -19,7 +19,6 @@ from memcli.formats.base import (
     clean_text,
     message,
     records,
-    where,
 )
 from memcli.formats.reader import Input, Reader, Source
 
@@ -35,12 +34,7 @@ def detect(source: Input) -> bool:
 
 
 def read(source: Input) -> Source:
-    return Source(
-        [
-            _conversation(item, where(source.name, i, item), source.limits)
-            for i, item in enumerate(source.items())
-        ]
-    )
+    return Source([_conversation(item, at, source.limits) for at, item in source.entries()])
 
 
 def _conversation(item: Any, at: str, limits: Limits) -> Conversation:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, clean_text, message, records, text_of, where
+from memcli.formats.base import Conversation, clean_text, message, records, text_of
 from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
@@ -23,9 +23,7 @@ _ROLES = ("system", "user", "assistant")
 
 
 def read(source: Input) -> Source:
-    return Source(
-        [_conversation(item, where(source.name, i, item)) for i, item in enumerate(source.items())]
-    )
+    return Source([_conversation(item, at) for at, item in source.entries()])
 
 
 def detect(source: Input) -> bool:

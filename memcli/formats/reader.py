@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import LIMITS, Conversation, Limits, json_lines
+from memcli.formats.base import LIMITS, Conversation, Limits, json_lines, where
 
 if TYPE_CHECKING:
     from memcli.transcripts import Record, SessionRecord
@@ -87,6 +87,11 @@ class Input:
         if value is None:
             raise InputError(f"{self.name}: not a JSON value", "Give the JSON as it was exported")
         return value if isinstance(value, list) else [value]
+
+    def entries(self) -> list[tuple[str, Any]]:
+        """The JSON value's items, each with how an error names it (`name: conversation 2
+        ('Its title')`)."""
+        return [(where(self.name, i, item), item) for i, item in enumerate(self.items())]
 
     def lines(self, hint: str) -> list[tuple[str, Any]]:
         """The JSON value of each line that is not blank, with where it is (`name:line`);

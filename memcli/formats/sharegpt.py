@@ -21,7 +21,6 @@ from memcli.formats.base import (
     records,
     text_of,
     tool_call,
-    where,
 )
 from memcli.formats.reader import Input, Reader, Source
 
@@ -53,7 +52,7 @@ def detect(source: Input) -> bool:
 def read(source: Input) -> Source:
     """A JSON array (or object) of conversations, else JSON Lines of them."""
     if source.value is not None:
-        found = [(where(source.name, i, item), item) for i, item in enumerate(source.items())]
+        found = source.entries()
     else:
         found = source.lines("Write one ShareGPT conversation per line")
     return Source([_conversation(item, at) for at, item in found])
