@@ -200,9 +200,12 @@ class Replay:
             kind = export_kind(data, name)
             if kind is None:
                 raise
+            what = {"chatgpt": "a ChatGPT", "claude": "a Claude.ai", "llm": "an llm"}.get(
+                kind, f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+            )
             raise InputError(
-                f"{name} is an export (the {kind} format): simulate replays one transcript"
-                " (JSON Lines of messages) or a stored session",
+                f"{name} is {what} export: simulate replays one transcript (JSON Lines of"
+                " messages) or a stored session",
                 f"Import it first (`memcli import {name}`), then replay a session it made:"
                 " `memcli simulate flush --session ID` (`memcli sessions` lists them)",
             ) from None
