@@ -52,6 +52,8 @@ __all__ = [
     "Reader",
     "Source",
     "detect",
+    "named",
+    "names",
     "read",
 ]
 
