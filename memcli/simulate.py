@@ -188,7 +188,8 @@ class Replay:
     ) -> tuple[Replay, set[str]]:
         """Read a transcript (a path, or `-` for stdin) and count its tokens; also the sessions it
         names. It is read as columns (`memcli.transcripts.parse_columns`), no Message per line; an
-        export (ChatGPT, Claude.ai, llm) is refused with what to do instead."""
+        export (any format of `memcli.formats.READERS` but the transcript) is refused with what to
+        do instead."""
         from memcli.errors import InputError
         from memcli.formats import export_kind
 
@@ -199,7 +200,9 @@ class Replay:
             kind = export_kind(data, name)
             if kind is None:
                 raise
-            what = {"chatgpt": "a ChatGPT", "claude": "a Claude.ai", "llm": "an llm"}[kind]
+            what = {"chatgpt": "a ChatGPT", "claude": "a Claude.ai", "llm": "an llm"}.get(
+                kind, f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+            )
             raise InputError(
                 f"{name} is {what} export: simulate replays one transcript (JSON Lines of"
                 " messages) or a stored session",

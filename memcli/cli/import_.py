@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli import common, output
+from memcli.formats import FORMATS, READERS
 from memcli.words import shell_arg
 
 if TYPE_CHECKING:
@@ -18,8 +19,7 @@ def import_command(
     file: Annotated[
         str,
         typer.Argument(
-            help="A transcript (JSON Lines, a JSON array), a ChatGPT or Claude.ai export"
-            " (conversations.json or the .zip), llm's logs.db or `llm logs --json`; - for stdin.",
+            help="The conversations to import, in one of the formats above; - for stdin.",
             metavar="FILE",
         ),
     ],
@@ -29,7 +29,8 @@ def import_command(
             "--format",
             metavar="FORMAT",
             autocompletion=common.choices("memcli.formats", "FORMATS"),
-            help="The input's format: auto (by its shape), transcript, chatgpt, claude, llm.",
+            help=f"The input's format: auto (by its shape), {', '.join(FORMATS[1:])}, or one an"
+            " installed package adds.",
         ),
     ] = "auto",
     session: Annotated[
@@ -87,16 +88,18 @@ def import_command(
     ] = False,
     json_: common.Json = False,
 ) -> None:
-    """Import a transcript; messages go through the engine, so flushes happen as they would live.
+    """Import a transcript or an export; messages go through the engine, so flushes happen as
+    they would live.
 
-    Formats, found by their shape (--format to say which): one {"role", "content"} message per
-    line (optional session, name, timestamp, metadata), one {"messages": [...]} conversation per
-    line (OpenAI fine-tuning files), a JSON array of messages, `memcli export`'s output (its first
-    {"type": "session", ...} record gives new sessions their budget); ChatGPT's and Claude.ai's
-    data exports (conversations.json, or the .zip); simonw/llm's logs.db and `llm logs --json`.
-    Each conversation becomes its own session, named after its title. Images and other non-text
-    parts are left out and counted. A malformed record stops the import (exit 2) and nothing of
-    it is stored.
+    The formats, found by the input's shape (--format says which when it cannot be told):
+
+    FORMATS_TABLE
+
+    A transcript is also a JSON array of messages, or `memcli export`'s output (its first
+    {"type": "session", ...} record gives new sessions their budget); its records may name their
+    session, name, timestamp and metadata. Each conversation becomes its own session, named
+    after its title. Images and other non-text parts are left out and counted. A malformed
+    record stops the import (exit 2) and nothing of it is stored.
 
     Running an import again stores nothing twice: a conversation is found again by its id in the
     source (or its first messages), and the messages already stored at the end of its session,
@@ -111,14 +114,14 @@ def import_command(
     Example: memcli import chat.jsonl --session demo --token-limit 4000
     """
     from memcli.errors import UsageError
-    from memcli.formats import FORMATS, read
+    from memcli.formats import names, read
     from memcli.importing import Opening, from_source, import_conversations
     from memcli.transcripts import PUT_MODES
 
     if put not in PUT_MODES:
         raise UsageError(f"unknown --put {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
-    if format_ not in FORMATS:
-        raise UsageError(f"unknown --format {format_!r}", f"Use one of: {', '.join(FORMATS)}")
+    if format_ not in FORMATS and format_ not in (known := names()):  # (a plugin's, then)
+        raise UsageError(f"unknown --format {format_!r}", f"Use one of: {', '.join(known)}")
     s = common.settings(ctx, user=user)
     asked = common.budget_asked(token_limit, ratio, flush_size)
     source = read(file, format=format_)  # validated whole before the store is touched
@@ -176,6 +179,16 @@ def import_command(
         _extract(s, store, extracting, list(result.sessions), json_=json_)
     if failed:
         raise typer.Exit(1)
+
+
+def _formats_table() -> str:
+    """The formats of `memcli.formats.READERS`, a line each (`\\b`: click keeps the lines)."""
+    width = max(len(r.name) for r in READERS) + 2
+    rows = [f"  {r.name + ':':<{width}}{r.help}" for r in READERS]
+    return "\n    ".join(["\b", *rows, f"  {'NAME:':<{width}}a format an installed package adds"])
+
+
+import_command.__doc__ = (import_command.__doc__ or "").replace("FORMATS_TABLE", _formats_table())
 
 
 def _fact_blocks_with_a_model(blocks: list[Any]) -> list[Any]:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, message, records, text_blocks, tool_call, where
+from memcli.formats.base import Conversation, message, records, text_blocks, tool_call
+from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -28,9 +29,10 @@ _OWN_BLOCKS = frozenset(
 _SKIPPED = frozenset(("thinking", "redacted_thinking"))
 
 
-def is_request(value: Any) -> bool:
-    """Whether a JSON object is a Messages API request: a `messages` list with a top-level
-    `system`, or with content blocks only Anthropic's format has."""
+def detect(source: Input) -> bool:
+    """A Messages API request: a `messages` list with a top-level `system`, or with content
+    blocks only Anthropic's format has."""
+    value = source.first
     if not isinstance(value, dict) or not isinstance(value.get("messages"), list):
         return False
     if "system" in value:
@@ -43,8 +45,8 @@ def is_request(value: Any) -> bool:
     )
 
 
-def read(items: list[Any], name: str) -> list[Conversation]:
-    return [_conversation(item, where(name, i, item)) for i, item in enumerate(items)]
+def read(source: Input) -> Source:
+    return Source([_conversation(item, at) for at, item in source.entries()])
 
 
 def _conversation(item: Any, at: str) -> Conversation:
@@ -118,3 +120,8 @@ def _text(value: Any, at: str) -> tuple[str, int]:
     if not isinstance(value, list):
         raise InputError(f"{at}: neither text nor a list of blocks", _HINT)
     return text_blocks(value, at, _HINT)
+
+
+READER = Reader(
+    "anthropic", "Anthropic Messages API JSON ({system, messages})", False, detect, read
+)

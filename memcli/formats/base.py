@@ -3,7 +3,6 @@ name its errors (the readers import this, and `memcli.formats` them)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -129,6 +128,8 @@ def content_ids(found: list[Conversation]) -> list[Conversation]:
     """Give each conversation without a source id one from its content: a hash of its first two
     messages (which a conversation that grew still starts with), numbered when several of
     `found` start alike. (One imported into a session it names is found by it later too.)"""
+    import hashlib
+
     seen: dict[str, int] = {}
     for c in found:
         if c.source_id is not None or not c.records:

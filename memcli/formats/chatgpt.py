@@ -24,7 +24,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, clean_text, message, records, where
+from memcli.formats.base import Conversation, clean_text, message, records
+from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -36,8 +37,12 @@ _THOUGHTS = frozenset(
 )
 
 
-def read(items: list[Any], name: str) -> list[Conversation]:
-    return [_conversation(item, where(name, i, item)) for i, item in enumerate(items)]
+def detect(source: Input) -> bool:
+    return source.first is not None and isinstance(source.first.get("mapping"), dict)
+
+
+def read(source: Input) -> Source:
+    return Source([_conversation(item, at) for at, item in source.entries()])
 
 
 def _conversation(item: Any, at: str) -> Conversation:
@@ -189,3 +194,8 @@ def _text(content: dict[str, Any], kind: Any, at: str) -> tuple[str, int]:
         else:
             dropped += 1
     return "\n".join(texts), dropped
+
+
+READER = Reader(
+    "chatgpt", "ChatGPT's data export (conversations.json, or the .zip)", False, detect, read
+)

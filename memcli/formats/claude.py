@@ -13,15 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
 from memcli.formats.base import (
-    LIMITS,
     Conversation,
     Limits,
     block_texts,
     clean_text,
     message,
     records,
-    where,
 )
+from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -30,8 +29,12 @@ _HINT = "Give conversations.json as Claude.ai exported it"
 _ROLES = {"human": "user", "assistant": "assistant"}
 
 
-def read(items: list[Any], name: str, limits: Limits = LIMITS) -> list[Conversation]:
-    return [_conversation(item, where(name, i, item), limits) for i, item in enumerate(items)]
+def detect(source: Input) -> bool:
+    return source.first is not None and "chat_messages" in source.first
+
+
+def read(source: Input) -> Source:
+    return Source([_conversation(item, at, source.limits) for at, item in source.entries()])
 
 
 def _conversation(item: Any, at: str, limits: Limits) -> Conversation:
@@ -126,3 +129,8 @@ def _list(data: dict[str, Any], key: str, at: str) -> list[Any]:
     if not isinstance(value, list):
         raise InputError(f"{at}: {key} is not a list", _HINT)
     return value
+
+
+READER = Reader(
+    "claude", "Claude.ai's data export (conversations.json, or the .zip)", False, detect, read
+)

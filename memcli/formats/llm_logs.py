@@ -22,20 +22,39 @@ database and the JSON, so that importing one after the other stores nothing twic
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
 from memcli.formats.base import LIMITS, Conversation, Limits, clean_text, message, records
+from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
+    import sqlite3
     from collections.abc import Iterator
 
     from memcli.messages import Message
 
 _HINT = "Give llm's logs.db (`llm logs path`) or the output of `llm logs --json`"
+
+
+def detect(source: Input) -> bool:
+    """A database (llm's is the one memcli reads), or `llm logs --json`'s responses."""
+    first = source.first
+    return source.is_database or (
+        first is not None
+        and "prompt" in first
+        and "response" in first
+        and "conversation_id" in first
+    )
+
+
+def read(source: Input) -> Source:
+    if source.is_database:  # the file opened where it is, else (stdin) its bytes
+        data = None if source.path is not None else source.data
+        return Source(read_db(data, source.name, source.path, source.limits))
+    return Source(read_json(source.items(), source.name))
 
 
 def read_db(
@@ -44,6 +63,8 @@ def read_db(
     """The conversations of a logs.db: the file at `path` opened read-only (its WAL included),
     else (stdin) `data` in memory. Only tables are read (a view, which llm never makes, could
     take forever), within `limits`: rows per table, bytes of text, seconds."""
+    import sqlite3
+
     db: _Reader | None = None
     try:
         if path is not None:
@@ -138,6 +159,8 @@ def _count(conn: sqlite3.Connection, table: str) -> int:
 
 
 def _responses(db: _Reader, name: str) -> list[Conversation]:
+    import sqlite3
+
     db.conn.row_factory = sqlite3.Row
     rows = [dict(row) for row in db.rows("SELECT * FROM responses", "responses")]
     names = {
@@ -320,3 +343,6 @@ def _threads(db: _Reader, name: str) -> list[Conversation]:
             )
         )
     return found
+
+
+READER = Reader("llm", "simonw/llm's logs.db, or `llm logs --json`", False, detect, read)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, clean_text, message, records, text_blocks, where
+from memcli.formats.base import Conversation, clean_text, message, records, text_blocks
+from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -23,7 +24,9 @@ _HINT = "Give the .conversation.json as LM Studio saved it"
 _ROLES = ("system", "user", "assistant")
 
 
-def is_conversation(value: Any) -> bool:
+def detect(source: Input) -> bool:
+    """A `messages` list whose first message holds `versions`."""
+    value = source.first
     messages = value.get("messages") if isinstance(value, dict) else None
     return (
         isinstance(messages, list)
@@ -33,8 +36,8 @@ def is_conversation(value: Any) -> bool:
     )
 
 
-def read(items: list[Any], name: str) -> list[Conversation]:
-    return [_conversation(item, where(name, i, item)) for i, item in enumerate(items)]
+def read(source: Input) -> Source:
+    return Source([_conversation(item, at) for at, item in source.entries()])
 
 
 def _conversation(item: Any, at: str) -> Conversation:
@@ -112,3 +115,6 @@ def _system(item: dict[str, Any]) -> str | None:
                 return value
     value = item.get("systemPrompt")
     return value if isinstance(value, str) and value.strip() else None
+
+
+READER = Reader("lmstudio", "an LM Studio .conversation.json", False, detect, read)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
-from memcli.formats.base import Conversation, clean_text, message, records, text_of, where
+from memcli.formats.base import Conversation, clean_text, message, records, text_of
+from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -21,8 +22,12 @@ _HINT = "Give the JSON Open WebUI exported (Settings, Data Controls, Export All 
 _ROLES = ("system", "user", "assistant")
 
 
-def read(items: list[Any], name: str) -> list[Conversation]:
-    return [_conversation(item, where(name, i, item)) for i, item in enumerate(items)]
+def read(source: Input) -> Source:
+    return Source([_conversation(item, at) for at, item in source.entries()])
+
+
+def detect(source: Input) -> bool:
+    return is_chat(source.first)
 
 
 def is_chat(value: Any) -> bool:
@@ -90,3 +95,8 @@ def _branch(history: dict[str, Any], listed: Any, at: str) -> list[dict[str, Any
         current = node.get("parentId")
     path.reverse()
     return path
+
+
+READER = Reader(
+    "openwebui", "Open WebUI's Export All Chats, or one chat's JSON", False, detect, read
+)

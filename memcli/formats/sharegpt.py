@@ -21,8 +21,8 @@ from memcli.formats.base import (
     records,
     text_of,
     tool_call,
-    where,
 )
+from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -45,13 +45,17 @@ _ROLES = {
 }
 
 
-def read(items: list[tuple[str, Any]]) -> list[Conversation]:
-    """The conversations of `(where, object)` pairs."""
-    return [_conversation(item, at) for at, item in items]
+def detect(source: Input) -> bool:
+    return source.first is not None and isinstance(source.first.get("conversations"), list)
 
 
-def read_array(items: list[Any], name: str) -> list[Conversation]:
-    return read([(where(name, i, item), item) for i, item in enumerate(items)])
+def read(source: Input) -> Source:
+    """A JSON array (or object) of conversations, else JSON Lines of them."""
+    if source.value is not None:
+        found = source.entries()
+    else:
+        found = source.lines("Write one ShareGPT conversation per line")
+    return Source([_conversation(item, at) for at, item in found])
 
 
 def _conversation(item: Any, at: str) -> Conversation:
@@ -98,3 +102,12 @@ def _call(text: str) -> tuple[str, Any] | None:
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
         return None
     return value["name"], value.get("arguments", {})
+
+
+READER = Reader(
+    "sharegpt",
+    "ShareGPT ({conversations: [{from, value}]}), JSON or JSON Lines",
+    True,
+    detect,
+    read,
+)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError
 from memcli.formats.base import Conversation, clean_text, message, records, text_of
+from memcli.formats.reader import Input, Reader, Source
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -22,15 +23,27 @@ if TYPE_CHECKING:
 _HINT = "Give the chat's .jsonl as SillyTavern saved it (or exported it)"
 
 
-def is_chat_line(value: Any) -> bool:
-    """Whether the first line of JSON Lines is SillyTavern's: its header, or a message."""
-    return isinstance(value, dict) and (
-        ("character_name" in value and "user_name" in value)
-        or ("mes" in value and "is_user" in value)
+def detect(source: Input) -> bool:
+    """Whether the first line of JSON Lines is SillyTavern's (its header, or a message), or the
+    input is one such object (a chat of one line)."""
+    value = source.first
+    return (
+        isinstance(value, dict)
+        and (source.is_lines or isinstance(source.value, dict))
+        and (
+            ("character_name" in value and "user_name" in value)
+            or ("mes" in value and "is_user" in value)
+        )
     )
 
 
-def read(lines: list[tuple[str, Any]], name: str) -> list[Conversation]:
+def read(source: Input) -> Source:
+    return Source(
+        _read(source.lines("Give the chat's .jsonl as SillyTavern saved it"), source.name)
+    )
+
+
+def _read(lines: list[tuple[str, Any]], name: str) -> list[Conversation]:
     header: dict[str, Any] = {}
     if lines and isinstance(lines[0][1], dict) and "mes" not in lines[0][1]:
         header = lines[0][1]
@@ -82,3 +95,6 @@ def _time(value: Any) -> Any:
         except ValueError:
             continue
     return None
+
+
+READER = Reader("sillytavern", "a SillyTavern chat (.jsonl)", True, detect, read)
