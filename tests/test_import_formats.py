@@ -603,3 +603,51 @@ def test_a_chatgpt_tool_call_whose_text_is_nested_too_deep_is_kept_as_text(tmp_p
         for c in m.to_dict().get("metadata", {}).get("extra", {}).get("tool_calls", [])
     ]
     assert json.loads(calls[0]["function"]["arguments"]) == {"input": deep}
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "said"),
+    [
+        ("chat.csv", "role,content\nuser,hello\nassistant,hi\n", "chat.csv: CSV is not a format"),
+        ("chat.txt", "role;content\nuser;hello\n", "chat.txt: CSV is not a format"),
+        ("notes.md", "# My notes\n\nhello\n", "notes.md: not JSON (it starts with '# My notes')"),
+        ("a.jsonl", '{"role": "user", "content": "a"}\n{"role": bad}\n', "a.jsonl:2: invalid JSON"),
+        ("b.json", '\ufeff[{"role": "user", "content": }]', "b.json:1: invalid JSON"),
+    ],
+)
+def test_input_that_is_no_json_is_named_for_what_it_is(
+    tmp_path: Path, name: str, data: str, said: str
+) -> None:
+    """A CSV file or a text was 'line 1: invalid JSON'; JSON with an error still names its line."""
+    from memcli.errors import InputError
+    from memcli.formats import read
+
+    path = tmp_path / name
+    path.write_text(data, encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        read(path)
+    assert f"{tmp_path}/{said}" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("steps", [-1, "steps", {"type": "contentBlock"}])
+def test_lm_studio_steps_that_are_no_list_are_refused_naming_the_message(
+    tmp_path: Path, steps: object
+) -> None:
+    from memcli.errors import InputError
+    from memcli.formats import read
+
+    chat = {
+        "name": "x",
+        "createdAt": 1,
+        "messages": [
+            {"versions": [{"role": "user", "content": "hi"}], "currentlySelected": 0},
+            {
+                "versions": [{"type": "multiStep", "role": "assistant", "steps": steps}],
+                "currentlySelected": 0,
+            },
+        ],
+    }
+    path = tmp_path / "x.conversation.json"
+    path.write_text(json.dumps(chat))
+    with pytest.raises(InputError, match="message 1: steps .* is not a list of steps"):
+        read(path)

@@ -133,8 +133,42 @@ def detect(found: Input) -> Reader:
     if reader is not None:
         return reader
     if found.first is None and not found.is_database:
+        _refuse_text(found)
         return transcript.READER
     raise _unknown(found)
+
+
+#: What a JSON document or JSON Lines file starts with (after a byte-order mark and spaces).
+_JSON_START = (b"{", b"[")
+
+
+def _refuse_text(found: Input) -> None:
+    """InputError for an input that is not JSON at all (its first character opens no JSON value:
+    a CSV file, Markdown, plain text), naming what it looks like, rather than 'invalid JSON' on
+    its line 1. A JSON file with an error in it is left to the transcript reader, which names
+    the line."""
+    data = found.data.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not data or data.startswith(_JSON_START):
+        return
+    lines = data.decode("utf-8", "replace").splitlines()[:3]
+    hint = (
+        "memcli reads JSON: exports (see `memcli import --help`) and JSON Lines transcripts, one"
+        ' {"role": ..., "content": ...} object per line'
+    )
+    if found.name.lower().endswith((".csv", ".tsv")) or _delimited(lines):
+        raise InputError(f"{found.name}: CSV is not a format memcli reads", hint)
+    raise InputError(f"{found.name}: not JSON (it starts with {lines[0][:40]!r})", hint)
+
+
+def _delimited(lines: list[str]) -> bool:
+    """Whether lines look like a table of delimited values: each of at least two holds the same
+    number (one or more) of one delimiter."""
+    if len(lines) < 2:
+        return False
+    return any(
+        lines[0].count(sep) > 0 and all(line.count(sep) == lines[0].count(sep) for line in lines)
+        for sep in (",", ";", "\t")
+    )
 
 
 def export_kind(data: bytes, name: str = "<input>") -> str | None:

@@ -56,7 +56,10 @@ def _conversation(item: Any, at: str) -> Conversation:
             raise InputError(f"{here}: role {role!r} is not one of {', '.join(_ROLES)}", _HINT)
         if version.get("type") == "multiStep" or "steps" in version:
             texts, left_out = [], 0
-            for step in version.get("steps") or []:
+            steps = version.get("steps")
+            if steps is not None and not isinstance(steps, list):
+                raise InputError(f"{here}: steps {steps!r:.60} is not a list of steps", _HINT)
+            for step in steps or []:
                 style = step.get("style") if isinstance(step, dict) else None
                 if not isinstance(step, dict) or step.get("type") != "contentBlock":
                     continue
