@@ -97,7 +97,7 @@ def check_pool_size(pool_size: object) -> int | None:
     return pool_size
 
 
-def acquire(db: str | Path, pool_size: int | None = None, wait: float = POOL_WAIT_S) -> Store:
+def acquire(db: str | Path, pool_size: int | None = None, wait: float | None = None) -> Store:
     """A store on `db` (a SQLite file or a `postgresql://` URL) shared in this process; give it
     back with `release`. SQLite: the file's one store. PostgreSQL: a store of its own over a
     connection of the database's pool, waited for up to `wait` seconds when the pool is full
@@ -105,7 +105,7 @@ def acquire(db: str | Path, pool_size: int | None = None, wait: float = POOL_WAI
     pool_size = check_pool_size(pool_size)
     if is_postgres_url(db):
         assert isinstance(db, str)
-        return _acquire_postgres(db, pool_size, wait)
+        return _acquire_postgres(db, pool_size, POOL_WAIT_S if wait is None else wait)
     return _acquire_sqlite(Path(db).expanduser())
 
 
