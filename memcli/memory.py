@@ -216,10 +216,10 @@ class Memory:
         store; `db=None` is an in-memory SQLite database. `home`: see `Memory`. Close it when
         done (`close()`, or `with Memory.from_defaults(...) as memory:`).
 
-        The Memories of one file or URL in a process share its store (`memcli.store.pool`):
-        SQLite, one connection; PostgreSQL, a pool of `pool_size` connections (default
-        `memcli.store.pool.POOL_SIZE`, 10; a larger size asked later grows it), each open
-        Memory holding one: an open beyond that waits for a Memory to close (up to 30 s).
+        The Memories of one file or URL in a process share its connections and worker threads
+        (`memcli.store.pool`): SQLite, one connection; PostgreSQL, a pool of up to `pool_size`
+        connections (default `memcli.store.pool.POOL_SIZE`, 10; a larger size asked later grows
+        it), each serving some of the open Memories: opening never waits for one.
 
         A budget value left out (None) is the stored session's, or for a new session LlamaIndex's
         default (30,000 tokens, ratio 0.7, a flush size of 10% of the limit). A stored session
@@ -294,14 +294,13 @@ class Memory:
     ) -> Memory:
         """`from_defaults`, for asyncio: the connection, the migrations and the session's read
         or creation run in a worker thread (for a store given, one of its own: those of the
-        async methods), and the event loop goes on with other tasks meanwhile; a task waiting
-        for a connection of a full PostgreSQL pool waits without holding a thread. Close it
+        async methods), and the event loop goes on with other tasks meanwhile. Close it
         when done: `async with await Memory.aopen(...) as memory:` (or `await aclose()`)."""
         if db is not None and not isinstance(db, str | PathLike):
             store: Store = db
             release = None
         else:
-            store, release = await _aacquire(db, pool_size)
+            store, release = await asyncio.to_thread(_acquire, db, pool_size)
         build = partial(
             cls._build,
             store,
@@ -684,33 +683,6 @@ def _acquire(
         return store, partial(_close_own, store)
     shared = pool.acquire(os.fspath(db), pool_size)
     return shared, partial(pool.release, shared)
-
-
-async def _aacquire(
-    db: str | PathLike[str] | None, pool_size: int | None
-) -> tuple[Store, Callable[[], None]]:
-    """`_acquire` in a worker thread; while a PostgreSQL pool is full, tried again after a pause
-    (each try holds a thread of asyncio's for a moment only, so that the tasks holding the
-    connections go on), until POOL_WAIT_S have gone by."""
-    from memcli.store import pool
-    from memcli.store.base import is_postgres_url
-
-    if db is None or not is_postgres_url(os.fspath(db)):
-        return await asyncio.to_thread(_acquire, db, pool_size)
-    url = os.fspath(db)
-    pool.check_pool_size(pool_size)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + pool.POOL_WAIT_S
-    pause = 0.005
-    while True:
-        try:
-            shared = await asyncio.to_thread(pool.acquire, url, pool_size, pool.TRY_WAIT_S)
-            return shared, partial(pool.release, shared)
-        except pool.PoolFull:
-            if loop.time() >= deadline:
-                raise pool.full_error(url, pool.POOL_WAIT_S) from None
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, 0.1)
 
 
 def _close_own(store: Store) -> None:

@@ -580,12 +580,7 @@ class PostgresStore(TableStore):
         with self.lock:
             if self._reader is None:
                 pool = self._pool.readers() if self._pool is not None else None
-                try:
-                    self._reader = PostgresStore(self.url, pool=pool)
-                except BaseException:
-                    if pool is not None:
-                        pool.release()
-                    raise
+                self._reader = PostgresStore(self.url, pool=pool)
             return self._reader
 
     def close(self) -> None:
@@ -598,8 +593,6 @@ class PostgresStore(TableStore):
             reader, self._reader = self._reader, None
             if reader is not None:
                 reader.close()
-                if reader._pool is not None:
-                    reader._pool.release()
             self._quiet_close()
 
     def _quiet_close(self) -> None:
