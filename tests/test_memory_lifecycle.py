@@ -282,3 +282,24 @@ def test_per_request_memories_serve_40_users_with_flat_fds_and_threads(db: str) 
     )
     with Memory.from_defaults(session_id="user-7", db=db) as memory:
         assert len(memory.get_all()) == 2 * REQUESTS * 2  # both runs' requests, nothing lost
+
+
+def test_a_vector_block_shared_by_per_request_memories_keeps_no_dead_index(tmp_path: Path) -> None:
+    """A VectorBlock made once and given to a Memory per request: its index over the database's
+    store goes when the last Memory on it closes, so the block holds none of closed stores."""
+    from fakes import HashEmbedder
+
+    from memcli import VectorBlock
+
+    block = VectorBlock(embedder=HashEmbedder(), index_dir=tmp_path / "indexes")
+    for n in range(3):
+        with Memory.from_defaults(
+            session_id="s", db=tmp_path / "m.db", memory_blocks=[block], token_limit=40
+        ) as memory:
+            for i in range(6):
+                memory.put(Message("user" if i % 2 == 0 else "assistant", f"turn {n} {i} " * 5))
+            memory.get("what did we say?")
+            assert block._retrievers  # (its index over this store, while open)
+            store = memory.store
+        assert store.closed  # type: ignore[attr-defined]
+        assert not block._retrievers
