@@ -1,13 +1,17 @@
 """Memory: a session's short-term window under a token budget, and its long-term blocks: the
 LlamaIndex-shaped API (`put`, `put_messages`, `get`, `get_all`, `set`, `reset`, `flush_now`,
-`search`, and their async twins; `aopen` opens one off the event loop). How its writes reach the
-store alongside other writers: `memcli.writer`; what `get()` assembles: `memcli.context`."""
+`search`, and their async twins; `aopen` opens one off the event loop; `close`/`aclose`, `with`
+and `async with` end it). How its writes reach the store alongside other writers:
+`memcli.writer`; what `get()` assembles: `memcli.context`; the connections and threads the
+Memories of one database share in a process: `memcli.store.pool`."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
+import warnings
+import weakref
 from datetime import UTC
 from functools import partial
 from os import PathLike
@@ -21,11 +25,12 @@ from memcli.flush import Budget, BudgetOverride
 from memcli.messages import Message, new_session_id
 from memcli.store.base import NewMessage, SessionInfo, Store, check_owner
 from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages
-from memcli.writer import Flush, SessionWriter, in_worker
+from memcli.writer import Flush, SessionWriter, in_worker, stop_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime
+    from types import TracebackType
 
     from memcli.blocks.background import Background
     from memcli.blocks.feed import FeedResult, FlushedBatch
@@ -42,6 +47,13 @@ class Memory:
     Threads and tasks may share a Memory, and a store among Memories: the window this object
     holds (`memcli.writer.SessionWriter`) changes only under its lock (the store's own lock when
     it has one, so that one lock orders both).
+
+    A Memory is closed when done with: `close()` (`await aclose()`), or `with` / `async with`.
+    That gives back the store `from_defaults`/`aopen` opened (the connection and the worker
+    threads, shared with the other Memories of the database in this process:
+    `memcli.store.pool`) and drops the search's index; a store passed in is the caller's to
+    close. Closing twice is harmless; any other use of a closed Memory raises UsageError. A
+    Memory collected unclosed gives its store back too, with a ResourceWarning (as a file does).
 
     `home` is memcli's home folder, where `search` finds the embedding model the CLI exported
     (`models/`) and keeps the index files of a database that has none beside it (`indexes/`);
@@ -64,7 +76,11 @@ class Memory:
         returns at once) instead of being fed before the put returns."""
         if insert_method not in INSERT_METHODS:
             raise UsageError(f"unknown insert_method {insert_method!r}", "Use 'system' or 'user'")
-        self.store = store
+        self._store = store
+        #: What closing frees (no reference back to this object: `_collected` runs without it).
+        self._held = _Held(store)
+        self._finalizer = weakref.finalize(self, _collected, self._held)
+        self._finalizer.atexit = False  # (at exit the process ends: nothing to warn about)
         self.tokenizer: Tokenizer = tokenizer or TiktokenTokenizer()
         self.insert_method = insert_method
         self.background = background
@@ -113,9 +129,73 @@ class Memory:
             from memcli.blocks.registry import record
 
             record(store, self.session_id, self.memory_blocks)
-        self._writer = SessionWriter(
-            store, self.session_id, budget, self._count, lambda: bool(self.memory_blocks)
+        self._held.blocks = self.memory_blocks
+        # The writer calls back through a weak reference: no cycle keeps a dropped Memory alive.
+        me = weakref.ref(self)
+        self._session_writer = SessionWriter(
+            store,
+            self.session_id,
+            budget,
+            lambda messages: _alive(me)._count(messages),
+            lambda: bool(_alive(me).memory_blocks),
         )
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The store the session is kept in (UsageError once the Memory is closed)."""
+        if self._held.closed:
+            raise _closed_error(self.session_id)
+        return self._store
+
+    @property
+    def _writer(self) -> SessionWriter:
+        if self._held.closed:
+            raise _closed_error(self.session_id)
+        return self._session_writer
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._held.closed
+
+    def close(self) -> None:
+        """Give back what this Memory opened: the store `from_defaults`/`aopen` opened (its
+        connection and worker threads, or this Memory's share of them), the search's index
+        (`search`), and a VectorBlock's index over that store once it is closed. What is stored
+        stays; a store passed in stays open (the caller's). Twice is harmless."""
+        self._finalizer.detach()
+        self._held.close()
+
+    async def aclose(self) -> None:
+        """`close`, for asyncio (in a worker thread of the store's: a PostgreSQL connection goes
+        back to its pool, the last Memory of a database stops its threads)."""
+        if self._held.closed:
+            return
+        await in_worker(self._store, self.close)
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Memory:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     @classmethod
     def from_defaults(
@@ -130,9 +210,16 @@ class Memory:
         db: str | Path | Store | None = None,
         tokenizer: Tokenizer | None = None,
         home: str | Path | None = None,
+        pool_size: int | None = None,
     ) -> Memory:
         """A Memory as LlamaIndex builds one; `db` is a SQLite file, a `postgresql://` URL, or a
-        store; `db=None` is an in-memory SQLite database. `home`: see `Memory`.
+        store; `db=None` is an in-memory SQLite database. `home`: see `Memory`. Close it when
+        done (`close()`, or `with Memory.from_defaults(...) as memory:`).
+
+        The Memories of one file or URL in a process share its connections and worker threads
+        (`memcli.store.pool`): SQLite, one connection; PostgreSQL, a pool of up to `pool_size`
+        connections (default `memcli.store.pool.POOL_SIZE`, 10; a larger size asked later grows
+        it), each serving some of the open Memories: opening never waits for one.
 
         A budget value left out (None) is the stored session's, or for a new session LlamaIndex's
         default (30,000 tokens, ratio 0.7, a flush size of 10% of the limit). A stored session
@@ -141,24 +228,54 @@ class Memory:
 
         This connects to the database (migrating it if it is older) and reads the session: in a
         coroutine, use `await Memory.aopen(...)`, which does that off the event loop."""
-        from memcli.store import open_store
+        if db is not None and not isinstance(db, str | PathLike):
+            return cls._build(db, None, session_id, user_id, token_limit,
+                              chat_history_token_ratio, token_flush_size, insert_method,
+                              memory_blocks, tokenizer, home)  # fmt: skip
+        store, release = _acquire(db, pool_size)
+        return cls._build(store, release, session_id, user_id, token_limit,
+                          chat_history_token_ratio, token_flush_size, insert_method,
+                          memory_blocks, tokenizer, home)  # fmt: skip
 
-        store: Store = open_store(db) if db is None or isinstance(db, str | PathLike) else db
-        budget = None
-        wanted = BudgetOverride(token_limit, chat_history_token_ratio, token_flush_size)
-        if not wanted.is_empty:
-            info = store.get_session(session_id) if session_id else None
-            budget = wanted.apply(stored_budget(info) if info is not None else Budget())
-        return cls(
-            store,
-            session_id=session_id,
-            user_id=user_id,
-            budget=budget,
-            tokenizer=tokenizer,
-            memory_blocks=memory_blocks,
-            insert_method=insert_method,
-            home=home,
-        )
+    @classmethod
+    def _build(
+        cls,
+        store: Store,
+        release: Callable[[], None] | None,
+        session_id: str | None,
+        user_id: str | None,
+        token_limit: int | None,
+        chat_history_token_ratio: float | None,
+        token_flush_size: int | None,
+        insert_method: str,
+        memory_blocks: Iterable[MemoryBlock],
+        tokenizer: Tokenizer | None,
+        home: str | Path | None,
+    ) -> Memory:
+        """`from_defaults` on a store; `release` gives it back (called here if this fails, else
+        when the Memory closes; None: the store is the caller's)."""
+        try:
+            budget = None
+            wanted = BudgetOverride(token_limit, chat_history_token_ratio, token_flush_size)
+            if not wanted.is_empty:
+                info = store.get_session(session_id) if session_id else None
+                budget = wanted.apply(stored_budget(info) if info is not None else Budget())
+            memory = cls(
+                store,
+                session_id=session_id,
+                user_id=user_id,
+                budget=budget,
+                tokenizer=tokenizer,
+                memory_blocks=memory_blocks,
+                insert_method=insert_method,
+                home=home,
+            )
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+        memory._held.release = release
+        return memory
 
     @classmethod
     async def aopen(
@@ -173,12 +290,21 @@ class Memory:
         db: str | Path | Store | None = None,
         tokenizer: Tokenizer | None = None,
         home: str | Path | None = None,
+        pool_size: int | None = None,
     ) -> Memory:
         """`from_defaults`, for asyncio: the connection, the migrations and the session's read
         or creation run in a worker thread (for a store given, one of its own: those of the
-        async methods), and the event loop goes on with other tasks meanwhile."""
-        open_memory = partial(
-            cls.from_defaults,
+        async methods), and the event loop goes on with other tasks meanwhile. Close it
+        when done: `async with await Memory.aopen(...) as memory:` (or `await aclose()`)."""
+        if db is not None and not isinstance(db, str | PathLike):
+            store: Store = db
+            release = None
+        else:
+            store, release = await asyncio.to_thread(_acquire, db, pool_size)
+        build = partial(
+            cls._build,
+            store,
+            release,
             session_id,
             user_id,
             token_limit,
@@ -186,13 +312,16 @@ class Memory:
             token_flush_size,
             insert_method,
             list(memory_blocks),
-            db,
             tokenizer,
             home,
         )
-        if db is None or isinstance(db, str | PathLike):
-            return await asyncio.to_thread(open_memory)
-        return await in_worker(db, open_memory)
+        try:
+            return await in_worker(store, build)
+        except asyncio.CancelledError:
+            # (`build` gives the store back if it fails; cancelled while it ran, it may not have)
+            if release is not None:
+                release()
+            raise
 
     # -- the short-term window --------------------------------------------------------------------
 
@@ -363,14 +492,16 @@ class Memory:
 
     def retriever(self) -> Retriever:
         """The Retriever `search` runs (made at the first call, its index kept loaded)."""
+        store = self.store  # (UsageError once closed)
         if self._retriever is None:
             from memcli.search.onnx import OnnxEmbedder
             from memcli.search.retriever import Retriever
 
             home = self.home if self.home is not None else default_home()
             self._retriever = Retriever(
-                self.store, OnnxEmbedder(home / "models"), index_dir=home / "indexes"
+                store, OnnxEmbedder(home / "models"), index_dir=home / "indexes"
             )
+            self._held.retriever = self._retriever
         return self._retriever
 
     # -- writing ----------------------------------------------------------------------------------
@@ -477,6 +608,87 @@ class Memory:
         the model does not hold a thread of the store's)."""
         search = partial(self.search, query, k, mode, since, until, session_only=session_only)
         return await asyncio.to_thread(search)
+
+
+class _Held:
+    """What a Memory frees when it closes, or when it is collected unclosed (`_collected`): the
+    store it opened (`release`, None for a store passed in), its retriever's index, and the
+    VectorBlocks' indexes over the store once the store is closed. Holds no reference to the
+    Memory."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.release: Callable[[], None] | None = None
+        self.retriever: Retriever | None = None
+        self.blocks: list[MemoryBlock] = []
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            retriever, self.retriever = self.retriever, None
+            release, self.release = self.release, None
+        if retriever is not None:
+            close_index = getattr(retriever.vectors, "close", None)
+            if callable(close_index):
+                close_index()
+        if release is None:
+            return
+        release()
+        if getattr(self.store, "closed", False):  # the last Memory of its database
+            for block in self.blocks:
+                forget = getattr(block, "forget_store", None)
+                if callable(forget):
+                    forget(self.store)
+
+
+def _collected(held: _Held) -> None:
+    """A Memory collected unclosed: what it held is freed, with a ResourceWarning."""
+    if held.release is not None and not held.closed:
+        warnings.warn(
+            "unclosed memcli.Memory: close it (`close()`, `with`, `async with`) when done",
+            ResourceWarning,
+            stacklevel=2,
+        )
+    held.close()
+
+
+def _alive(ref: weakref.ReferenceType[Memory]) -> Memory:
+    memory = ref()
+    if memory is None:  # (the writer is used only through its Memory)
+        raise UsageError("this Memory is gone", "Keep a reference to the Memory while using it")
+    return memory
+
+
+def _closed_error(session_id: str) -> UsageError:
+    return UsageError(
+        f"the Memory of session {session_id!r} is closed",
+        "Open it again (Memory.from_defaults or Memory.aopen) to use it",
+    )
+
+
+def _acquire(
+    db: str | PathLike[str] | None, pool_size: int | None
+) -> tuple[Store, Callable[[], None]]:
+    """The store `from_defaults` opens for `db`, and how to give it back: the process's shared
+    one for a file or URL (`memcli.store.pool`); an in-memory database of its own for None."""
+    from memcli.store import open_store, pool
+
+    pool.check_pool_size(pool_size)
+    if db is None:
+        store = open_store(None)
+        return store, partial(_close_own, store)
+    shared = pool.acquire(os.fspath(db), pool_size)
+    return shared, partial(pool.release, shared)
+
+
+def _close_own(store: Store) -> None:
+    """A store of the Memory's own closed, with its worker threads."""
+    store.close()
+    stop_worker(store)
 
 
 def default_home() -> Path:

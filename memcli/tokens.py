@@ -4,7 +4,6 @@ behind a small protocol; and a message's token count (one path for the engine an
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -37,15 +36,76 @@ def litellm_tokenizer_dir() -> Path | None:
     return folder if folder.is_dir() else None
 
 
+_ENDOFTEXT, _ENDOFPROMPT = "<|endoftext|>", "<|endofprompt|>"
+#: The encodings memcli counts with, as tiktoken's `tiktoken_ext.openai_public` defines them:
+#: the file litellm's wheel ships (named as tiktoken caches it: the SHA-1 of its URL) and its
+#: SHA-256, the split pattern and the special tokens. tests/test_tokens.py checks each against
+#: `tiktoken.get_encoding`.
+ENCODINGS: dict[str, dict[str, Any]] = {
+    "cl100k_base": {
+        "file": "9b5ad71b2ce5302211f9c61530b329a4922fc6a4",
+        "sha256": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        "pat_str": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        "special_tokens": {
+            _ENDOFTEXT: 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            _ENDOFPROMPT: 100276,
+        },
+    },
+    "o200k_base": {
+        "file": "fb374d419588a4632f3f557e76b4b70aebbca790",
+        "sha256": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        "pat_str": "|".join(
+            [
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""\p{N}{1,3}""",
+                r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+                r"""\s*[\r\n]+""",
+                r"""\s+(?!\S)""",
+                r"""\s+""",
+            ]
+        ),
+        "special_tokens": {_ENDOFTEXT: 199999, _ENDOFPROMPT: 200018},
+    },
+    "p50k_base": {
+        "file": "ec7223a39ce59f226a68acc30dc1af2788490e15",
+        "sha256": "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069",
+        "pat_str": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""",
+        "special_tokens": {_ENDOFTEXT: 50256},
+        "explicit_n_vocab": 50281,
+    },
+}
+
+
 @lru_cache(maxsize=8)
 def load_encoding(name: str) -> tiktoken.Encoding:
-    """Load a tiktoken encoding offline, from the copies that litellm ships."""
-    if "TIKTOKEN_CACHE_DIR" not in os.environ:
-        folder = litellm_tokenizer_dir()
-        if folder is not None:
-            os.environ["TIKTOKEN_CACHE_DIR"] = str(folder)
+    """Load a tiktoken encoding offline, from the copies that litellm ships: the file is handed
+    to tiktoken by its path (`load_tiktoken_bpe`), never through the environment. An encoding
+    whose file is not there is tiktoken's own `get_encoding` (its cache, as the host set it)."""
     import tiktoken
 
+    spec = ENCODINGS.get(name)
+    folder = litellm_tokenizer_dir()
+    if spec is not None and folder is not None and (folder / spec["file"]).is_file():
+        from tiktoken.load import load_tiktoken_bpe
+
+        try:
+            ranks = load_tiktoken_bpe(str(folder / spec["file"]), expected_hash=spec["sha256"])
+        except Exception as exc:  # a damaged file
+            raise ConfigError(
+                f"cannot load tiktoken encoding {name!r} from {folder / spec['file']}: {exc}",
+                "Reinstall litellm (pip install --force-reinstall litellm)",
+            ) from None
+        return tiktoken.Encoding(
+            name,
+            pat_str=spec["pat_str"],
+            mergeable_ranks=ranks,
+            special_tokens=spec["special_tokens"],
+            explicit_n_vocab=spec.get("explicit_n_vocab"),
+        )
     try:
         return tiktoken.get_encoding(name)
     except ValueError:

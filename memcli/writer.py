@@ -438,7 +438,13 @@ _workers_lock = threading.Lock()
 
 def store_worker(store: Store) -> ThreadPoolExecutor:
     """The threads that run the async API's calls on `store` (made at its first async call, gone
-    with the store)."""
+    with the store): for a store the Memories of a database share (`memcli.store.pool`), the
+    database's, shared too and stopped with its last Memory."""
+    from memcli.store.pool import workers
+
+    shared = workers(store)
+    if shared is not None:
+        return shared
     with _workers_lock:
         worker = _workers.get(store)
         if worker is None:
@@ -451,3 +457,12 @@ async def in_worker(store: Store, fn: Callable[..., T], *args: Any) -> T:
     """`fn(*args)` in a worker thread of the store's, the event loop free meanwhile."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(store_worker(store), fn, *args)
+
+
+def stop_worker(store: Store) -> None:
+    """Stop the threads `store_worker` made for a store of its own (its owner closes it); they
+    end once what they run is done."""
+    with _workers_lock:
+        worker = _workers.pop(store, None)
+    if worker is not None:
+        worker.shutdown(wait=False)

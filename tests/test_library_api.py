@@ -304,11 +304,11 @@ def test_aopen_opens_the_store_and_the_session_off_the_loop(
     """The loop keeps running while the database is opened: a task of the loop's lets the
     connect go on (a connect in the loop's thread would wait for it in vain), and the session is
     read and created in another thread too."""
-    import memcli.store
+    import memcli.store.pool
 
     threads: dict[str, int] = {}
     ticked = threading.Event()
-    real_open = memcli.store.open_store
+    real_open = memcli.store.pool.acquire
     real_get = SQLiteStore.get_session
 
     def slow_open(*args: Any, **kwargs: Any) -> Any:
@@ -320,7 +320,7 @@ def test_aopen_opens_the_store_and_the_session_off_the_loop(
         threads.setdefault("read", threading.get_ident())
         return real_get(self, session_id)
 
-    monkeypatch.setattr(memcli.store, "open_store", slow_open)
+    monkeypatch.setattr(memcli.store.pool, "acquire", slow_open)
     monkeypatch.setattr(SQLiteStore, "get_session", get_session)
 
     async def main() -> tuple[Memory, int]:

@@ -129,12 +129,24 @@ class VectorBlock(MemoryBlock):
         """The block's retriever over this store (its index stays loaded between calls)."""
         from memcli.search.retriever import Retriever
 
+        for held in list(self._retrievers.values()):  # those over stores closed since
+            if getattr(held.store, "closed", False):
+                self.forget_store(held.store)
         retriever = self._retrievers.get(id(store))
         if retriever is None or retriever.store is not store:
             index_dir = self._index_dir if self._index_dir is not None else _home() / "indexes"
             retriever = Retriever(store, self.embedder, self.search_options, index_dir)
             self._retrievers[id(store)] = retriever
         return retriever
+
+    def forget_store(self, store: Any) -> None:
+        """Drop the retriever over `store` and free its index (a Memory closing the last store
+        of its database calls this; a retriever over a store closed otherwise goes at the
+        block's next search)."""
+        retriever = self._retrievers.get(id(store))
+        if retriever is not None and retriever.store is store:
+            del self._retrievers[id(store)]
+            retriever.vectors.close()
 
     def put(self, batch: Sequence[Message], ctx: BlockContext) -> None:
         self.put_many([(batch, ctx)])

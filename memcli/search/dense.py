@@ -83,6 +83,9 @@ class PgVectors:
         self.store = store
         self.model = model
 
+    def close(self) -> None:
+        """Nothing to free: the vectors stay in the database (the store closes its reader)."""
+
     def _connection(self) -> Any:
         """The store's second connection (`PostgresStore.reader`), so that the search runs
         while BM25 ranks on the first; the store itself inside a transaction (its writes are
@@ -131,6 +134,12 @@ class MessageVectors:
         self._codes: dict[str, dict[str, int]] = {"session": {}, "user": {}}
         self._last_mask: tuple[Any, Any] | None = None
         self._bitmap: tuple[Any, Any] | None = None  # the last mask packed for FAISS
+
+    def close(self) -> None:
+        """Free the index: a memory-mapped one (an IVF index's file) is unmapped and its file
+        handle closed. The files stay; the next search reads them again."""
+        self._reset()
+        self._bitmap = None
 
     def file(self, suffix: str) -> Path | None:
         """Where the index keeps a file: beside a SQLite database; under `index_dir` for a

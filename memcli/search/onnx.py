@@ -162,9 +162,35 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
     return target
 
 
+def export_in_child(model_dir: Path, target: Path) -> Path:
+    """`export_onnx` in a child process, waited for: torch and transformers are never imported
+    into this one (hundreds of MB, and torch sets variables of its own in `os.environ`, such as
+    TORCHINDUCTOR_CACHE_DIR: an app that embeds memcli keeps its environment as it was). The
+    child's ModelError is raised here, with its text."""
+    if target.is_file():
+        return target
+    done = subprocess.run(
+        [sys.executable, "-m", "memcli.search.onnx", str(model_dir), str(target)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    if done.returncode != 0 or not target.is_file():
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise ModelError(
+            said[-1]
+            if said
+            else f"cannot export the embedding model to ONNX (exit {done.returncode})",
+            "Check that torch, transformers and onnx are installed and the folder is writable",
+        )
+    return target
+
+
 def _export(model_dir: Path, target: Path) -> None:
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    """The export itself. Offline by its arguments (`local_files_only`: the model is read from
+    `model_dir`, nothing asked of the Hugging Face Hub), never through the environment: the
+    host's HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE are its own."""
     try:
         import torch
         import transformers
@@ -179,7 +205,7 @@ def _export(model_dir: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        model = AutoModel.from_pretrained(str(model_dir))
+        model = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
         model.eval()
 
         class Hidden(torch.nn.Module):
@@ -286,7 +312,7 @@ class OnnxEmbedder:
                 return False
             if self.on_prepare is not None:
                 self.on_prepare()
-            export_onnx(self.model_dir or bundled_model_dir(), path)
+            export_in_child(self.model_dir or bundled_model_dir(), path)
             return True
 
     def prepare_in_background(self) -> subprocess.Popen[bytes] | None:
@@ -348,7 +374,7 @@ class OnnxEmbedder:
             if not path.is_file():
                 if self.on_prepare is not None:
                     self.on_prepare()
-                export_onnx(model_dir, path)
+                export_in_child(model_dir, path)
             try:
                 import onnxruntime
                 from tokenizers import Tokenizer
@@ -488,8 +514,11 @@ class OnnxEmbedder:
         return out
 
 
-if __name__ == "__main__":  # the export in a child process (`OnnxEmbedder.prepare_in_background`)
+if (
+    __name__ == "__main__"
+):  # the export in a child process (`export_in_child`, `prepare_in_background`)
     try:
         export_onnx(Path(sys.argv[1]), Path(sys.argv[2]))
-    except ModelError:
+    except ModelError as error:
+        sys.stderr.write(f"{error.message}\n")
         sys.exit(1)

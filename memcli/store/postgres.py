@@ -8,10 +8,12 @@ binds parameters on the server, prepares statements a connection runs often, pip
 `executemany`, has COPY for bulk loads (an import's messages go in by COPY) and a real
 connection pool (psycopg_pool) for an app that wants one.
 
-One connection per store, no pool: the store's lock serialises its statements anyway (one
-thread's statements must never run inside another thread's transaction, and a transaction is
-a connection's), so more connections would sit idle. Several threads share one store; several
-workers or processes each open their own, and PostgreSQL runs them side by side. (Behind
+One connection per store: the store's lock serialises its statements anyway (one thread's
+statements must never run inside another thread's transaction, and a transaction is a
+connection's), so more connections would sit idle. Several threads share one store; several
+workers or processes each open their own, and PostgreSQL runs them side by side. The Memories of
+one process take their stores' connections from one pool per database (`pool`: psycopg_pool,
+bounded): a store given `pool` takes its connection there and gives it back when closed. (Behind
 PgBouncer, use session pooling: the lock timeout is a session setting.)
 
 Concurrency:
@@ -36,7 +38,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memcli.credentials import hide_secrets
 from memcli.errors import StoreBusy, StoreError
@@ -46,6 +48,9 @@ from memcli.store.check import PG_CHECKS, Problem, run_checks
 from memcli.store.pg_migrations import LATEST, rewrite_seconds, schema_version, upgrade
 from memcli.store.tables import MESSAGE_ROW, TableStore, now_utc
 from memcli.words import duration
+
+if TYPE_CHECKING:
+    from memcli.store.pool import PooledConnections
 
 #: How long a write waits for a session another process is writing, in seconds.
 WRITE_WAIT_S = 60
@@ -71,6 +76,49 @@ _PUT = (
 )
 #: The call for one message that flushes nothing (`memcli_put_one`, migration 24).
 _PUT_ONE = "SELECT id, version FROM memcli_put_one(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+
+
+def configure(conn: Any) -> None:
+    """A new connection's session settings: the lock timeout (see WRITE_WAIT_S)."""
+    conn.execute(f"SET lock_timeout = '{WRITE_WAIT_S}s'")
+
+
+def connect(url: str) -> Any:
+    """A new connection to `url` (autocommit, the session settings); StoreError naming why when
+    it cannot be made."""
+    import psycopg
+
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+    except psycopg.Error as exc:
+        text = " ".join(str(exc).split()).rstrip(".")
+        password = _password(url)
+        raise StoreError(
+            f"cannot connect to the database {redact_url(url)}:"
+            f" {text.replace(password, '***') if password else text}",
+            "Check the URL (--db, MEMCLI_DB or db in the config), that the server runs, and"
+            " that your role may connect to it",
+        ) from None
+    try:
+        configure(conn)
+    except psycopg.Error as exc:
+        conn.close()
+        raise StoreError(
+            f"cannot open the database {redact_url(url)}: {' '.join(str(exc).split())}",
+            "Check the database (`memcli check`)",
+        ) from None
+    return conn
+
+
+def _password(url: str) -> str | None:
+    """The password `url` holds, if any (so that no message repeats it)."""
+    import psycopg
+
+    try:
+        password = psycopg.conninfo.conninfo_to_dict(url).get("password")
+        return str(password) if password else None
+    except psycopg.Error:
+        return None
 
 
 @lru_cache(maxsize=2048)
@@ -132,15 +180,26 @@ class PostgresStore(TableStore):
     #: Which SQL the retrieval helpers speak to it (`memcli.store.index`).
     dialect = "postgresql"
 
-    def __init__(self, url: str, on_migrate: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        on_migrate: Callable[[str], None] | None = None,
+        *,
+        pool: PooledConnections | None = None,
+    ) -> None:
         """`on_migrate` is told, before it starts, when bringing an existing database up to date
-        rewrites its tables for ANNOUNCE_SECONDS or more (what, and about how long)."""
+        rewrites its tables for ANNOUNCE_SECONDS or more (what, and about how long). `pool`:
+        the connection comes from there, and goes back there at `close()` (`memcli.store.pool`);
+        without it, the store connects, and closes its connection."""
         import psycopg
 
         self._psycopg = psycopg
         self.DATABASE_ERRORS = (psycopg.Error,)
         self.url = url
         self.damaged = False  # (PostgreSQL guards its own files: never set)
+        self._pool = pool
+        #: `close()` was called: the connection is closed (or back in the pool).
+        self.closed = False
         conn = self.conn = self._connect()
         self._init_tables()
         #: The sessions whose write lock the open transaction holds.
@@ -154,28 +213,29 @@ class PostgresStore(TableStore):
         try:
             row = conn.execute("SHOW transaction_read_only").fetchone()
         except psycopg.Error as exc:
-            conn.close()
+            self._close_connection()
             raise self._error(exc, f"cannot open the database {self.where}") from None
         self.read_only = row is not None and row[0] == "on"
-        self._migrate(on_migrate)
+        try:
+            self._migrate(on_migrate)
+        except BaseException:
+            self._close_connection()
+            raise
 
     def _connect(self) -> Any:
-        """A new connection, with the session's settings (the lock timeout)."""
-        psycopg = self._psycopg
-        try:
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"cannot connect to the database {self.where}: {self._text(exc)}",
-                "Check the URL (--db, MEMCLI_DB or db in the config), that the server runs, and"
-                " that your role may connect to it",
-            ) from None
-        try:
-            conn.execute(f"SET lock_timeout = '{WRITE_WAIT_S}s'")
-        except psycopg.Error as exc:
+        """A new connection, with the session's settings (the lock timeout): from the pool when
+        the store has one."""
+        if self._pool is not None:
+            return self._pool.take()
+        return connect(self.url)
+
+    def _close_connection(self) -> None:
+        """The connection closed, or back in the pool."""
+        conn = self.conn
+        if self._pool is not None:
+            self._pool.give(conn)
+        else:
             conn.close()
-            raise self._error(exc, f"cannot open the database {self.where}") from None
-        return conn
 
     def _ensure_connection(self) -> None:
         """Connect again when the server closed the connection (a restart, an administrator's
@@ -190,6 +250,7 @@ class PostgresStore(TableStore):
         if self._depth and not self._begin_pending:
             return
         with self.lock:
+            self._close_connection()  # (a pool drops a broken connection)
             self.conn = self._connect()
 
     @property
@@ -208,11 +269,7 @@ class PostgresStore(TableStore):
 
     def _password(self) -> str | None:
         """The password the URL holds, if any (so that no message repeats it)."""
-        try:
-            password = self._psycopg.conninfo.conninfo_to_dict(self.url).get("password")
-            return str(password) if password else None
-        except self._psycopg.Error:
-            return None
+        return _password(self.url)
 
     def _error(self, exc: Exception, what: str) -> StoreError:
         errors = self._psycopg.errors
@@ -524,22 +581,36 @@ class PostgresStore(TableStore):
         by itself when the server closed its connection (`_ensure_connection`)."""
         with self.lock:
             if self._reader is None:
-                self._reader = PostgresStore(self.url)
+                pool = self._pool.readers() if self._pool is not None else None
+                self._reader = PostgresStore(self.url, pool=pool)
             return self._reader
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-        self.conn.close()
+        """Close the connection (a pooled store gives it back to its pool), and the reader's.
+        Twice is harmless."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                reader.close()
+            self._quiet_close()
+
+    def _quiet_close(self) -> None:
+        try:
+            if self._pool is not None and self._depth:
+                self._quiet_rollback()  # (not handed to the next store inside a transaction)
+            self._close_connection()
+        except Exception:
+            pass
 
     def __del__(self) -> None:
-        # A store dropped without close() closes its connection (as a sqlite3 one does), quietly.
-        conn = getattr(self, "conn", None)
-        if conn is not None and not conn.closed:
-            try:
-                conn.close()
-            except Exception:
-                pass
+        # A store dropped without close() closes its connection (as a sqlite3 one does), or
+        # gives it back to its pool, quietly.
+        if getattr(self, "conn", None) is not None and not getattr(self, "closed", True):
+            self.closed = True
+            self._quiet_close()
 
     # -- ids, checks, backups ---------------------------------------------------------------------
 

@@ -149,6 +149,8 @@ class SQLiteStore(TableStore):
                 "Check the path and its permissions (--db or MEMCLI_DB)",
             ) from None
         self.conn = conn
+        #: `close()` was called: the connection is closed.
+        self.closed = False
         self._init_tables()
         self._turn = threading.Condition(self.lock)  # (never notified: a pause without the lock)
         #: The connection's busy timeout now: a write transaction starts with it at 0 (a write
@@ -441,7 +443,9 @@ class SQLiteStore(TableStore):
                 raise self._error(exc, f"database error in {self.where}") from None
 
     def close(self) -> None:
+        """Close the connection (twice is harmless)."""
         with self.lock:  # not under a statement or a transaction of another thread
+            self.closed = True
             self.conn.close()
 
     def prepare_delete(self) -> None:
