@@ -434,14 +434,10 @@ class AgentTools:
             own.close()
 
     def _remember(self, facts: Facts, text: str) -> dict[str, Any]:
-        before = {f.id: f.status() for f in facts.list_facts(everything=True)}
-        facts.remember(text, self.tokenizer())
-        after = facts.list_facts(everything=True)
-        added = [f for f in after if f.id not in before]
-        changed = [f for f in after if f.id in before and f.status() != before[f.id]]
+        remembered = facts.remember(text, self.tokenizer())
         return {
-            "added": [fact_record(f) for f in added],
-            "changed": [fact_record(f) for f in changed],
+            "added": [fact_record(f) for f in remembered.added],
+            "changed": [fact_record(f) for f in remembered.changed],
         }
 
     def _session(self, session: str) -> Any:
