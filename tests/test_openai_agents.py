@@ -357,3 +357,57 @@ def test_a_system_message_the_memory_was_put_in_comes_back_as_stored(tmp_path: P
     items = run(MemcliSession(memory=memory).get_items())
     assert [i["content"] for i in items[1:]] == ["Be terse.", "hi"]
     assert CORE in items[0]["content"]
+
+
+@function_tool(needs_approval=True)
+def delete_file(name: str) -> str:
+    """Delete a file."""
+    return f"deleted {name}"
+
+
+@pytest.mark.parametrize("limit", [None, 2])
+def test_a_run_resumed_after_an_approval_saves_as_sqlitesession(
+    tmp_path: Path, limit: int | None
+) -> None:
+    """A tool that needs approval interrupts the run; the run resumed from its state saves
+    through the SDK's pending-write path (which reads get_items(limit=n) first): the session
+    holds what SQLiteSession holds, after the memory item, and the model was sent the same."""
+    config = RunConfig(session_settings=SessionSettings(limit=limit))
+
+    async def approve_and_run(session: Any) -> ScriptedModel:
+        model = ScriptedModel(
+            [
+                [function_call("delete_file", {"name": "a.txt"}, call_id="c1")],
+                [assistant_message("Done.")],
+            ]
+        )
+        helper = Agent(name="a", instructions="Be terse.", model=model, tools=[delete_file])
+        result = await Runner.run(helper, "delete a.txt", session=session, run_config=config)
+        assert len(result.interruptions) == 1
+        state = result.to_state()
+        state.approve(result.interruptions[0])
+        result = await Runner.run(helper, state, session=session, run_config=config)
+        assert result.final_output == "Done."
+        return model
+
+    ours = MemcliSession(
+        "s", db=str(tmp_path / "m.db"), memory_blocks=[StaticBlock(name="core", content=CORE)]
+    )
+    theirs = SQLiteSession("s")
+
+    async def go() -> tuple[Any, ...]:
+        our_model, their_model = await approve_and_run(ours), await approve_and_run(theirs)
+        return await ours.get_items(), await theirs.get_items(), our_model, their_model
+
+    got, expected, our_model, their_model = run(go())
+    memory_text = run(ours.memory()).context().memory_text
+    assert CORE in memory_text
+    assert window(got, memory_text) == expected
+    assert [i.get("type") for i in expected] == [
+        None,
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    # what the model was sent after the approval (the run's own input and items)
+    assert window(model_input(our_model), memory_text) == model_input(their_model)
