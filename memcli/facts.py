@@ -1,14 +1,14 @@
 """The facts service: one user's facts as every front end reaches them.
 
 `memcli facts`, the memory tools an agent calls (`AgentTools`: `memcli mcp`, `memcli chat
---memory-tools`) and the chat's `/facts` go through `Facts` and nothing else: list_facts, get, add,
-edit, delete, restore, history, entities, search (by words and meaning; `find` by words) and
-extract. It checks what it is given (a fact's text and topics, an expiry, a search) and who owns
+--memory-tools`), the chat's `/facts` and `Memory`'s fact methods go through `Facts` and nothing
+else: list_facts, get, add, edit, delete, restore, history, entities, search (by words and
+meaning; `find` by words), remember (a text, now) and extract. It checks what it is given (a fact's text and topics, an expiry, a search) and who owns
 the fact an id names; the SQL is `memcli.store.facts`'.
 
 Who may touch which fact is one explicit parameter, `owner`: a user's name (that user's facts
-only; another user's fact is "no fact N", as an unknown session is not found), or None (any
-user's: `memcli facts` without `--user`). A fact belongs to a user when its scope is theirs
+only; another user's fact is "no fact N", as an unknown session is not found; by default the
+service's `user`), or None (any user's: `memcli facts` without `--user`). A fact belongs to a user when its scope is theirs
 (`user:ID`) or one of their sessions' (`session:ID`). Lists, adds and searches address `user`'s
 scope, or one session's.
 
@@ -96,11 +96,10 @@ class Facts:
 
     `blocks` are the long-term blocks (a list; or a function giving a session's, None: the
     user's, as the commands build them): a new fact goes to the first fact block (or the one
-    named), `extract` and `remember` run the fact blocks with a model. `owner` is whose facts the
-    methods taking a fact id may read and change: a user (by default `user`), or None for any
-    user's (see the module docstring). `origin` is
-    what the fact history records for the changes made here (`memcli.store.facts.ORIGINS`:
-    manual, mcp, chat-tool, api). `embedder()` gives the model a search by meaning uses (made on
+    named), `extract` and `remember` run the fact blocks with a model. `owner` is whose facts
+    the methods taking a fact id may read and change: a user (by default `user`), or None for
+    any user's (see the module docstring). `origin` is what the fact history records for the
+    changes made here (`memcli.store.facts.ORIGINS`: manual, mcp, chat-tool, api). `embedder()` gives the model a search by meaning uses (made on
     the first such search); without one, a search ranks by words. `hint` ends a "no fact N"
     error: where to see the ids.
     """

@@ -497,7 +497,7 @@ class Memory:
             self._facts = Facts(
                 self.store,
                 self.user_id,
-                self.memory_blocks,
+                lambda _session: self.memory_blocks,  # (the memory's blocks, as they are then)
                 owner=self.user_id,
                 embedder=lambda: self.retriever().embedder,
             )
