@@ -23,7 +23,9 @@ _EXPORTS = {
     "ConfigError": "memcli.errors",
     "Context": "memcli.context",
     "Deferred": "memcli.blocks.base",
+    "Fact": "memcli.store.facts",
     "FactBlock": "memcli.blocks.facts",
+    "Facts": "memcli.facts",
     "Flush": "memcli.writer",
     "InputError": "memcli.errors",
     "MemcliError": "memcli.errors",
@@ -66,7 +68,9 @@ __all__ = [
     "ConfigError",
     "Context",
     "Deferred",
+    "Fact",
     "FactBlock",
+    "Facts",
     "Flush",
     "InputError",
     "MemcliError",
@@ -131,6 +135,7 @@ if TYPE_CHECKING:
         StoreError,
         UsageError,
     )
+    from memcli.facts import Facts
     from memcli.flush import Batch, Budget, BudgetOverride, plan_flush
     from memcli.forgetting import forget_user
     from memcli.health import Attention, unfinished
@@ -140,6 +145,7 @@ if TYPE_CHECKING:
     from memcli.search import OnnxEmbedder, Retriever, SearchOptions
     from memcli.store import open_store
     from memcli.store.base import Store
+    from memcli.store.facts import Fact
     from memcli.store.postgres import PostgresStore
     from memcli.store.sqlite import SQLiteStore
     from memcli.tokens import TiktokenTokenizer, Tokenizer

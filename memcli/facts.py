@@ -1,14 +1,14 @@
 """The facts service: one user's facts as every front end reaches them.
 
 `memcli facts`, the memory tools an agent calls (`AgentTools`: `memcli mcp`, `memcli chat
---memory-tools`) and the chat's `/facts` go through `Facts` and nothing else: list_facts, get, add,
-edit, delete, restore, history, entities, search (by words and meaning; `find` by words) and
-extract. It checks what it is given (a fact's text and topics, an expiry, a search) and who owns
+--memory-tools`), the chat's `/facts` and `Memory`'s fact methods go through `Facts` and nothing
+else: list_facts, get, add, edit, delete, restore, history, entities, search (by words and
+meaning; `find` by words), remember (a text, now) and extract. It checks what it is given (a fact's text and topics, an expiry, a search) and who owns
 the fact an id names; the SQL is `memcli.store.facts`'.
 
 Who may touch which fact is one explicit parameter, `owner`: a user's name (that user's facts
-only; another user's fact is "no fact N", as an unknown session is not found), or None (any
-user's: `memcli facts` without `--user`). A fact belongs to a user when its scope is theirs
+only; another user's fact is "no fact N", as an unknown session is not found; by default the
+service's `user`), or None (any user's: `memcli facts` without `--user`). A fact belongs to a user when its scope is theirs
 (`user:ID`) or one of their sessions' (`session:ID`). Lists, adds and searches address `user`'s
 scope, or one session's.
 
@@ -42,6 +42,40 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Remembered:
+    """What extracting the facts of a text changed (`Facts.remember`): the facts added, and
+    those it superseded or retired (as they are now), each oldest first."""
+
+    added: list[Fact]
+    changed: list[Fact]
+
+
+@dataclass(frozen=True)
+class AddedFact:
+    """A fact given to `add`: the fact stored, or the current one it duplicates (`added`
+    False)."""
+
+    fact: Fact
+    added: bool
+
+
+@dataclass(frozen=True)
+class UpdatedFact:
+    """A fact whose text was changed: as it was, and as it is."""
+
+    before: Fact
+    fact: Fact
+
+
+@dataclass(frozen=True)
+class RestoredFact:
+    """An older version made current again, and the facts it superseded in turn."""
+
+    fact: Fact
+    superseded: list[Fact]
+
+
+@dataclass(frozen=True)
 class FactHistory:
     """A fact's versions (the facts it superseded and that superseded it, oldest first; none for
     a scope's whole history) and the changes to them, oldest first."""
@@ -50,15 +84,22 @@ class FactHistory:
     changes: list[FactChange]
 
 
+class _User:
+    """The default `owner` of a Facts: its `user` (None means any user's)."""
+
+
+_USER = _User()
+
+
 class Facts:
     """The facts of `user` in `store`, for one front end.
 
-    `blocks(session)` gives the long-term blocks of a session (None: of the user), as the
-    commands build them: a new fact goes to the first fact block (or the one named), `extract`
-    runs the fact blocks with a model. `owner` is whose facts the methods taking a fact id may
-    read and change: a user, or None for any user's (see the module docstring). `origin` is
-    what the fact history records for the changes made here (`memcli.store.facts.ORIGINS`:
-    manual, mcp, chat-tool, api). `embedder()` gives the model a search by meaning uses (made on
+    `blocks` are the long-term blocks (a list; or a function giving a session's, None: the
+    user's, as the commands build them): a new fact goes to the first fact block (or the one
+    named), `extract` and `remember` run the fact blocks with a model. `owner` is whose facts
+    the methods taking a fact id may read and change: a user (by default `user`), or None for
+    any user's (see the module docstring). `origin` is what the fact history records for the
+    changes made here (`memcli.store.facts.ORIGINS`: manual, mcp, chat-tool, api). `embedder()` gives the model a search by meaning uses (made on
     the first such search); without one, a search ranks by words. `hint` ends a "no fact N"
     error: where to see the ids.
     """
@@ -67,17 +108,20 @@ class Facts:
         self,
         store: Store,
         user: str,
-        blocks: Callable[[str | None], Sequence[MemoryBlock]] | None = None,
+        blocks: Callable[[str | None], Sequence[MemoryBlock]] | Sequence[MemoryBlock] = (),
         *,
-        owner: str | None,
+        owner: str | None | _User = _USER,
         origin: str = "api",
         embedder: Callable[[], Embedder] | None = None,
         hint: str = "List the facts to see their ids",
     ) -> None:
         self.store = store
         self.user = user
-        self.blocks = blocks if blocks is not None else (lambda _: ())
-        self.owner = owner
+        if not callable(blocks):
+            given = list(blocks)
+            blocks = lambda _session: given  # noqa: E731 (the same blocks for every session)
+        self.blocks: Callable[[str | None], Sequence[MemoryBlock]] = blocks
+        self.owner: str | None = user if isinstance(owner, _User) else owner
         self.origin = origin
         self.embedder = embedder
         self.hint = hint
@@ -330,11 +374,12 @@ class Facts:
             )
         return [b for b in blocks if b.llm], sessions
 
-    def remember(self, text: str, tokenizer: Tokenizer) -> None:
+    def remember(self, text: str, tokenizer: Tokenizer) -> Remembered:
         """Extract the facts in `text` now: each of the user's fact blocks that has a model (and
         is the user's, not a session's) reads it as one user message of no session, as it reads
-        a flushed batch; the changes are recorded with this service's `origin`. UsageError when
-        no such block is configured; ProviderError when the model fails (nothing stored)."""
+        a flushed batch; the changes are recorded with this service's `origin`. Return the
+        facts added and those superseded or retired. UsageError when no such block is
+        configured; ProviderError when the model fails (nothing stored)."""
         from memcli.blocks.base import BlockContext
         from memcli.errors import ProviderError
         from memcli.messages import Message
@@ -347,12 +392,18 @@ class Facts:
                 "Add the facts yourself (add_fact), or configure a model for the fact blocks",
             )
         check_text(text, "the text")
+        before = {f.id: f.status() for f in self.list_facts(everything=True)}
         batch = [Message("user", text)]
         for block in blocks:
             ctx = BlockContext("", self.user, self.store, tokenizer)
             reason = block.extract(batch, ctx, origin=self.origin)
             if reason is not None:
                 raise ProviderError(f"the facts could not be extracted: {reason}", "Try again")
+        after = self.list_facts(everything=True)
+        return Remembered(
+            added=[f for f in after if f.id not in before],
+            changed=[f for f in after if f.id in before and f.status() != before[f.id]],
+        )
 
     # -- ownership --------------------------------------------------------------------------
 

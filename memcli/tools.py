@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 from memcli.errors import InputError, MemcliError, UsageError
 from memcli.facts import Facts, change_record, check_search, fact_record, parse_expiry
-from memcli.messages import Message, validate_session_id
+from memcli.messages import Message, format_time, validate_session_id
 from memcli.sessions import session_record
 from memcli.store.base import require_session
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
     from memcli.config import Settings
     from memcli.search.retriever import Retriever
-    from memcli.store.base import Store
+    from memcli.store.base import SessionInfo, Store
     from memcli.tokens import Tokenizer
     from memcli.tool_params import (
         BlockArg,
@@ -304,25 +304,45 @@ class AgentTools:
     # -- sessions -----------------------------------------------------------------------------
 
     def sessions(self, offset: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
-        """The user's sessions, with their counts and budgets (a page of them: `limit` after
-        the first `offset`)."""
+        """The user's sessions, with their titles, time spans, counts and budgets (a page of
+        them: `limit` after the first `offset`)."""
         with self._lock:
             found = self.store.list_sessions(self.user)
-        stop = None if limit is None else offset + limit
-        return [session_record(i) for i in found[offset:stop]]
+            stop = None if limit is None else offset + limit
+            return self._records(found[offset:stop])
+
+    def _records(self, infos: Sequence[SessionInfo]) -> list[dict[str, Any]]:
+        """Sessions as the tools show them: `session_record`, the title (an import's: None when
+        it has none), and the conversation's own time span: its first and last message's time
+        (None without messages), where `created_at` and `updated_at` are the session's own."""
+        times = self.store.message_times([i.id for i in infos])
+        out = []
+        for info in infos:
+            first, last = times.get(info.id, (None, None))
+            out.append(
+                {
+                    **session_record(info),
+                    "title": info.title,
+                    "first_message_at": None if first is None else format_time(first),
+                    "last_message_at": None if last is None else format_time(last),
+                }
+            )
+        return out
 
     def read_session(self, session: str, offset: int = 0, limit: int = 50) -> dict[str, Any]:
-        """One of the user's sessions: its info and a page of its messages, active and archived,
-        oldest first (`limit` after the first `offset`), each with its status; `next_offset`
-        is where the next page starts (None: this is the last)."""
+        """One of the user's sessions: its info (as `sessions` gives it) and a page of its
+        messages, active and archived, oldest first (`limit` after the first `offset`), each
+        with its status; `next_offset` is where the next page starts (None: this is the
+        last)."""
         from itertools import islice
 
         with self._lock:
             info = self._session(session)
             page = list(islice(self.store.iter_messages(session), offset, offset + limit + 1))
+            (record,) = self._records([info])
         more = len(page) > limit
         return {
-            **session_record(info),
+            **record,
             "messages": [m.to_dict(stored=True) for m in page[:limit]],
             "offset": offset,
             "next_offset": offset + limit if more else None,
@@ -334,7 +354,7 @@ class AgentTools:
             info = self._session(session)
             messages = self.store.get_messages(session, status="active")
             return {
-                **session_record(info),
+                **self._records([info])[0],
                 "messages": [m.to_dict(stored=True) for m in messages],
             }
 
@@ -434,14 +454,10 @@ class AgentTools:
             own.close()
 
     def _remember(self, facts: Facts, text: str) -> dict[str, Any]:
-        before = {f.id: f.status() for f in facts.list_facts(everything=True)}
-        facts.remember(text, self.tokenizer())
-        after = facts.list_facts(everything=True)
-        added = [f for f in after if f.id not in before]
-        changed = [f for f in after if f.id in before and f.status() != before[f.id]]
+        remembered = facts.remember(text, self.tokenizer())
         return {
-            "added": [fact_record(f) for f in added],
-            "changed": [fact_record(f) for f in changed],
+            "added": [fact_record(f) for f in remembered.added],
+            "changed": [fact_record(f) for f in remembered.changed],
         }
 
     def _session(self, session: str) -> Any:
@@ -625,14 +641,16 @@ def tool_functions(tools: AgentTools | Callable[[], AgentTools]) -> list[Callabl
         return at().delete_all_facts(keep_history)
 
     def list_sessions(offset: Offset = 0, limit: Limit = 100) -> list[dict[str, Any]]:
-        """The user's sessions (conversations), with their message counts, budgets and times.
+        """The user's sessions (conversations), most recently updated first, each with its
+        title (null: none), when its conversation began and ended (first_message_at,
+        last_message_at: its first and last message's time), its message counts and budget.
         For the next page, call again with offset increased by limit."""
         return at().sessions(offset, limit)
 
     def read_session(session: SessionId, offset: Offset = 0, limit: Limit = 50) -> dict[str, Any]:
-        """A page of one of the user's sessions: its info and its messages, active and
-        archived, oldest first, each with its status; next_offset is the offset of the next
-        page (null: the last page)."""
+        """A page of one of the user's sessions: its info (title, first_message_at and
+        last_message_at, counts) and its messages, active and archived, oldest first, each with
+        its status; next_offset is the offset of the next page (null: the last page)."""
         return at().read_session(session, offset, limit)
 
     def get_context(

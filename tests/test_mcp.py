@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ pytest.importorskip("mcp")
 from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
+from memcli import Memory, Message  # noqa: E402
 from memcli.store import facts as fact_store  # noqa: E402
 from memcli.store.sqlite import SQLiteStore  # noqa: E402
 
@@ -683,3 +685,47 @@ def test_put_messages_takes_what_memcli_reads_in_a_message(tmp_path: Path) -> No
     ]
     assert context[1]["metadata"]["extra"]["tool_calls"][0]["function"]["name"] == "weather"
     assert context[0]["timestamp"].startswith("2024-06-01T12:00:00")
+
+
+def test_sessions_give_their_title_and_the_conversations_time_span(tmp_path: Path) -> None:
+    """list_sessions, read_session and the sessions resources give each session's title and
+    its conversation's own time span (its first and last message's time: the timestamps given,
+    else when the messages were stored), beside the session's own created_at/updated_at."""
+    db = tmp_path / "mcp.db"
+    store = SQLiteStore(db)
+    dated = [
+        Message("user", "We moved to Lisbon.", timestamp=datetime(2021, 3, 1, 9, tzinfo=UTC)),
+        Message("assistant", "How is it?", timestamp=datetime(2021, 3, 1, 9, 0, 5, tzinfo=UTC)),
+        Message("user", "Lovely.", timestamp=datetime(2021, 4, 2, 18, 30, tzinfo=UTC)),
+    ]
+    Memory(store, "moving", user_id="ana").put_messages(dated)
+    store.describe_session("moving", title="Moving to Lisbon")
+    Memory(store, "empty", user_id="ana")  # a session without messages
+    store.close()
+
+    async def script(s: ClientSession) -> dict[str, Any]:
+        await s.call_tool("put_messages", {"messages": CHAT[:2], "session": "now"})
+        return {
+            "listed": data(await s.call_tool("list_sessions", {})),
+            "read": data(await s.call_tool("read_session", {"session": "moving", "limit": 1})),
+            "resource": resource_json(await s.read_resource("memcli://sessions")),
+            "one": resource_json(await s.read_resource("memcli://sessions/moving")),
+        }
+
+    out = drive(db, script, "--user", "ana")
+    spans = {
+        r["session"]: (r["title"], r["first_message_at"], r["last_message_at"])
+        for r in out["listed"]
+    }
+    assert spans["moving"] == ("Moving to Lisbon", "2021-03-01T09:00:00Z", "2021-04-02T18:30:00Z")
+    assert spans["empty"] == (None, None, None)
+    title, first, last = spans["now"]  # no timestamps given: when they were stored
+    now = next(r for r in out["listed"] if r["session"] == "now")
+    assert title is None and first == last == now["updated_at"]
+    moving = next(r for r in out["listed"] if r["session"] == "moving")
+    assert moving["updated_at"] >= moving["created_at"] > moving["last_message_at"]
+    read = out["read"]
+    assert (read["title"], read["first_message_at"], read["last_message_at"]) == spans["moving"]
+    assert len(read["messages"]) == 1 and read["next_offset"] == 1
+    assert out["resource"] == out["listed"]
+    assert {k: v for k, v in out["one"].items() if k != "messages"} == moving

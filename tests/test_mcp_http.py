@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -247,3 +248,48 @@ def test_the_first_request_after_a_postgresql_restart_is_answered(pg_url: str) -
         )
         assert reply.status_code < 500, reply.text
         assert anyio.run(as_user, url, token, sessions) == []
+
+
+def test_the_docs_client_lists_sessions_with_titles_and_time_spans(
+    server: tuple[str, Path],
+) -> None:
+    """docs/mcp.md's client, run as written but for its URL and token: over HTTP, list_sessions
+    gives each session's title and its conversation's first and last message time."""
+    from datetime import UTC, datetime
+
+    from memcli import Memory, Message
+    from memcli.store.sqlite import SQLiteStore
+
+    url, db = server
+    token = memcli(db, "mcp", "token", "add", "--user", "ana").stdout.strip()
+    store = SQLiteStore(db)
+    dated = [
+        Message("user", "We moved to Lisbon.", timestamp=datetime(2021, 3, 1, 9, tzinfo=UTC)),
+        Message("assistant", "Lovely.", timestamp=datetime(2021, 4, 2, 18, 30, tzinfo=UTC)),
+    ]
+    Memory(store, "moving", user_id="ana").put_messages(dated)
+    store.describe_session("moving", title="Moving to Lisbon")
+    store.close()
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "mcp.md").read_text()
+    (example,) = re.findall(r"^```python\n(.*?)^```$", doc, re.M | re.S)
+    assert 'TOKEN = "memcli_..."' in example and "http://127.0.0.1:8765/mcp" in example
+    assert "read=600" in example  # minutes for a local model, not httpx's 5 s
+    script = example.replace('"memcli_..."', repr(token)).replace("http://127.0.0.1:8765/mcp", url)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "moving Moving to Lisbon 2021-03-01T09:00:00Z 2021-04-02T18:30:00Z"
+    ]
+
+    async def read(s: ClientSession) -> Any:
+        return result(await s.call_tool("read_session", {"session": "moving"}))
+
+    page = anyio.run(as_user, url, token, read)
+    assert (page["title"], page["first_message_at"], page["last_message_at"]) == (
+        "Moving to Lisbon",
+        "2021-03-01T09:00:00Z",
+        "2021-04-02T18:30:00Z",
+    )

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, Runner, SQLiteSession, function_tool
-from agents.memory import Session
+import pytest
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
+from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 from helpers import memcli
 
-from memcli import BlockContext, Memory, MemoryBlock, Message
+from memcli import BlockContext, Memory, MemoryBlock, Message, StaticBlock
 from memcli.integrations.openai_agents import MemcliSession, item_message, message_item
 from memcli.tokens import TiktokenTokenizer
 
@@ -156,10 +157,16 @@ def test_over_budget_the_history_flushes_into_long_term_memory(tmp_path: Path) -
     assert questions[0] not in texts(last[1:])
     assert texts(last)[-1] == questions[-1]
     # the memory item is never stored; every item is still there, active or archived
+    stored = memory.get_all()
+    assert len(stored) == 12
+    assert [m.content for m in stored][::2] == questions
+    assert all(m.role != "system" for m in stored)
+    # a limit as large as the history gives the window, not the flushed turns: memory has them
     items = run(session.get_items(limit=100))
-    assert len(items) == 12
-    assert texts(items)[::2] == questions
-    assert all(m.role != "system" for m in memory.get_all())
+    assert items[0] == {"role": "system", "content": memory.context().memory_text}
+    assert questions[0] in items[0]["content"]
+    assert texts(items[1:]) == [m.content for m in memory.get_all("active")]
+    assert len(items) - 1 < 12
 
 
 def test_pop_item_and_clear_session_delete_for_good(tmp_path: Path) -> None:
@@ -191,3 +198,216 @@ def test_pop_item_and_clear_session_delete_for_good(tmp_path: Path) -> None:
 
     run(go())
     assert files_hold("hello")
+
+
+# -- side by side with the SDK's own SQLiteSession ---------------------------------------------
+
+ITEMS: list[Any] = [
+    {"role": "user", "content": "Weather in Porto?"},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "look"}]},
+    {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "weather",
+        "arguments": '{"city":"Porto"}',
+    },
+    {"type": "function_call_output", "call_id": "c1", "output": "Sunny, 21 degrees"},
+    {"role": "assistant", "content": [{"type": "output_text", "text": "Sunny in Porto."}]},
+    {"role": "developer", "content": "Answer in Portuguese from now on."},
+    {"role": "user", "content": "E amanha?"},
+]
+LIMITS = (None, 0, 1, 2, 5, 7, 10, -1)
+CORE = "Ana is vegetarian."
+
+
+def window(ours: list[Any], memory_text: str) -> list[Any]:
+    """MemcliSession's items without the memory item, to compare with SQLiteSession's. When the
+    blocks give memory, `ours` must start with exactly one system item holding it, and the rest
+    is compared; when they give none, there must be no such item, and all of `ours` is."""
+    if not memory_text:
+        assert all(item.get("content") != memory_text for item in ours[:1])
+        return ours
+    assert ours[0] == {"role": "system", "content": memory_text}
+    assert {"role": "system", "content": memory_text} not in ours[1:]
+    return ours[1:]
+
+
+@pytest.mark.parametrize("blocks", ["none", "static"])
+def test_every_session_method_gives_what_sqlitesession_gives(tmp_path: Path, blocks: str) -> None:
+    """The same calls, with the same inputs, on a MemcliSession and on the SDK's SQLiteSession:
+    each returns the same (get_items with and without a limit, from the call or from
+    session_settings, add_items, pop_item until empty, clear_session), MemcliSession's items
+    compared without its memory item (`window`): present, first, when a block gives memory."""
+    made = [StaticBlock(name="core", content=CORE)] if blocks == "static" else []
+    ours = MemcliSession("s", db=str(tmp_path / "memcli.db"), memory_blocks=made)
+    sdk_db = tmp_path / "sdk.db"
+    theirs = SQLiteSession("s", sdk_db)
+
+    async def memory_text() -> str:
+        return (await (await ours.memory()).acontext()).memory_text
+
+    async def same(call: str, *args: Any) -> Any:
+        got = await getattr(ours, call)(*args)
+        expected = await getattr(theirs, call)(*args)
+        if call == "get_items":
+            got = window(got, await memory_text())
+        assert got == expected, (call, args)
+        return got
+
+    async def go() -> None:
+        assert ours.session_settings == theirs.session_settings == SessionSettings()
+        assert await same("get_items") == []
+        assert await same("add_items", ITEMS[:4]) is None
+        assert await same("add_items", []) is None
+        assert await same("add_items", ITEMS[4:]) is None
+        for limit in LIMITS:
+            await same("get_items", limit)
+        assert await same("get_items", 3) == ITEMS[-3:]
+        # a limit set on the session (a SessionSettings, or a dict as the SDK takes), the call's
+        # limit over it
+        for settings in (SessionSettings(limit=2), {"limit": 2}):
+            limited = MemcliSession("s", memory=await ours.memory(), session_settings=settings)
+            sdk_limited = SQLiteSession("s", sdk_db, session_settings=settings)
+            assert limited.session_settings == sdk_limited.session_settings
+            assert limited.session_settings == SessionSettings(limit=2)
+            for limit in LIMITS:
+                got = window(await limited.get_items(limit), await memory_text())
+                assert got == await sdk_limited.get_items(limit), limit
+            assert window(await limited.get_items(), await memory_text()) == ITEMS[-2:]
+        for _ in ITEMS:
+            await same("pop_item")
+            await same("get_items")
+            await same("get_items", 2)
+        assert await same("pop_item") is None
+        await same("add_items", ITEMS)
+        assert await same("clear_session") is None
+        assert await same("get_items") == []
+        assert await same("pop_item") is None
+        await same("add_items", ITEMS[:1])  # the session goes on
+        assert await same("get_items") == ITEMS[:1]
+
+    run(go())
+    expected_text = "<memory>\n<core>\n" + CORE + "\n</core>\n</memory>"
+    assert (run(ours.get_items()) or [None])[0] == (
+        {"role": "system", "content": expected_text} if made else ITEMS[0]
+    )
+
+
+def test_a_limit_keeps_the_memory_item_and_the_newest_window_items(tmp_path: Path) -> None:
+    """RunConfig's limit reaches get_items: the model is sent the memory item, then the newest
+    N items of the window, then the new input; SQLiteSession's Runner sends the same N items.
+    A session's own SessionSettings does the same, without RunConfig."""
+    questions = [f"Question {i}: what about topic number {i} today?" for i in range(8)]
+
+    def model() -> ScriptedModel:
+        return ScriptedModel([[assistant_message(f"Answer {i} is short.")] for i in range(8)])
+
+    ours_model, their_model = model(), model()
+    session = MemcliSession(
+        "s",
+        db=str(tmp_path / "app.db"),
+        token_limit=120,
+        chat_history_token_ratio=0.5,
+        token_flush_size=20,
+        memory_blocks=[Flushed()],
+    )
+    theirs = SQLiteSession("s")
+    config = RunConfig(session_settings=SessionSettings(limit=3))
+
+    async def go() -> None:
+        for question in questions:
+            await Runner.run(agent(ours_model), question, session=session, run_config=config)
+            await Runner.run(agent(their_model), question, session=theirs, run_config=config)
+
+    run(go())
+    memory = run(session.memory())
+    assert memory.get_all("archived")  # the window flushed ...
+    assert len(memory.get_all("active")) > 3  # ... and still holds more than the limit
+    sent, their_sent = model_input(ours_model), model_input(their_model)
+    assert sent[0]["role"] == "system" and "<memory>" in sent[0]["content"]
+    assert questions[0] in sent[0]["content"]  # the flushed turns, as memory
+    assert sent[1:] == their_sent
+    assert len(their_sent) == 3 + 1  # three of the history, and the question
+    said = [m.content for m in memory.get_all()]
+    before = said.index(questions[-1])
+    assert texts(sent[1:]) == said[before - 3 : before + 1]
+    # the issue's case: the session's own settings; 2 of the window, after the memory item
+    limited = MemcliSession("s", memory=memory, session_settings=SessionSettings(limit=2))
+    items = run(limited.get_items())
+    assert len(items) == 3
+    assert items[0] == {"role": "system", "content": memory.context().memory_text}
+    assert texts(items[1:]) == [m.content for m in memory.get_all("active")][-2:]
+
+
+def model_input(model: ScriptedModel) -> list[Any]:
+    """What the model was sent last, as plain items (the SDK may send pydantic objects)."""
+    return [
+        item.model_dump(mode="json", exclude_unset=True) if hasattr(item, "model_dump") else item
+        for item in model.calls[-1].input
+    ]
+
+
+def test_a_system_message_the_memory_was_put_in_comes_back_as_stored(tmp_path: Path) -> None:
+    """A system message put through memcli (no item of its own) is given back as stored, not
+    with the memory text `get()` put in front of it: the memory is the item before it."""
+    memory = Memory.from_defaults(
+        session_id="s", db=str(tmp_path / "app.db"), memory_blocks=[StaticBlock(content=CORE)]
+    )
+    memory.put_messages([Message("system", "Be terse."), Message("user", "hi")])
+    items = run(MemcliSession(memory=memory).get_items())
+    assert [i["content"] for i in items[1:]] == ["Be terse.", "hi"]
+    assert CORE in items[0]["content"]
+
+
+@function_tool(needs_approval=True)
+def delete_file(name: str) -> str:
+    """Delete a file."""
+    return f"deleted {name}"
+
+
+@pytest.mark.parametrize("limit", [None, 2])
+def test_a_run_resumed_after_an_approval_saves_as_sqlitesession(
+    tmp_path: Path, limit: int | None
+) -> None:
+    """A tool that needs approval interrupts the run; the run resumed from its state saves
+    through the SDK's pending-write path (which reads get_items(limit=n) first): the session
+    holds what SQLiteSession holds, after the memory item, and the model was sent the same."""
+    config = RunConfig(session_settings=SessionSettings(limit=limit))
+
+    async def approve_and_run(session: Any) -> ScriptedModel:
+        model = ScriptedModel(
+            [
+                [function_call("delete_file", {"name": "a.txt"}, call_id="c1")],
+                [assistant_message("Done.")],
+            ]
+        )
+        helper = Agent(name="a", instructions="Be terse.", model=model, tools=[delete_file])
+        result = await Runner.run(helper, "delete a.txt", session=session, run_config=config)
+        assert len(result.interruptions) == 1
+        state = result.to_state()
+        state.approve(result.interruptions[0])
+        result = await Runner.run(helper, state, session=session, run_config=config)
+        assert result.final_output == "Done."
+        return model
+
+    ours = MemcliSession(
+        "s", db=str(tmp_path / "m.db"), memory_blocks=[StaticBlock(name="core", content=CORE)]
+    )
+    theirs = SQLiteSession("s")
+
+    async def go() -> tuple[Any, ...]:
+        our_model, their_model = await approve_and_run(ours), await approve_and_run(theirs)
+        return await ours.get_items(), await theirs.get_items(), our_model, their_model
+
+    got, expected, our_model, their_model = run(go())
+    memory_text = run(ours.memory()).context().memory_text
+    assert CORE in memory_text
+    assert window(got, memory_text) == expected
+    assert [i.get("type") for i in expected] == [
+        None,
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    # what the model was sent after the approval (the run's own input and items)
+    assert window(model_input(our_model), memory_text) == model_input(their_model)

@@ -66,6 +66,12 @@ SQLITE_DEFAULT = "~/.local/share/memcli/memcli.db"
 STDIN = "hi\n"
 # Sections whose examples use the default long-term blocks (the others run with `blocks = []`).
 LONG_TERM_SECTIONS = ("Long-term memory", "search, blocks, facts")
+# What the loopback model answers a ```python block holding the key (else its default, "OK").
+PYTHON_REPLIES = {
+    "memory.remember(": [
+        {"content": '<facts><fact topics="home" entities="Porto">Ana lives in Porto</fact></facts>'}
+    ],
+}
 # Lines that need a model configured (`facts extract` exits 2 without one): run with
 # MEMCLI_MODEL/MEMCLI_API_BASE pointing at the loopback server.
 NEEDS_MODEL = ("memcli facts extract",)
@@ -412,6 +418,9 @@ def test_python_example(block: str, env: Env, py_dir: Path, llm: Any) -> None:
     other's memcli.db); the examples' endpoint is the loopback server."""
     script = py_dir / "example.py"
     script.write_text(substitute(block, env))
+    for key, replies in PYTHON_REPLIES.items():
+        if key in block:
+            llm.script(*replies)
     variables = {**env.vars, "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), str(ROOT)])}
     proc = subprocess.run(
         [sys.executable, str(script)],

@@ -183,3 +183,44 @@ def test_remember_extracts_facts_from_a_text_now(tmp_path: Path, llm) -> None:
     assert "My dog is called Rex" in llm.requests[0]["messages"][-1]["content"]
     (fact,) = fact_store.list_facts(tools.store, None, "user:ana")
     assert fact.origin == "mcp" and fact.session_id is None and fact.flush_id is None
+
+
+def test_sessions_give_the_title_and_time_span_on_both_backends(db: str, tmp_path: Path) -> None:
+    """`sessions` and `read_session`: the title and the first and last message's time (the
+    given timestamps, else when stored), SQLite and PostgreSQL alike; a session without
+    messages has none; another user's session is not listed."""
+    from datetime import UTC, datetime
+
+    from memcli.store import open_store
+
+    store = open_store(db)
+    s = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": "ana"})
+    tools = AgentTools(store, s, "ana")
+    when = [
+        datetime(2021, 3, 1, 9, 0, 0, 500000, tzinfo=UTC),
+        datetime(2021, 3, 1, 9, 0, 1, tzinfo=UTC),
+    ]
+    Memory(store, "t", user_id="ana").put_messages(
+        [
+            Message("user", "first", timestamp=when[0]),
+            Message("assistant", "second", timestamp=when[1]),
+        ]
+    )
+    store.describe_session("t", title="A title")
+    Memory(store, "plain", user_id="ana").put_messages([Message("user", "hi")])
+    Memory(store, "empty", user_id="ana")
+    Memory(store, "bo", user_id="bo").put_messages([Message("user", "not ana's")])
+    records = {r["session"]: r for r in tools.sessions()}
+    assert set(records) == {"t", "plain", "empty"}
+    span = ("A title", "2021-03-01T09:00:00.500000Z", "2021-03-01T09:00:01Z")
+    t = records["t"]
+    assert (t["title"], t["first_message_at"], t["last_message_at"]) == span
+    plain = records["plain"]
+    assert plain["title"] is None
+    assert plain["first_message_at"] == plain["last_message_at"] == plain["updated_at"]
+    empty = records["empty"]
+    assert (empty["first_message_at"], empty["last_message_at"]) == (None, None)
+    page = tools.read_session("t", limit=1)
+    assert (page["title"], page["first_message_at"], page["last_message_at"]) == span
+    assert tools.sessions(offset=1, limit=1) == [list(records.values())[1]]
+    store.close()

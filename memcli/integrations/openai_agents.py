@@ -19,12 +19,20 @@ the SDK (`pip install memcli[agents]`); it implements the SDK's `Session` protoc
   summary), the item itself, whole, in `metadata["openai_agents"]`, which `get_items` gives back
   exactly. Role: the item's own (developer as system), `tool` for an item whose type ends in
   `_output`, `assistant` for the model's other items. Its tokens are those of the content.
-- `get_items()` (no limit) is what the model is sent: the active window, preceded, when the
-  blocks have something to say, by one system message item with the long-term memory (memcli's
-  `<memory>` text; never stored). `get_items(limit=N)` is the newest N items stored, active or
-  archived, without memory: what the SDK reads to check its own writes, and an explicit limit.
-  A message put into the session otherwise (`memcli import`, a memcli `Memory`) is given as a
+- `get_items()` is what the model is sent: the active window (flushed turns have left it),
+  preceded, when the blocks have something to say, by one system message item with the
+  long-term memory (memcli's `<memory>` text; never stored). A limit (`get_items(limit=N)`,
+  else `session_settings.limit`; the Runner passes `RunConfig(session_settings=...)`'s, resolved
+  over the session's as the SDK does) keeps the newest N items of that window, counted as the
+  SDK's sessions count them (one per item, N = 0 none, N < 0 all), the memory item still in
+  front and not among the N: the memory is what stands for the turns the limit leaves out. A
+  message put into the session otherwise (`memcli import`, a memcli `Memory`) is given as a
   `{"role", "content"}` item (a tool message as a user one).
+- The SDK reads `get_items(limit=n)` also when a run resumed from a `RunState` (after a tool
+  approval) saves its items: it keeps the tail it read, and only if that save failed and the
+  state is resumed again does it compare the tail with what it wrote. With a memory item in
+  front, that comparison never matches, and the SDK refuses ("Cannot reconcile the pending
+  Session write") rather than write the items twice.
 - `pop_item()` deletes the newest item for good (no copy left in the database), as
   `Memory.delete_message`, and returns it.
 - `clear_session()` deletes the session's items, active and archived, for good (`Memory.reset`,
@@ -47,16 +55,21 @@ from pathlib import Path
 from typing import Any
 
 from agents.items import TResponseInputItem
-from agents.memory.session_settings import SessionSettings
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
 
 from memcli.blocks.base import MemoryBlock
+from memcli.context import Context
 from memcli.errors import UsageError
 from memcli.memory import Memory
 from memcli.messages import Message
 from memcli.store import Store
 from memcli.tokens import Tokenizer
 
-__all__ = ["KEY", "MemcliSession", "item_message", "message_item"]
+__all__ = ["KEY", "MemcliSession", "item_message", "message_item", "window_items"]
 
 #: The metadata key holding the item a memcli message was made of.
 KEY = "openai_agents"
@@ -86,6 +99,23 @@ def message_item(message: Message) -> dict[str, Any]:
         return stored
     role = "user" if message.role == "tool" else message.role
     return {"role": role, "content": message.content}
+
+
+def window_items(context: Context, insert_method: str = "system") -> list[dict[str, Any]]:
+    """The items of an assembled context's window, without the memory `get()` inserted: the
+    memory as a message of its own (it has no id: it is not stored) is left out, and the message
+    it was put in front of (the first system message, or with `insert_method="user"` the last
+    user message) is given as it is stored."""
+    messages = list(context.messages)
+    if context.memory_text:
+        role = "system" if insert_method == "system" else "user"
+        at = [i for i, m in enumerate(messages) if m.role == role and m.id is not None]
+        prefix = f"{context.memory_text}\n"
+        if at:
+            i = at[0] if role == "system" else at[-1]
+            if messages[i].content.startswith(prefix):
+                messages[i] = messages[i].with_content(messages[i].content[len(prefix) :])
+    return [message_item(m) for m in messages if m.id is not None]
 
 
 def item_text(item: dict[str, Any]) -> str:
@@ -145,7 +175,7 @@ class MemcliSession:
         memory_blocks: Sequence[MemoryBlock] = (),
         tokenizer: Tokenizer | None = None,
         memory: Memory | None = None,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         if memory is not None:
             if session_id not in (None, memory.session_id):
@@ -157,7 +187,12 @@ class MemcliSession:
         if session_id is None:
             raise UsageError("a MemcliSession needs a session_id", "Pass e.g. 'ana-1'")
         self.session_id = session_id
-        self.session_settings = session_settings
+        # As the SDK's own sessions: a dict is read as SessionSettings, None is no limit.
+        self.session_settings = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
         self._memory = memory
         self._open_args: dict[str, Any] = {
             "session_id": session_id,
@@ -186,23 +221,18 @@ class MemcliSession:
         return await asyncio.to_thread(self._open)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """Without `limit`, the active window, after one system item holding the long-term
-        memory when the blocks give any; with it, the newest `limit` items stored (see the
-        module's docstring)."""
+        """The memory item (when the blocks give any), then the active window's items: the
+        newest `limit` of them (else `session_settings.limit`'s; None: all). See the module's
+        docstring."""
+        wanted = resolve_session_limit(limit, self.session_settings)
         memory = await self.memory()
-        if limit is not None:
-            if limit <= 0:
-                return []
-            stored = await memory.aget_all()
-            return [message_item(m) for m in stored[-limit:]]  # type: ignore[misc]
         context = await memory.acontext()
-        items: list[Any] = []
+        window = window_items(context, memory.insert_method)
+        if wanted is not None and wanted >= 0:  # (negative: all, as the SDK's SQLiteSession)
+            window = window[max(len(window) - wanted, 0) :]
         if context.memory_text:
-            items.append({"role": "system", "content": context.memory_text})
-        for message in context.messages:
-            if KEY in (message.metadata or {}) or message.content != context.memory_text:
-                items.append(message_item(message))
-        return items
+            window.insert(0, {"role": "system", "content": context.memory_text})
+        return window  # type: ignore[return-value]  # (JSON items: the TypedDicts' values)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store the items as one `put_messages`: one flush for all of them."""

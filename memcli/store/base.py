@@ -222,6 +222,12 @@ class Store(SQLStore, Protocol):
         """Store where a session came from (the values given; None leaves one as it is)."""
         ...
 
+    def message_times(self, session_ids: Sequence[str]) -> dict[str, tuple[datetime, datetime]]:
+        """The conversation's own time span of each of these sessions that holds messages: its
+        first and last message's time (by order; a message's `timestamp`, else when it was
+        stored). A session without messages, or not stored, is left out."""
+        ...
+
     def find_sources(self, user_id: str, source_id: str) -> list[str]:
         """The sessions of `user_id` imported from the conversation `source_id`, oldest first."""
         ...

@@ -329,6 +329,19 @@ class TableStore:
             self._lock_session(session_id)
             self.execute(f"UPDATE sessions SET {sets} WHERE id = ?", (*given.values(), session_id))
 
+    def message_times(self, session_ids: Sequence[str]) -> dict[str, tuple[datetime, datetime]]:
+        # Two lookups per session on its (session_id, seq) index: its first and last message.
+        first_last = (
+            "(SELECT COALESCE(timestamp, created_at) FROM messages WHERE session_id = s.id"
+            " ORDER BY seq {} LIMIT 1)"
+        )
+        rows = self.rows_for_ids(
+            f"SELECT s.id, {first_last.format('ASC')}, {first_last.format('DESC')}"
+            " FROM sessions s WHERE s.id IN ({ids})",
+            list(dict.fromkeys(session_ids)),
+        )
+        return {row[0]: (parse_time(row[1]), parse_time(row[2])) for row in rows if row[1]}
+
     def find_sources(self, user_id: str, source_id: str) -> list[str]:
         with self.lock:
             rows = self._query(
