@@ -45,6 +45,8 @@ def test_each_kind_is_its_class_and_its_keys_are_the_classes_arguments(
     # and every argument a table can hold is a key (a static block has no scope: never flushed)
     missing = arguments - NOT_IN_A_TABLE - set(cls.OPTIONS)
     assert missing == set(), f"{cls.__name__} takes {missing} that no [[blocks]] table accepts"
+    # what it takes from the settings is an argument too
+    assert set(cls.SETTINGS) <= arguments, cls.SETTINGS
 
 
 def test_the_kinds_are_the_error_messages_kinds() -> None:

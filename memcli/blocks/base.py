@@ -81,6 +81,9 @@ class MemoryBlock:
         "priority": (int,),
         "scope": (str,),
     }
+    #: The arguments it takes from the rest of the settings unless its table sets them (the
+    #: registry's `Defaults`: model, api_base, timeout, embedder, index_dir).
+    SETTINGS: ClassVar[tuple[str, ...]] = ()
     receives_flushes: bool = True
     #: Where the CLI got this block's definition ("config file PATH", "stored for session ID",
     #: "default"); None for a block an application built itself.
@@ -271,6 +274,7 @@ class LLMBlock(MemoryBlock):
         "instructions": (str,),
         "structured_output": (bool,),
     }
+    SETTINGS: ClassVar[tuple[str, ...]] = ("model", "api_base", "timeout")
     #: What the block does with a batch, for the error when it has no model.
     task = "process flushed batches"
 

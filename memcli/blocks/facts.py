@@ -444,6 +444,7 @@ class FactBlock(LLMBlock):
     KIND = "facts"
     TABLE_OPTIONS = {"temperature": (int, float)}
     OPTIONS = {**LLMBlock.OPTIONS, "max_facts": (int,), "candidates": (int,), **TABLE_OPTIONS}
+    SETTINGS = (*LLMBlock.SETTINGS, "embedder")
     task = "extract facts"
 
     def __init__(

@@ -138,16 +138,17 @@ def _python_block(where: str, table: Mapping[str, Any]) -> MemoryBlock:
         ) from None
 
 
-def _from_settings(kind: str, defaults: Defaults) -> dict[str, Any]:
-    """What a block of this kind takes from the rest of the settings unless its table sets it."""
-    llm = {"model": defaults.model, "api_base": defaults.api_base, "timeout": defaults.llm_timeout}
-    if kind == "vector":
-        return {"embedder": defaults.embedder, "index_dir": defaults.index_dir}
-    if kind == "facts":
-        return {"embedder": defaults.embedder, **llm}
-    if kind == "summary":
-        return llm
-    return {}
+def _from_settings(cls: type[MemoryBlock], defaults: Defaults) -> dict[str, Any]:
+    """What a block of this class takes from the rest of the settings unless its table sets it
+    (the class's `SETTINGS`)."""
+    settings = {
+        "model": defaults.model,
+        "api_base": defaults.api_base,
+        "timeout": defaults.llm_timeout,
+        "embedder": defaults.embedder,
+        "index_dir": defaults.index_dir,
+    }
+    return {key: settings[key] for key in cls.SETTINGS}
 
 
 def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> MemoryBlock:
@@ -172,7 +173,7 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
             raise ConfigError(f"{where}: bad search options: {exc}", "See [search]") from None
     cls = next(c for c in CLASSES if c.KIND == kind)
     try:
-        return cls(**{**_from_settings(kind, defaults), **kwargs})
+        return cls(**{**_from_settings(cls, defaults), **kwargs})
     except (ConfigError, UsageError) as exc:
         raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
 

@@ -55,6 +55,7 @@ class VectorBlock(MemoryBlock):
         "retrieval_context_window": (int,),
         "search": (dict,),  # the `[search]` settings: `search_options`
     }
+    SETTINGS = ("embedder", "index_dir")
     #: While the embedding model is being prepared (exported: seconds, once), `get` searches by
     #: words alone and starts the export in the background instead of waiting for it (the chat
     #: sets it: typing never waits for the model). Off: the first `get` waits.
