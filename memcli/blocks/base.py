@@ -6,7 +6,7 @@ import inspect
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from memcli.template import TEMPLATE_TAGS, neutralise
 
@@ -68,6 +68,22 @@ class MemoryBlock:
     name: str = "block"
     priority: int = 1
     scope: str = "user"
+    #: The `kind` of the `[[blocks]]` table that builds this class and that its `definition()`
+    #: writes (memcli.blocks.registry); "python" for a custom block, whose table names its class.
+    KIND: ClassVar[str] = "python"
+    #: The keys a `[[blocks]]` table of the class's kind may have besides `kind`, each with the
+    #: types its value may be: the registry checks a table against them (an unknown key, a value
+    #: of another type, a number over MAX_TOKEN_LIMIT: an error naming the block and the key)
+    #: before the constructor gets them. Each is a constructor argument (`search` excepted: the
+    #: registry makes it `search_options`), or one of an LLMBlock's `TABLE_OPTIONS`.
+    OPTIONS: ClassVar[dict[str, tuple[type, ...]]] = {
+        "name": (str,),
+        "priority": (int,),
+        "scope": (str,),
+    }
+    #: The arguments it takes from the rest of the settings unless its table sets them (the
+    #: registry's `Defaults`: model, api_base, timeout, embedder, index_dir).
+    SETTINGS: ClassVar[tuple[str, ...]] = ()
     receives_flushes: bool = True
     #: Where the CLI got this block's definition ("config file PATH", "stored for session ID",
     #: "default"); None for a block an application built itself.
@@ -243,8 +259,22 @@ class LLMBlock(MemoryBlock):
     says the model supports it (`memcli.llm.supports_schema`).
     """
 
-    #: The litellm options a `[[blocks]]` table records (`definition`).
-    TABLE_OPTIONS: tuple[str, ...] = ()
+    #: The litellm options a `[[blocks]]` table may set and `definition` records, with their
+    #: types (a subclass adds them to its OPTIONS).
+    TABLE_OPTIONS: ClassVar[dict[str, tuple[type, ...]]] = {}
+    OPTIONS: ClassVar[dict[str, tuple[type, ...]]] = {
+        **MemoryBlock.OPTIONS,
+        "model": (str,),
+        "api_base": (str,),
+        "timeout": (int, float),
+        "max_tokens": (int,),  # litellm's name for reply_tokens (a SummaryBlock's own cap)
+        "retry_pending": (int,),
+        "auto_retries": (int,),
+        "reply_tokens": (int,),
+        "instructions": (str,),
+        "structured_output": (bool,),
+    }
+    SETTINGS: ClassVar[tuple[str, ...]] = ("model", "api_base", "timeout")
     #: What the block does with a batch, for the error when it has no model.
     task = "process flushed batches"
 

@@ -441,7 +441,10 @@ class FactBlock(LLMBlock):
 
     name = "extracted_info"
     priority = 1
-    TABLE_OPTIONS = ("temperature",)
+    KIND = "facts"
+    TABLE_OPTIONS = {"temperature": (int, float)}
+    OPTIONS = {**LLMBlock.OPTIONS, "max_facts": (int,), "candidates": (int,), **TABLE_OPTIONS}
+    SETTINGS = (*LLMBlock.SETTINGS, "embedder")
     task = "extract facts"
 
     def __init__(
@@ -500,7 +503,7 @@ class FactBlock(LLMBlock):
         if type(self) is not FactBlock:
             return super().definition()
         table: dict[str, Any] = {
-            "kind": "facts",
+            "kind": self.KIND,
             "name": self.name,
             "priority": self.priority,
             "scope": self.scope,

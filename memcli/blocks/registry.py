@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memcli.blocks.base import MemoryBlock
+from memcli.blocks.facts import FactBlock
+from memcli.blocks.static import StaticBlock
+from memcli.blocks.summary import SummaryBlock
+from memcli.blocks.vector import VectorBlock
 from memcli.errors import ConfigError, UsageError
 from memcli.flush import MAX_TOKEN_LIMIT
 
@@ -34,54 +38,12 @@ class Defaults:
     index_dir: Any = None
 
 
-#: How an LLM block's calls are made (memcli.blocks.base.LLMBlock).
-_CALL_KEYS: dict[str, tuple[type, ...]] = {
-    "reply_tokens": (int,),
-    "instructions": (str,),
-    "structured_output": (bool,),
-}
+#: The block classes a `[[blocks]]` table's `kind` names (besides "python": a class of one's own).
+CLASSES: tuple[type[MemoryBlock], ...] = (StaticBlock, FactBlock, SummaryBlock, VectorBlock)
 
-#: Per kind: the keys a table may have besides `kind`, with the type each must be.
-KINDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "static": {"name": (str,), "priority": (int,), "content": (str,), "file": (str,)},
-    "facts": {
-        "name": (str,),
-        "priority": (int,),
-        "scope": (str,),
-        "model": (str,),
-        "api_base": (str,),
-        "timeout": (int, float),
-        "max_facts": (int,),
-        "candidates": (int,),
-        "temperature": (int, float),
-        "max_tokens": (int,),
-        "retry_pending": (int,),
-        "auto_retries": (int,),
-        **_CALL_KEYS,
-    },
-    "summary": {
-        "name": (str,),
-        "priority": (int,),
-        "scope": (str,),
-        "model": (str,),
-        "api_base": (str,),
-        "timeout": (int, float),
-        "max_tokens": (int,),
-        "temperature": (int, float),
-        "retry_pending": (int,),
-        "auto_retries": (int,),
-        **_CALL_KEYS,
-    },
-    "vector": {
-        "name": (str,),
-        "priority": (int,),
-        "scope": (str,),
-        "source": (str,),
-        "similarity_top_k": (int,),
-        "retrieval_context_window": (int,),
-        "search": (dict,),
-    },
-}
+#: Per kind: the keys a table may have besides `kind`, with the types each must be: each class's
+#: own `OPTIONS`.
+KINDS: dict[str, dict[str, tuple[type, ...]]] = {cls.KIND: cls.OPTIONS for cls in CLASSES}
 
 
 def _where(index: int, table: Mapping[str, Any]) -> str:
@@ -176,12 +138,21 @@ def _python_block(where: str, table: Mapping[str, Any]) -> MemoryBlock:
         ) from None
 
 
+def _from_settings(cls: type[MemoryBlock], defaults: Defaults) -> dict[str, Any]:
+    """What a block of this class takes from the rest of the settings unless its table sets it
+    (the class's `SETTINGS`)."""
+    settings = {
+        "model": defaults.model,
+        "api_base": defaults.api_base,
+        "timeout": defaults.llm_timeout,
+        "embedder": defaults.embedder,
+        "index_dir": defaults.index_dir,
+    }
+    return {key: settings[key] for key in cls.SETTINGS}
+
+
 def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> MemoryBlock:
     """One block from one `[[blocks]]` table."""
-    from memcli.blocks.facts import FactBlock
-    from memcli.blocks.static import StaticBlock
-    from memcli.blocks.summary import SummaryBlock
-    from memcli.blocks.vector import VectorBlock
     from memcli.search.types import SearchOptions
 
     where = _where(index, table)
@@ -200,31 +171,9 @@ def build_block(index: int, table: Mapping[str, Any], defaults: Defaults) -> Mem
             kwargs["search_options"] = SearchOptions(**kwargs.pop("search"))
         except (TypeError, ValueError, UsageError) as exc:
             raise ConfigError(f"{where}: bad search options: {exc}", "See [search]") from None
-    makers: dict[str, Callable[..., MemoryBlock]] = {
-        "static": StaticBlock,
-        "vector": lambda **kw: VectorBlock(
-            embedder=defaults.embedder, index_dir=defaults.index_dir, **kw
-        ),
-        "facts": lambda **kw: FactBlock(
-            **{
-                "embedder": defaults.embedder,
-                "model": defaults.model,
-                "api_base": defaults.api_base,
-                "timeout": defaults.llm_timeout,
-                **kw,
-            }
-        ),
-        "summary": lambda **kw: SummaryBlock(
-            **{
-                "model": defaults.model,
-                "api_base": defaults.api_base,
-                "timeout": defaults.llm_timeout,
-                **kw,
-            }
-        ),
-    }
+    cls = next(c for c in CLASSES if c.KIND == kind)
     try:
-        return makers[kind](**kwargs)
+        return cls(**{**_from_settings(cls, defaults), **kwargs})
     except (ConfigError, UsageError) as exc:
         raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
 
@@ -235,9 +184,6 @@ def build_blocks(
     """The blocks of `[[blocks]]` tables; without tables, the default blocks: a vector block and a
     fact block (which extracts facts only when a model is configured, and always shows the facts
     added by hand)."""
-    from memcli.blocks.facts import FactBlock
-    from memcli.blocks.vector import VectorBlock
-
     if tables is None:
         return [
             VectorBlock(embedder=defaults.embedder, index_dir=defaults.index_dir),

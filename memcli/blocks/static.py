@@ -24,6 +24,8 @@ class StaticBlock(MemoryBlock):
     name = "core_info"
     priority = 0
     receives_flushes = False
+    KIND = "static"
+    OPTIONS = {"name": (str,), "priority": (int,), "content": (str,), "file": (str,)}
 
     def __init__(
         self,
@@ -57,7 +59,7 @@ class StaticBlock(MemoryBlock):
         if type(self) is not StaticBlock:
             return super().definition()
         return {
-            "kind": "static",
+            "kind": self.KIND,
             "name": self.name,
             "priority": self.priority,
             "content": self.content,

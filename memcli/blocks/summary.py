@@ -153,7 +153,9 @@ class SummaryBlock(LLMBlock):
     name = "session_summary"
     priority = 1
     scope = "session"
-    TABLE_OPTIONS = ("temperature",)
+    KIND = "summary"
+    TABLE_OPTIONS = {"temperature": (int, float)}
+    OPTIONS = {**LLMBlock.OPTIONS, **TABLE_OPTIONS}  # (max_tokens: the summary's cap)
     task = "summarise"
 
     def __init__(
@@ -207,7 +209,7 @@ class SummaryBlock(LLMBlock):
         if type(self) is not SummaryBlock:
             return super().definition()
         table: dict[str, Any] = {
-            "kind": "summary",
+            "kind": self.KIND,
             "name": self.name,
             "priority": self.priority,
             "max_tokens": self.max_tokens,

@@ -47,6 +47,15 @@ class VectorBlock(MemoryBlock):
 
     name = "vector_memory"
     priority = 2
+    KIND = "vector"
+    OPTIONS = {
+        **MemoryBlock.OPTIONS,
+        "source": (str,),
+        "similarity_top_k": (int,),
+        "retrieval_context_window": (int,),
+        "search": (dict,),  # the `[search]` settings: `search_options`
+    }
+    SETTINGS = ("embedder", "index_dir")
     #: While the embedding model is being prepared (exported: seconds, once), `get` searches by
     #: words alone and starts the export in the background instead of waiting for it (the chat
     #: sets it: typing never waits for the model). Off: the first `get` waits.
@@ -105,7 +114,7 @@ class VectorBlock(MemoryBlock):
         if type(self) is not VectorBlock:
             return super().definition()
         table: dict[str, Any] = {
-            "kind": "vector",
+            "kind": self.KIND,
             "name": self.name,
             "priority": self.priority,
             "scope": self.scope,

@@ -274,7 +274,13 @@ class Retriever:
         `parts`, when the query is several messages (a chat's window), are embedded one by one
         and summed, weighted by their words, as a stored message's vector is made with the one
         before it; each part's vector is kept, so the next turn's window embeds only its new
-        messages."""
+        messages.
+
+        The steps: bring the full-text index up to date; add the time window the query names
+        as a second scope; embed the scope's pending messages and start the dense search in a
+        thread (`_start_dense`); meanwhile rank by BM25 on the query without the speakers'
+        names it holds (`_without_speakers`), restarting the dense search when those names
+        were not the ones guessed; fuse the lists (`_fuse`) and make hits of the best."""
         if mode not in MODES:
             raise UsageError(f"unknown search mode {mode!r}", f"Use one of: {', '.join(MODES)}")
         if since is not None and until is not None and since >= until:
@@ -292,76 +298,129 @@ class Retriever:
             except_window=except_window,
         )
         o = self.options
-        if self.on_build is not None and mode != "vector" and o.lexical_weight > 0:
-            behind = sql.fts_behind(self.store)
-            if behind / FTS_RATE >= ANNOUNCE_SECONDS:
-                self.on_build(Building("index", behind, behind, behind / FTS_RATE))
-        sql.catch_up(self.store)
-        scopes = [scope]
-        if o.window_weight > 0:
-            result.window = self._window(query, scope)
-            if result.window is not None:
-                scopes.append(
-                    dataclasses.replace(scope, since=result.window.since, until=result.window.until)
-                )
-        # A speaker's name in the query ("What pets does Melanie have?") says whose messages to
-        # prefer (the speaker fusion below), not what they say: BM25 and the query's vector are
-        # of the query without it. (Names are indexed and embedded with each message, so the
-        # name alone would match, and pull the vector toward, every message of that speaker.)
-        # The names are those of the speakers among the messages BM25 finds for the whole query.
-        # The dense search does not wait for BM25 to name them: it starts at once on the query
-        # without the names this scope's hits have shown so far (a conversation has few
-        # speakers), and starts again, on the right text, only when BM25's names take out other
-        # words (so the first search of a scope that names a speaker searches twice).
+        wants_lexical = mode != "vector" and o.lexical_weight > 0
+        wants_dense = mode != "lexical" and o.vector_weight > 0
+        self._catch_up_words(wants_lexical)
+        scopes = self._scopes(query, scope, result)
         owner = _owner(scope)
         words = query_words(query) if o.speaker_weight > 0 else set()
-        dense_wanted = mode != "lexical" and o.vector_weight > 0
         dense_job = guess = None
-        if dense_wanted:
-            # A search embeds what is missing in its scope's user or session first (up to
-            # `embed_limit`), never another user's messages.
-            pending = self.pending(owner)
-            if pending:
-                count = min(pending, o.embed_limit)
-                if self.on_build is not None and count / EMBED_RATE >= ANNOUNCE_SECONDS:
-                    self.on_build(Building("vectors", count, pending, count / EMBED_RATE))
-                result.embedded = self.index(limit=o.embed_limit, scope=owner)
-                result.pending = self.pending(owner)  # another process may have embedded some
-            else:  # (what another scope embedded past its mark is not looked at again)
-                vsql.settle(self.store, self.model, owner)
-            to_fill = getattr(self.vectors, "to_fill", None)  # pgvector's index, after a copy
-            if self.on_build is not None and to_fill is not None:
-                count, seconds = to_fill()
-                if seconds >= ANNOUNCE_SECONDS:
-                    self.on_build(Building("pgvector", count, count, seconds))
-            # Embedding the query and the FAISS search (in a cold process, loading the model
-            # and the index) run in a thread while the database ranks BM25 here: neither holds
-            # the GIL. (A window's parts make the vector: the names do not change it.)
-            known = self._speakers.get(owner, set())
-            guess = query if parts else _without(query, naming_words(known, words))
-            dense_job = _Background(self._dense, guess, scopes, o.candidates, parts)
-        text = query
-        first: list[tuple[int, float]] | None = None
-        if o.speaker_weight > 0:
-            first = self.lexical.search(query, scope, o.candidates)
-            names = sql.speaker_names(self.store, [i for i, _ in first])
-            if names:
-                self._remember_speakers(owner, names)
-            text = _without(query, naming_words(names, words))
-        lexical: list[list[tuple[int, float]]] = [[] for _ in scopes]
-        dense: list[list[tuple[int, float]]] = [[] for _ in scopes]
+        if wants_dense:
+            self._catch_up_vectors(owner, result)
+            guess, dense_job = self._start_dense(query, owner, words, scopes, parts)
+        text, first = self._without_speakers(query, scope, owner, words)
         if dense_job is not None and not parts and guess != text:
             dense_job.result()  # (it holds the vectors' connection)
             dense_job = _Background(self._dense, text, scopes, o.candidates, parts)
-        if mode != "vector" and o.lexical_weight > 0:
+        lexical: list[list[tuple[int, float]]] = [[] for _ in scopes]
+        if wants_lexical:
             lexical = [
                 first
                 if at == 0 and text == query and first is not None
                 else self.lexical.search(text, s, o.candidates)
                 for at, s in enumerate(scopes)
             ]
-        if dense_job is not None:
-            dense = dense_job.result()
+        dense = dense_job.result() if dense_job is not None else [[] for _ in scopes]
+        fused = self._fuse(query, mode, lexical, dense)
+        result.hits = self._hits(fused, lexical[0], dense[0], k, scope, query_terms(query))
+        return result
+
+    def _catch_up_words(self, wants_lexical: bool) -> None:
+        """Add the messages stored since the last search to the full-text index; when BM25 ranks
+        and that takes a second or more (after a bulk import), `on_build` is told first."""
+        if self.on_build is not None and wants_lexical:
+            behind = sql.fts_behind(self.store)
+            if behind / FTS_RATE >= ANNOUNCE_SECONDS:
+                self.on_build(Building("index", behind, behind, behind / FTS_RATE))
+        sql.catch_up(self.store)
+
+    def _scopes(self, query: str, scope: Scope, result: SearchResult) -> list[Scope]:
+        """The scopes searched: the search's own, and, when the query names a time ("last May")
+        and `window_weight` is set, the same within that window (`result.window`), whose lists
+        join the fusion at `window_weight`."""
+        scopes = [scope]
+        if self.options.window_weight > 0:
+            result.window = self._window(query, scope)
+            if result.window is not None:
+                scopes.append(
+                    dataclasses.replace(scope, since=result.window.since, until=result.window.until)
+                )
+        return scopes
+
+    def _catch_up_vectors(self, owner: Scope | None, result: SearchResult) -> None:
+        """Embed what is missing in the scope's user or session (`owner`) first, up to
+        `embed_limit`, never another user's messages (`result.embedded`, `result.pending`);
+        `on_build` is told when that, or filling pgvector's index after a copy, takes a second
+        or more."""
+        o = self.options
+        pending = self.pending(owner)
+        if pending:
+            count = min(pending, o.embed_limit)
+            if self.on_build is not None and count / EMBED_RATE >= ANNOUNCE_SECONDS:
+                self.on_build(Building("vectors", count, pending, count / EMBED_RATE))
+            result.embedded = self.index(limit=o.embed_limit, scope=owner)
+            result.pending = self.pending(owner)  # another process may have embedded some
+        else:  # (what another scope embedded past its mark is not looked at again)
+            vsql.settle(self.store, self.model, owner)
+        to_fill = getattr(self.vectors, "to_fill", None)  # pgvector's index, after a copy
+        if self.on_build is not None and to_fill is not None:
+            count, seconds = to_fill()
+            if seconds >= ANNOUNCE_SECONDS:
+                self.on_build(Building("pgvector", count, count, seconds))
+
+    def _start_dense(
+        self,
+        query: str,
+        owner: Scope | None,
+        words: set[str],
+        scopes: Sequence[Scope],
+        parts: Sequence[str] | None,
+    ) -> tuple[str, _Background]:
+        """The text the dense search starts on, and the search, running in a thread.
+
+        A speaker's name in the query ("What pets does Melanie have?") says whose messages to
+        prefer (the speaker fusion of `_fuse`), not what they say: BM25 and the query's vector
+        are of the query without it. (Names are indexed and embedded with each message, so the
+        name alone would match, and pull the vector toward, every message of that speaker.) The
+        names are those of the speakers among the messages BM25 finds for the whole query
+        (`_without_speakers`). The dense search does not wait for BM25 to name them: it starts
+        at once on the query without the names this scope's hits have shown so far (a
+        conversation has few speakers), and `search` starts it again, on the right text, only
+        when BM25's names take out other words (so the first search of a scope that names a
+        speaker searches twice). Embedding the query and the FAISS search (in a cold process,
+        loading the model and the index) run in the thread while the database ranks BM25:
+        neither holds the GIL. (A window's parts make the vector: the names do not change it.)
+        """
+        known = self._speakers.get(owner, set())
+        guess = query if parts else _without(query, naming_words(known, words))
+        return guess, _Background(self._dense, guess, scopes, self.options.candidates, parts)
+
+    def _without_speakers(
+        self, query: str, scope: Scope, owner: Scope | None, words: set[str]
+    ) -> tuple[str, list[tuple[int, float]] | None]:
+        """The query without the words that name speakers of the messages BM25 finds for it
+        (remembered for the owner's next searches), and that BM25 list; with `speaker_weight`
+        0, the query itself and no list."""
+        if not self.options.speaker_weight > 0:
+            return query, None
+        first = self.lexical.search(query, scope, self.options.candidates)
+        names = sql.speaker_names(self.store, [i for i, _ in first])
+        if names:
+            self._remember_speakers(owner, names)
+        return _without(query, naming_words(names, words)), first
+
+    def _fuse(
+        self,
+        query: str,
+        mode: str,
+        lexical: Sequence[list[tuple[int, float]]],
+        dense: Sequence[list[tuple[int, float]]],
+    ) -> list[tuple[int, float]]:
+        """The lists fused by weighted reciprocal rank (the mode's weights; a time window's
+        lists times `window_weight`); then the messages of a speaker the query names ("What did
+        Caroline ...") move up: the fused order restricted to them joins the fusion again at
+        `speaker_weight`."""
+        o = self.options
         weights = {
             "hybrid": (o.lexical_weight, o.vector_weight),
             "lexical": (1.0, 0.0),
@@ -374,13 +433,10 @@ class Retriever:
             ranked += [(weights[1] * factor, [i for i, _ in vec])]
         fused = fuse(ranked, o.rrf_k)
         if o.speaker_weight > 0 and fused:
-            # Messages of a speaker the query names ("What did Caroline ...") move up: the
-            # fused order restricted to them joins the fusion again at `speaker_weight`.
             named = spoken_by(self.store, [i for i, _ in fused], query_words(query))
             if named:
                 fused = fuse([(1.0, [i for i, _ in fused]), (o.speaker_weight, named)], o.rrf_k)
-        result.hits = self._hits(fused, lexical[0], dense[0], k, scope, query_terms(query))
-        return result
+        return fused
 
     def _remember_speakers(self, owner: Scope | None, names: set[str]) -> None:
         """Add names to those `owner`'s hits have shown (a bounded memory: SPEAKER_SCOPES

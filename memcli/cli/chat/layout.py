@@ -130,17 +130,51 @@ def panel_width(columns: int) -> int:
 def build_application(
     ui: ChatApp, history_path: Path | None, input: Any, output: Any
 ) -> Application[Any]:
+    """The full-screen chat: the conversation with the message being typed below it, the panels
+    of short-term and long-term memory beside it (F2), a status line at the bottom."""
+    buffer = input_buffer(ui, history_path)
+    sizes = Sizes(ui, buffer)
+    ui.conversation_size = sizes.conversation
+    app: Application[Any] = Application(
+        layout=Layout(screen_container(ui, buffer, sizes), focused_element=buffer),
+        key_bindings=key_bindings(ui, buffer, sizes),
+        style=STYLE,
+        full_screen=True,
+        mouse_support=False,
+        input=input,
+        output=output,
+        min_redraw_interval=0.01,
+    )
+    sizes.output = app.output
+    return app
+
+
+def input_buffer(ui: ChatApp, history_path: Path | None) -> Buffer:
+    """The editor's buffer: several lines, the history file (in memory without one), slash
+    commands completed as they are typed."""
     if history_path is not None:
         history_path.parent.mkdir(parents=True, exist_ok=True)
     history = FileHistory(str(history_path)) if history_path else InMemoryHistory()
-    buffer = Buffer(
+    return Buffer(
         multiline=True,
         history=history,
         completer=SlashCompleter(ui),
         complete_while_typing=True,
         name="input",
     )
+
+
+def key_bindings(ui: ChatApp, buffer: Buffer, sizes: Sizes) -> KeyBindings:
+    """The chat's keys: those of the editor, then those that move through the conversation."""
     keys = KeyBindings()
+    add_editor_keys(keys, ui, buffer)
+    add_scroll_keys(keys, ui, buffer, sizes)
+    return keys
+
+
+def add_editor_keys(keys: KeyBindings, ui: ChatApp, buffer: Buffer) -> None:
+    """Enter sends (or takes the completion shown), Esc Enter starts a new line, Ctrl-C cancels
+    the turn or clears the editor, Ctrl-D deletes or quits."""
     typing = has_focus(buffer)
 
     @keys.add("enter", filter=typing)
@@ -167,8 +201,13 @@ def build_application(
         else:
             event.app.exit()
 
+
+def add_scroll_keys(keys: KeyBindings, ui: ChatApp, buffer: Buffer, sizes: Sizes) -> None:
+    """PageUp/PageDown scroll the conversation a page, Home/End (the editor empty, or with
+    Ctrl) go to its top and back to its end; F2 shows or hides the panels."""
+
     def page() -> int:
-        return max(1, conversation_size()[1] - 2)
+        return max(1, sizes.conversation()[1] - 2)
 
     @keys.add("pageup")
     def _up(event: Any) -> None:
@@ -194,120 +233,90 @@ def build_application(
     def _panels(event: Any) -> None:
         ui.show_panels = not ui.show_panels
 
-    # Every size is given exactly: prompt-toolkit shares out free space one cell at a time, which
-    # costs more than the rest of a redraw together.
-    def size() -> tuple[int, int, int]:
+
+def exact(cells: int) -> Dimension:
+    """A size of exactly this many cells (at least one)."""
+    return Dimension.exact(max(1, cells))
+
+
+class Sizes:
+    """The size of each part of the screen, read from the terminal at each redraw, so that a
+    resize lays the screen out again. Every size is given exactly: prompt-toolkit shares out free
+    space one cell at a time, which costs more than the rest of a redraw together."""
+
+    def __init__(self, ui: ChatApp, buffer: Buffer) -> None:
+        self.ui = ui
+        self.buffer = buffer
+        #: The application's output (set once it is made): the terminal's size.
+        self.output: Any = None
+        #: The last preview made (it is asked several times a redraw).
+        self._previewed: dict[tuple[str, int, int], str] = {}
+
+    def screen(self) -> tuple[int, int, int]:
         """Columns, rows above the status line, the panels' width with their separator (0 when
-        hidden). Read from the terminal at each redraw, so a resize lays the screen out again."""
-        screen = app.output.get_size()
-        columns = max(1, screen.columns)
-        panel = panel_width(columns) if ui.panels_shown() else 0
-        return columns, max(3, screen.rows - 1), panel
+        hidden)."""
+        size = self.output.get_size()
+        columns = max(1, size.columns)
+        panel = panel_width(columns) if self.ui.panels_shown() else 0
+        return columns, max(3, size.rows - 1), panel
 
-    def conversation_size() -> tuple[int, int]:
-        columns, rows, panel = size()
-        return max(1, columns - panel), max(1, rows - 1 - editor_height() - preview_height())
+    def conversation(self) -> tuple[int, int]:
+        """The conversation's columns and rows: what the editor, its preview line and the rule
+        above them leave."""
+        columns, rows, panel = self.screen()
+        return max(1, columns - panel), max(
+            1, rows - 1 - self.editor_height() - self.preview_height()
+        )
 
-    def editor_width() -> int:
-        columns, _, panel = size()
+    def editor_width(self) -> int:
+        columns, _, panel = self.screen()
         return max(1, columns - panel - 2)
 
-    previewed: dict[tuple[str, int, int], str] = {}  # the last one (asked several times a redraw)
-
-    def preview() -> str:
-        columns, _, panel = size()
-        key = (buffer.text, editor_width(), columns - panel)
-        if key not in previewed:
-            previewed.clear()
-            previewed[key] = draft_preview(key[0], key[1], EDITOR_ROWS, key[2])
-        return previewed[key]
-
-    def preview_height() -> int:
-        return 1 if preview() else 0
-
-    ui.conversation_size = conversation_size
-
-    def exact(cells: int) -> Dimension:
-        return Dimension.exact(max(1, cells))
-
-    def editor_height() -> int:
+    def editor_height(self) -> int:
         """Its wrapped rows, up to EDITOR_ROWS (a long line shows more than its end)."""
-        return min(EDITOR_ROWS, wrapped_rows(buffer.text, editor_width(), EDITOR_ROWS))
+        return min(EDITOR_ROWS, wrapped_rows(self.buffer.text, self.editor_width(), EDITOR_ROWS))
 
-    def panel_height(name: str) -> int:
-        rows = size()[1]
+    def preview(self) -> str:
+        """The line about a message too long for the editor (`draft_preview`), made once per
+        text and width."""
+        columns, _, panel = self.screen()
+        key = (self.buffer.text, self.editor_width(), columns - panel)
+        if key not in self._previewed:
+            self._previewed.clear()
+            self._previewed[key] = draft_preview(key[0], key[1], EDITOR_ROWS, key[2])
+        return self._previewed[key]
+
+    def preview_height(self) -> int:
+        return 1 if self.preview() else 0
+
+    def panel_height(self, name: str) -> int:
+        """The rows of the short-term panel (half the screen) or of the long-term one (the rest),
+        their title rules included."""
+        rows = self.screen()[1]
         short = max(3, rows // 2)
         return short if name == "short" else max(3, rows - short)
 
-    def panel(name: str, title: str) -> HSplit:
-        """A titled panel: a title rule, then the panel's text (cheaper to draw than a Frame)."""
-        window: Window
 
-        def text() -> Any:
-            info = window.render_info
-            width = info.window_width if info else size()[2] - 1
-            height = info.window_height if info else panel_height(name) - 1
-            return ui.drawn(name, width, height)
-
-        def rule() -> Any:
-            head = f"─ {title} "
-            return [("class:frame.label", head), ("class:note", "─" * (size()[2] - 1 - len(head)))]
-
-        window = Window(
-            FormattedTextControl(text, focusable=False),
-            wrap_lines=False,
-            width=lambda: exact(size()[2] - 1),
-            height=lambda: exact(panel_height(name) - 1),
-        )
-        heading = Window(FormattedTextControl(rule), height=1, width=lambda: exact(size()[2] - 1))
-        return HSplit([heading, window])
-
-    conversation = Window(
-        FormattedTextControl(ui.conversation, focusable=False),
-        wrap_lines=True,
-        always_hide_cursor=True,
-        width=lambda: exact(conversation_size()[0]),
-        height=lambda: exact(conversation_size()[1]),
+def screen_container(ui: ChatApp, buffer: Buffer, sizes: Sizes) -> FloatContainer:
+    """The conversation column beside the panels (when shown), the status line below them, and
+    the completion menu at the cursor."""
+    right = HSplit([panel(ui, sizes, "short", "Short-term"), panel(ui, sizes, "long", "Long-term")])
+    separator = Window(
+        width=1, height=lambda: exact(sizes.screen()[1]), char="│", style="class:note"
     )
-    prompt = Window(FormattedTextControl([("class:prompt", "› ")]), width=2, height=1)
-    editor = VSplit(
-        [
-            prompt,
-            Window(
-                BufferControl(buffer),
-                height=lambda: exact(editor_height()),
-                width=lambda: exact(size()[0] - size()[2] - 2),
-                wrap_lines=True,
-            ),
-        ]
-    )
-    rule = Window(
-        height=1, width=lambda: exact(size()[0] - size()[2]), char="─", style="class:note"
-    )
-    pasted = ConditionalContainer(
-        Window(
-            FormattedTextControl(lambda: [("class:note", preview())]),
-            height=1,
-            width=lambda: exact(size()[0] - size()[2]),
-        ),
-        filter=Condition(lambda: bool(preview())),
-    )
-    left = HSplit([conversation, rule, pasted, editor])
-    right = HSplit([panel("short", "Short-term"), panel("long", "Long-term")])
-    separator = Window(width=1, height=lambda: exact(size()[1]), char="│", style="class:note")
     shown = Condition(ui.panels_shown)
     status = Window(
         FormattedTextControl(lambda: [("class:status", ui.status())]),
         height=1,
-        width=lambda: exact(size()[0]),
+        width=lambda: exact(sizes.screen()[0]),
         style="class:status",
     )
-    body = FloatContainer(
+    return FloatContainer(
         HSplit(
             [
                 VSplit(
                     [
-                        left,
+                        conversation_column(ui, buffer, sizes),
                         ConditionalContainer(separator, filter=shown),
                         ConditionalContainer(right, filter=shown),
                     ]
@@ -320,19 +329,76 @@ def build_application(
                 xcursor=True,
                 ycursor=True,
                 content=ConditionalContainer(
-                    CompletionsMenu(max_height=12, scroll_offset=1), filter=typing
+                    CompletionsMenu(max_height=12, scroll_offset=1), filter=has_focus(buffer)
                 ),
             )
         ],
     )
-    app: Application[Any] = Application(
-        layout=Layout(body, focused_element=buffer),
-        key_bindings=keys,
-        style=STYLE,
-        full_screen=True,
-        mouse_support=False,
-        input=input,
-        output=output,
-        min_redraw_interval=0.01,
+
+
+def conversation_column(ui: ChatApp, buffer: Buffer, sizes: Sizes) -> HSplit:
+    """The conversation, a rule, the preview line of a message too long for the editor (when
+    there is one), and the editor with its prompt."""
+    conversation = Window(
+        FormattedTextControl(ui.conversation, focusable=False),
+        wrap_lines=True,
+        always_hide_cursor=True,
+        width=lambda: exact(sizes.conversation()[0]),
+        height=lambda: exact(sizes.conversation()[1]),
     )
-    return app
+    prompt = Window(FormattedTextControl([("class:prompt", "› ")]), width=2, height=1)
+    editor = VSplit(
+        [
+            prompt,
+            Window(
+                BufferControl(buffer),
+                height=lambda: exact(sizes.editor_height()),
+                width=lambda: exact(sizes.screen()[0] - sizes.screen()[2] - 2),
+                wrap_lines=True,
+            ),
+        ]
+    )
+    rule = Window(
+        height=1,
+        width=lambda: exact(sizes.screen()[0] - sizes.screen()[2]),
+        char="─",
+        style="class:note",
+    )
+    pasted = ConditionalContainer(
+        Window(
+            FormattedTextControl(lambda: [("class:note", sizes.preview())]),
+            height=1,
+            width=lambda: exact(sizes.screen()[0] - sizes.screen()[2]),
+        ),
+        filter=Condition(lambda: bool(sizes.preview())),
+    )
+    return HSplit([conversation, rule, pasted, editor])
+
+
+def panel(ui: ChatApp, sizes: Sizes, name: str, title: str) -> HSplit:
+    """A titled panel: a title rule, then the panel's text (cheaper to draw than a Frame)."""
+    window: Window
+
+    def text() -> Any:
+        info = window.render_info
+        width = info.window_width if info else sizes.screen()[2] - 1
+        height = info.window_height if info else sizes.panel_height(name) - 1
+        return ui.drawn(name, width, height)
+
+    def rule() -> Any:
+        head = f"─ {title} "
+        return [
+            ("class:frame.label", head),
+            ("class:note", "─" * (sizes.screen()[2] - 1 - len(head))),
+        ]
+
+    window = Window(
+        FormattedTextControl(text, focusable=False),
+        wrap_lines=False,
+        width=lambda: exact(sizes.screen()[2] - 1),
+        height=lambda: exact(sizes.panel_height(name) - 1),
+    )
+    heading = Window(
+        FormattedTextControl(rule), height=1, width=lambda: exact(sizes.screen()[2] - 1)
+    )
+    return HSplit([heading, window])
