@@ -31,6 +31,7 @@ COMMANDS = (
     ("simulate", "memcli.cli.simulate", "app", True),
     ("info", "memcli.cli.info", "info_command", False),
     ("setup", "memcli.cli.setup", "setup_command", False),
+    ("config", "memcli.cli.config_cmd", "app", True),
     ("mcp", "memcli.cli.mcp", "app", True),
 )
 _GLOBAL_OPTIONS = ("--db", "--config")

@@ -100,6 +100,8 @@ def backfill_command(
         ),
     ] = None,
     user: common.User = None,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     json_: common.Json = False,
 ) -> None:
     """Hand each block every archived batch it has not processed (after `import --no-blocks`, a
@@ -112,7 +114,7 @@ def backfill_command(
     from memcli.blocks.feed import backfill
     from memcli.store.base import check_owner
 
-    s = common.settings(ctx, user=user)
+    s = common.settings(ctx, user=user, model=model, api_base=api_base)
     store = common.open_store(s, must_exist=True)
     if session is not None:
         sessions = [common.require_session(store, session)]

@@ -48,6 +48,24 @@ User = Annotated[
         autocompletion=lambda ctx, incomplete: complete_user(ctx, incomplete),
     ),
 ]
+Model = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        metavar="NAME",
+        help="Any litellm model string (default: $MEMCLI_MODEL, else `memcli config set model"
+        " NAME`'s [llm] model).",
+    ),
+]
+ApiBase = Annotated[
+    str | None,
+    typer.Option(
+        "--api-base",
+        metavar="URL",
+        help="The endpoint of an OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1"
+        " (default: $MEMCLI_API_BASE, else [llm] api_base).",
+    ),
+]
 Json = Annotated[bool, typer.Option("--json", help="JSON Lines on stdout (the default in a pipe).")]
 
 

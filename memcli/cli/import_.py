@@ -85,6 +85,8 @@ def import_command(
             "--dry-run", help="Print what would be stored (sessions, messages); write nothing."
         ),
     ] = False,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     json_: common.Json = False,
 ) -> None:
     """Import a transcript; messages go through the engine, so flushes happen as they would live.
@@ -119,7 +121,7 @@ def import_command(
         raise UsageError(f"unknown --put {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
     if format_ not in FORMATS:
         raise UsageError(f"unknown --format {format_!r}", f"Use one of: {', '.join(FORMATS)}")
-    s = common.settings(ctx, user=user)
+    s = common.settings(ctx, user=user, model=model, api_base=api_base)
     asked = common.budget_asked(token_limit, ratio, flush_size)
     source = read(file, format=format_)  # validated whole before the store is touched
     found = from_source(source, session)

@@ -52,6 +52,8 @@ app.add_typer(token_app, name="token")
 def mcp_command(
     ctx: typer.Context,
     user: common.User = None,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     http: Annotated[
         bool,
         typer.Option(
@@ -80,7 +82,7 @@ def mcp_command(
         return
     from memcli.blocks.background import Background
 
-    s = common.settings(ctx, user=user)
+    s = common.settings(ctx, user=user, model=model, api_base=api_base)
     store = common.open_store(s)
     # put_messages hands flushed batches to a thread with its own connection: a call never
     # waits for fact extraction or embedding; what a closing server leaves stays for a backfill.

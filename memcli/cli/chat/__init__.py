@@ -32,22 +32,8 @@ def chat_command(
         ),
     ] = None,
     user: common.User = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            metavar="NAME",
-            help="Any litellm model string (default: $MEMCLI_MODEL, [llm] model).",
-        ),
-    ] = None,
-    api_base: Annotated[
-        str | None,
-        typer.Option(
-            "--api-base",
-            metavar="URL",
-            help="The endpoint, for OpenAI-compatible servers ($MEMCLI_API_BASE).",
-        ),
-    ] = None,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     token_limit: common.TokenLimit = None,
     ratio: common.Ratio = None,
     flush_size: common.FlushSize = None,
