@@ -46,7 +46,7 @@ def list_command(
         if store is None:
             common.open_store(s, must_exist=True)  # says there is no database
         else:
-            common.require_session(store, session)
+            session = common.require_session(store, session).id
     blocks, problems = common.blocks_with_problems(s, store, session=session)
     records: list[dict[str, Any]] = [
         {
@@ -118,6 +118,7 @@ def backfill_command(
     store = common.open_store(s, must_exist=True)
     if session is not None:
         sessions = [common.require_session(store, session)]
+        session = sessions[0].id
         check_owner(sessions[0], user, "Leave out --user, or use --user {owner_arg}")
     else:
         sessions = store.list_sessions(s.user)

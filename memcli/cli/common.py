@@ -141,12 +141,25 @@ def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
 
 
 def require_session(store: AnyStore, session_id: str, user: str | None = None) -> SessionInfo:
-    """The stored session (of `user`, when given); SessionNotFound (exit 1) otherwise, as every
-    command says it: another user's session is named as theirs, a missing one gets the close ids."""
+    """The stored session (of `user`, when given) that `session_id` names, whole or by a unique
+    start of its id (several: the candidates, exit 2); SessionNotFound (exit 1) otherwise, as
+    every command says it: another user's session is named as theirs, a missing one gets the
+    close ids. Commands go on with the returned session's `id`."""
     from memcli.store.base import check_owner, require_session
 
     check_owner(store.get_session(session_id), user, OTHER_USERS_SESSION)
-    return require_session(store, session_id, user)
+    return require_session(store, session_id, user, prefix=True)
+
+
+def session_named(store: AnyStore, session_id: str | None, user: str | None = None) -> str | None:
+    """A session option's id: a stored session's whole id when `session_id` is a unique start
+    of one (of `user`, when given; several: exit 2), else `session_id` as given (None: none)."""
+    from memcli.store.base import by_prefix
+
+    if not session_id:
+        return session_id
+    info = by_prefix(store, session_id, user)
+    return info.id if info is not None else session_id
 
 
 #: The hint every command gives for a session of another user than --user.

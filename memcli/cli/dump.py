@@ -53,6 +53,7 @@ def blocks_command(
 
     s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=True)
+    session = common.session_named(store, session)
     blocks = common.make_blocks(s, store, session=session)
     names = [b.name for b in blocks]
     if block is not None and block not in names:
@@ -140,6 +141,7 @@ def context_command(
 
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
+    session = common.session_named(store, session) or session
     blocks = common.make_blocks(s, store, session=session)
     messages = blocks_view(
         store,

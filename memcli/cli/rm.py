@@ -67,7 +67,8 @@ def rm_command(
     store = common.open_store(s, must_exist=True)
     if not dry_run and forgetting.finish_deletes(store, s.home / "indexes"):
         output.info("Finished a delete that was stopped before its cleanup.")
-    deletions = forgetting.plan(store, session or [], message or [], user)
+    named = [common.session_named(store, name, user) or name for name in session or []]
+    deletions = forgetting.plan(store, named, message or [], user)
     for d in deletions:
         if d.forgotten is not None and d.forgotten.is_empty:
             others = common.close_users(store, d.forgotten.user)

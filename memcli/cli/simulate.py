@@ -216,7 +216,7 @@ def _load(s: Any, source: str | None, session: str | None, put: str) -> tuple[Re
         store = common.open_store(s, must_exist=True)
         try:
             info = common.require_session(store, session)
-            messages = store.get_messages(session)
+            messages = store.get_messages(info.id)
         finally:
             store.close()
         records = [Record(i, [m]) for i, m in enumerate(messages)]

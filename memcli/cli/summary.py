@@ -36,7 +36,7 @@ def summary_command(
 
     s = common.settings(ctx, model=model, api_base=api_base)
     store = common.open_store(s, must_exist=True)
-    common.require_session(store, session)
+    session = common.require_session(store, session).id
     blocks = common.make_blocks(s, store, session=session, warn=False)
     reports = summary_reports(store, session, blocks, block=block, history=history)
     if output.wants_json(json_):

@@ -31,6 +31,14 @@ def chat_command(
             autocompletion=common.complete_session,
         ),
     ] = None,
+    continue_: Annotated[
+        bool,
+        typer.Option(
+            "--continue",
+            "-c",
+            help="Resume your most recent session (the one with the latest message).",
+        ),
+    ] = False,
     user: common.User = None,
     model: common.Model = None,
     api_base: common.ApiBase = None,
@@ -82,6 +90,12 @@ def chat_command(
     s = common.settings(
         ctx, user=user, model=model, api_base=api_base, memory_tools=memory_tools or None
     )
+    if continue_:
+        if session is not None:
+            from memcli.errors import UsageError
+
+            raise UsageError("--continue and --session go not together", "Give one of them")
+        session = latest_session(s)
     chat, is_new = build_chat(s, session, token_limit, ratio, flush_size, rebudget)
     from memcli.chat.commands import Commands
 
@@ -112,6 +126,19 @@ def chat_command(
     ending.code = code
     if code:  # a turn or a command failed (said in the conversation): exit 1, as plain mode
         raise typer.Exit(code)
+
+
+def latest_session(s: Settings) -> str | None:
+    """The user's most recent session (its latest message the newest), for --continue; None
+    (a new session, said) when they have none."""
+    store = common.open_store(s, must_exist=True) if common.database_exists(s) else None
+    infos = store.list_sessions(s.user) if store is not None else []
+    if store is not None:
+        store.close()
+    if not infos:
+        output.info(f"No session of user {s.user} to continue: this chat starts one.")
+        return None
+    return max(infos, key=lambda i: (i.last_at or i.updated_at, i.updated_at)).id
 
 
 def close_sessions(chat: Chat, session: str | None) -> str | None:
@@ -198,6 +225,8 @@ def build_chat(
     if session:
         # A session of another user: refused for an explicit --user, else chatted in as its user's.
         user = s.user if "user" in s.explicit else None
+        session = common.session_named(store, session, user)  # a unique start of an id
+        assert session is not None
         info = owned(store, session, user, common.OTHER_USERS_SESSION)
         if info is not None:
             user_id = info.user_id
