@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from memcli.errors import ConfigError, InputError, UsageError
 from memcli.flush import MAX_TOKEN_LIMIT
-from memcli.messages import check_text
+from memcli.messages import check_text, validate_user
 from memcli.store.base import is_postgres_url, redact_url
 
 if TYPE_CHECKING:
@@ -317,6 +317,8 @@ def load_settings(
         if isinstance(value, str) and spec.name != "db":  # a path may be any bytes
             try:
                 check_text(value, spec.key)
+                if spec.name == "user":  # the one rule for names: trimmed, one printable line
+                    value = validate_user(value)
             except InputError as exc:  # bytes that are not UTF-8, in a flag or the environment
                 raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
         values[spec.name] = value
@@ -408,6 +410,8 @@ def parse_setting(spec: Field, text: str) -> Any:
     if isinstance(value, str):
         try:
             check_text(value, spec.key)
+            if spec.name == "user":
+                value = validate_user(value)
         except InputError as exc:
             raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
     return value

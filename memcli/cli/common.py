@@ -46,8 +46,27 @@ User = Annotated[
         metavar="NAME",
         help="The user whose memory this is.",
         autocompletion=lambda ctx, incomplete: complete_user(ctx, incomplete),
+        callback=lambda value: user_name(value),
     ),
 ]
+
+
+def user_name(value: str | None, what: str = "--user") -> str | None:
+    """A --user as given, by the one rule for names (`messages.validate_user`): trimmed;
+    exit 2 when blank or holding control characters."""
+    from memcli.messages import validate_user
+
+    return None if value is None else validate_user(value, what)
+
+
+def session_name(value: str | None, what: str = "--session") -> str | None:
+    """A --session (or SESSION) as given, by the one rule for names: trimmed; exit 2 when
+    blank or holding control characters."""
+    from memcli.messages import validate_session_id
+
+    return None if value is None else validate_session_id(value, what)
+
+
 Model = Annotated[
     str | None,
     typer.Option(
@@ -175,7 +194,9 @@ def close_users(store: Any, user: str) -> str:
     if not users:
         return ""
     close = get_close_matches(user, users, n=3, cutoff=0.6)
-    guess = f" Did you mean {' or '.join(repr(u) for u in close)}?" if close else ""
+    from memcli.words import shell_arg
+
+    guess = f" Did you mean --user {' or '.join(shell_arg(u) for u in close)}?" if close else ""
     return f"{guess} The users with sessions: {', '.join(users)}."
 
 
@@ -356,8 +377,9 @@ def complete_user(ctx: typer.Context, incomplete: str) -> list[str]:
 SessionId = Annotated[
     str,
     typer.Argument(
-        help="The session id (see `memcli sessions`).",
+        help="The session id, or a unique start of it (see `memcli sessions`).",
         metavar="SESSION",
         autocompletion=complete_session,
+        callback=lambda value: session_name(value, "SESSION"),
     ),
 ]

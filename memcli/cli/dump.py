@@ -36,6 +36,7 @@ def blocks_command(
             help="The session (default: none, an empty chat history).",
             metavar="[SESSION]",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
     block: Annotated[str | None, typer.Option("--block", help="Only this block.")] = None,
@@ -124,7 +125,10 @@ def context_command(
     session: Annotated[
         str,
         typer.Argument(
-            help="The session.", metavar="SESSION", autocompletion=common.complete_session
+            help="The session.",
+            metavar="SESSION",
+            autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ],
     input_: Input = None,

@@ -26,6 +26,7 @@ Session = Annotated[
         "--session",
         metavar="SESSION",
         help="The facts of a session-scoped block (default: the user's).",
+        callback=lambda value: common.session_name(value),
     ),
 ]
 Block = Annotated[

@@ -39,6 +39,7 @@ def import_command(
             metavar="SESSION",
             help="Put everything in this session (default: from the records, else new).",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
     user: common.User = None,

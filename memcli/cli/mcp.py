@@ -23,6 +23,7 @@ from memcli.cli.mcp_http import (
     PARSE_ERROR,
     request_problem,
 )
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.config import Settings
@@ -213,15 +214,16 @@ def token_add(
     """Make a token for `memcli mcp --http` and print it (shown this once: only its hash is
     stored). A client sends it as `Authorization: Bearer TOKEN`."""
     from memcli.cli import output
-    from memcli.messages import validate_session_id
+    from memcli.messages import validate_user
     from memcli.store import tokens
 
-    validate_session_id(user, "--user")
+    user = validate_user(user, "--user")
     s = common.settings(ctx)
     token, secret = tokens.add_token(common.open_store(s), user)
     output.write(secret + "\n")
     output.info(
-        f"Token {token.id} acts as user {user!r}; remove it with `memcli mcp token rm {token.id}`."
+        f"Token {token.id} acts as user {shell_arg(user)}; remove it with"
+        f" `memcli mcp token rm {token.id}`."
     )
 
 

@@ -40,6 +40,7 @@ def rm_command(
             help="Without SESSION: delete everything of this user. With SESSION: only that"
             " user's sessions.",
             metavar="NAME",
+            callback=lambda value: common.user_name(value),
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
@@ -67,7 +68,8 @@ def rm_command(
     store = common.open_store(s, must_exist=True)
     if not dry_run and forgetting.finish_deletes(store, s.home / "indexes"):
         output.info("Finished a delete that was stopped before its cleanup.")
-    named = [common.session_named(store, name, user) or name for name in session or []]
+    given = [common.session_name(name, "SESSION") or name for name in session or []]
+    named = [common.session_named(store, name, user) or name for name in given]
     deletions = forgetting.plan(store, named, message or [], user)
     for d in deletions:
         if d.forgotten is not None and d.forgotten.is_empty:

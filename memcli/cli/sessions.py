@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 
 def sessions_command(
@@ -81,4 +82,4 @@ def _say_none(store: Any, user: str | None) -> None:
     if not others:
         output.info("No sessions yet. Start one with `memcli import FILE` or `memcli chat`.")
         return
-    output.info(f"No sessions of user {user!r}.{others}")
+    output.info(f"No sessions of user {shell_arg(str(user))}.{others}")

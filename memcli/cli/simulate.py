@@ -40,6 +40,7 @@ def flush_command(
             metavar="SESSION",
             help="Replay a stored session instead (read only).",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
     token_limit: Annotated[

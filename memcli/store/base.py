@@ -342,7 +342,7 @@ def suggestion(
     close = get_close_matches(session_id, ids, n=3, cutoff=0.6)
     if not close:
         return None
-    names = " or ".join(repr(c) for c in close)
+    names = " or ".join(shell_arg(c) for c in close)
     return f"Did you mean {names}? {then}"
 
 

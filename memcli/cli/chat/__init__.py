@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.chat.commands import Commands
@@ -29,6 +30,7 @@ def chat_command(
             metavar="SESSION",
             help="Resume this session (or start one with this id).",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
     continue_: Annotated[
@@ -149,7 +151,10 @@ def close_sessions(chat: Chat, session: str | None) -> str | None:
     guess = suggestion(chat.store, session, chat.user_id, new=True) if session else None
     if guess is None:
         return None
-    return f"No session {session!r} of user {chat.user_id!r} yet: this chat starts it. {guess}."
+    return (
+        f"No session {shell_arg(str(session))} of user {shell_arg(chat.user_id)} yet: this chat"
+        f" starts it. {guess}."
+    )
 
 
 class ProcessEnd:
