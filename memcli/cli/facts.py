@@ -240,7 +240,7 @@ def facts_command(
     if not listed:
         stored = facts.store.list_sessions(s.user)
         others = "" if stored or session else common.close_users(facts.store, s.user)
-        output.info(f"No facts of user {s.user!r}.{others}" if others else "No facts.")
+        output.info(f"No facts of user {shell_arg(s.user)}.{others}" if others else "No facts.")
     _show(listed, json_)
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.forgetting import Deletion
@@ -75,7 +76,9 @@ def rm_command(
         if d.forgotten is not None and d.forgotten.is_empty:
             others = common.close_users(store, d.forgotten.user)
             if others:
-                output.info(f"Nothing is stored for user {d.forgotten.user!r}.{others}")
+                output.info(
+                    f"Nothing is stored for user {shell_arg(d.forgotten.user)}.{others}"
+                )
     wants_json = output.wants_json(json_)
     if dry_run:
         for d in deletions:

@@ -230,8 +230,14 @@ def build_chat(
     if session:
         # A session of another user: refused for an explicit --user, else chatted in as its user's.
         user = s.user if "user" in s.explicit else None
-        session = common.session_named(store, session, user)  # a unique start of an id
-        assert session is not None
+        named = common.session_named(store, session, s.user)  # a start of one of the user's
+        assert named is not None
+        if named != session:
+            output.info(
+                f"--session {shell_arg(session)} is the start of session {named}: resuming it"
+                " (give another name to start a new session)."
+            )
+        session = named
         info = owned(store, session, user, common.OTHER_USERS_SESSION)
         if info is not None:
             user_id = info.user_id
