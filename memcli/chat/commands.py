@@ -166,10 +166,13 @@ class Commands:
         infos = self.chat.store.list_sessions(self.chat.user_id)
         if not infos:
             return Result("No sessions yet.")
+        infos.sort(key=lambda i: (i.last_at or i.updated_at, i.updated_at), reverse=True)
         lines = [
-            f"{'*' if i.id == self.chat.session_id else ' '} {i.id}  {i.active_messages} active, "
-            f"{i.archived_messages} archived, {i.active_tokens:,} / {i.threshold:,.0f} tokens, "
-            f"last {i.updated_at.astimezone():%Y-%m-%d %H:%M}"
+            f"{'*' if i.id == self.chat.session_id else ' '} {i.id}"
+            + (f" ({i.title})" if i.title else "")
+            + f"  {i.active_messages} active, {i.archived_messages} archived,"
+            f" {i.active_tokens:,} / {i.threshold:,.0f} tokens,"
+            f" last message {(i.last_at or i.updated_at).astimezone():%Y-%m-%d %H:%M}"
             for i in infos
         ]
         return Result("\n".join(lines))

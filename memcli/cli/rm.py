@@ -76,9 +76,7 @@ def rm_command(
         if d.forgotten is not None and d.forgotten.is_empty:
             others = common.close_users(store, d.forgotten.user)
             if others:
-                output.info(
-                    f"Nothing is stored for user {shell_arg(d.forgotten.user)}.{others}"
-                )
+                output.info(f"Nothing is stored for user {shell_arg(d.forgotten.user)}.{others}")
     wants_json = output.wants_json(json_)
     if dry_run:
         for d in deletions:
