@@ -113,6 +113,7 @@ def test_a_session_is_named_by_a_unique_start_of_its_id_everywhere() -> None:
     assert [s["session"] for s in sessions()] == [LONG]
 
 
+@pytest.mark.usefixtures("cli_db")  # on SQLite and on PostgreSQL
 def test_sessions_are_dated_by_their_messages_not_by_the_import() -> None:
     imported("late", ("2024-06-01T10:00:00Z", "2024-06-01T10:05:00Z"))
     imported("early", ("2023-02-01T08:00:00Z", "2023-02-01T09:30:00Z"))
@@ -122,6 +123,10 @@ def test_sessions_are_dated_by_their_messages_not_by_the_import() -> None:
     assert late["first_at"] == "2024-06-01T10:00:00Z" and late["last_at"] == "2024-06-01T10:05:00Z"
     assert late["created_at"] > "2025"  # the import's own time, apart
     assert records[1]["first_at"] == "2023-02-01T08:00:00Z"
+    # A start of an id names the session on both backends; -c takes the latest message's.
+    run = memcli("inspect", "ear", "--json")
+    assert run.code == 0 and run.records()[-1]["session"] == "early", run.stderr
+    assert "resumed session late" in chat("-c", input="").stderr
 
 
 def test_the_sessions_table_gives_the_title_room() -> None:
