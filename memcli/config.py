@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from memcli.errors import ConfigError, InputError, UsageError
 from memcli.flush import MAX_TOKEN_LIMIT
-from memcli.messages import check_text
+from memcli.messages import check_text, validate_user
 from memcli.store.base import is_postgres_url, redact_url, refuse_keyword_string
 
 if TYPE_CHECKING:
@@ -189,6 +189,17 @@ def default_config_path(env: Mapping[str, str]) -> Path:
     return Path(platformdirs.user_config_dir("memcli", appauthor=False)) / "config.toml"
 
 
+def config_file(env: Mapping[str, str], config_path: str | Path | None = None) -> tuple[Path, str]:
+    """The config file and where it was named: `config_path` (--config: "flag"), else
+    $MEMCLI_CONFIG ("env"), else the user config dir's config.toml ("default"), which may not
+    exist."""
+    if config_path is not None:
+        return Path(config_path).expanduser(), "flag"
+    if env.get("MEMCLI_CONFIG"):
+        return Path(env["MEMCLI_CONFIG"]).expanduser(), "env"
+    return default_config_path(env), "default"
+
+
 def _convert(value: Any, spec: Field, where: str) -> Any:
     if value is None:
         return None
@@ -272,19 +283,11 @@ def load_settings(
 ) -> Settings:
     """Resolve every setting: flags > MEMCLI_* environment > TOML file > defaults."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
-    path: Path | None = None
-    sources: dict[str, str] = {
-        "config": "default",
-        "home": "env" if env.get("MEMCLI_HOME") else "default",
-    }
-    if config_path is not None:
-        path, sources["config"] = Path(config_path).expanduser(), "flag"
-    elif env.get("MEMCLI_CONFIG"):
-        path, sources["config"] = Path(env["MEMCLI_CONFIG"]).expanduser(), "env"
-    else:
-        candidate = default_config_path(env)
-        if candidate.is_file():
-            path = candidate
+    sources: dict[str, str] = {"home": "env" if env.get("MEMCLI_HOME") else "default"}
+    path: Path | None
+    path, sources["config"] = config_file(env, config_path)
+    if sources["config"] == "default" and not path.is_file():
+        path = None
     data = read_toml(path) if path is not None else {}
     _check_known(data, path)
     values: dict[str, Any] = {}
@@ -315,6 +318,8 @@ def load_settings(
         if isinstance(value, str) and spec.name != "db":  # a path may be any bytes
             try:
                 check_text(value, spec.key)
+                if spec.name == "user":  # the one rule for names: trimmed, one printable line
+                    value = validate_user(value)
             except InputError as exc:  # bytes that are not UTF-8, in a flag or the environment
                 raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
         values[spec.name] = value
@@ -362,3 +367,112 @@ def _check_known(data: dict[str, Any], path: Path | None) -> None:
             if home is not None
             else "See config.example.toml for every setting",
         )
+
+
+# -- the config file, edited (`memcli config set|get|unset|list`) ---------------------------------
+
+
+def dotted(spec: Field) -> str:
+    """A setting's name in the config file: `llm.model`, `user`."""
+    return spec.key if spec.section is None else f"{spec.section}.{spec.key}"
+
+
+def setting(name: str) -> Field:
+    """The setting a `memcli config` KEY names: its dotted name (`llm.model`), or its key alone
+    (`model`: every key is one section's), `-` read as `_`. UsageError naming the key otherwise,
+    with the close names."""
+    wanted = name.strip().replace("-", "_")
+    for spec in FIELDS:
+        if wanted in (dotted(spec), spec.key, spec.name):  # (name: as its flag, --flush-size)
+            return spec
+    from difflib import get_close_matches
+
+    names = [dotted(spec) for spec in FIELDS]
+    close = get_close_matches(wanted, names + [spec.key for spec in FIELDS], n=1, cutoff=0.6)
+    guess = f"Did you mean {close[0]}? " if close else ""
+    raise UsageError(
+        f"no setting {name!r}",
+        f"{guess}The settings: {', '.join(names)} ([[blocks]] are edited in the file itself)",
+    )
+
+
+def parse_setting(spec: Field, text: str) -> Any:
+    """A setting's value as written on a command line (`0.5`, `true`, `openai/llama3.2`),
+    checked as the config file's value is: its type, its range, valid Unicode. ConfigError
+    (exit 2) naming the key otherwise."""
+    where = f"config key {dotted(spec)}"
+    if spec.kind is str and not text.strip():
+        raise ConfigError(
+            f"{where}: the value is empty",
+            f"Remove the setting with `memcli config unset {spec.key}`",
+        )
+    value = _convert(text, spec, where)
+    spec.check_range(value, where)
+    if isinstance(value, str):
+        try:
+            check_text(value, spec.key)
+            if spec.name == "user":
+                value = validate_user(value)
+        except InputError as exc:
+            raise ConfigError(f"{where}: {exc.message}", exc.hint) from None
+    return value
+
+
+def file_value(path: Path, spec: Field) -> Any:
+    """The value the config file at `path` sets for `spec` (None: not set, or no file)."""
+    if not path.is_file():
+        return None
+    data = read_toml(path)
+    table = data if spec.section is None else data.get(spec.section, {})
+    return table.get(spec.key) if isinstance(table, dict) else None
+
+
+def write_setting(path: Path, spec: Field, value: Any) -> None:
+    """Set (`value` not None) or remove (None) one setting in the TOML file at `path`, keeping
+    the rest of the file as it is, its comments and layout too (tomlkit); a file that is not
+    there is made (its folder too). The file is checked before and after (`read_toml`, unknown
+    keys) and replaced at once: a failure leaves it as it was."""
+    import os
+    import tempfile
+
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    text = ""
+    if path.exists():
+        read_toml(path)  # invalid TOML or UTF-8: said with the file's name, nothing written
+        text = path.read_text(encoding="utf-8")
+    try:
+        document = tomlkit.parse(text)
+        if spec.section is None:
+            table: Any = document
+        else:
+            if spec.section not in document:
+                if value is None:
+                    return
+                document.add(spec.section, tomlkit.table())
+            table = document[spec.section]
+            if not isinstance(table, dict):
+                raise ConfigError(
+                    f"{path}: [{spec.section}] must be a table", "See config.example.toml"
+                )
+        if value is None:
+            table.pop(spec.key, None)
+        else:
+            table[spec.key] = value
+        new_text = tomlkit.dumps(document)
+    except TOMLKitError as exc:
+        raise ConfigError(f"{path}: cannot edit it: {exc}", "Edit the file by hand") from None
+    check = tomllib.loads(new_text)
+    _check_known(check, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+            out.write(new_text)
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode & 0o7777)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

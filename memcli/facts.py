@@ -29,6 +29,7 @@ from memcli.search.types import MAX_HITS
 from memcli.search.types import MODES as SEARCH_MODES
 from memcli.store import facts as fact_store
 from memcli.store.facts import Fact, FactChange
+from memcli.words import SET_MODEL
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -314,16 +315,17 @@ class Facts:
         return fact_store.restore_fact(self.store, fact_id, origin=self.origin)
 
     def extraction_plan(
-        self, tokenizer: Tokenizer, session: str | None = None
+        self, tokenizer: Tokenizer, session: str | None = None, *, dry_run: bool = False
     ) -> tuple[list[FactBlock], ExtractionPlan]:
         """The fact blocks with a model, and what they have not read of the user's stored
         conversations (or of one `session`): archived batches not processed and active messages
         never read, in batches, with the requests and `tokenizer` tokens (cl100k) extraction
         would send (`blocks.conversations.plan_extraction`). Nothing is sent. UsageError when no
-        fact block with a model is configured; SessionNotFound for a session not the user's."""
+        fact block with a model is configured (with `dry_run`, a fact block without one is
+        planned for too: counting needs no model); SessionNotFound for a session not the user's."""
         from memcli.blocks.conversations import plan_extraction
 
-        blocks, sessions = self._extracting(session)
+        blocks, sessions = self._extracting(session, need_model=not dry_run)
         return blocks, plan_extraction(self.store, blocks, sessions, tokenizer)
 
     def extract(
@@ -355,7 +357,9 @@ class Facts:
             on_total(len(plan.batches))
         return read_batches(self.store, plan.blocks, plan, tokenizer, progress)
 
-    def _extracting(self, session: str | None) -> tuple[list[FactBlock], list[SessionInfo]]:
+    def _extracting(
+        self, session: str | None, *, need_model: bool = True
+    ) -> tuple[list[FactBlock], list[SessionInfo]]:
         """The fact blocks with a model (of `session`'s blocks, else the user's), and the
         sessions to read: the user's, or `session` when it is theirs (with no owner: anyone's)."""
         if session is not None:
@@ -366,13 +370,12 @@ class Facts:
         else:
             sessions = self.store.list_sessions(self.user)
         blocks = fact_blocks(self.blocks(session))
-        if not any(b.llm for b in blocks):
+        if not any(b.llm for b in blocks) and (need_model or not blocks):
             raise UsageError(
                 "no fact block is configured" if not blocks else "no model is configured for facts",
-                "Set a model: MEMCLI_MODEL=NAME in the environment, or `[llm] model` in the config"
-                ' file; or add a [[blocks]] kind = "facts" with a model',
+                f'Set a model: {SET_MODEL}; or add a [[blocks]] kind = "facts" with a model',
             )
-        return [b for b in blocks if b.llm], sessions
+        return [b for b in blocks if b.llm or not need_model], sessions
 
     def remember(self, text: str, tokenizer: Tokenizer) -> Remembered:
         """Extract the facts in `text` now: each of the user's fact blocks that has a model (and

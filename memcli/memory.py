@@ -22,7 +22,7 @@ from memcli.blocks.base import BlockContext, MemoryBlock
 from memcli.context import Context, assemble
 from memcli.errors import InputError, MessageNotFound, UsageError
 from memcli.flush import Budget, BudgetOverride
-from memcli.messages import Message, new_session_id
+from memcli.messages import Message, new_session_id, validate_session_id, validate_user
 from memcli.store.base import NewMessage, SessionInfo, Store, check_owner
 from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages
 from memcli.writer import Flush, SessionWriter, in_worker, stop_worker
@@ -94,7 +94,7 @@ class Memory:
                 f"block names must be unique; repeated: {', '.join(duplicates)}",
                 "Give each block its own name",
             )
-        self.session_id = session_id or new_session_id()
+        self.session_id = validate_session_id(session_id) if session_id else new_session_id()
         #: A message given with `tokens` set keeps that count (an integration that counts as
         #: its framework does sets this: `MemcliMemory`); otherwise memcli counts every message.
         self.given_tokens = False
@@ -106,7 +106,7 @@ class Memory:
         info = store.get_session(self.session_id)
         if info is None:
             budget = budget or Budget()
-            self.user_id = user_id if user_id is not None else "default"
+            self.user_id = validate_user(user_id) if user_id is not None else "default"
             info = store.create_session(
                 self.session_id,
                 self.user_id,

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -379,17 +380,37 @@ def new_session_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def validate_session_id(value: Any, what: str = "session") -> str:
-    """A session id as given (a flag, a record's "session"): text that is not blank and is valid
-    Unicode; raises InputError otherwise."""
+def check_name(value: Any, what: str, example: str = "") -> str:
+    """The one rule for a name a person gives (a user, a session, a title): text, valid
+    Unicode, without control characters (a newline, a tab, an escape: they split rows and
+    move terminals' cursors), not blank; returned with the whitespace around it trimmed.
+    InputError (exit 2) naming `what` otherwise; `example` ends its hint (`e.g. --user ana`)."""
+    hint = f"Give a name, e.g. {example}" if example else "Give a name"
     if not isinstance(value, str):
-        raise InputError(f"{what} must be text, not {_json_type(value)}", "Give the session a name")
-    if not value.strip():
-        raise InputError(
-            f"{what} must not be empty", "Give the session a name, e.g. --session work"
-        )
+        raise InputError(f"{what} must be text, not {_json_type(value)}", hint)
     check_text(value, what)
-    return value
+    name = value.strip()
+    if not name:
+        raise InputError(f"{what} must not be empty", hint)
+    bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is not None:
+        raise InputError(
+            f"{what} holds a control character (U+{ord(bad):04X}) at character {value.index(bad)}",
+            "Names are one line of printable text: leave out newlines, tabs and escapes",
+        )
+    return name
+
+
+def validate_session_id(value: Any, what: str = "session") -> str:
+    """A session id as given (a flag, a record's "session"), by `check_name`'s rule: trimmed;
+    InputError when it is blank, holds control characters or is no valid Unicode."""
+    return check_name(value, what, "--session work")
+
+
+def validate_user(value: Any, what: str = "user") -> str:
+    """A user name as given (--user, MEMCLI_USER, `user` in the config, a tool's or a Memory's
+    user_id), by `check_name`'s rule: trimmed; InputError otherwise."""
+    return check_name(value, what, "--user ana")
 
 
 def to_json_line(record: dict[str, Any]) -> str:

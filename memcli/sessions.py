@@ -247,3 +247,36 @@ def open_stored(
         memory_blocks=blocks,
         insert_method=insert_method,
     )
+
+
+#: The longest title a chat session gets from its first message (in characters, "…" included).
+TITLE_WIDTH = 60
+#: The longest title `/title` takes.
+MAX_TITLE = 200
+
+
+def title_from(text: str) -> str:
+    """A chat session's title from its first user message: the text on one line (whitespace
+    and control characters made single spaces), cut at a word end to TITLE_WIDTH with "…"."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    if len(flat) <= TITLE_WIDTH:
+        return flat
+    cut = flat[: TITLE_WIDTH - 1]
+    space = cut.rfind(" ")
+    if space >= TITLE_WIDTH // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:") + "…"
+
+
+def check_title(title: str) -> str:
+    """A title as a person gives it (`/title`): whitespace made single spaces; UsageError when
+    it is empty, holds control characters or is longer than MAX_TITLE."""
+    from memcli.errors import UsageError
+    from memcli.messages import check_name
+
+    text = " ".join(check_name(title, "the title").split())
+    if len(text) > MAX_TITLE:
+        raise UsageError(
+            f"the title has {len(text):,} characters, more than {MAX_TITLE}", "Shorten it"
+        )
+    return text

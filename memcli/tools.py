@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, get_type_hints
 
 from memcli.errors import InputError, MemcliError, UsageError
 from memcli.facts import Facts, change_record, check_search, fact_record, parse_expiry
-from memcli.messages import Message, format_time, validate_session_id
+from memcli.messages import Message, format_time, validate_session_id, validate_user
 from memcli.sessions import session_record
 from memcli.store.base import require_session
 
@@ -93,6 +93,9 @@ class AgentTools:
     _retriever: Retriever | None = field(default=None, repr=False)
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
     _facts: Facts | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.user = validate_user(self.user)  # the one rule for names (InputError)
 
     @property
     def scope_key(self) -> str:

@@ -28,3 +28,11 @@ def shell_arg(value: str) -> str:
     """`value` as one argument of a command a person copies into a shell: as it is when that is
     safe (`alice`), quoted otherwise (`'o'"'"'brien smith'`)."""
     return shlex.quote(value)
+
+
+#: How every hint that asks for a model says to set one: with all that a local server needs.
+SET_MODEL = (
+    "`memcli config set model NAME` (for a local OpenAI-compatible server also `memcli config"
+    " set api_base URL`, e.g. model openai/llama3.2 with api_base http://127.0.0.1:11434/v1),"
+    " or MEMCLI_MODEL and MEMCLI_API_BASE in the environment, or --model and --api-base"
+)

@@ -130,7 +130,7 @@ def test_no_matches_names_the_users_that_have_some(tmp_path: Path) -> None:
     assert memcli("import", chat, "--user", "alice", "--no-blocks").code == 0
     run = memcli("search", "cello", "--mode", "lexical", "--json")
     assert run.code == 0 and run.records() == []
-    assert "No matches for user 'default'" in run.stderr
+    assert "No matches for user default." in run.stderr
     assert "Users with matches: alice. Use --user alice." in run.stderr
     run = memcli("search", "cello", "--json")  # hybrid: the same
     assert run.code == 0 and run.records() == [] and "Use --user alice" in run.stderr

@@ -241,15 +241,15 @@ def test_a_user_with_nothing_stored_is_said_so(tmp_path: Path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert "No sessions of user 'nobody'. The users with sessions: default." in proc.stderr
+    assert "No sessions of user nobody. The users with sessions: default." in proc.stderr
     run = memcli("sessions", "--user", "defautl")  # a pipe: said on stderr too, close name first
     assert run.code == 0 and run.stdout == "", run.stderr
-    assert "No sessions of user 'defautl'. Did you mean 'default'? The users" in run.stderr
+    assert "No sessions of user defautl. Did you mean --user default? The users" in run.stderr
     run = memcli("rm", "--user", "nobody", "--yes")
     assert run.code == 0 and "user 'nobody': nothing is stored for this user" in run.stderr
     run = memcli("rm", "--user", "defualt", "--yes")  # a typo: the close name, nothing deleted
     said = " ".join(run.stderr.split())
-    assert run.code == 0 and "Nothing is stored for user 'defualt'. Did you mean 'default'?" in said
+    assert run.code == 0 and "Nothing is stored for user defualt. Did you mean --user default?" in said
     assert [r["session"] for r in memcli("sessions").records()] == ["one"]
 
 

@@ -64,7 +64,7 @@ def test_a_mistyped_session_gets_did_you_mean() -> None:
     assert memcli("import", "-", "--session", "demo", input=LINES).code == 0
     run = memcli("inspect", "demoo")
     assert run.code == 1
-    assert "no session 'demoo'" in run.stderr and "Did you mean 'demo'?" in run.stderr
+    assert "no session 'demoo'" in run.stderr and "Did you mean demo?" in run.stderr
     far = memcli("inspect", "zzzzzz")
     assert far.code == 1 and "Did you mean" not in far.stderr
 
@@ -73,8 +73,8 @@ def test_did_you_mean_looks_only_at_the_users_own_sessions() -> None:
     assert memcli("import", "-", "--session", "ana-notes", "--user", "ana", input=LINES).code == 0
     run = memcli("export", "ana-note", "--user", "bo")
     assert run.code == 1 and "Did you mean" not in run.stderr
-    run = memcli("export", "ana-note", "--user", "ana")
-    assert run.code == 1 and "Did you mean 'ana-notes'?" in run.stderr
+    run = memcli("export", "ana-notez", "--user", "ana")
+    assert run.code == 1 and "Did you mean ana-notes?" in run.stderr
 
 
 def test_another_users_session_is_refused_alike_by_every_command(llm: object) -> None:

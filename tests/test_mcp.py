@@ -513,7 +513,7 @@ def test_strict_arguments_annotations_schemas_and_agent_words(tmp_path: Path) ->
         assert is_error(refused)
         assert "no session 'bobs' of user 'ana'" in text(refused), text(refused)
         assert "bob'" not in text(refused).replace("'bobs'", "")  # the owner is not named
-    assert "Did you mean 's1'? Call list_sessions" in text(out["typo"])
+    assert "Did you mean s1? Call list_sessions" in text(out["typo"])
     everything = [text(r) for r in [*out["guards"], out["string_id"], *out["others"], out["typo"]]]
     for said in everything:
         assert "pydantic" not in said and "memcli " not in said and "--" not in said, said

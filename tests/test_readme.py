@@ -76,7 +76,15 @@ PYTHON_REPLIES = {
 # MEMCLI_MODEL/MEMCLI_API_BASE pointing at the loopback server.
 NEEDS_MODEL = ("memcli facts extract",)
 # stdout that is text, not JSON Lines.
-TEXT_OUTPUT = ("memcli --show-completion", "memcli --install-completion", "memcli mcp token add")
+TEXT_OUTPUT = (
+    "memcli --show-completion",
+    "memcli --install-completion",
+    "memcli mcp token add",
+    "memcli config get",
+)
+# Lines that edit the config file: run on a file of their own, so that the model they set does
+# not reach the other examples (which run with `blocks = []` and no model).
+CONFIG_EDITS = ("memcli config",)
 
 
 def code_blocks(lang: str, text: str = README) -> list[tuple[str, str]]:
@@ -306,6 +314,8 @@ def test_sh_example(example: Example, env: Env, llm: Any) -> None:
         extra["MEMCLI_CONFIG"] = str(env.no_blocks)
     if command.startswith(NEEDS_MODEL):
         extra.update(MEMCLI_MODEL="openai/test", MEMCLI_API_BASE=env.api_base)
+    if command.startswith(CONFIG_EDITS):
+        extra["MEMCLI_CONFIG"] = str(env.no_blocks.with_name("edited-config.toml"))
     interactive_chat = command.startswith("memcli chat")
     proc = run(env, command, extra, STDIN if interactive_chat else None)
     out, err = proc.stdout.decode(), proc.stderr.decode()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from memcli.template import TEMPLATE_TAGS, neutralise
+from memcli.words import SET_MODEL
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -409,7 +410,7 @@ class LLMBlock(MemoryBlock):
         if self.llm is None:
             raise ConfigError(
                 f"block {self.name!r} has no model: it cannot {self.task}",
-                'Set [llm] model (--model, MEMCLI_MODEL) or model = "..." on the block',
+                f'Set a model: {SET_MODEL}; or model = "..." on the block',
             )
         if batch is None:
             messages = [{"role": "user", "content": prompt}]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.blocks.base import BlockContext, LLMBlock, MemoryBlock
 from memcli.errors import MemcliError
 from memcli.store import longterm
+from memcli.words import SET_MODEL
 
 if TYPE_CHECKING:
     from memcli.messages import Message
@@ -81,8 +82,8 @@ class FeedResult:
         if not what:
             return None
         return (
-            f'{"; ".join(what).capitalize()}: set [llm] model (MEMCLI_MODEL) or model = "..."'
-            f" on the block, then run `{again}`."
+            f'{"; ".join(what).capitalize()}: set a model ({SET_MODEL}; or model = "..." on'
+            f" the block), then run `{again}`."
         )
 
 

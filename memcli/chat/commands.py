@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "/help": "show the commands and keys",
     "/session": "show the session, or switch to (or start) session ID",
     "/new": "start a new session",
+    "/title": "show the session's title, or give it TITLE",
     "/sessions": "list your sessions",
     "/context": "show exactly what the LLM is sent",
     "/blocks": "show each long-term block's content",
@@ -32,7 +33,12 @@ COMMANDS: dict[str, str] = {
 }
 
 #: The argument of each command that takes one (as usage metavars: optional in brackets).
-ARGUMENTS: dict[str, str] = {"/session": "[ID]", "/search": "QUERY", "/model": "[NAME]"}
+ARGUMENTS: dict[str, str] = {
+    "/session": "[ID]",
+    "/title": "[TITLE]",
+    "/search": "QUERY",
+    "/model": "[NAME]",
+}
 
 
 def usage(name: str) -> str:
@@ -86,6 +92,7 @@ class Commands:
             "/help": self.help,
             "/session": self.session,
             "/new": self.new,
+            "/title": self.title,
             "/sessions": self.sessions,
             "/context": self.context,
             "/blocks": self.blocks,
@@ -123,9 +130,19 @@ class Commands:
                 f" {plural(info.active_tokens, 'token')} of {info.threshold:,.0f} threshold,"
                 f" {info.archived_messages:,} archived in {plural(info.flushes, 'flush')}"
             )
+        from memcli.messages import validate_session_id
         from memcli.sessions import owned
+        from memcli.store.base import by_prefix
 
-        owned(chat.store, arg, chat.user_id, f"Run `memcli chat --user {{owner_arg}} --session {shell_arg(arg)}`")
+        arg = validate_session_id(arg, "the session")
+        named = by_prefix(chat.store, arg, chat.user_id)  # a unique start of one of the user's
+        arg = named.id if named is not None else arg
+        owned(
+            chat.store,
+            arg,
+            chat.user_id,
+            f"Run `memcli chat --user {{owner_arg}} --session {shell_arg(arg)}`",
+        )
         is_new = chat.open(arg)
         return Result(
             f"{'Started new' if is_new else 'Resumed'} session {chat.session_id}",
@@ -137,14 +154,25 @@ class Commands:
         self.chat.open(None)
         return Result(f"Started new session {self.chat.session_id}", switched=True, changed=True)
 
+    def title(self, arg: str) -> Result:
+        if not arg:
+            title = self.chat.title
+            if title is None:
+                return Result("The session has no title yet: its first message gives it one.")
+            return Result(f"Title: {title}")
+        return Result(f"Title set: {self.chat.set_title(arg)}", changed=True)
+
     def sessions(self, arg: str) -> Result:
         infos = self.chat.store.list_sessions(self.chat.user_id)
         if not infos:
             return Result("No sessions yet.")
+        infos.sort(key=lambda i: (i.last_at or i.updated_at, i.updated_at), reverse=True)
         lines = [
-            f"{'*' if i.id == self.chat.session_id else ' '} {i.id}  {i.active_messages} active, "
-            f"{i.archived_messages} archived, {i.active_tokens:,} / {i.threshold:,.0f} tokens, "
-            f"last {i.updated_at.astimezone():%Y-%m-%d %H:%M}"
+            f"{'*' if i.id == self.chat.session_id else ' '} {i.id}"
+            + (f" ({i.title})" if i.title else "")
+            + f"  {i.active_messages} active, {i.archived_messages} archived,"
+            f" {i.active_tokens:,} / {i.threshold:,.0f} tokens,"
+            f" last message {(i.last_at or i.updated_at).astimezone():%Y-%m-%d %H:%M}"
             for i in infos
         ]
         return Result("\n".join(lines))

@@ -25,9 +25,10 @@ DEFAULT_MODELS = {
 }
 
 MODEL_HINT = (
-    "Set one with --model (e.g. `--model gpt-4o-mini` with OPENAI_API_KEY set, or "
-    "`--model openai/llama3.2 --api-base http://127.0.0.1:11434/v1` for a local server), "
-    "MEMCLI_MODEL, or `[llm] model` in the config file; `/model NAME` switches now"
+    "Set one with `memcli config set model NAME` (e.g. gpt-4o-mini with OPENAI_API_KEY set; for"
+    " a local server model openai/llama3.2 and `memcli config set api_base"
+    " http://127.0.0.1:11434/v1`), MEMCLI_MODEL and MEMCLI_API_BASE, or --model and --api-base;"
+    " `/model NAME` switches now"
 )
 
 
@@ -99,7 +100,8 @@ def offline_answer(
     the `earlier` stored messages a search found for it (`related_messages`)."""
     lines = [
         "(Offline: no model is configured, so this reply comes from memory alone; set one with "
-        "--model, MEMCLI_MODEL, `[llm] model` in the config, or /model NAME.)"
+        "`memcli config set model NAME` (and api_base URL for a local server), MEMCLI_MODEL and "
+        "MEMCLI_API_BASE, --model and --api-base, or /model NAME.)"
     ]
     found = ranked_lines(text, blocks)
     found += [

@@ -191,12 +191,18 @@ class Chat:
         self.memory: Memory | None = None
         self.last_context: ContextReady | None = None
         self._preparer: threading.Thread | None = None  # prepare_in_background's thread
+        #: The session this chat started and nothing was said in yet: removed when the chat
+        #: leaves it (another session, or the end), so that no empty session is left behind.
+        self._unsaid: str | None = None
 
     # -- sessions ---------------------------------------------------------------------------------
 
     def open(self, session_id: str | None = None) -> bool:
-        """Open (resume) a session, or start one; return True when it is new."""
+        """Open (resume) a session, or start one; return True when it is new. A session is kept
+        once a message is said in it: one started and left without a message is removed when
+        the chat opens another or closes (`close`)."""
         info = self.store.get_session(session_id) if session_id else None
+        self._drop_unsaid(keep=session_id)
         self.memory = Memory(
             self.store,
             session_id=session_id,
@@ -208,6 +214,7 @@ class Chat:
             background=self.longterm,
         )
         self.last_context = None
+        self._unsaid = self.memory.session_id if info is None else None
         if info is not None and self.longterm is not None and self.blocks:
             # What the last chat in this session left unfed is fed now, beside this one.
             self.longterm.resume(self.blocks, [info], self.memory.tokenizer)
@@ -215,8 +222,46 @@ class Chat:
 
     def close(self) -> int:
         """Leave: long-term work not done yet is not waited for (it stays in the store, for the
-        next chat in its session or `memcli blocks backfill`); return how many batches wait."""
+        next chat in its session or `memcli blocks backfill`); return how many batches wait. A
+        session started here without a message is removed."""
+        self._drop_unsaid()
         return self.longterm.close() if self.longterm is not None else 0
+
+    def _drop_unsaid(self, keep: str | None = None) -> None:
+        """Remove the session this chat started when it still holds no message (unless it is
+        `keep`, the one being opened again)."""
+        unsaid, self._unsaid = self._unsaid, None
+        if unsaid is None or unsaid == keep:
+            self._unsaid = unsaid
+            return
+        info = self.store.get_session(unsaid)
+        if info is not None and info.active_messages + info.archived_messages == 0:
+            self.store.delete_session(unsaid)
+
+    @property
+    def title(self) -> str | None:
+        """The session's title: given with `/title` (`set_title`), else its first user message,
+        shortened; an imported conversation's own title."""
+        return self.mem.session().title
+
+    def set_title(self, title: str) -> str:
+        """Give the session a title (whitespace made single spaces); return it. UsageError when
+        it is empty or holds control characters."""
+        from memcli.sessions import check_title
+
+        text = check_title(title)
+        self.store.describe_session(self.session_id, title=text)
+        return text
+
+    def _said(self, message: Message) -> None:
+        """A user message is stored: the session is kept, and titled by it when it has none."""
+        self._unsaid = None
+        if self.mem.session().title is None:
+            from memcli.sessions import title_from
+
+            title = title_from(message.content)
+            if title:
+                self.store.describe_session(self.session_id, title=title)
 
     @property
     def mem(self) -> Memory:
@@ -452,6 +497,7 @@ class Turn:
             message = Message("user", self.text, timestamp=_now())
             flushes = memory.put(message)
             self.user_stored = True
+            chat._said(message)
             yield UserStored(message, flushes)
         ready = chat.context()
         if chat.llm is None:

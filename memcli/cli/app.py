@@ -31,6 +31,7 @@ COMMANDS = (
     ("simulate", "memcli.cli.simulate", "app", True),
     ("info", "memcli.cli.info", "info_command", False),
     ("setup", "memcli.cli.setup", "setup_command", False),
+    ("config", "memcli.cli.config_cmd", "app", True),
     ("mcp", "memcli.cli.mcp", "app", True),
 )
 _GLOBAL_OPTIONS = ("--db", "--config")
@@ -255,6 +256,7 @@ def main() -> None:
         sys.exit(done.exit_code)
     except Exception as error:  # click's usage errors and aborts come through here too
         _misplaced_global(error, sys.argv[1:])
+        _misplaced_option(error, sys.argv[1:])
         _click_error(error)
 
 
@@ -283,6 +285,52 @@ def _misplaced_global(error: Exception, argv: list[str]) -> None:
 
     line = shlex.join(["memcli", *moved, *rest])
     print_error(UsageError(f"{name} goes before the command", f"Run `{line}`"))
+    sys.exit(2)
+
+
+def _misplaced_option(error: Exception, argv: list[str]) -> None:
+    """A command's option given before the command (`memcli --user you sessions`): say where
+    it goes, with the command line moved so, or that the command has no such option (exit 2).
+    Other errors pass."""
+    name = getattr(error, "option_name", None)
+    if type(error).__name__ != "NoSuchOption" or not name or name in _GLOBAL_OPTIONS:
+        return
+    at = next((i for i, arg in enumerate(argv) if arg == name or arg.startswith(f"{name}=")), None)
+    names = {command for command, *_ in COMMANDS}
+    found = next(
+        (j for j in range(len(argv)) if argv[j] in names and at is not None and j > at), None
+    )
+    if at is None or found is None:
+        return
+    import typer.main
+
+    root = typer.main.get_command(build_app())
+    command: Any = root.get_command(None, argv[found])  # type: ignore[attr-defined]
+    end = found + 1
+    sub = getattr(command, "get_command", None)
+    if sub is not None and end < len(argv) and sub(None, argv[end]) is not None:
+        command = sub(None, argv[end])
+        end += 1
+    path = " ".join(argv[found:end])
+    param = next((p for p in command.params if name in p.opts), None)
+    from memcli.cli.output import print_error
+    from memcli.errors import UsageError
+
+    if param is None:
+        print_error(
+            UsageError(
+                f"no option {name}: neither memcli nor `memcli {path}` takes it",
+                f"See `memcli --help` and `memcli {path} --help`",
+            )
+        )
+        sys.exit(2)
+    takes_value = not param.is_flag and "=" not in argv[at]
+    option = argv[at : at + 2] if takes_value and found == at + 2 else [argv[at]]
+    between = argv[at + len(option) : found]  # (global options given after it)
+    import shlex
+
+    line = shlex.join(["memcli", *argv[:at], *between, *argv[found:end], *option, *argv[end:]])
+    print_error(UsageError(f"{name} goes after the command", f"Run `{line}`"))
     sys.exit(2)
 
 

@@ -28,6 +28,7 @@ def list_command(
             help="The blocks of this session (default: those of the user's last).",
             metavar="[SESSION]",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
     user: common.User = None,
@@ -46,7 +47,7 @@ def list_command(
         if store is None:
             common.open_store(s, must_exist=True)  # says there is no database
         else:
-            common.require_session(store, session)
+            session = common.require_session(store, session).id
     blocks, problems = common.blocks_with_problems(s, store, session=session)
     records: list[dict[str, Any]] = [
         {
@@ -97,9 +98,12 @@ def backfill_command(
             help="Only this session (default: all of the user's).",
             metavar="[SESSION]",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
     user: common.User = None,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     json_: common.Json = False,
 ) -> None:
     """Hand each block every archived batch it has not processed (after `import --no-blocks`, a
@@ -112,10 +116,11 @@ def backfill_command(
     from memcli.blocks.feed import backfill
     from memcli.store.base import check_owner
 
-    s = common.settings(ctx, user=user)
+    s = common.settings(ctx, user=user, model=model, api_base=api_base)
     store = common.open_store(s, must_exist=True)
     if session is not None:
         sessions = [common.require_session(store, session)]
+        session = sessions[0].id
         check_owner(sessions[0], user, "Leave out --user, or use --user {owner_arg}")
     else:
         sessions = store.list_sessions(s.user)

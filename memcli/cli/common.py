@@ -46,6 +46,43 @@ User = Annotated[
         metavar="NAME",
         help="The user whose memory this is.",
         autocompletion=lambda ctx, incomplete: complete_user(ctx, incomplete),
+        callback=lambda value: user_name(value),
+    ),
+]
+
+
+def user_name(value: str | None, what: str = "--user") -> str | None:
+    """A --user as given, by the one rule for names (`messages.validate_user`): trimmed;
+    exit 2 when blank or holding control characters."""
+    from memcli.messages import validate_user
+
+    return None if value is None else validate_user(value, what)
+
+
+def session_name(value: str | None, what: str = "--session") -> str | None:
+    """A --session (or SESSION) as given, by the one rule for names: trimmed; exit 2 when
+    blank or holding control characters."""
+    from memcli.messages import validate_session_id
+
+    return None if value is None else validate_session_id(value, what)
+
+
+Model = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        metavar="NAME",
+        help="Any litellm model string (default: $MEMCLI_MODEL, else `memcli config set model"
+        " NAME`'s [llm] model).",
+    ),
+]
+ApiBase = Annotated[
+    str | None,
+    typer.Option(
+        "--api-base",
+        metavar="URL",
+        help="The endpoint of an OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1"
+        " (default: $MEMCLI_API_BASE, else [llm] api_base).",
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="JSON Lines on stdout (the default in a pipe).")]
@@ -123,12 +160,25 @@ def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
 
 
 def require_session(store: AnyStore, session_id: str, user: str | None = None) -> SessionInfo:
-    """The stored session (of `user`, when given); SessionNotFound (exit 1) otherwise, as every
-    command says it: another user's session is named as theirs, a missing one gets the close ids."""
+    """The stored session (of `user`, when given) that `session_id` names, whole or by a unique
+    start of its id (several: the candidates, exit 2); SessionNotFound (exit 1) otherwise, as
+    every command says it: another user's session is named as theirs, a missing one gets the
+    close ids. Commands go on with the returned session's `id`."""
     from memcli.store.base import check_owner, require_session
 
     check_owner(store.get_session(session_id), user, OTHER_USERS_SESSION)
-    return require_session(store, session_id, user)
+    return require_session(store, session_id, user, prefix=True)
+
+
+def session_named(store: AnyStore, session_id: str | None, user: str | None = None) -> str | None:
+    """A session option's id: a stored session's whole id when `session_id` is a unique start
+    of one (of `user`, when given; several: exit 2), else `session_id` as given (None: none)."""
+    from memcli.store.base import by_prefix
+
+    if not session_id:
+        return session_id
+    info = by_prefix(store, session_id, user)
+    return info.id if info is not None else session_id
 
 
 #: The hint every command gives for a session of another user than --user.
@@ -144,7 +194,9 @@ def close_users(store: Any, user: str) -> str:
     if not users:
         return ""
     close = get_close_matches(user, users, n=3, cutoff=0.6)
-    guess = f" Did you mean {' or '.join(repr(u) for u in close)}?" if close else ""
+    from memcli.words import shell_arg
+
+    guess = f" Did you mean --user {' or '.join(shell_arg(u) for u in close)}?" if close else ""
     return f"{guess} The users with sessions: {', '.join(users)}."
 
 
@@ -325,8 +377,9 @@ def complete_user(ctx: typer.Context, incomplete: str) -> list[str]:
 SessionId = Annotated[
     str,
     typer.Argument(
-        help="The session id (see `memcli sessions`).",
+        help="The session id, or a unique start of it (see `memcli sessions`).",
         metavar="SESSION",
         autocompletion=complete_session,
+        callback=lambda value: session_name(value, "SESSION"),
     ),
 ]

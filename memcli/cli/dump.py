@@ -36,6 +36,7 @@ def blocks_command(
             help="The session (default: none, an empty chat history).",
             metavar="[SESSION]",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
     block: Annotated[str | None, typer.Option("--block", help="Only this block.")] = None,
@@ -53,6 +54,7 @@ def blocks_command(
 
     s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=True)
+    session = common.session_named(store, session)
     blocks = common.make_blocks(s, store, session=session)
     names = [b.name for b in blocks]
     if block is not None and block not in names:
@@ -123,7 +125,10 @@ def context_command(
     session: Annotated[
         str,
         typer.Argument(
-            help="The session.", metavar="SESSION", autocompletion=common.complete_session
+            help="The session.",
+            metavar="SESSION",
+            autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ],
     input_: Input = None,
@@ -140,6 +145,7 @@ def context_command(
 
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
+    session = common.session_named(store, session) or session
     blocks = common.make_blocks(s, store, session=session)
     messages = blocks_view(
         store,

@@ -69,6 +69,7 @@ def export_command(
     s = common.settings(ctx)
     store = common.open_store(s, must_exist=True)
     info = common.require_session(store, session, user)
+    session = info.id
     # Read whole before the first line is written: a damaged database fails here, writing nothing.
     messages = store.read_messages(session, status=None if all_ else "active")
     if format_ == "openai":

@@ -26,6 +26,7 @@ Session = Annotated[
         "--session",
         metavar="SESSION",
         help="The facts of a session-scoped block (default: the user's).",
+        callback=lambda value: common.session_name(value),
     ),
 ]
 Block = Annotated[
@@ -43,7 +44,12 @@ Topics = Annotated[
 
 
 def _facts(
-    ctx: typer.Context, user: str | None, *, create: bool = False, warn: bool = False
+    ctx: typer.Context,
+    user: str | None,
+    *,
+    create: bool = False,
+    warn: bool = False,
+    **flags: Any,
 ) -> tuple[Settings, Facts]:
     """Settings and the facts service (`memcli.facts.Facts`) for a command: the user's facts,
     changes recorded as `manual`. With --user (or MEMCLI_USER), only that user's facts are read
@@ -51,7 +57,7 @@ def _facts(
     `create`; with `warn`, a recorded block that cannot be rebuilt is said to be left out."""
     from memcli.facts import Facts
 
-    s = common.settings(ctx, user=user)
+    s = common.settings(ctx, user=user, **flags)
     store = common.open_store(s, must_exist=not create)
     owner = s.user if s.sources.get("user", "default") != "default" else None
     facts = Facts(
@@ -234,7 +240,7 @@ def facts_command(
     if not listed:
         stored = facts.store.list_sessions(s.user)
         others = "" if stored or session else common.close_users(facts.store, s.user)
-        output.info(f"No facts of user {s.user!r}.{others}" if others else "No facts.")
+        output.info(f"No facts of user {shell_arg(s.user)}.{others}" if others else "No facts.")
     _show(listed, json_)
 
 
@@ -484,6 +490,8 @@ def extract_command(
     ] = False,
     user: common.User = None,
     session: Session = None,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     json_: common.Json = False,
 ) -> None:
     """Read every stored conversation of the user (or one --session) that no fact block has
@@ -497,7 +505,7 @@ def extract_command(
     from memcli.tokens import TiktokenTokenizer
 
     given = _merged(ctx, "extract", user=user, session=session)
-    s, facts = _facts(ctx, given["user"], warn=True)
+    s, facts = _facts(ctx, given["user"], warn=True, model=model, api_base=api_base)
     session = given["session"]
     if pending:
         if dry_run:
@@ -506,13 +514,16 @@ def extract_command(
             raise UsageError("--dry-run and --pending cannot go together", "Give one of them")
         result = facts.extract(common.tokenizer(s), pending=True, session=session)
     else:
-        _, plan = facts.extraction_plan(TiktokenTokenizer(), session)
+        _, plan = facts.extraction_plan(TiktokenTokenizer(), session, dry_run=dry_run)
         what = (
             f"{output.plural(plan.requests, 'request')} ({plan.tokens:,} cl100k tokens"
             " before the replies)"
         )
         if dry_run:
-            output.info(f"Dry run: extraction would send {what}; nothing was sent.")
+            output.info(
+                f"Dry run: extraction would send {what}; nothing was sent. (Counted with"
+                " cl100k_base, the default tokenizer: a model's own may count otherwise.)"
+            )
             if output.wants_json(json_):
                 output.emit_all(
                     [{"type": "plan", "requests": plan.requests, "tokens": plan.tokens}]

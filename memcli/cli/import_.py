@@ -40,6 +40,7 @@ def import_command(
             metavar="SESSION",
             help="Put everything in this session (default: from the records, else new).",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
     user: common.User = None,
@@ -86,6 +87,8 @@ def import_command(
             "--dry-run", help="Print what would be stored (sessions, messages); write nothing."
         ),
     ] = False,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     json_: common.Json = False,
 ) -> None:
     """Import a transcript or an export; messages go through the engine, so flushes happen as
@@ -122,7 +125,7 @@ def import_command(
         raise UsageError(f"unknown --put {put!r}", f"Use one of: {', '.join(PUT_MODES)}")
     if format_ not in FORMATS and format_ not in (known := names()):  # (a plugin's, then)
         raise UsageError(f"unknown --format {format_!r}", f"Use one of: {', '.join(known)}")
-    s = common.settings(ctx, user=user)
+    s = common.settings(ctx, user=user, model=model, api_base=api_base)
     asked = common.budget_asked(token_limit, ratio, flush_size)
     source = read(file, format=format_)  # validated whole before the store is touched
     found = from_source(source, session)

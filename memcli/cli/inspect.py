@@ -40,6 +40,7 @@ def inspect_command(
     asked = common.budget_asked(token_limit, ratio, flush_size)
     store = common.open_store(s, must_exist=True)
     info = common.require_session(store, session, common.asked_user(s))
+    session = info.id
     budget = None if asked.is_empty else common.budget_for(s, info, asked)
     r = report(store, session, archived=all_, budget=budget)
     total = len(r.messages)

@@ -23,6 +23,7 @@ from memcli.cli.mcp_http import (
     PARSE_ERROR,
     request_problem,
 )
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.config import Settings
@@ -52,6 +53,8 @@ app.add_typer(token_app, name="token")
 def mcp_command(
     ctx: typer.Context,
     user: common.User = None,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     http: Annotated[
         bool,
         typer.Option(
@@ -80,7 +83,7 @@ def mcp_command(
         return
     from memcli.blocks.background import Background
 
-    s = common.settings(ctx, user=user)
+    s = common.settings(ctx, user=user, model=model, api_base=api_base)
     store = common.open_store(s)
     # put_messages hands flushed batches to a thread with its own connection: a call never
     # waits for fact extraction or embedding; what a closing server leaves stays for a backfill.
@@ -211,15 +214,16 @@ def token_add(
     """Make a token for `memcli mcp --http` and print it (shown this once: only its hash is
     stored). A client sends it as `Authorization: Bearer TOKEN`."""
     from memcli.cli import output
-    from memcli.messages import validate_session_id
+    from memcli.messages import validate_user
     from memcli.store import tokens
 
-    validate_session_id(user, "--user")
+    user = validate_user(user, "--user")
     s = common.settings(ctx)
     token, secret = tokens.add_token(common.open_store(s), user)
     output.write(secret + "\n")
     output.info(
-        f"Token {token.id} acts as user {user!r}; remove it with `memcli mcp token rm {token.id}`."
+        f"Token {token.id} acts as user {shell_arg(user)}; remove it with"
+        f" `memcli mcp token rm {token.id}`."
     )
 
 

@@ -175,15 +175,36 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
         pad_edge=False,
         show_header=any(columns),
     )
-    for column, is_whole, width in zip(columns, whole, widths, strict=True):
+    for i, (column, is_whole, width) in enumerate(zip(columns, whole, widths, strict=True)):
         justify = "right" if column.lower() in NUMERIC_COLUMNS else "left"
         if is_whole:
             grid.add_column(column, justify=justify, no_wrap=True, min_width=width)  # type: ignore[arg-type]
         else:
-            grid.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+            spare = console.width - sum(widths) - 3 * (len(columns) - 1)
+            room = _room(column, [row[i] for row in cells], spare)
+            grid.add_column(column, justify=justify, overflow="fold", min_width=room)  # type: ignore[arg-type]
     for row in cells:
         grid.add_row(*row)
     console.print(grid)
+
+
+#: Free-text columns that get room before the others wrap (up to this many cells, while the
+#: terminal has it): a title cut to a few characters says nothing.
+ROOMY_COLUMNS = {"title": 40, "text": 40, "fact": 50}
+
+
+def _room(column: str, cells: Sequence[Any], spare: int) -> int | None:
+    """The least width of a free-text column: its longest cell up to `ROOMY_COLUMNS`' figure
+    and what the terminal has to spare, for the columns named there; None (as rich sizes it)
+    for the others."""
+    from rich.cells import cell_len
+
+    most = ROOMY_COLUMNS.get(column.lower())
+    if most is None:
+        return None
+    longest = max((cell_len(str(getattr(c, "plain", c))) for c in cells), default=0)
+    least = max(_width(column, False), *(_width(c, False) for c in cells))
+    return max(least, min(longest, most, least + max(0, spare)))
 
 
 def _width(cell: Any, whole: bool) -> int:
@@ -238,7 +259,10 @@ NUMERIC_COLUMNS = {
 }
 
 #: Columns whose values are never cut or wrapped: numbers, ids and names of things.
-WHOLE_COLUMNS = NUMERIC_COLUMNS | {"session", "user", "block", "flush", "fact id", "bm25", "vector"}
+WHOLE_COLUMNS = NUMERIC_COLUMNS | {
+    *("session", "user", "block", "flush", "fact id", "bm25", "vector"),
+    *("last message", "stored"),
+}
 
 
 def _cell(value: Any) -> Any:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.forgetting import Deletion
@@ -40,6 +41,7 @@ def rm_command(
             help="Without SESSION: delete everything of this user. With SESSION: only that"
             " user's sessions.",
             metavar="NAME",
+            callback=lambda value: common.user_name(value),
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")] = False,
@@ -67,12 +69,14 @@ def rm_command(
     store = common.open_store(s, must_exist=True)
     if not dry_run and forgetting.finish_deletes(store, s.home / "indexes"):
         output.info("Finished a delete that was stopped before its cleanup.")
-    deletions = forgetting.plan(store, session or [], message or [], user)
+    given = [common.session_name(name, "SESSION") or name for name in session or []]
+    named = [common.session_named(store, name, user) or name for name in given]
+    deletions = forgetting.plan(store, named, message or [], user)
     for d in deletions:
         if d.forgotten is not None and d.forgotten.is_empty:
             others = common.close_users(store, d.forgotten.user)
             if others:
-                output.info(f"Nothing is stored for user {d.forgotten.user!r}.{others}")
+                output.info(f"Nothing is stored for user {shell_arg(d.forgotten.user)}.{others}")
     wants_json = output.wants_json(json_)
     if dry_run:
         for d in deletions:

@@ -25,7 +25,12 @@ def search_command(
     user: common.User = None,
     session: Annotated[
         str | None,
-        typer.Option("--session", metavar="SESSION", help="Only this session's messages."),
+        typer.Option(
+            "--session",
+            metavar="SESSION",
+            help="Only this session's messages.",
+            callback=lambda value: common.session_name(value),
+        ),
     ] = None,
     k: Annotated[
         int, typer.Option("-k", "--top", metavar="N", help="How many hits to return.", min=1)
@@ -81,6 +86,7 @@ def search_command(
     if queries is not None:  # the whole file is read and checked before anything is searched
         lines = parse_queries(*read_source(queries))
     store = common.open_store(s, must_exist=True)
+    session = common.session_named(store, session, user)
     retriever = common.retriever(s, store, announce=True)
     found = search_lines(
         retriever,
@@ -154,7 +160,8 @@ def _no_matches(retriever: Any, query: str | None, session: str | None, user: st
     if not others:
         return "No matches."
     return (
-        f"No matches for user {user!r}. Users with matches: {', '.join(others)}."
+        f"No matches for user {shell_arg(user)}. Users with matches:"
+        f" {', '.join(map(shell_arg, others))}."
         f" Use --user {shell_arg(others[0])}."
     )
 

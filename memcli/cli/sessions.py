@@ -7,12 +7,16 @@ from typing import Any
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 
 def sessions_command(
     ctx: typer.Context, user: common.User = None, json_: common.Json = False
 ) -> None:
-    """List sessions: user, active and archived messages, active tokens against the threshold.
+    """List sessions, the latest message first: title, user, messages, and the time of the last
+    message (an imported conversation's own time; the day it was last stored, by an import or a
+    chat, is shown apart). --json adds the budget's figures, and each session's first_at and
+    last_at (its messages' time span), created_at and updated_at.
 
     Example: memcli sessions --json | jq .session
     """
@@ -22,6 +26,7 @@ def sessions_command(
     fresh = s.sources.get("db") == "default" and not common.database_exists(s)
     store = None if fresh else common.open_store(s, must_exist=True)
     infos = [] if store is None else store.list_sessions(user)
+    infos.sort(key=lambda i: (i.last_at or i.updated_at, i.updated_at), reverse=True)
     records: list[dict[str, Any]] = [
         {
             "type": "session",
@@ -37,6 +42,8 @@ def sessions_command(
             "token_limit": i.token_limit,
             "flush_size": i.token_flush_size,
             "flushes": i.flushes,
+            "first_at": i.first_at,
+            "last_at": i.last_at,
             "created_at": i.created_at,
             "updated_at": i.updated_at,
         }
@@ -49,21 +56,19 @@ def sessions_command(
         return
     if not infos:
         return
-    titled = any(i.title for i in infos)  # imported conversations: their titles
+    titled = any(i.title for i in infos)  # imported conversations, chats: their titles
+    # The title gets the room: the budget's figures are in --json and `memcli inspect`.
     output.table(
         None,
-        ["session", *(["title"] if titled else []), "user", "active", "archived"]
-        + ["tokens / threshold", "flushes", "last activity"],
+        ["session", *(["title"] if titled else []), "user", "messages", "last message", "stored"],
         [
             (
                 i.id,
                 *([i.title or ""] if titled else []),
                 i.user_id,
-                i.active_messages,
-                i.archived_messages,
-                f"{i.active_tokens:,} / {i.threshold:,.0f}",
-                i.flushes,
-                i.updated_at.astimezone(),
+                i.active_messages + i.archived_messages,
+                (i.last_at or i.updated_at).astimezone(),
+                f"{i.updated_at.astimezone():%Y-%m-%d}",
             )
             for i in infos
         ],
@@ -77,4 +82,4 @@ def _say_none(store: Any, user: str | None) -> None:
     if not others:
         output.info("No sessions yet. Start one with `memcli import FILE` or `memcli chat`.")
         return
-    output.info(f"No sessions of user {user!r}.{others}")
+    output.info(f"No sessions of user {shell_arg(str(user))}.{others}")

@@ -40,6 +40,7 @@ def flush_command(
             metavar="SESSION",
             help="Replay a stored session instead (read only).",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
     token_limit: Annotated[
@@ -216,7 +217,7 @@ def _load(s: Any, source: str | None, session: str | None, put: str) -> tuple[Re
         store = common.open_store(s, must_exist=True)
         try:
             info = common.require_session(store, session)
-            messages = store.get_messages(session)
+            messages = store.get_messages(info.id)
         finally:
             store.close()
         records = [Record(i, [m]) for i, m in enumerate(messages)]

@@ -22,6 +22,8 @@ def summary_command(
         str | None,
         typer.Option("--block", metavar="NAME", help="Only this summary block's summary."),
     ] = None,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     json_: common.Json = False,
 ) -> None:
     """Show the session's summary, as the summary block ([[blocks]] kind = "summary") keeps it:
@@ -32,9 +34,9 @@ def summary_command(
     """
     from memcli.blocks.summary import summary_reports
 
-    s = common.settings(ctx)
+    s = common.settings(ctx, model=model, api_base=api_base)
     store = common.open_store(s, must_exist=True)
-    common.require_session(store, session)
+    session = common.require_session(store, session).id
     blocks = common.make_blocks(s, store, session=session, warn=False)
     reports = summary_reports(store, session, blocks, block=block, history=history)
     if output.wants_json(json_):

@@ -43,6 +43,10 @@ class SessionInfo:
     source_id: str | None = None
     title: str | None = None
     metadata: dict[str, Any] | None = None
+    #: The time span of its messages (each message's own timestamp, else when it was stored):
+    #: when the conversation happened, not when it was imported. None: no messages.
+    first_at: datetime | None = None
+    last_at: datetime | None = None
 
     @property
     def threshold(self) -> float:
@@ -306,13 +310,42 @@ class Store(SQLStore, Protocol):
 SESSIONS_CLI = "Run `memcli sessions` to see the sessions"
 
 
+def by_prefix(store: Store, name: str, user: str | None = None) -> SessionInfo | None:
+    """The session `name` names: the one of that id, else the one session (of `user`, when
+    given) whose id starts with `name` (`3a10` for `my-passport-3a1001`... no: ids start so,
+    `my-pass` for `my-passport-number-3a1001`); None when none does. UsageError (exit 2) listing
+    them when several do."""
+    info = store.get_session(name)
+    if info is not None or not name:
+        return info
+    found = [i for i in store.list_sessions(user) if i.id.startswith(name)]
+    if len(found) > 1:
+        from memcli.errors import UsageError
+
+        shown = found[:10]
+        more = f" and {len(found) - len(shown)} more" if len(found) > len(shown) else ""
+        raise UsageError(
+            f"{len(found)} sessions start with {name!r}: "
+            + ", ".join(shell_arg(i.id) for i in shown)
+            + more,
+            "Give more of the id (or the whole of it)",
+        )
+    return found[0] if found else None
+
+
 def require_session(
-    store: Store, session_id: str, user: str | None = None, *, then: str | None = None
+    store: Store,
+    session_id: str,
+    user: str | None = None,
+    *,
+    then: str | None = None,
+    prefix: bool = False,
 ) -> SessionInfo:
     """The stored session; SessionNotFound when there is none (with `user`, none of that user's:
     another user's session is not found for them). Its hint: the closest ids, then `then` (the
-    CLI's `memcli sessions` when None; `then` alone when no id is close)."""
-    info = store.get_session(session_id)
+    CLI's `memcli sessions` when None; `then` alone when no id is close). With `prefix`, a
+    unique start of an id names its session too (`by_prefix`: several are a UsageError)."""
+    info = by_prefix(store, session_id, user) if prefix else store.get_session(session_id)
     if info is None or (user is not None and info.user_id != user):
         hint = suggestion(store, session_id, user, then=then or SESSIONS_CLI) or then
         raise SessionNotFound(session_id, user, hint)
@@ -336,7 +369,7 @@ def suggestion(
     close = get_close_matches(session_id, ids, n=3, cutoff=0.6)
     if not close:
         return None
-    names = " or ".join(repr(c) for c in close)
+    names = " or ".join(shell_arg(c) for c in close)
     return f"Did you mean {names}? {then}"
 
 

@@ -84,6 +84,9 @@ class TableStore:
     messages marks them archived in the buffer itself.
     """
 
+    #: "sqlite" or "postgresql" (the backend's `SQLStore.dialect`).
+    dialect: str
+
     #: The columns `message_from_row` reads, in its order.
     MESSAGE_COLUMNS = (
         "id, session_id, role, content, name, metadata, tokens, status, flush_id, timestamp"
@@ -253,12 +256,27 @@ class TableStore:
             source_id=row[11],
             title=row[12],
             metadata=json.loads(row[13]) if row[13] else None,
+            first_at=_from_ms(row[14]),
+            last_at=_from_ms(row[15]),
         )
 
-    _SESSION_COLUMNS = (
-        "id, user_id, token_limit, ratio, flush_size, created_at, updated_at, "
-        "active_messages, archived_messages, active_tokens, flushes, source_id, title, metadata"
-    )
+    @property
+    def _SESSION_COLUMNS(self) -> str:  # noqa: N802 (a constant per dialect)
+        """A session's columns, then its messages' first and last time (from the per-session
+        time index: its first and last entry)."""
+        if self.dialect == "postgresql":
+            from memcli.store.pg_migrations import TIME_MS
+        else:
+            from memcli.store.migrations import TIME_MS
+        time = TIME_MS.format(m="m.") if "{m}" in TIME_MS else TIME_MS
+        span = ", ".join(
+            f"(SELECT {f}({time}) FROM messages m WHERE m.session_id = sessions.id)"
+            for f in ("MIN", "MAX")
+        )
+        return (
+            "id, user_id, token_limit, ratio, flush_size, created_at, updated_at, active_messages,"
+            f" archived_messages, active_tokens, flushes, source_id, title, metadata, {span}"
+        )
 
     def get_session(self, session_id: str) -> SessionInfo | None:
         with self.lock:
@@ -738,3 +756,8 @@ class TableStore:
                     "Run `memcli check` to see what is wrong, and restore it from a backup",
                 ) from None
             yield message
+
+
+def _from_ms(value: Any) -> datetime | None:
+    """A time in unix milliseconds (`migrations.TIME_MS`) as a UTC datetime; None for none."""
+    return None if value is None else datetime.fromtimestamp(int(value) / 1000, UTC)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memcli.cli import common, output
+from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.chat.commands import Commands
@@ -29,25 +30,20 @@ def chat_command(
             metavar="SESSION",
             help="Resume this session (or start one with this id).",
             autocompletion=common.complete_session,
+            callback=lambda value: common.session_name(value),
         ),
     ] = None,
+    continue_: Annotated[
+        bool,
+        typer.Option(
+            "--continue",
+            "-c",
+            help="Resume your most recent session (the one with the latest message).",
+        ),
+    ] = False,
     user: common.User = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            metavar="NAME",
-            help="Any litellm model string (default: $MEMCLI_MODEL, [llm] model).",
-        ),
-    ] = None,
-    api_base: Annotated[
-        str | None,
-        typer.Option(
-            "--api-base",
-            metavar="URL",
-            help="The endpoint, for OpenAI-compatible servers ($MEMCLI_API_BASE).",
-        ),
-    ] = None,
+    model: common.Model = None,
+    api_base: common.ApiBase = None,
     token_limit: common.TokenLimit = None,
     ratio: common.Ratio = None,
     flush_size: common.FlushSize = None,
@@ -96,6 +92,12 @@ def chat_command(
     s = common.settings(
         ctx, user=user, model=model, api_base=api_base, memory_tools=memory_tools or None
     )
+    if continue_:
+        if session is not None:
+            from memcli.errors import UsageError
+
+            raise UsageError("--continue and --session go not together", "Give one of them")
+        session = latest_session(s)
     chat, is_new = build_chat(s, session, token_limit, ratio, flush_size, rebudget)
     from memcli.chat.commands import Commands
 
@@ -128,6 +130,19 @@ def chat_command(
         raise typer.Exit(code)
 
 
+def latest_session(s: Settings) -> str | None:
+    """The user's most recent session (its latest message the newest), for --continue; None
+    (a new session, said) when they have none."""
+    store = common.open_store(s, must_exist=True) if common.database_exists(s) else None
+    infos = store.list_sessions(s.user) if store is not None else []
+    if store is not None:
+        store.close()
+    if not infos:
+        output.info(f"No session of user {s.user} to continue: this chat starts one.")
+        return None
+    return max(infos, key=lambda i: (i.last_at or i.updated_at, i.updated_at)).id
+
+
 def close_sessions(chat: Chat, session: str | None) -> str | None:
     """For a --session that starts a new session: the user's sessions with a close id (a typo
     would otherwise start an empty session unnoticed), as a note; None when none is close."""
@@ -136,7 +151,10 @@ def close_sessions(chat: Chat, session: str | None) -> str | None:
     guess = suggestion(chat.store, session, chat.user_id, new=True) if session else None
     if guess is None:
         return None
-    return f"No session {session!r} of user {chat.user_id!r} yet: this chat starts it. {guess}."
+    return (
+        f"No session {shell_arg(str(session))} of user {shell_arg(chat.user_id)} yet: this chat"
+        f" starts it. {guess}."
+    )
 
 
 class ProcessEnd:
@@ -212,6 +230,14 @@ def build_chat(
     if session:
         # A session of another user: refused for an explicit --user, else chatted in as its user's.
         user = s.user if "user" in s.explicit else None
+        named = common.session_named(store, session, s.user)  # a start of one of the user's
+        assert named is not None
+        if named != session:
+            output.info(
+                f"--session {shell_arg(session)} is the start of session {named}: resuming it"
+                " (give another name to start a new session)."
+            )
+        session = named
         info = owned(store, session, user, common.OTHER_USERS_SESSION)
         if info is not None:
             user_id = info.user_id
