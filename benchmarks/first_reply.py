@@ -1,0 +1,195 @@
+"""What a first reply costs: a one-message `memcli chat --plain` against `llm -m echo hi`, side by
+side; a plain chat's first reply against its second; `memcli mcp`'s first `remember`.
+
+    PYTHONPATH=. python benchmarks/first_reply.py [--runs 5] [--no-mcp]
+
+Against the tests' loopback OpenAI-compatible server (tests/llm_server.py, in this process: its
+CPU is not counted), with `--model openai/test --api-base <server>`, each process fresh:
+
+- CPU seconds (user + system, of the child process alone) of `python -m memcli chat --plain`
+  sending one message ("hi") and exiting, against `python -m llm -m echo hi` (simonw/llm with the
+  llm-echo plugin: a model that answers without any network, its log in a new folder each run),
+  runs alternating so both see the same load. Twice: with no long-term blocks (`blocks = []`)
+  and with the default blocks (the vector block and its embedding model) when the exported model
+  is at hand ($MEMCLI_HOME/models or ~/.local/share/memcli/models).
+- Wall time to a reply's first byte: of the first line, written as soon as the process starts,
+  from the start (all of the start-up is in it); of the second and the third, each written once
+  the reply before it has ended, from its writing.
+- `memcli mcp` (stdio, the MCP SDK's client): the time from starting the server to the answer of
+  its first `remember` (the fact block asks the loopback server), and of the second.
+
+The medians are printed; the ratio is memcli's CPU over llm's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import select
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from llm_server import LLMServer  # noqa: E402
+
+FACTS = "<facts><fact>The user keeps bees</fact></facts>"
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_cpu(args: list[str], env: dict[str, str], stdin: bytes | None = None) -> float:
+    """CPU seconds of one child process (it must succeed)."""
+    before = children_cpu()
+    proc = subprocess.run(args, input=stdin, capture_output=True, env=env, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"{args} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
+    return children_cpu() - before
+
+
+def read_reply(proc: subprocess.Popen[bytes]) -> float:
+    """Wait for the next reply's first byte on stdout (when it came), then read the reply to the
+    empty line that ends it."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    select.select([fd], [], [], 600)
+    first = time.perf_counter()
+    data = b""
+    while not data.endswith(b"\n\n"):
+        piece = os.read(fd, 4096)
+        if not piece:
+            raise SystemExit("the chat ended before its reply")
+        data += piece
+    return first
+
+
+def first_and_second(chat: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """Milliseconds from the process's start to its first reply's first byte (the first line
+    written at once), then from writing a second line, and a third, to theirs."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        chat, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
+    assert proc.stdin is not None
+    times = []
+    for line in (b"hi\n", b"and again\n", b"once more\n"):
+        sent = time.perf_counter() if times else start
+        proc.stdin.write(line)
+        proc.stdin.flush()
+        times.append((read_reply(proc) - sent) * 1000)
+    proc.stdin.close()
+    proc.wait(600)
+    return times[0], times[1], times[2]
+
+
+def mcp_remember(env: dict[str, str], db: Path) -> tuple[float, float]:
+    """Milliseconds from starting `memcli mcp` to its first `remember`'s answer, and the second's."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "memcli", "--db", str(db), "mcp"], env=env
+    )
+
+    async def main() -> tuple[float, float]:
+        start = time.perf_counter()
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            times = []
+            for text in ("I keep bees on my roof.", "My bees make heather honey."):
+                result: Any = await session.call_tool("remember", {"text": text})
+                if getattr(result, "is_error", False) or getattr(result, "isError", False):
+                    raise SystemExit(f"remember failed: {result}")
+                times.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+            return times[0], times[1]
+
+    return anyio.run(main)
+
+
+def model_folder() -> Path | None:
+    for home in (os.environ.get("MEMCLI_HOME"), "~/.local/share/memcli"):
+        if home and (Path(home).expanduser() / "models").is_dir():
+            return Path(home).expanduser() / "models"
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--no-mcp", action="store_true")
+    args = parser.parse_args()
+
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        return {"content": "Noted."} if body.get("stream") else {"content": FACTS}
+
+    server = LLMServer(reply).start()
+    models = model_folder()
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("MEMCLI_", "LITELLM_", "LLM_"))
+    }
+    base |= {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+    setups = [("no blocks", "blocks = []\n")]
+    if models is not None:
+        setups.append(("default blocks", ""))
+    else:
+        print("(no exported embedding model found: the default blocks are left out)")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            for label, blocks in setups:
+                home = work / label.replace(" ", "-")
+                home.mkdir()
+                if models is not None:
+                    (home / "models").symlink_to(models, target_is_directory=True)
+                config = home / "config.toml"
+                config.write_text(
+                    blocks + f'[llm]\nmodel = "openai/test"\napi_base = "{server.api_base}"\n'
+                )
+                env = base | {"MEMCLI_HOME": str(home), "MEMCLI_CONFIG": str(config)}
+                chat = [sys.executable, "-m", "memcli", "chat", "--plain"]
+                memcli_cpu, llm_cpu, firsts, seconds, thirds = [], [], [], [], []
+                for i in range(args.runs):
+                    memcli_cpu.append(run_cpu([*chat, "--session", f"cpu{i}"], env, b"hi\n"))
+                    llm_env = base | {"LLM_USER_PATH": str(work / f"llm-{label}-{i}")}
+                    llm_cpu.append(
+                        run_cpu([sys.executable, "-m", "llm", "-m", "echo", "hi"], llm_env)
+                    )
+                    first, second, third = first_and_second([*chat, "--session", f"t{i}"], env)
+                    firsts.append(first)
+                    seconds.append(second)
+                    thirds.append(third)
+                m, l_ = statistics.median(memcli_cpu), statistics.median(llm_cpu)
+                print(f"\n{label} ({args.runs} runs, medians; load {os.getloadavg()[0]:.1f})")
+                print(f"  memcli chat --plain, one message  {m:6.2f} CPU s")
+                print(
+                    f"  llm -m echo hi                    {l_:6.2f} CPU s   (memcli/llm {m / l_:.2f}x)"
+                )
+                f, s = statistics.median(firsts), statistics.median(seconds)
+                t = statistics.median(thirds)
+                print(f"  from the start to the first reply {f:6.0f} ms")
+                print(f"  second reply {s:6.0f} ms, third {t:6.0f} ms")
+                if not args.no_mcp and label == "default blocks":  # remember needs a fact block
+                    times = [mcp_remember(env, home / f"mcp{i}.db") for i in range(args.runs)]
+                    one = statistics.median(t[0] for t in times)
+                    two = statistics.median(t[1] for t in times)
+                    print(
+                        f"  memcli mcp: start to first remember {one:6.0f} ms, second {two:5.0f} ms"
+                    )
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
