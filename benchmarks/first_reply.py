@@ -15,6 +15,9 @@ CPU is not counted), with `--model openai/test --api-base <server>`, each proces
 - Wall time to a reply's first byte: of the first line, written as soon as the process starts,
   from the start (all of the start-up is in it); of the second and the third, each written once
   the reply before it has ended, from its writing.
+- The candidates for calling OpenAI-compatible endpoints: CPU seconds of a fresh process that
+  makes one streamed call to the server through httpx alone, through the `openai` SDK, through
+  litellm (`--no-clients` skips this).
 - `memcli mcp` (stdio, the MCP SDK's client): the time from starting the server to the answer of
   its first `remember` (the fact block asks the loopback server), and of the second.
 
@@ -118,6 +121,34 @@ def mcp_remember(env: dict[str, str], db: Path) -> tuple[float, float]:
     return anyio.run(main)
 
 
+CLIENTS = {
+    "httpx": """
+import httpx, json, sys
+with httpx.Client(timeout=60) as c:
+    with c.stream("POST", sys.argv[1] + "/chat/completions", json={"model": "test",
+            "messages": [{"role": "user", "content": "hi"}], "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line[6:] != "[DONE]":
+                json.loads(line[6:])
+""",
+    "openai SDK": """
+import openai, sys
+c = openai.OpenAI(api_key="x", base_url=sys.argv[1], max_retries=0, timeout=60)
+for chunk in c.chat.completions.create(model="test", stream=True,
+        messages=[{"role": "user", "content": "hi"}]):
+    pass
+""",
+    "litellm": """
+import os, sys
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+import litellm
+for chunk in litellm.completion(model="openai/test", api_base=sys.argv[1], api_key="x",
+        stream=True, messages=[{"role": "user", "content": "hi"}]):
+    pass
+""",
+}
+
+
 def model_folder() -> Path | None:
     for home in (os.environ.get("MEMCLI_HOME"), "~/.local/share/memcli"):
         if home and (Path(home).expanduser() / "models").is_dir():
@@ -129,6 +160,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-mcp", action="store_true")
+    parser.add_argument("--no-clients", action="store_true")
     args = parser.parse_args()
 
     def reply(body: dict[str, Any]) -> dict[str, Any]:
@@ -146,6 +178,14 @@ def main() -> None:
     else:
         print("(no exported embedding model found: the default blocks are left out)")
     try:
+        if not args.no_clients:
+            print(f"one streamed call in a fresh process ({args.runs} runs, medians)")
+            for name, code in CLIENTS.items():
+                cpu = [
+                    run_cpu([sys.executable, "-c", code, server.api_base], base)
+                    for _ in range(args.runs)
+                ]
+                print(f"  {name:12} {statistics.median(cpu):6.2f} CPU s")
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
             for label, blocks in setups:

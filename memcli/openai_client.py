@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,11 @@ class BadResponse(ClientError):
     """A 200 response whose body is not the JSON of a chat completion."""
 
 
+#: The most a whole reply (or one line of a streamed one) may hold: far above any chat
+#: completion; a server sending more is broken.
+MAX_BODY = 32 * 2**20
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where to send a chat request: the base URL (ending in `/v1` as the servers document it),
@@ -79,21 +85,19 @@ class Endpoint:
 
 def complete(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
     """The chat completion (the response's JSON) for a request body; raises a ClientError."""
-    with _client(endpoint) as client:
-        try:
-            response = client.post(endpoint.url, json=body, headers=endpoint.request_headers())
-        except httpx.TimeoutException:
-            raise APITimeoutError("Request timed out.") from None
-        except httpx.TransportError as exc:
-            raise APIConnectionError(f"Connection error. {exc}".strip()) from None
+    with _client(endpoint) as client, _transport_errors():
+        with client.stream(
+            "POST", endpoint.url, json=body, headers=endpoint.request_headers()
+        ) as response:
+            text = _bounded_body(response)
         if response.status_code >= 400:
-            raise _status_error(response)
+            raise _status_error(response, text)
         try:
-            data = response.json()
+            data = json.loads(text)
         except ValueError:
-            raise BadResponse(f"the reply is not JSON: {response.text[:200]!r}") from None
+            raise BadResponse(f"the reply is not JSON: {text[:200]!r}") from None
         if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
-            raise BadResponse(f"the reply is not a chat completion: {response.text[:200]!r}")
+            raise BadResponse(f"the reply is not a chat completion: {text[:200]!r}")
         return data
 
 
@@ -106,30 +110,33 @@ def stream(
     is called once the connection is open, with a function that shuts its socket down from any
     thread: the reading thread then wakes up and the stream ends (with an APIConnectionError,
     which the caller who closed it ignores)."""
-    with _client(endpoint) as client:
-        try:
-            with client.stream(
-                "POST",
-                endpoint.url,
-                json=body | {"stream": True},
-                headers=endpoint.request_headers(),
-            ) as response:
-                if on_open is not None:
-                    on_open(_closer(response))
-                if response.status_code >= 400:
-                    response.read()
-                    raise _status_error(response)
-                yield from _events(response)
-        except httpx.TimeoutException:
-            raise APITimeoutError("Request timed out.") from None
-        except httpx.TransportError as exc:
-            raise APIConnectionError(f"Connection error. {exc}".strip()) from None
+    with _client(endpoint) as client, _transport_errors():
+        with client.stream(
+            "POST", endpoint.url, json=body | {"stream": True}, headers=endpoint.request_headers()
+        ) as response:
+            if on_open is not None:
+                on_open(_closer(response))
+            if response.status_code >= 400:
+                raise _status_error(response, _bounded_body(response))
+            yield from _events(response)
+
+
+@contextmanager
+def _transport_errors() -> Iterator[None]:
+    """httpx's errors of the connection as this module's: a timeout, or a connection error (a
+    refused or broken connection, a URL httpx cannot use)."""
+    try:
+        yield
+    except httpx.TimeoutException:
+        raise APITimeoutError("Request timed out.") from None
+    except (httpx.TransportError, httpx.InvalidURL) as exc:
+        raise APIConnectionError(f"Connection error. {exc}".strip()) from None
 
 
 def _events(response: httpx.Response) -> Iterator[dict[str, Any]]:
     """The JSON payloads of a server-sent event stream's `data:` lines, up to `[DONE]`; lines
     that are not data (comments, `event:` names, a body that is not a stream) are skipped."""
-    for line in response.iter_lines():
+    for line in _lines(response):
         if not line.startswith("data:"):
             continue
         data = line[5:].strip()
@@ -161,11 +168,35 @@ def _closer(response: httpx.Response) -> Callable[[], None]:
     return response.close
 
 
-def _status_error(response: httpx.Response) -> APIStatusError:
+def _bounded_body(response: httpx.Response) -> str:
+    """The response's body as text, read up to MAX_BODY bytes (more is a BadResponse)."""
+    data = bytearray()
+    for piece in response.iter_bytes():
+        data += piece
+        if len(data) > MAX_BODY:
+            raise BadResponse(f"the reply is larger than {MAX_BODY // 2**20} MiB")
+    return data.decode("utf-8", "replace")
+
+
+def _lines(response: httpx.Response) -> Iterator[str]:
+    """The lines of a streamed body as they arrive, each at most MAX_BODY bytes."""
+    buffer = b""
+    for piece in response.iter_bytes():
+        buffer += piece
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+        if len(buffer) > MAX_BODY:
+            raise BadResponse(f"a line of the reply is longer than {MAX_BODY // 2**20} MiB")
+    if buffer:
+        yield buffer.rstrip(b"\r").decode("utf-8", "replace")
+
+
+def _status_error(response: httpx.Response, body: str) -> APIStatusError:
     try:
-        text = _error_text(response.json())
+        text = _error_text(json.loads(body))
     except ValueError:
-        text = response.text.strip()[:300] or response.reason_phrase
+        text = body.strip()[:300] or response.reason_phrase
     return APIStatusError(text, response.status_code)  # the status shows in the ProviderError
 
 

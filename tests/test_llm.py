@@ -310,3 +310,19 @@ def test_loading_litellm_leaves_the_environment_as_it_was(tmp_path: Any) -> None
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [True, True]
     assert "fetch" not in proc.stderr
+
+
+def test_a_reply_that_is_not_json(llm: Any, path: str) -> None:
+    """A whole reply: a server error; a stream with no data lines: an empty reply, as before."""
+    llm.script({"raw": "not json"}, {"raw": "not json"})
+    with pytest.raises(ProviderError) as caught:
+        complete(config(llm, path, timeout=30), HI)
+    assert caught.value.kind == "server"
+    assert list(stream(config(llm, path, timeout=30), HI)) == []
+
+
+@pytest.mark.parametrize("base", ["localhost:1234", "http://999.1.1.1:1/v1", "ftp://x/v1"])
+def test_an_endpoint_that_is_no_http_url_is_unreachable(base: str) -> None:
+    with pytest.raises(ProviderError) as caught:
+        complete(LLMConfig("openai/test", api_base=base, timeout=30), HI)
+    assert caught.value.kind == "unreachable"
