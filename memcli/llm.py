@@ -221,12 +221,32 @@ BODY_FIELDS = frozenset(
 
 @dataclass(frozen=True)
 class _Route:
-    """How an OpenAI-compatible model is called without litellm: its endpoint, the model's name
-    in the request, and whether the endpoint is OpenAI's own."""
+    """How an OpenAI-compatible model is called without litellm: the endpoint's base URL, the
+    model's name in the request, whether the endpoint is OpenAI's own, and extra headers."""
 
-    endpoint: Any  # memcli.openai_client.Endpoint
+    base: str
     name: str
     is_openai: bool
+    headers: dict[str, str]
+
+    def endpoint(self, config: LLMConfig) -> Any:
+        """The endpoint of a call (a memcli.openai_client.Endpoint), its key read now: the
+        config's; else, for an OpenAI model, OPENAI_API_KEY ("not-needed" for a local server:
+        they take any key, and some ask for one); none for Ollama."""
+        from memcli.openai_client import Endpoint, MissingKey
+
+        key = config.api_key
+        if key is None and self.is_openai_model(config):
+            key = _env_key_for(config.model)
+            if key is None and config.api_base:
+                key = "not-needed"
+        if key is None and self.is_openai:  # refused before any request, as the OpenAI SDK does
+            raise MissingKey("Missing credentials: no api_key given and OPENAI_API_KEY is not set")
+        return Endpoint(self.base, key, config.timeout, self.headers)
+
+    @staticmethod
+    def is_openai_model(config: LLMConfig) -> bool:
+        return not config.model.startswith(("ollama/", "ollama_chat/"))
 
 
 def _route(config: LLMConfig) -> _Route | None:
@@ -244,21 +264,11 @@ def _route(config: LLMConfig) -> _Route | None:
     if not name:
         provider, name = ("openai" if _table_provider(config.model) == "openai" else ""), provider
     if provider == "openai":
-        base = config.api_base or OPENAI_BASE
-        key = config.api_key or _env_key_for(config.model)
-        if key is None and config.api_base:
-            key = "not-needed"  # local servers take any key (and some ask for one)
-        is_openai = config.api_base is None
-    elif provider in ("ollama", "ollama_chat"):
+        return _Route(config.api_base or OPENAI_BASE, name, config.api_base is None, headers)
+    if provider in ("ollama", "ollama_chat"):
         base = (config.api_base or OLLAMA_BASE).rstrip("/")
-        if not base.endswith("/v1"):
-            base += "/v1"
-        key, is_openai = config.api_key, False
-    else:
-        return None
-    from memcli.openai_client import Endpoint
-
-    return _Route(Endpoint(base, key, config.timeout, dict(headers)), name, is_openai)
+        return _Route(base if base.endswith("/v1") else base + "/v1", name, False, headers)
+    return None
 
 
 def _body(config: LLMConfig, route: _Route, messages: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -353,8 +363,7 @@ def _complete_light(
         # refuse max_tokens, which litellm renames for them); local servers know max_tokens.
         body["max_completion_tokens" if route.is_openai else "max_tokens"] = max_tokens
     try:
-        _need_key(route)
-        data = openai_client.complete(route.endpoint, body)
+        data = openai_client.complete(route.endpoint(config), body)
         choice = data["choices"][0]
         content = choice["message"].get("content") if isinstance(choice, dict) else None
     except openai_client.ClientError as exc:
@@ -364,14 +373,6 @@ def _complete_light(
             openai_client.BadResponse("the reply has no message in its first choice"), config
         ) from None
     return content if isinstance(content, str) else ""
-
-
-def _need_key(route: _Route) -> None:
-    """OpenAI's own API without a key: refused before any request, as the OpenAI client does."""
-    if route.is_openai and not route.endpoint.api_key:
-        from memcli.openai_client import MissingKey
-
-        raise MissingKey("Missing credentials: no api_key given and OPENAI_API_KEY is not set")
 
 
 def supports_schema(config: LLMConfig) -> bool:
@@ -456,10 +457,9 @@ def _light_deltas(
     """The deltas of a reply streamed from an OpenAI-compatible endpoint (httpx, no litellm)."""
     from memcli import openai_client
 
-    _need_key(route)
     body = _body(config, route, messages) | options
     on_open = hangup.on_hangup if hangup is not None else None
-    for chunk in openai_client.stream(route.endpoint, body, on_open):
+    for chunk in openai_client.stream(route.endpoint(config), body, on_open):
         if hangup is not None and hangup.is_set:
             return
         choices = chunk.get("choices")
