@@ -1,17 +1,18 @@
 """What a first reply costs: a one-message `memcli chat --plain` against `llm -m echo hi`, side by
 side; a plain chat's first reply against its second; `memcli mcp`'s first `remember`.
 
-    PYTHONPATH=. python benchmarks/first_reply.py [--runs 5] [--no-mcp]
+    PYTHONPATH=. python benchmarks/first_reply.py [--runs 5] [--no-mcp] [--no-clients]
 
 Against the tests' loopback OpenAI-compatible server (tests/llm_server.py, in this process: its
 CPU is not counted), with `--model openai/test --api-base <server>`, each process fresh:
 
 - CPU seconds (user + system, of the child process alone) of `python -m memcli chat --plain`
   sending one message ("hi") and exiting, against `python -m llm -m echo hi` (simonw/llm with the
-  llm-echo plugin: a model that answers without any network, its log in a new folder each run),
-  runs alternating so both see the same load. Twice: with no long-term blocks (`blocks = []`)
-  and with the default blocks (the vector block and its embedding model) when the exported model
-  is at hand ($MEMCLI_HOME/models or ~/.local/share/memcli/models).
+  llm-echo plugin: a model that answers without any network; its log in a folder of its own),
+  runs alternating so both see the same load, after one run of each that makes its database.
+  Twice: with no long-term blocks (`blocks = []`) and with the default blocks (the vector block
+  and its embedding model) when the exported model is at hand ($MEMCLI_HOME/models or
+  ~/.local/share/memcli/models).
 - Wall time to a reply's first byte: of the first line, written as soon as the process starts,
   from the start (all of the start-up is in it); of the second and the third, each written once
   the reply before it has ended, from its writing.
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import select
 import statistics
 import subprocess
 import sys
@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from chat_latency import read_reply  # noqa: E402 (this folder: the script's own)
 from llm_server import LLMServer  # noqa: E402
 
 FACTS = "<facts><fact>The user keeps bees</fact></facts>"
@@ -58,22 +59,6 @@ def run_cpu(args: list[str], env: dict[str, str], stdin: bytes | None = None) ->
     if proc.returncode != 0:
         raise SystemExit(f"{args} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
     return children_cpu() - before
-
-
-def read_reply(proc: subprocess.Popen[bytes]) -> float:
-    """Wait for the next reply's first byte on stdout (when it came), then read the reply to the
-    empty line that ends it."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    select.select([fd], [], [], 600)
-    first = time.perf_counter()
-    data = b""
-    while not data.endswith(b"\n\n"):
-        piece = os.read(fd, 4096)
-        if not piece:
-            raise SystemExit("the chat ended before its reply")
-        data += piece
-    return first
 
 
 def first_and_second(chat: list[str], env: dict[str, str]) -> tuple[float, float, float]:
@@ -199,13 +184,15 @@ def main() -> None:
                 )
                 env = base | {"MEMCLI_HOME": str(home), "MEMCLI_CONFIG": str(config)}
                 chat = [sys.executable, "-m", "memcli", "chat", "--plain"]
+                llm_env = base | {"LLM_USER_PATH": str(work / f"llm-{label}")}
+                echo = [sys.executable, "-m", "llm", "-m", "echo", "hi"]
+                # A first run of each, not counted, makes its database (memcli's store, llm's log).
+                run_cpu([*chat, "--session", "setup"], env, b"hi\n")
+                run_cpu(echo, llm_env)
                 memcli_cpu, llm_cpu, firsts, seconds, thirds = [], [], [], [], []
                 for i in range(args.runs):
                     memcli_cpu.append(run_cpu([*chat, "--session", f"cpu{i}"], env, b"hi\n"))
-                    llm_env = base | {"LLM_USER_PATH": str(work / f"llm-{label}-{i}")}
-                    llm_cpu.append(
-                        run_cpu([sys.executable, "-m", "llm", "-m", "echo", "hi"], llm_env)
-                    )
+                    llm_cpu.append(run_cpu(echo, llm_env))
                     first, second, third = first_and_second([*chat, "--session", f"t{i}"], env)
                     firsts.append(first)
                     seconds.append(second)
