@@ -326,3 +326,20 @@ def test_an_endpoint_that_is_no_http_url_is_unreachable(base: str) -> None:
     with pytest.raises(ProviderError) as caught:
         complete(LLMConfig("openai/test", api_base=base, timeout=30), HI)
     assert caught.value.kind == "unreachable"
+
+
+def test_warming_up_an_openai_compatible_model_loads_no_litellm(
+    llm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memcli.llm import warm_up
+
+    def no_litellm() -> Any:
+        raise AssertionError("imported litellm")
+
+    monkeypatch.setattr(llm_module, "load_litellm", no_litellm)
+    warm_up(LLMConfig("openai/test", api_base=llm.api_base))
+    warm_up(LLMConfig("ollama_chat/llama3.2"))
+    assert "memcli.openai_client" in sys.modules
+    assert llm.requests == []  # nothing sent
+    with pytest.raises(AssertionError, match="imported litellm"):
+        warm_up(LLMConfig("anthropic/claude-3-5-haiku-latest"))
