@@ -55,7 +55,7 @@ def children_cpu() -> float:
 def run_cpu(args: list[str], env: dict[str, str], stdin: bytes | None = None) -> float:
     """CPU seconds of one child process (it must succeed)."""
     before = children_cpu()
-    proc = subprocess.run(args, input=stdin, capture_output=True, env=env, timeout=600)
+    proc = subprocess.run(args, input=stdin, capture_output=True, env=env, timeout=600, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"{args} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
     return children_cpu() - before
@@ -66,7 +66,12 @@ def first_and_second(chat: list[str], env: dict[str, str]) -> tuple[float, float
     written at once), then from writing a second line, and a third, to theirs."""
     start = time.perf_counter()
     proc = subprocess.Popen(
-        chat, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        chat,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,  # `python -m` finds the memcli of the current folder first
     )
     assert proc.stdin is not None
     times = []
@@ -87,7 +92,7 @@ def mcp_remember(env: dict[str, str], db: Path) -> tuple[float, float]:
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "memcli", "--db", str(db), "mcp"], env=env
+        command=sys.executable, args=["-m", "memcli", "--db", str(db), "mcp"], env=env, cwd=ROOT
     )
 
     async def main() -> tuple[float, float]:
