@@ -145,7 +145,7 @@ def serve(path: str) -> None:
     import memcli.llm
 
     memcli.llm.load_litellm()
-    for name in ("openai.resources", "httpcore"):  # what litellm's first call imports
+    for name in ("openai.resources", "httpcore", "memcli.openai_client"):  # the calls' clients
         importlib.import_module(name)
     # What searches and PostgreSQL stores import. OpenBLAS starts its threads when numpy is
     # imported: one thread here (the children's numpy then multiplies on one core, as the tests

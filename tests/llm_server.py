@@ -46,6 +46,8 @@ class LLMServer:
         self.events: list[tuple[str, int]] = []
         #: Each request's Authorization header (None: none), in the order of `requests`.
         self.authorizations: list[str | None] = []
+        #: Each request's path (`/v1/chat/completions`), in the order of `requests`.
+        self.paths: list[str] = []
         #: When (time.monotonic()) a client closed a slow stream before its end.
         self.disconnects: list[float] = []
         self.lock = threading.Lock()
@@ -79,6 +81,7 @@ class LLMServer:
             self.requests.clear()
             self.events.clear()
             self.authorizations.clear()
+            self.paths.clear()
             self.disconnects.clear()
 
     def wait_for_disconnect(self, timeout: float = 10) -> float | None:
@@ -134,6 +137,7 @@ class LLMServer:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server.lock:
                     server.authorizations.append(self.headers.get("Authorization"))
+                    server.paths.append(self.path)
                 index, reply = server._next(body)
                 try:
                     self._answer(body, reply)

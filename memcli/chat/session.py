@@ -323,9 +323,10 @@ class Chat:
     def prepare(self, on_step: Callable[[str], None] | None = None) -> None:
         """Load now what a fresh process would load during its first turn (seconds): the
         tokenizer, the blocks' models and the store's indexes (the blocks asked once:
-        `warm_up`), then litellm and what its first call builds (`memcli.llm.warm_up`: ~3 s of
-        imports; with a model) and the tools' schemas. `on_step(part)` is told when "blocks",
-        then "litellm", is done. Nothing is sent to the model. A store or model error is left
+        `warm_up`), then what the model's first call needs (`memcli.llm.warm_up`, with a model:
+        httpx for an OpenAI-compatible one, ~0.1 s; litellm and what its first call builds for
+        another provider, ~3 s) and the tools' schemas. `on_step(part)` is told when "blocks",
+        then "litellm" (the model's client), is done. Nothing is sent to the model. A store or model error is left
         for the turn that meets it again to report."""
         try:
             self.mem.tokenizer.count("warm up")

@@ -282,9 +282,9 @@ class ChatApp:
         the latest message waiting for its turn, else clear the line."""
         if self.turn is not None:
             turn = self.turn
+            waiting = len(self.queued)  # before the cancel: the next turn may start at once
             turn.cancel()
-            if self.queued:
-                waiting = len(self.queued)
+            if waiting:
                 self.note(f"Cancelled the reply to “{_short(turn.text or '/retry')}”.")
                 self._clear_queue_note()
                 self.queue_note = Entry(
