@@ -53,6 +53,7 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "timeout": (int, float),
         "max_facts": (int,),
         "candidates": (int,),
+        "token_budget": (int,),
         "temperature": (int, float),
         "max_tokens": (int,),
         "retry_pending": (int,),
@@ -79,6 +80,7 @@ KINDS: dict[str, dict[str, tuple[type, ...]]] = {
         "source": (str,),
         "similarity_top_k": (int,),
         "retrieval_context_window": (int,),
+        "token_budget": (int,),
         "search": (dict,),
     },
 }

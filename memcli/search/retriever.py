@@ -37,6 +37,7 @@ from memcli.search.lexical import Lexical
 from memcli.search.ranking import (
     EXCERPT_CHARS,
     LONG_CHARS,
+    demote_echoes,
     excerpt_at,
     fuse,
     lexical_excerpt,
@@ -378,6 +379,8 @@ class Retriever:
             named = sql.spoken_by(self.store, [i for i, _ in fused], query_words(query))
             if named:
                 fused = fuse([(1.0, [i for i, _ in fused]), (o.speaker_weight, named)], o.rrf_k)
+        # Earlier copies of a question (and replies that only restate it) go after the rest.
+        fused = demote_echoes(fused, query, lambda ids: sql.message_rows(self.store, ids), k * 4)
         result.hits = self._hits(fused, lexical[0], dense[0], k, scope, query_terms(query))
         return result
 
