@@ -430,6 +430,11 @@ def changes_of(reply: FactReply) -> tuple[list[fact_store.NewFact], list[tuple[i
     return new, [(int(i), reason or "retired") for i, reason in reply.retire]
 
 
+#: The most tokens (cl100k) of facts a fact block shows by default: when the facts do not all
+#: fit, those that bear most on the input (by words, entities and meaning) are shown.
+FACT_TOKEN_BUDGET = 400
+
+
 class FactBlock(LLMBlock):
     """Facts extracted by an LLM (through litellm), kept in the store, rendered as `<fact>` lines.
 
@@ -443,7 +448,13 @@ class FactBlock(LLMBlock):
     priority = 1
     KIND = "facts"
     TABLE_OPTIONS = {"temperature": (int, float)}
-    OPTIONS = {**LLMBlock.OPTIONS, "max_facts": (int,), "candidates": (int,), **TABLE_OPTIONS}
+    OPTIONS = {
+        **LLMBlock.OPTIONS,
+        "max_facts": (int,),
+        "candidates": (int,),
+        "token_budget": (int,),
+        **TABLE_OPTIONS,
+    }
     SETTINGS = (*LLMBlock.SETTINGS, "embedder")
     task = "extract facts"
 
@@ -462,6 +473,7 @@ class FactBlock(LLMBlock):
         llm: LLMConfig | None = None,
         embedder: Embedder | None = None,
         candidates: int = 25,
+        token_budget: int | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         # Without a model the block shows the facts it holds (added by hand) and takes no
@@ -493,6 +505,17 @@ class FactBlock(LLMBlock):
                 "The default is 25",
             )
         self.candidates = candidates
+        given_budget = token_budget
+        token_budget = FACT_TOKEN_BUDGET if token_budget is None else token_budget
+        if not isinstance(token_budget, int) or isinstance(token_budget, bool) or token_budget < 0:
+            raise ConfigError(
+                f"block {self.name!r}: token_budget must be a whole number >= 0, not"
+                f" {token_budget!r}",
+                f"The default is {FACT_TOKEN_BUDGET}; 0 shows every fact",
+            )
+        #: The most tokens of facts shown (0: every fact, as LlamaIndex's fact block).
+        self.token_budget = token_budget
+        self._budget_given = given_budget is not None
         self._vectors = FactVectors(embedder) if embedder is not None else None
         self._drop_order: list[int] = []  # set by `get` for `truncate`
         self._rendered: str | None = None
@@ -514,6 +537,8 @@ class FactBlock(LLMBlock):
         }
         if self.candidates != 25:
             table["candidates"] = self.candidates
+        if self.token_budget != FACT_TOKEN_BUDGET:
+            table["token_budget"] = self.token_budget
         return table
 
     # -- receiving flushes ------------------------------------------------------------------------
@@ -690,18 +715,56 @@ class FactBlock(LLMBlock):
         return "\n".join(line(f) for f in facts)
 
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
-        """The current facts as `<fact>` lines, oldest first. When they do not all fit, the ones
-        truncation drops first are those least related to the last user message (the input)."""
+        """The current facts as `<fact>` lines, oldest first: all of them when they fit
+        `token_budget` (or it is 0), else those that bear most on the input (the last user
+        message: by words and entities, and by meaning with an embedder) while they fit, then
+        the newest others while they fit. When the context must be cut, truncation drops
+        first the facts least related to the input."""
         self._tokenizer = ctx.tokenizer
         facts = fact_store.list_facts(ctx.store, self.name, self.scope_key(ctx))
         query = next((m.content for m in reversed(messages) if m.role == "user"), "")
-        # Words and entities only: a context is read often, the model is for extractions.
-        ranked = rank_facts(facts, query, self.candidates) if query else []
+        lines = [self._render([f]) for f in facts]
+        costs = [ctx.tokenizer.count(line) + 1 for line in lines]  # and its newline
+        fits = not self.token_budget or sum(costs) <= self.token_budget
+        if fits:  # words and entities only: they say what truncation drops first
+            ranked = rank_facts(facts, query, self.candidates) if query else []
+        else:  # and meaning (one short embedding of the input; the facts' vectors are kept)
+            vectors = None if self._embedder_preparing() else self._vectors
+            ranked = rank_facts(facts, query, len(facts), vectors) if query else []
         position = {f.id: i for i, f in enumerate(facts)}
-        keep = [position[f.id] for f, _ in ranked]
-        self._drop_order = [i for i in range(len(facts)) if i not in set(keep)] + keep[::-1]
-        self._rendered = self._render(facts)
+        related = [position[f.id] for f, _ in ranked]
+        shown = list(range(len(facts)))
+        if not fits:
+            chosen = set(related)
+            others = [i for i in reversed(shown) if i not in chosen]  # newest first
+            shown, used = [], 0
+            for i in [*related, *others]:
+                if used + costs[i] <= self.token_budget:
+                    shown.append(i)
+                    used += costs[i]
+            shown.sort()
+        visible = set(shown)
+        keep = [i for i in related if i in visible]
+        kept = set(keep)
+        order = [i for i in shown if i not in kept] + keep[::-1]
+        at = {i: n for n, i in enumerate(shown)}
+        self._drop_order = [at[i] for i in order]
+        self._rendered = "\n".join(lines[i] for i in shown)
         return self._rendered
+
+    def use_reference_defaults(self) -> bool:
+        """Show every fact, as LlamaIndex's fact block, unless the block was given a
+        `token_budget` (`MemcliMemory` does this). True when it changed the block."""
+        if self._budget_given or not self.token_budget:
+            return False
+        self.token_budget = 0
+        return True
+
+    def _embedder_preparing(self) -> bool:
+        """Whether the embedder still has its model to prepare (then facts are chosen by words
+        and entities: a turn never waits for the model)."""
+        embedder = self._vectors.embedder if self._vectors is not None else None
+        return bool(getattr(embedder, "preparing", False))
 
     def truncate(self, content: str, tokens_over: int) -> str | None:
         """Drop facts until `tokens_over` tokens are gone: the oldest unrelated to the input

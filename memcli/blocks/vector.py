@@ -1,6 +1,11 @@
 """VectorBlock: long-term memory retrieved by hybrid search (BM25 and vectors, memcli.search) over
 everything the user said outside the session's own window (or, with `source = "flushed"`, over the
-flushed messages only, as LlamaIndex's), shown with each message's time."""
+flushed messages only, as LlamaIndex's), shown with each message's time.
+
+Two ways to retrieve: memcli's (the default) searches for the input every turn and gives what
+fits `token_budget`; LlamaIndex's (when `similarity_top_k` or `retrieval_context_window` is
+given, and in `MemcliMemory`) searches for the last messages of the window and gives a fixed
+number of hits."""
 
 from __future__ import annotations
 
@@ -18,8 +23,16 @@ if TYPE_CHECKING:
     from memcli.messages import Message
     from memcli.search.embedder import Embedder
     from memcli.search.retriever import Retriever
-    from memcli.search.types import Hit, SearchOptions
+    from memcli.search.types import Hit, SearchOptions, SearchResult
 
+
+#: The tokens (cl100k) of retrieved messages a vector block gives by default.
+TOKEN_BUDGET = 600
+#: LlamaIndex's VectorMemoryBlock defaults: hits kept, messages of the window queried.
+SIMILARITY_TOP_K = 2
+RETRIEVAL_CONTEXT_WINDOW = 5
+#: Hits asked of the search per token of budget (600 tokens: 30 hits), to fill it.
+HITS_PER_TOKEN = 1 / 20
 
 #: What a vector block searches: "all" the stored messages of the user (or the session, with
 #: `scope = "session"`) but the session's own window: other sessions' messages whether flushed or
@@ -30,14 +43,25 @@ SOURCES = ("all", "flushed")
 
 class VectorBlock(MemoryBlock):
     """Each flushed batch has its messages embedded (one vector per message, in one model call for
-    many batches); `get` runs the hybrid search of `memcli search` with the last
-    `retrieval_context_window` messages plus the input as the query over the user's messages (or
+    many batches); `get` runs the hybrid search of `memcli search` over the user's messages (or
     the session's, with `scope = "session"`) that `source` names (SOURCES: by default "all" but
-    the session's own window), and returns the `similarity_top_k` best hits (each a message with
-    its short neighbouring turns) as `<message role='ROLE' time='2023-05-08T13:56'>TEXT</message>`
-    lines, hits separated by a blank line.
+    the session's own window) and returns hits as
+    `<message role='ROLE' time='2023-05-08T13:56'>TEXT</message>` lines, groups of messages
+    separated by a blank line. What it searches for, and how much it returns:
 
-    After each `get`, `last_hits` holds what was found (memcli.search.Hit: score, text,
+    - memcli's way (the default): the input (the last user message), refreshed every turn; a
+      follow-up ("and her brother?", `memcli.search.packing.is_follow_up`) is searched together
+      with the user message before it (the input alone would find anyone's brother). The hits that fit
+      `token_budget` tokens (default TOKEN_BUDGET) are returned, each with its turn partner (the
+      reply to a question, the question before an answer) when that fits too, ordered by time,
+      never a message twice nor one whose text the window holds.
+    - LlamaIndex's way, when `similarity_top_k` or `retrieval_context_window` is given (or
+      `use_reference_defaults()` was called: `MemcliMemory` does): the last
+      `retrieval_context_window` (5) messages plus the input as the query, the
+      `similarity_top_k` (2) best hits (each a message with its short neighbouring turns), best
+      first, as today's memcli and LlamaIndex's VectorMemoryBlock give them.
+
+    After each `get`, `last_hits` holds what was given (memcli.search.Hit: score, text,
     session_id, message_ids, ranks). The embedder, for the stored messages and the queries alike,
     defaults to the bundled all-MiniLM-L6-v2 run with ONNX Runtime (memcli.OnnxEmbedder, exported
     into `$MEMCLI_HOME/models` once), loaded on first use; `search_options` are the `[search]`
@@ -53,6 +77,7 @@ class VectorBlock(MemoryBlock):
         "source": (str,),
         "similarity_top_k": (int,),
         "retrieval_context_window": (int,),
+        "token_budget": (int,),
         "search": (dict,),  # the `[search]` settings: `search_options`
     }
     SETTINGS = ("embedder", "index_dir")
@@ -71,9 +96,10 @@ class VectorBlock(MemoryBlock):
     def __init__(
         self,
         name: str | None = None,
-        similarity_top_k: int = 2,
-        retrieval_context_window: int = 5,
+        similarity_top_k: int | None = None,
+        retrieval_context_window: int | None = None,
         priority: int | None = None,
+        token_budget: int | None = None,
         scope: str | None = None,
         source: str | None = None,
         embedder: Embedder | None = None,
@@ -85,7 +111,10 @@ class VectorBlock(MemoryBlock):
         for key, value in (
             ("similarity_top_k", similarity_top_k),
             ("retrieval_context_window", retrieval_context_window),
+            ("token_budget", token_budget),
         ):
+            if value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(
                     f"block {self.name!r}: {key} must be a whole number >= 1, not {value!r}",
@@ -99,13 +128,32 @@ class VectorBlock(MemoryBlock):
         #: Whether `source` was given (MemcliMemory makes one that was not "flushed").
         self.source_given = source is not None
         self.source = source or "all"
-        self.similarity_top_k = similarity_top_k
-        self.retrieval_context_window = retrieval_context_window
+        #: LlamaIndex's way (see the class): its parameters were given.
+        self.reference = similarity_top_k is not None or retrieval_context_window is not None
+        if self.reference and token_budget is not None:
+            raise ConfigError(
+                f"block {self.name!r}: token_budget is memcli's way of retrieving;"
+                " similarity_top_k and retrieval_context_window are LlamaIndex's",
+                "Give token_budget, or LlamaIndex's parameters, not both",
+            )
+        self.similarity_top_k = similarity_top_k or SIMILARITY_TOP_K
+        self.retrieval_context_window = retrieval_context_window or RETRIEVAL_CONTEXT_WINDOW
+        self.token_budget = token_budget or TOKEN_BUDGET
+        self._budget_given = token_budget is not None
         self._embedder = embedder
         self.search_options = search_options
         self._index_dir = index_dir
         self._retrievers: dict[int, Retriever] = {}
         self.last_hits: list[Hit] = []
+        self._groups: list[tuple[int, str]] = []  # memcli's way: (rank, text) as rendered
+        self._rendered = ""
+
+    def use_reference_defaults(self) -> None:
+        """Retrieve LlamaIndex's way (its `similarity_top_k` 2 over the last 5 messages) unless
+        the block was given a `token_budget`: `MemcliMemory`'s vector blocks behave as
+        LlamaIndex's VectorMemoryBlock."""
+        if not self._budget_given:
+            self.reference = True
 
     def definition(self) -> dict[str, Any]:
         """kind "vector" with its settings, and its search options when it was given some (else
@@ -119,9 +167,12 @@ class VectorBlock(MemoryBlock):
             "priority": self.priority,
             "scope": self.scope,
             "source": self.source,
-            "similarity_top_k": self.similarity_top_k,
-            "retrieval_context_window": self.retrieval_context_window,
         }
+        if self.reference:
+            table["similarity_top_k"] = self.similarity_top_k
+            table["retrieval_context_window"] = self.retrieval_context_window
+        else:
+            table["token_budget"] = self.token_budget
         if self.search_options is not None:
             table["search"] = dataclasses.asdict(self.search_options)
         return table
@@ -217,28 +268,106 @@ class VectorBlock(MemoryBlock):
         return "\n".join(m.content for m in window if m.content)
 
     def get(self, messages: Sequence[Message], ctx: BlockContext) -> str:
-        query = self.query_text(messages)
         self.last_hits = []
+        if not self.reference:
+            return self._get_budget(messages, ctx)
+        query = self.query_text(messages)
         if not query.strip():
             return ""
-        by_session = self.scope == "session"
         window = messages[-self.retrieval_context_window :]
-        result = self.retriever(ctx.store).search(
+        # Each message embedded once and kept: the next turn embeds only what is new.
+        parts = [m.content for m in window if m.content.strip()]
+        self.last_hits = self._search(query, ctx, self.similarity_top_k, parts).hits
+        return "\n\n".join(render_hit(hit) for hit in self.last_hits)
+
+    def _search(
+        self, query: str, ctx: BlockContext, k: int, parts: Sequence[str] | None
+    ) -> SearchResult:
+        """The search both ways run: the block's scope and source, but the session's window."""
+        by_session = self.scope == "session"
+        return self.retriever(ctx.store).search(
             query,
             mode="lexical" if self.words_while_preparing and self.preparing() else "hybrid",
-            k=self.similarity_top_k,
+            k=k,
             user_id=None if by_session else ctx.user_id,
             session_id=ctx.session_id if by_session else None,
             archived_only=self.source == "flushed",
             except_window=None if self.source == "flushed" else ctx.session_id,
-            # Each message embedded once and kept: the next turn embeds only what is new.
-            parts=[m.content for m in window if m.content.strip()],
+            parts=parts,
         )
-        self.last_hits = result.hits
-        return "\n\n".join(render_hit(hit) for hit in self.last_hits)
+
+    def _get_budget(self, messages: Sequence[Message], ctx: BlockContext) -> str:
+        """memcli's way (see the class): the input's hits packed into `token_budget`."""
+        from memcli.search.packing import is_follow_up
+
+        self._groups, self._rendered = [], ""
+        asked = [m.content for m in messages if m.role == "user" and m.content.strip()]
+        if not asked:
+            return ""
+        k = max(10, int(self.token_budget * HITS_PER_TOKEN))
+        # A follow-up ("and her brother?") is about what the turn before asked: both are the
+        # query (the input alone would find any brother).
+        follow_up = len(asked) > 1 and is_follow_up(asked[-1])
+        query = "\n".join(asked[-2:]) if follow_up else asked[-1]
+        hits = self._search(query, ctx, k, None).hits
+        window = {_same(m.content) for m in messages if m.content.strip()}
+        packed = self._pack(hits, ctx, window)
+        self.last_hits = [
+            dataclasses.replace(hit, rank=at, messages=rows)
+            for at, (_, hit, rows) in enumerate(packed, start=1)
+        ]
+        self._groups = [(rank, render_rows(rows, every_time=False)) for rank, _, rows in packed]
+        self._rendered = "\n\n".join(text for _, text in self._groups)
+        return self._rendered
+
+    def _pack(
+        self, hits: Sequence[Hit], ctx: BlockContext, window: set[str]
+    ) -> list[tuple[int, Hit, list[Any]]]:
+        """The hits that fit the budget (`memcli.search.packing.pack`), each with its turn
+        partner; as (rank, the best hit, messages), in time order."""
+        from memcli.search.packing import Candidate, pack, partner_of
+        from memcli.store.index import session_span
+
+        candidates = []
+        for rank, hit in enumerate(hits, start=1):
+            anchor = next(m for m in hit.messages if m.id == hit.anchor_id)
+            partner = partner_of(anchor, hit.messages)
+            if partner is None:
+                span = session_span(ctx.store, anchor.session_id, anchor.seq - 1, anchor.seq + 1)
+                partner = partner_of(anchor, span)
+                if partner is not None and not self._may_show(partner, ctx):
+                    partner = None
+            candidates.append(Candidate(rank, anchor, partner))
+        count = ctx.tokenizer.count
+        packed = pack(
+            candidates,
+            self.token_budget,
+            lambda rows: count(render_rows(rows, every_time=False)) + 1,  # and the blank line
+            repeated=lambda m: _same(m.content) in window,
+        )
+        return [(rank, hits[rank - 1], rows) for rank, rows in packed]
+
+    def _may_show(self, m: Any, ctx: BlockContext) -> bool:
+        """Whether a neighbouring message may join a hit: not in the session's window (nor,
+        with source "flushed", anywhere short-term)."""
+        if m.status == "archived":
+            return True
+        return self.source != "flushed" and m.session_id != ctx.session_id
 
     def truncate(self, content: str, tokens_over: int) -> str | None:
-        """Drop the weakest batches (the last ones) until enough is cut; None when none are left."""
+        """Drop the weakest batches (memcli's way: the worst ranked; LlamaIndex's: the last
+        ones) until enough is cut; None when none are left."""
+        if not self.reference and content == self._rendered and self._groups:
+            groups = list(self._groups)
+            cut = 0
+            for group in sorted(groups, key=lambda g: -g[0]):
+                if cut >= tokens_over:
+                    break
+                groups.remove(group)
+                cut += len(group[1].split())
+            if cut < tokens_over or not groups:
+                return None
+            return "\n\n".join(text for _, text in groups)
         parts = content.split("\n\n<message role=")
         if len(parts) <= 1:
             return None
@@ -255,11 +384,27 @@ def render_hit(hit: Hit) -> str:
     """A hit as `<message role='user' time='2023-05-08T13:56'>TEXT</message>` lines (UTC, to the
     minute; no time attribute for a message stored without one). A message's text cannot open or
     close the template's elements (`neutralise`)."""
+    return render_rows(hit.messages)
+
+
+def render_rows(rows: Sequence[Any], *, every_time: bool = True) -> str:
+    """Messages (memcli.store.index.MessageRow) as `render_hit` shows them; without
+    `every_time`, a message's time only when it differs from the one before it (to the minute):
+    the time attribute is 13 of the 20 tokens of a message's markup."""
     lines = []
-    for m in hit.messages:
-        when = f" time='{m.timestamp.strftime('%Y-%m-%dT%H:%M')}'" if m.timestamp else ""
+    last = None
+    for m in rows:
+        stamp = m.timestamp.strftime("%Y-%m-%dT%H:%M") if m.timestamp else None
+        shown = stamp if every_time or stamp != last else None
+        last = stamp
+        when = f" time='{shown}'" if shown else ""
         lines.append(f"<message role='{m.role}'{when}>{neutralise(m.content)}</message>")
     return "\n".join(lines)
+
+
+def _same(text: str) -> str:
+    """A message's text as compared with the window's (case and spacing aside)."""
+    return " ".join(text.casefold().split())
 
 
 def _home() -> Path:

@@ -214,6 +214,7 @@ class MemcliMemory(BaseMemory):
                 "MemcliMemory takes a memcli Memory or the fields of one, not both",
                 "Pass MemcliMemory(memory), or MemcliMemory.from_defaults(session_id=..., db=...)",
             )
+        from memcli.blocks.facts import FactBlock
         from memcli.blocks.vector import VectorBlock
 
         flushed = [
@@ -221,7 +222,10 @@ class MemcliMemory(BaseMemory):
         ]
         for block in flushed:
             block.source = "flushed"
-        if flushed:  # the CLI builds this session's blocks as they are now
+            block.use_reference_defaults()  # LlamaIndex's top 2 over the last 5 messages
+        facts = [b for b in memory.memory_blocks if isinstance(b, FactBlock)]
+        every_fact = [b for b in facts if b.use_reference_defaults()]  # as LlamaIndex's
+        if flushed or every_fact:  # the CLI builds this session's blocks as they are now
             from memcli.blocks.registry import record
 
             record(memory.store, memory.session_id, memory.memory_blocks)

@@ -1,13 +1,14 @@
-"""The pure parts of ranking: a query's terms, weighted reciprocal rank fusion, and the excerpt of
-a long message that a hit shows. `memcli.search.retriever.Retriever` runs the search itself."""
+"""The pure parts of ranking: a query's terms, weighted reciprocal rank fusion, the excerpt of
+a long message that a hit shows, and the echoes of a question (earlier copies of it) that must
+not outrank its answer. `memcli.search.retriever.Retriever` runs the search itself."""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 
 # Words that say nothing about what a question is after; left out of the BM25 query.
@@ -106,3 +107,109 @@ def fuse(ranked: Sequence[tuple[float, Sequence[int]]], rrf_k: int = 60) -> list
         for rank, item in enumerate(ids, start=1):
             scores[item] = scores.get(item, 0.0) + weight / (rrf_k + rank)
     return sorted(scores.items(), key=lambda pair: -pair[1])
+
+
+#: Words a question starts with (when it has no question mark: "what is my cat called").
+QUESTION_WORDS = frozenset(
+    """what when where who whom whose which why how do does did is are was were can could will
+    would should shall may might have has had am""".split()
+)
+#: An echo of a question (see `is_echo`) holds at least this share of its informative words.
+ECHO_SHARE = 0.6
+
+
+def is_question(text: str) -> bool:
+    """Whether a text asks: it ends with a question mark, or starts with a question word."""
+    words = re.findall(r"\w+", text.lower())
+    return text.rstrip().endswith("?") or bool(words and words[0] in QUESTION_WORDS)
+
+
+def _informative(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1}
+
+
+def only_asks(text: str) -> bool:
+    """Whether a message does nothing but ask: it ends with a question mark and holds no other
+    sentence ("Where did you go?", "Really? When?"; not "I moved. Have you been to Porto?")."""
+    return text.rstrip().endswith("?") and not re.search(r"[.!;:]\s", text)
+
+
+def is_echo(text: str, query: str) -> bool:
+    """Whether a stored message only restates the question `query`, and so cannot answer it:
+    an earlier copy of the question (a question holding ECHO_SHARE of the query's informative
+    words and at most one word more), or a reply that adds nothing to it (all its informative
+    words are the query's, and they are ECHO_SHARE of them). Never for a query that does not ask."""
+    if not is_question(query):
+        return False
+    asked, said = _informative(query), _informative(text)
+    if not asked or not said or len(said & asked) < ECHO_SHARE * len(asked):
+        return False
+    extra = len(said - asked)
+    return extra <= 1 if is_question(text) else extra == 0
+
+
+class Stored(Protocol):
+    """What `demote_echoes` reads of a stored message (a `memcli.store.index.MessageRow`)."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+
+
+#: `demote_echoes` looks at least this far down the fused ranking.
+ECHO_DEPTH = 40
+
+
+def demote_echoes(
+    fused: Sequence[tuple[int, float]],
+    query: str,
+    read: Callable[[Sequence[int]], Mapping[int, Stored]],
+    depth: int,
+) -> list[tuple[int, float]]:
+    """For a query that asks, the fused ranking with the messages that cannot answer it among
+    its first `depth` (at least ECHO_DEPTH) moved after every other message, in their order,
+    their scores kept: a question asked before does not outrank the message that answers it.
+    They are the messages that only ask (`only_asks`: an earlier copy of the question, or
+    another question), those that restate the query (`is_echo`), and the replies to an echo
+    that hold ECHO_SHARE of the query's words (an earlier answer to the same question, "I am
+    not sure what your cat is called": a message that holds the answer is found on its own).
+    `read(ids)` gives the stored messages; a reply's question is the message before it in its
+    session (read as the id before it).
+
+    On LoCoMo's development conversations, asked again after two chats had asked all their
+    questions: `memcli search` R@10 0.758 without this, 0.787 with echoes alone, 0.797 with
+    the messages that only ask too (0.807 before the chats, with or without it)."""
+    if not fused or not is_question(query):
+        return list(fused)
+    head = [item for item, _ in fused[: max(depth, ECHO_DEPTH)]]
+    rows = read(head)
+    echoes = {i for i in head if i in rows and is_echo(rows[i].content, query)}
+    echoes |= {i for i in head if i in rows and only_asks(rows[i].content)}
+    asked = _informative(query)
+    replies = [
+        i
+        for i in head
+        if i in rows
+        and i not in echoes
+        and rows[i].role != "user"
+        and len(_informative(rows[i].content) & asked) >= ECHO_SHARE * len(asked)
+    ]
+    if replies:
+        before = read([i - 1 for i in replies])
+        for i in replies:
+            asking = before.get(i - 1)
+            if (
+                asking is not None
+                and asking.role == "user"
+                and (asking.session_id, asking.seq) == (rows[i].session_id, rows[i].seq - 1)
+                and is_echo(asking.content, query)
+            ):
+                echoes.add(i)
+    if not echoes:
+        return list(fused)
+    return [p for p in fused if p[0] not in echoes] + [p for p in fused if p[0] in echoes]

@@ -37,6 +37,7 @@ from memcli.search.lexical import Lexical
 from memcli.search.ranking import (
     EXCERPT_CHARS,
     LONG_CHARS,
+    demote_echoes,
     excerpt_at,
     fuse,
     lexical_excerpt,
@@ -322,6 +323,8 @@ class Retriever:
             ]
         dense = dense_job.result() if dense_job is not None else [[] for _ in scopes]
         fused = self._fuse(query, mode, lexical, dense)
+        # Earlier copies of a question (and replies that only restate it) go after the rest.
+        fused = demote_echoes(fused, query, lambda ids: sql.message_rows(self.store, ids), k * 4)
         result.hits = self._hits(fused, lexical[0], dense[0], k, scope, query_terms(query))
         return result
 
