@@ -79,7 +79,7 @@ def tables(tmp_path: Path) -> dict[str, list[dict[str, Any]]]:
         ],
         "facts": [
             {**llm, "scope": "session", "max_facts": 7, "candidates": 9, "reply_tokens": 300},
-            {**llm, "scope": "user", "max_tokens": 200},
+            {**llm, "scope": "user", "max_tokens": 200, "token_budget": 300},
         ],
         "summary": [{**llm, "scope": "session", "max_tokens": 99, "reply_tokens": 300}],
         "vector": [
@@ -91,7 +91,8 @@ def tables(tmp_path: Path) -> dict[str, list[dict[str, Any]]]:
                 "similarity_top_k": 3,
                 "retrieval_context_window": 2,
                 "search": {"lexical_weight": 0.5},
-            }
+            },
+            {"name": "v", "scope": "user", "token_budget": 500},  # (memcli's way, not LlamaIndex's)
         ],
     }
 
