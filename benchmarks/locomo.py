@@ -18,6 +18,7 @@ shows it with the speakers' names, fits, counted with tiktoken's cl100k_base), t
 
     PYTHONPATH=. python benchmarks/locomo.py                  # both development conversations
     PYTHONPATH=. python benchmarks/locomo.py --questions 10   # a quick slice
+    PYTHONPATH=. python benchmarks/locomo.py --brief --precision fp32  # the model at fp32
     PYTHONPATH=. python benchmarks/locomo.py --db postgresql://...  # in an empty PostgreSQL database
 """
 
@@ -144,7 +145,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     store = open_store(args.db or Path(tempfile.mkdtemp(prefix="memcli-locomo-")) / "locomo.db")
     from memcli.config import default_home
 
-    embedder = OnnxEmbedder(args.model_cache or default_home(os.environ) / "models")
+    embedder = OnnxEmbedder(
+        args.model_cache or default_home(os.environ) / "models", precision=args.precision
+    )
     tokenizer = TiktokenTokenizer()
     retrievers = [Retriever(store, embedder, o) for o in option_sets]
     keys = [(i, v) for i in range(len(option_sets)) for v in VARIANTS]
@@ -254,6 +257,8 @@ def print_report(report: dict[str, Any], args_brief: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from memcli.search.onnx import PRECISIONS
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="folder of LoCoMo *.json")
     parser.add_argument("--conversations", help="comma-separated file stems (default: all)")
@@ -274,6 +279,12 @@ def main(argv: list[str] | None = None) -> int:
         "--model-cache",
         default=os.environ.get("MEMCLI_MODEL_CACHE"),
         help="folder for the exported ONNX model (default: $MEMCLI_HOME/models, as the CLI)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=PRECISIONS[0],
+        help="the embedding model's precision (as [search] embedding_precision)",
     )
     args = parser.parse_args(argv)
     report = run(args)

@@ -43,6 +43,7 @@ class About:
     blocks_source: str  # "file" ([[blocks]] tables) or "default"
     embedding_model_dir: Path
     embedding_model_exported: bool
+    embedding_model_name: str  # the name its vectors are stored under (the precision in it)
     vector_backend: str  # where vectors are searched: pgvector, or FAISS index files (where)
     db_error: str | None = None  # why a PostgreSQL database cannot be opened (None: it can)
 
@@ -60,6 +61,7 @@ class About:
             "model": self.model,
             "blocks_source": self.blocks_source,
             "embedding_model": self.embedding_model_dir,
+            "embedding_model_name": self.embedding_model_name,
             "embedding_model_exported": self.embedding_model_exported,
             "vector_backend": self.vector_backend,
         }
@@ -91,7 +93,7 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
         for f in fields(settings)
         if f.name not in ("home", "config_path", "blocks", "explicit", "sources")
     ]
-    embedder = OnnxEmbedder(settings.home / "models")
+    embedder = OnnxEmbedder(settings.home / "models", precision=settings.embedding_precision)
     backend, error = vector_backend(settings)
     return About(
         version=__version__,
@@ -115,6 +117,7 @@ def about(settings: Settings, blocks: Sequence[Any] = ()) -> About:
         blocks_source="file" if settings.blocks is not None else "default",
         embedding_model_dir=embedder.cache_dir,
         embedding_model_exported=embedder.is_exported,
+        embedding_model_name=embedder.name,
         vector_backend=backend,
         db_error=error,
     )

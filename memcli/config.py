@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Field:
     """One setting: where it sits in the TOML file, its environment variable and its type; a
-    number also has its range, `low` to `high` (`low` itself excluded when `above`)."""
+    number also has its range, `low` to `high` (`low` itself excluded when `above`), a string
+    may have its `choices`."""
 
     name: str
     section: str | None
@@ -36,9 +37,17 @@ class Field:
     low: float | None = None
     high: float | None = None
     above: bool = False
+    choices: tuple[str, ...] | None = None
 
     def check_range(self, value: Any, where: str) -> None:
-        """Raise ConfigError naming `where` unless the number `value` is in range (and finite)."""
+        """Raise ConfigError naming `where` unless the number `value` is in range (and finite),
+        or the string `value` one of the choices."""
+        if self.choices is not None and value is not None and value not in self.choices:
+            shown = f"{value!r}" if len(repr(value)) <= 30 else f"{repr(value)[:27]}..."
+            raise ConfigError(
+                f"{where}: {self.key} must be one of {', '.join(self.choices)}, not {shown}",
+                "See config.example.toml for every setting and its choices",
+            )
         if self.low is None or self.high is None or value is None:
             return
         low_ok = value > self.low if self.above else value >= self.low
@@ -89,6 +98,16 @@ FIELDS: tuple[Field, ...] = (
     Field("search_context_after", "search", "context_after", None, int, 1, 0, 1000),
     Field("search_context_tokens", "search", "context_tokens", None, int, 60, 0, 1e6),
     Field("search_vector_context", "search", "vector_context", None, int, 1, 0, 1000),
+    # The choices are memcli.search.onnx.PRECISIONS (a test checks), the default first.
+    Field(
+        "embedding_precision",
+        "search",
+        "embedding_precision",
+        None,
+        str,
+        "int8",
+        choices=("int8", "fp32"),
+    ),
 )
 
 
@@ -117,6 +136,7 @@ class Settings:
     search_context_after: int = 1
     search_context_tokens: int = 60
     search_vector_context: int = 1
+    embedding_precision: str = "int8"  # the embedding model's: "int8" or "fp32"
     blocks: tuple[dict[str, Any], ...] | None = None
     explicit: frozenset[str] = field(default_factory=frozenset)
     #: Where each setting came from: "flag", "env", "file" or "default"; also for "config" (the

@@ -47,8 +47,9 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 @pytest.fixture(scope="session")
 def onnx_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One folder for the ONNX export of the bundled model, shared by every test home (the
-    export takes about 10 s; the first test that needs it makes it)."""
+    """One folder for the ONNX export of the bundled model and its int8 copy, shared by every
+    test home (the export takes about 10 s, the quantisation a second or two; the first test
+    that needs each makes it)."""
     return tmp_path_factory.mktemp("onnx-models")
 
 

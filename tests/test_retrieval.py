@@ -608,8 +608,10 @@ def test_vectors_of_the_older_runtimes_are_embedded_again(
     add(store, "s1", "u1", CHAT)
     assert Retriever(store, Older()).index() == len(CHAT)
     current = Retriever(store, OnnxEmbedder(tmp_path))  # the model loads only when it embeds
-    assert current.model == "all-MiniLM-L6-v2:onnx/sum+1"
+    assert current.model == "all-MiniLM-L6-v2:onnx-int8/sum+1"  # (int8, the default)
     assert current.pending() == len(CHAT)
+    fp32 = Retriever(store, OnnxEmbedder(tmp_path, precision="fp32"))
+    assert fp32.model == "all-MiniLM-L6-v2:onnx/sum+1" and fp32.pending() == len(CHAT)
 
 
 @pytest.mark.parametrize("mode", ["lexical", "vector"])

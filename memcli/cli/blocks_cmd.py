@@ -115,6 +115,7 @@ def backfill_command(
     """
     from memcli.blocks.feed import backfill
     from memcli.store.base import check_owner
+    from memcli.store.index import Scope
 
     s = common.settings(ctx, user=user, model=model, api_base=api_base)
     store = common.open_store(s, must_exist=True)
@@ -147,12 +148,35 @@ def backfill_command(
         )
         raise
     _report(blocks, result, json_)
+    _embed_again(store, blocks, Scope(session_id=session) if session else Scope(user_id=s.user))
     error = result.pending_error(again)
     if error is not None:  # work the LLM failed is left: not a success
         raise error
     note = result.waiting_note(again)
     if note is not None:  # no model: a choice, said, not an error
         output.info(note)
+
+
+def _embed_again(store: Any, blocks: list[Any], scope: Any) -> None:
+    """After `[search] embedding_precision` changed, embed every message of the scope again at
+    the new precision for each vector block (`common.precision_note` says so first): a search
+    would do it only up to its limit at a time. Nothing is done when no vectors of the other
+    precision are stored."""
+    from memcli.blocks.vector import VectorBlock
+
+    for block in blocks:
+        if not isinstance(block, VectorBlock):
+            continue
+        retriever = block.retriever(store)
+        note = common.precision_note(store, retriever, scope)
+        if note is None:
+            continue
+        output.info(f"{block.name}: {note}")
+        with output.progress("Embedding") as bar:
+            bar.total(retriever.pending(scope))
+            count = retriever.index(scope=scope, progress=bar.advance)
+        held = f" (process {retriever.waited_for} embeds the rest)" if retriever.waited_for else ""
+        output.info(f"{block.name}: {output.plural(count, 'message')} embedded again{held}.")
 
 
 def _report(blocks: list[Any], result: FeedResult, json_: bool) -> None:

@@ -311,12 +311,48 @@ def retriever(s: Settings, store: Any, *, announce: bool = False) -> Retriever:
 
 
 def embedder(s: Settings) -> OnnxEmbedder:
-    """The embedding model of every command: ONNX Runtime, exported once into the home's
-    `models` folder; the command that exports it says so (`PREPARING`), whatever it is."""
+    """The embedding model of every command: ONNX Runtime at `[search] embedding_precision`,
+    exported once into the home's `models` folder; the command that exports it says so
+    (`PREPARING`), whatever it is."""
     from memcli.cli import output
     from memcli.search.onnx import OnnxEmbedder
 
-    return OnnxEmbedder(s.home / "models", on_prepare=lambda: output.info(PREPARING))
+    return OnnxEmbedder(
+        s.home / "models",
+        on_prepare=lambda: output.info(PREPARING),
+        precision=s.embedding_precision,
+    )
+
+
+def precision_note(store: Any, retriever: Retriever, scope: Any = None) -> str | None:
+    """What to say when the scope's messages (a `Scope`; None: the store's) wait for vectors
+    because the store's were made by the embedding model at its other precision (`[search]
+    embedding_precision` changed): the two are never compared, so the messages are embedded
+    again. None when that is not so."""
+    from memcli.search.onnx import PRECISIONS, vectors_name
+    from memcli.store.vectors import vector_models
+    from memcli.words import plural
+
+    precision = getattr(retriever.embedder, "precision", None)
+    if precision is None:
+        return None
+    models = vector_models(store)
+    others = [
+        p
+        for p in PRECISIONS
+        if p != precision and any(m.startswith(f"{vectors_name(p)}/") for m in models)
+    ]
+    if not others:
+        return None
+    waiting = retriever.pending(scope)
+    if not waiting:
+        return None
+    return (
+        f"This store's vectors were made by the embedding model at {others[0]}, and [search]"
+        f" embedding_precision is {precision}: the two are never compared, so"
+        f" {plural(waiting, 'message')} {'is' if waiting == 1 else 'are'} embedded again"
+        f' (or set embedding_precision = "{others[0]}" to use the old vectors).'
+    )
 
 
 # -- shell completion ---------------------------------------------------------------------------

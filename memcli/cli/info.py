@@ -53,7 +53,7 @@ def _tables(a: Any, work: dict[str, int]) -> None:
             ("MEMCLI_HOME", f"{a.home} ({a.home_source})"),
             ("config file", config),
             ("model", a.model or "none"),
-            ("embedding model", f"{a.embedding_model_dir}: {state}"),
+            ("embedding model", f"{a.embedding_model_name} in {a.embedding_model_dir}: {state}"),
             ("vector search", a.vector_backend),
         ],
     )

@@ -88,6 +88,12 @@ def search_command(
     store = common.open_store(s, must_exist=True)
     session = common.session_named(store, session, user)
     retriever = common.retriever(s, store, announce=True)
+    if mode != "lexical":  # said before the search embeds them again (which takes a while)
+        from memcli.store.index import Scope
+
+        note = common.precision_note(store, retriever, Scope(user_id=user or s.user))
+        if note is not None:
+            output.info(f"{note} `memcli blocks backfill` embeds them all at once.")
     found = search_lines(
         retriever,
         lines,

@@ -374,6 +374,15 @@ def vector_stats(store: SQLStore, model: str) -> tuple[int, int]:
     return int(rows.get(f"vectors_added:{model}", 0)), int(rows.get("vectors_deleted", 0))
 
 
+def vector_models(store: SQLStore) -> list[str]:
+    """The models this store has ever added vectors for (their `vectors_added` counters), sorted:
+    a caller tells a store embedded with another model (another precision of it) by them."""
+    rows = store.execute(
+        "SELECT key FROM retrieval_state WHERE key LIKE ?", ("vectors_added:%",)
+    ).fetchall()
+    return sorted(str(r[0]).removeprefix("vectors_added:") for r in rows)
+
+
 def iter_vectors(store: SQLStore, model: str, after: int) -> Iterator[tuple[Any, ...]]:
     """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order.
     A row the database cannot read, or that is not such a row (a damaged page), raises
