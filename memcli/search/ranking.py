@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from memcli.fold import fold
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -37,8 +39,9 @@ def without_words(text: str, words: set[str]) -> str | None:
 
 
 def query_terms(text: str) -> list[str]:
-    """A natural-language query's informative words (all its words when none is), once each."""
-    words = [w for w in re.findall(r"\w+", text.lower()) if w]
+    """A natural-language query's informative words (all its words when none is), once each,
+    folded (`memcli.fold`: "Tromsø" is `tromso`)."""
+    words = [w for w in re.findall(r"\w+", fold(text)) if w]
     kept = [w for w in words if w not in STOPWORDS and len(w) > 1] or words
     return list(dict.fromkeys(kept))
 

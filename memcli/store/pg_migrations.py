@@ -31,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from memcli.fold import pg_sql
+
 #: A migration runs its statements on a psycopg connection, inside the migrating transaction.
 Migration = Callable[[Any], None]
 
@@ -608,6 +610,23 @@ END $$""",
 )
 
 
+# One text rule for search (`memcli.fold`): a message's tsvector is made from its text folded by
+# `memcli_fold` (accents off Latin letters, ø→o, ß→ss, ...: `memcli.fold.TABLE` written as
+# translate and replace), as a query's terms are folded in Python. The column is made again, as
+# at 29.
+_FOLDED_31 = (
+    f"""CREATE FUNCTION memcli_fold(p_text TEXT) RETURNS TEXT
+   LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT {pg_sql("p_text")} $$""",
+    "DROP INDEX messages_search",
+    "ALTER TABLE messages DROP COLUMN search",
+    f"""ALTER TABLE messages ADD COLUMN search tsvector GENERATED ALWAYS AS
+   (to_tsvector('memcli'::regconfig,
+    memcli_fold(left(COALESCE(name, '') || ' ' || content, {TSV_CHARS})))
+    || array_to_tsvector(ARRAY[{USER_LEXEME.format("user_id")}])) STORED""",
+    "CREATE INDEX messages_search ON messages USING gin (search)",
+)
+
+
 def has_embedding_column(conn: Any) -> bool:
     """Whether the database keeps pgvector's column (made at 16 when the server had pgvector)."""
     row = conn.execute(
@@ -672,6 +691,8 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     # SQLite's migration 26: the embedding marks by their scope, for the trigger of a deleted
     # session (it read every mark).
     (30, _run(("CREATE INDEX retrieval_marks_scope ON retrieval_marks (scope_key)",))),
+    # SQLite's 27: messages indexed folded (`memcli.fold`).
+    (31, _run(_FOLDED_31)),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -682,6 +703,7 @@ LATEST = MIGRATIONS[-1][0]
 REWRITES: dict[int, tuple[str, str, float]] = {
     23: ("retrieval_vectors", "vectors", 1_850.0),
     29: ("messages", "messages", 23_000.0),
+    31: ("messages", "messages", 23_000.0),
 }
 
 
@@ -698,6 +720,7 @@ def rewrite_seconds(conn: Any, current: int) -> tuple[float, list[str]]:
             seconds += count / rate
             what.append(f"{count:,} {rows}")
     return seconds, what
+
 
 _CREATE_MIGRATIONS = 'CREATE TABLE IF NOT EXISTS migrations (version BIGINT PRIMARY KEY, applied_at TEXT COLLATE "C")'
 

@@ -1,0 +1,99 @@
+"""The one text rule of search: how a word is compared, in message search and in fact search, on
+SQLite and on PostgreSQL. `fold` gives a text's compared form: Latin letters lose their accents
+(what Unicode's NFD splits off: é, ñ, ń, ü, İ), the Latin letters that do not decompose are
+written as the letters people type for them (`LETTERS`: ø→o, æ→ae, ł→l, ß→ss, ...), combining
+accents of those letters written apart (e + ◌́) are dropped, and case is lowered. Other scripts keep their letters (й is
+not и in Russian). So `tromso` finds "Tromsø" and `Gdańsk` finds "gdansk", either way round.
+
+The rule is one table of characters (`TABLE`), applied by Python to queries and to fact texts,
+and written into SQL where a database folds what it indexes: PostgreSQL's `memcli_fold`
+(`translate` and `replace`, `pg_sql`), SQLite's view under its full-text index (`sqlite_rows`:
+FTS5's tokenizer `unicode61 remove_diacritics 2` already takes the accents off, so the view
+replaces only the letters it keeps, `SQLITE_LETTERS`; tests/test_fold.py checks that every
+entry of the table meets its fold through FTS5's tokenizer).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+
+#: Latin letters that NFD leaves whole, as people type them without the key for them.
+LETTERS: dict[str, str] = {
+    "ø": "o", "Ø": "o", "æ": "ae", "Æ": "ae", "œ": "oe", "Œ": "oe", "ł": "l", "Ł": "l",
+    "đ": "d", "Đ": "d", "ð": "d", "Ð": "d", "ß": "ss", "ẞ": "ss", "ı": "i", "þ": "th",
+    "Þ": "th", "ħ": "h", "Ħ": "h", "ŧ": "t", "Ŧ": "t", "ſ": "s",
+}  # fmt: skip
+
+#: The Latin blocks whose letters lose their accents: Latin-1 Supplement, Latin Extended-A and
+#: -B, Latin Extended Additional (Vietnamese).
+_LATIN = [(0x00C0, 0x024F), (0x1E00, 0x1EFF)]
+
+
+def _table() -> dict[int, str]:
+    table: dict[int, str] = {}
+    marks: set[str] = set()  # the accents Latin letters are made of, dropped where written apart
+    for start, end in _LATIN:
+        for code in range(start, end + 1):
+            char = chr(code)
+            if not char.isalpha():
+                continue
+            parts = unicodedata.normalize("NFD", char)
+            marks.update(c for c in parts if unicodedata.combining(c))
+            base = "".join(c for c in parts if not unicodedata.combining(c))
+            base = "".join(LETTERS.get(c, c) for c in base).lower()
+            if base and base != char.lower() and base.isascii():
+                table[code] = base
+    table.update({ord(k): v for k, v in LETTERS.items()})
+    table.update(dict.fromkeys(map(ord, marks), ""))
+    return table
+
+
+#: Each character that folds, to what it folds to ("" for a combining accent).
+TABLE: dict[int, str] = _table()
+
+
+def fold(text: str) -> str:
+    """The compared form of a text: lowercased, then `TABLE` applied ("Tromsø" → "tromso",
+    "Straße" → "strasse", "ÆRØ" → "aero"); folding it again changes nothing."""
+    return text.lower().translate(TABLE)
+
+
+#: The letters SQLite's view replaces: those FTS5's tokenizer keeps as they are (its
+#: remove_diacritics takes the accents off the others, and drops the accents written apart):
+#: LETTERS and the accented forms of æ, ø and ȧ.
+SQLITE_LETTERS: dict[str, str] = LETTERS | {c: TABLE[ord(c)] for c in "ǠǡǢǣǼǽǾǿ"}
+
+
+#: Letters replaced per level of `sqlite_rows` (SQLite's parser takes about 30 nested calls).
+_PER_LEVEL = 16
+
+
+def sqlite_rows(rows: str, folded: Sequence[str], kept: Sequence[str] = ()) -> str:
+    """SQLite SQL of a subquery: the columns `kept` of `rows` (a table, or a subquery in
+    parentheses) as they are and the columns `folded` with SQLITE_LETTERS replaced (`replace`
+    calls, nested in a few levels of subqueries: SQLite's parser refuses deeper nesting)."""
+    letters = list(SQLITE_LETTERS.items())
+    for start in range(0, len(letters), _PER_LEVEL):
+        columns = list(kept)
+        for name in folded:
+            sql = name
+            for letter, to in letters[start : start + _PER_LEVEL]:
+                sql = f"replace({sql}, '{letter}', '{to}')"
+            columns.append(f"{sql} AS {name}")
+        rows = f"(SELECT {', '.join(columns)} FROM {rows})"
+    return rows
+
+
+def pg_sql(column: str) -> str:
+    """PostgreSQL SQL of `column` folded by `TABLE`: one `translate` for the characters that
+    become one letter or none, a `replace` for each that becomes two."""
+    single = {k: v for k, v in TABLE.items() if len(v) == 1}
+    gone = [k for k, v in TABLE.items() if not v]
+    sources = "".join(chr(k) for k in single) + "".join(chr(k) for k in gone)
+    targets = "".join(single.values())
+    sql = f"translate({column}, '{sources}', '{targets}')"
+    for code, to in TABLE.items():
+        if len(to) > 1:
+            sql = f"replace({sql}, '{chr(code)}', '{to}')"
+    return sql
