@@ -7,7 +7,7 @@ not и in Russian). So `tromso` finds "Tromsø" and `Gdańsk` finds "gdansk", ei
 
 The rule is one table of characters (`TABLE`), applied by Python to queries and to fact texts,
 and written into SQL where a database folds what it indexes: PostgreSQL's `memcli_fold`
-(`translate` and `replace`, `pg_sql`), SQLite's view under its full-text index (`sqlite_rows`:
+(`translate` and `replace`, `pg_function`), SQLite's view under its full-text index (`sqlite_rows`:
 FTS5's tokenizer `unicode61 remove_diacritics 2` already takes the accents off, so the view
 replaces only the letters it keeps, `SQLITE_LETTERS`; tests/test_fold.py checks that every
 entry of the table meets its fold through FTS5's tokenizer).
@@ -80,20 +80,48 @@ def sqlite_rows(rows: str, folded: Sequence[str], kept: Sequence[str] = ()) -> s
             sql = name
             for letter, to in letters[start : start + _PER_LEVEL]:
                 sql = f"replace({sql}, '{letter}', '{to}')"
-            columns.append(f"{sql} AS {name}")
+            # (only a text that holds one of these letters is copied by each `replace`)
+            chars = "".join(letter for letter, _ in letters[start : start + _PER_LEVEL])
+            columns.append(
+                f"CASE WHEN {name} GLOB '*[{chars}]*' THEN {sql} ELSE {name} END AS {name}"
+            )
         rows = f"(SELECT {', '.join(columns)} FROM {rows})"
     return rows
 
 
-def pg_sql(column: str) -> str:
-    """PostgreSQL SQL of `column` folded by `TABLE`: one `translate` for the characters that
-    become one letter or none, a `replace` for each that becomes two."""
-    single = {k: v for k, v in TABLE.items() if len(v) == 1}
-    gone = [k for k, v in TABLE.items() if not v]
-    sources = "".join(chr(k) for k in single) + "".join(chr(k) for k in gone)
-    targets = "".join(single.values())
-    sql = f"translate({column}, '{sources}', '{targets}')"
-    for code, to in TABLE.items():
-        if len(to) > 1:
-            sql = f"replace({sql}, '{chr(code)}', '{to}')"
-    return sql
+#: The blocks `pg_function` folds one at a time, each only in a text that holds one of its
+#: characters: `translate` compares each character with every one it replaces, so a block's
+#: few are compared, not the whole table's.
+_PG_BLOCKS = [
+    (0x00C0, 0x00FF),
+    (0x0100, 0x017F),
+    (0x0180, 0x024F),
+    (0x0300, 0x036F),
+    (0x1E00, 0x1EFF),
+]
+
+
+def pg_function(name: str) -> str:
+    """PostgreSQL's CREATE FUNCTION of `name`(text), folding by `TABLE`: a text of ASCII alone
+    as it is; else, per block of `_PG_BLOCKS` that it holds, one `translate` for the characters
+    that become one letter or none and a `replace` for each that becomes two."""
+    steps = []
+    for low, high in _PG_BLOCKS:
+        block = {k: v for k, v in TABLE.items() if low <= k <= high}
+        single = {k: v for k, v in block.items() if len(v) == 1}
+        gone = [k for k, v in block.items() if not v]
+        sources = "".join(chr(k) for k in single) + "".join(chr(k) for k in gone)
+        sql = f"translate(t, '{sources}', '{''.join(single.values())}')"
+        for code, to in block.items():
+            if len(to) > 1:
+                sql = f"replace({sql}, '{chr(code)}', '{to}')"
+        steps.append(f"   IF t ~ '[{chr(low)}-{chr(high)}]' THEN t := {sql}; END IF;")
+    body = "\n".join(steps)
+    return f"""CREATE FUNCTION {name}(p_text TEXT) RETURNS TEXT
+   LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE t TEXT := p_text;
+BEGIN
+   IF octet_length(t) = length(t) THEN RETURN t; END IF;
+{body}
+   RETURN t;
+END $$"""
