@@ -22,7 +22,7 @@ from collections.abc import Sequence
 LETTERS: dict[str, str] = {
     "ø": "o", "Ø": "o", "æ": "ae", "Æ": "ae", "œ": "oe", "Œ": "oe", "ł": "l", "Ł": "l",
     "đ": "d", "Đ": "d", "ð": "d", "Ð": "d", "ß": "ss", "ẞ": "ss", "ı": "i", "þ": "th",
-    "Þ": "th", "ħ": "h", "Ħ": "h", "ŧ": "t", "Ŧ": "t", "ſ": "s",
+    "Þ": "th", "ħ": "h", "Ħ": "h", "ŧ": "t", "Ŧ": "t",
 }  # fmt: skip
 
 #: The Latin blocks whose letters lose their accents: Latin-1 Supplement, Latin Extended-A and
@@ -41,7 +41,7 @@ def _table() -> dict[int, str]:
             parts = unicodedata.normalize("NFD", char)
             marks.update(c for c in parts if unicodedata.combining(c))
             base = "".join(c for c in parts if not unicodedata.combining(c))
-            base = "".join(LETTERS.get(c, c) for c in base).lower()
+            base = base.lower()  # (ǽ, ǿ: an accented æ or ø stays: FTS5 keeps them too)
             if base and base != char.lower() and base.isascii():
                 table[code] = base
     table.update({ord(k): v for k, v in LETTERS.items()})
@@ -61,32 +61,24 @@ def fold(text: str) -> str:
 
 #: The letters SQLite's view replaces: those FTS5's tokenizer keeps as they are (its
 #: remove_diacritics takes the accents off the others, and drops the accents written apart):
-#: LETTERS and the accented forms of æ, ø and ȧ.
-SQLITE_LETTERS: dict[str, str] = LETTERS | {c: TABLE[ord(c)] for c in "ǠǡǢǣǼǽǾǿ"}
-
-
-#: Letters replaced per level of `sqlite_rows` (SQLite's parser takes about 30 nested calls).
-_PER_LEVEL = 16
+#: LETTERS, and ȧ with a macron.
+SQLITE_LETTERS: dict[str, str] = LETTERS | {"Ǡ": "a", "ǡ": "a"}
 
 
 def sqlite_rows(rows: str, folded: Sequence[str], kept: Sequence[str] = ()) -> str:
     """SQLite SQL of a subquery: the columns `kept` of `rows` (a table, or a subquery in
     parentheses) as they are and the columns `folded` with SQLITE_LETTERS replaced (`replace`
-    calls, nested in a few levels of subqueries: SQLite's parser refuses deeper nesting)."""
-    letters = list(SQLITE_LETTERS.items())
-    for start in range(0, len(letters), _PER_LEVEL):
-        columns = list(kept)
-        for name in folded:
-            sql = name
-            for letter, to in letters[start : start + _PER_LEVEL]:
-                sql = f"replace({sql}, '{letter}', '{to}')"
-            # (only a text that holds one of these letters is copied by each `replace`)
-            chars = "".join(letter for letter, _ in letters[start : start + _PER_LEVEL])
-            columns.append(
-                f"CASE WHEN {name} GLOB '*[{chars}]*' THEN {sql} ELSE {name} END AS {name}"
-            )
-        rows = f"(SELECT {', '.join(columns)} FROM {rows})"
-    return rows
+    calls, only in a text that holds one of them: a text of ASCII alone, its bytes as many as
+    its characters, is not even looked through)."""
+    chars = "".join(SQLITE_LETTERS)
+    columns = list(kept)
+    for name in folded:
+        sql = name
+        for letter, to in SQLITE_LETTERS.items():
+            sql = f"replace({sql}, '{letter}', '{to}')"
+        plain = f"length(CAST({name} AS BLOB)) = length({name}) OR {name} NOT GLOB '*[{chars}]*'"
+        columns.append(f"CASE WHEN {plain} THEN {name} ELSE {sql} END AS {name}")
+    return f"(SELECT {', '.join(columns)} FROM {rows})"
 
 
 #: The blocks `pg_function` folds one at a time, each only in a text that holds one of its

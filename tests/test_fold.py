@@ -16,6 +16,7 @@ from test_migrations import database_at_version_10
 from memcli import Memory, Message
 from memcli.fold import TABLE, fold, sqlite_rows
 from memcli.search.facts import rank_facts
+from memcli.search.ranking import lexical_excerpt, query_terms
 from memcli.search.retriever import Retriever
 from memcli.store.facts import FactText
 from memcli.store.sqlite import SQLiteStore
@@ -181,3 +182,13 @@ def test_an_older_database_is_indexed_again_folded(tmp_path: Path) -> None:
     assert _lexical(store, "aero") == ["we sailed to Ærø"]
     assert _lexical(store, "rex") == ["my dog is Rex"]
     store.close()
+
+
+def test_a_long_message_is_shown_where_its_folded_words_occur() -> None:
+    """A hit on a long message shows the stretch holding the query's words, found folded: the
+    positions are the text's even where a letter folds to two (ß) or an accent is apart."""
+    filler = "lorem ipsum " * 400
+    text = f"{filler}Straße, cafe\\u0301 and Tromsø, then Gdańsk {filler}"
+    for query in ("tromso gdansk", "TROMSØ", "strasse", "café"):
+        excerpt = lexical_excerpt(text, query_terms(query))
+        assert excerpt is not None and "Tromsø, then Gdańsk" in excerpt, query

@@ -3,6 +3,8 @@ a long message that a hit shows. `memcli.search.retriever.Retriever` runs the se
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from typing import TYPE_CHECKING
 
@@ -72,10 +74,20 @@ def lexical_excerpt(text: str, terms: Sequence[str], width: int = EXCERPT_CHARS)
     occur (then the most occurrences), or None when none occurs."""
     if not terms:
         return None
-    pattern = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in terms) + r")\b", re.IGNORECASE)
+    # The words compare folded (`memcli.fold`, as the index compares them): the folded text's
+    # positions are the text's, or (a letter that folds to two, an accent written apart)
+    # mapped back through each character's start.
+    folded = fold(text)
+    starts = None
+    if len(folded) != len(text):
+        pieces = [fold(c) for c in text]
+        folded = "".join(pieces)
+        starts = list(itertools.accumulate((len(p) for p in pieces), initial=0))
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(fold(t)) for t in terms) + r")\b")
     found: list[tuple[int, str]] = []
-    for match in pattern.finditer(text):
-        found.append((match.start(), match.group(0).lower()))
+    for match in pattern.finditer(folded):
+        at = match.start() if starts is None else bisect.bisect_right(starts, match.start()) - 1
+        found.append((at, match.group(0)))
         if len(found) >= EXCERPT_MATCHES:
             break
     if not found:
