@@ -2,8 +2,9 @@
 SQLite and on PostgreSQL. `fold` gives a text's compared form: Latin letters lose their accents
 (what Unicode's NFD splits off: é, ñ, ń, ü, İ), the Latin letters that do not decompose are
 written as the letters people type for them (`LETTERS`: ø→o, æ→ae, ł→l, ß→ss, ...), combining
-accents of those letters written apart (e + ◌́) are dropped, and case is lowered. Other scripts keep their letters (й is
-not и in Russian). So `tromso` finds "Tromsø" and `Gdańsk` finds "gdansk", either way round.
+accents of those letters written apart (e + ◌́) are dropped, and case is lowered. Other scripts
+keep their letters (й is not и in Russian), and so do ǽ and ǿ (an accented æ or ø, as FTS5
+keeps them). So `tromso` finds "Tromsø" and `Gdańsk` finds "gdansk", either way round.
 
 The rule is one table of characters (`TABLE`), applied by Python to queries and to fact texts,
 and written into SQL where a database folds what it indexes: PostgreSQL's `memcli_fold`
