@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "memcli"
 #: docs/architecture.md draws them: a part imports only parts of the layers below its own (not of
 #: its own layer). `__init__` is the public API: it loads its names lazily and imports nothing.
 LAYERS: list[set[str]] = [
-    {"__init__", "errors", "credentials", "template", "words", "openai_client"},  # foundations
+    {"__init__", "errors", "credentials", "template", "words", "openai_client", "fold"},  # foundations
     {"messages", "flush", "tokens", "charts", "llm"},  # foundations over errors
     {"store", "transcripts"},  # every SQL statement; the transcript formats
     {"config", "search", "formats", "copy", "provider_messages", "writer", "context"},

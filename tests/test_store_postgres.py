@@ -72,7 +72,7 @@ def test_migrations_recorded_once_at_sqlites_numbers(pg_url: str) -> None:
     open_store(pg_url).close()
     store = open_store(pg_url)
     versions = [r[0] for r in store.execute("SELECT version FROM migrations ORDER BY version")]
-    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 30
+    assert versions == [v for v, _ in MIGRATIONS] and versions[-1] == LATEST == 31
 
 
 OPEN = textwrap.dedent(

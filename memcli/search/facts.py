@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from memcli.fold import fold
 from memcli.search.ranking import STOPWORDS, fuse, query_terms
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def stem(word: str) -> str:
 
 
 def _words(text: str) -> list[str]:
-    return [stem(w) for w in re.findall(r"\w+", text.lower()) if w not in STOPWORDS and len(w) > 1]
+    return [stem(w) for w in re.findall(r"\w+", fold(text)) if w not in STOPWORDS and len(w) > 1]
 
 
 #: A word in more than this share of the facts does not choose which facts are scored (it
@@ -69,13 +70,14 @@ MAX_SCORED = 2_000
 def bm25(facts: Sequence[Ranked], query: str) -> list[tuple[int, float]]:
     """(index in `facts`, score) of the facts sharing a word with `query`, best first.
 
-    Bounded: each query word's fact count is found by a substring test over the normalised texts
+    Words compare folded (`memcli.fold`), as in message search.
+    Bounded: each query word's fact count is found by a substring test over the folded texts
     (a pass in C); only the facts holding a word that is not common (see COMMON_SHARE) are cut
     into words and scored, at most MAX_SCORED of them."""
     terms = list(dict.fromkeys(stem(t) for t in query_terms(query)))
     if not terms or not facts:
         return []
-    lowered = [f.text.casefold() for f in facts]
+    lowered = [fold(f.text) for f in facts]
     frequency = {t: sum(1 for text in lowered if t in text) for t in terms}
     choosing = [t for t in terms if 0 < frequency[t] <= max(COMMON_SHARE * len(facts), 50)]
     choosing = choosing or [t for t in terms if frequency[t]]
@@ -100,12 +102,13 @@ def bm25(facts: Sequence[Ranked], query: str) -> list[tuple[int, float]]:
 
 
 def named_entities(facts: Sequence[Ranked], query: str) -> list[int]:
-    """Indexes of the facts with an entity the query names (as whole words, ignoring case)."""
-    low = " " + " ".join(re.findall(r"\w+", query.casefold())) + " "
+    """Indexes of the facts with an entity the query names (as whole words, folded:
+    `memcli.fold`)."""
+    low = " " + " ".join(re.findall(r"\w+", fold(query))) + " "
     found = []
     for i, fact in enumerate(facts):
         for name in fact.entities:
-            words = " ".join(re.findall(r"\w+", name.casefold()))
+            words = " ".join(re.findall(r"\w+", fold(name)))
             if words and f" {words} " in low:
                 found.append(i)
                 break

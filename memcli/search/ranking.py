@@ -4,8 +4,12 @@ not outrank its answer. `memcli.search.retriever.Retriever` runs the search itse
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from typing import TYPE_CHECKING, Protocol
+
+from memcli.fold import fold
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -38,8 +42,9 @@ def without_words(text: str, words: set[str]) -> str | None:
 
 
 def query_terms(text: str) -> list[str]:
-    """A natural-language query's informative words (all its words when none is), once each."""
-    words = [w for w in re.findall(r"\w+", text.lower()) if w]
+    """A natural-language query's informative words (all its words when none is), once each,
+    folded (`memcli.fold`: "Tromsø" is `tromso`)."""
+    words = [w for w in re.findall(r"\w+", fold(text)) if w]
     kept = [w for w in words if w not in STOPWORDS and len(w) > 1] or words
     return list(dict.fromkeys(kept))
 
@@ -70,10 +75,20 @@ def lexical_excerpt(text: str, terms: Sequence[str], width: int = EXCERPT_CHARS)
     occur (then the most occurrences), or None when none occurs."""
     if not terms:
         return None
-    pattern = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in terms) + r")\b", re.IGNORECASE)
+    # The words compare folded (`memcli.fold`, as the index compares them): the folded text's
+    # positions are the text's, or (a letter that folds to two, an accent written apart)
+    # mapped back through each character's start.
+    folded = fold(text)
+    starts = None
+    if len(folded) != len(text):
+        pieces = [fold(c) for c in text]
+        folded = "".join(pieces)
+        starts = list(itertools.accumulate((len(p) for p in pieces), initial=0))
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(fold(t)) for t in terms) + r")\b")
     found: list[tuple[int, str]] = []
-    for match in pattern.finditer(text):
-        found.append((match.start(), match.group(0).lower()))
+    for match in pattern.finditer(folded):
+        at = match.start() if starts is None else bisect.bisect_right(starts, match.start()) - 1
+        found.append((at, match.group(0)))
         if len(found) >= EXCERPT_MATCHES:
             break
     if not found:

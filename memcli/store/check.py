@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from memcli.fold import fold
+
 #: At most this many problems of one kind are listed (the count says how many there are).
 MAX_PER_CHECK = 20
 
@@ -183,7 +185,7 @@ def _missed_words(conn: sqlite3.Connection) -> str | None:
         )
     }
     for message_id, content in sorted(rows):
-        words = sorted({w.lower() for w in _WORD.findall(content or "")})
+        words = sorted({fold(w) for w in _WORD.findall(content or "")})  # as indexed
         if not words:
             continue
         # (its first, middle and last word in the alphabet, and its longest: the index's pages

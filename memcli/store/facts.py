@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memcli.fold import fold
 from memcli.messages import format_time, parse_time
 
 if TYPE_CHECKING:
@@ -275,13 +276,14 @@ def entity_counts(
 def find_facts(
     store: SQLStore, block: str | None, scope_key: str, query: str, topic: str | None = None
 ) -> list[Fact]:
-    """The current facts of a scope (and topic) whose text holds every word of `query`, ignoring
-    case (as grep would: a word may be part of a longer one), oldest first; none for no words."""
-    words = query.casefold().split()
+    """The current facts of a scope (and topic) whose text holds every word of `query`, folded
+    (`memcli.fold`: case and accents aside, as grep -i would but for accents: a word may be part
+    of a longer one), oldest first; none for no words."""
+    words = fold(query).split()
     if not words:
         return []
     facts = list_facts(store, block, scope_key, topic)
-    return [f for f in facts if all(w in f.text.casefold() for w in words)]
+    return [f for f in facts if all(w in fold(f.text) for w in words)]
 
 
 def get_fact(store: SQLStore, fact_id: int) -> Fact | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from memcli.fold import fold
 from memcli.messages import parse_time
 from memcli.store import pg_index, sqlite_index
 from memcli.store.bm25 import RANKED_MAX
@@ -126,7 +127,11 @@ def term_counts(
     """In how many messages of the user or session of `scope` (`owner`; None: the store) each
     term occurs, counted up to cap + 1 (so it stays cheap)."""
     within = owner(scope) if scope is not None else None
-    return _dialect(store).term_counts(store, terms, cap, within or Scope())
+    folded = {term: fold(term) for term in terms}  # the index holds the messages folded
+    counts = _dialect(store).term_counts(
+        store, list(dict.fromkeys(folded.values())), cap, within or Scope()
+    )
+    return {term: counts[f] for term, f in folded.items()}
 
 
 def lexical_search(
@@ -148,7 +153,9 @@ def lexical_search(
         return []
     counts = counts if counts is not None else term_counts(store, terms, RANKED_MAX, scope)
     size = scope_size(store, owner(scope))
-    return _dialect(store).lexical_search(store, terms, scope, limit, recent, counts, size)
+    # The index holds the messages folded (`memcli.fold`): so are the terms.
+    folded = {fold(t): counts.get(t, 0) for t in terms}
+    return _dialect(store).lexical_search(store, list(folded), scope, limit, recent, folded, size)
 
 
 def latest_time(store: SQLStore, scope: Scope) -> datetime | None:

@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from memcli.fold import sqlite_rows
 from memcli.messages import format_time
 
 #: A migration runs its statements on the connection, inside the migrating transaction.
@@ -460,6 +461,55 @@ def _migration_26(conn: sqlite3.Connection) -> None:
     conn.execute('CREATE INDEX "retrieval_marks_scope" ON "retrieval_marks" ("scope_key")')
 
 
+#: The messages as the full-text index reads them (from 27): folded (`memcli.fold`), so that the
+#: index and a query (folded in Python) compare words by one rule.
+FOLDED = "retrieval_folded"
+
+
+def _fts_triggers(conn: sqlite3.Connection, indexed: str) -> None:
+    """The triggers that take a deleted or changed message out of the full-text index (when it
+    is in: `indexed`), its words given as the index read them (folded)."""
+    old = sqlite_rows("(SELECT old.name AS name, old.content AS content)", ("name", "content"))
+    delete = (
+        "INSERT INTO retrieval_fts (retrieval_fts, rowid, name, content)"
+        f" SELECT 'delete', old.id, name, content FROM {old};"
+    )
+    conn.execute(
+        f"CREATE TRIGGER retrieval_fts_delete AFTER DELETE ON messages WHEN old.id <= {indexed}"
+        f" BEGIN {delete} END"
+    )
+    conn.execute(
+        "CREATE TRIGGER retrieval_fts_update AFTER UPDATE OF name, content ON messages"
+        f" WHEN old.id <= {indexed} BEGIN {delete}"
+        f" INSERT INTO retrieval_fts (rowid, name, content) SELECT id, name, content FROM {FOLDED}"
+        " WHERE id = new.id; END"
+    )
+
+
+def _migration_27(conn: sqlite3.Connection) -> None:
+    """One text rule for search (`memcli.fold`): the full-text index reads the messages through
+    a view that folds the letters FTS5's tokenizer keeps (ø, æ, ł, ß ...), as a query is
+    folded; the index is made again from every message."""
+    conn.execute("DROP TRIGGER retrieval_fts_delete")
+    conn.execute("DROP TRIGGER retrieval_fts_update")
+    conn.execute("DROP TABLE retrieval_fts")
+    rows = sqlite_rows("messages", ("name", "content"), ("id",))
+    conn.execute(f"CREATE VIEW {FOLDED} AS SELECT id, name, content FROM {rows}")
+    conn.execute(
+        f"CREATE VIRTUAL TABLE retrieval_fts USING fts5(name, content, content='{FOLDED}',"
+        f" content_rowid='id', tokenize='{FTS_TOKENIZER}')"
+    )
+    indexed = "(SELECT COALESCE(MAX(CAST(value AS INTEGER)), 0) FROM retrieval_state"
+    indexed += " WHERE key = 'fts_through')"
+    _fts_triggers(conn, indexed)
+    conn.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('rebuild')")
+    conn.execute(
+        "INSERT INTO retrieval_state (key, value)"
+        " SELECT 'fts_through', CAST(COALESCE(MAX(id), 0) AS TEXT) FROM messages"
+        " WHERE true ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+    )
+
+
 #: Numbered migrations; a database records the highest one applied. Append, never edit (except
 #: to make the same schema more directly, as migration 2 now does).
 MIGRATIONS: list[tuple[int, Migration]] = [
@@ -481,6 +531,7 @@ MIGRATIONS: list[tuple[int, Migration]] = [
     (24, _migration_24),
     (25, _migration_25),
     (26, _migration_26),
+    (27, _migration_27),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -4,7 +4,9 @@
 A put pays nothing here: new messages reach the full-text index in one statement before the next
 search (`catch_up`). `retrieval_state` records how far the full-text index has got (the highest
 message id up to which every message is indexed); triggers take deleted or changed messages out
-of it. (The tables: migration 10, `memcli.store.migrations`.) Messages the index has not reached
+of it. (The tables: migration 10, `memcli.store.migrations`; from 27 the index reads the messages
+folded, through the view FOLDED: the terms come folded too, `memcli.fold`, so that accents and
+letters such as ø or ß compare by one rule.) Messages the index has not reached
 (`catch_up` could not write) are searched in a temporary index of their own (`_tail`). BM25 is
 computed here over FTS5's matches (`_bm25`), as FTS5's `bm25()` would within the whole table, but
 with the statistics of the scope's user or session. The vectors are searched in the index files
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.errors import StoreBusy, StoreDamaged, StoreError
 from memcli.store.bm25 import K1, RANKED_MAX, B, idf
-from memcli.store.migrations import FTS_TOKENIZER
+from memcli.store.migrations import FOLDED, FTS_TOKENIZER
 from memcli.store.migrations import TIME_MS as _INDEXED_TIME_MS
 from memcli.store.scope import Scope, filters, from_ms, messages_in
 
@@ -88,7 +90,7 @@ def _catch_up(store: SQLStore) -> int:
             return 0
         count = store.execute(
             "INSERT INTO retrieval_fts (rowid, name, content)"
-            " SELECT id, name, content FROM messages WHERE id > ? AND id <= ?",
+            f" SELECT id, name, content FROM {FOLDED} WHERE id > ? AND id <= ?",
             (mark, top),
         ).rowcount
         store.execute(
@@ -330,7 +332,7 @@ def _tail(store: SQLStore) -> bool:
     store.execute("DELETE FROM temp.retrieval_tail WHERE rowid <= ?", (mark,))
     store.execute(
         "INSERT INTO temp.retrieval_tail (rowid, name, content) SELECT id, name, content"
-        " FROM messages WHERE id > MAX(?, (SELECT COALESCE(MAX(rowid), 0) FROM temp.retrieval_tail))",
+        f" FROM {FOLDED} WHERE id > MAX(?, (SELECT COALESCE(MAX(rowid), 0) FROM temp.retrieval_tail))",
         (mark,),
     )
     return True
