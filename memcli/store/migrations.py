@@ -503,10 +503,12 @@ def _migration_27(conn: sqlite3.Connection) -> None:
     indexed += " WHERE key = 'fts_through')"
     _fts_triggers(conn, indexed)
     conn.execute("INSERT INTO retrieval_fts (retrieval_fts) VALUES ('rebuild')")
+    # (the mark of what the rebuilt index holds; a database without messages keeps no mark, so
+    # that a new database stays empty: `memcli copy` writes only into an empty one)
     conn.execute(
         "INSERT INTO retrieval_state (key, value)"
-        " SELECT 'fts_through', CAST(COALESCE(MAX(id), 0) AS TEXT) FROM messages"
-        " WHERE true ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+        " SELECT 'fts_through', CAST(MAX(id) AS TEXT) FROM messages HAVING COUNT(*) > 0"
+        " ON CONFLICT(key) DO UPDATE SET value = excluded.value"
     )
 
 

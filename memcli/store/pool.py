@@ -94,6 +94,10 @@ def acquire(db: str | Path, pool_size: int | None = None) -> Store:
             database.size = size  # (a larger size asked later grows the pool)
             for pool in database.pools.values():
                 pool.resize(min_size=0, max_size=size)
+        for ident, (store, _) in list(database.stores.items()):
+            if getattr(store, "closed", False):  # (closed by hand, `memory.store.close()`)
+                del database.stores[ident]
+                _by_store.pop(ident, None)
         least = min(database.stores.values(), key=lambda lease: lease[1], default=None)
         if least is not None and (least[1] == 0 or len(database.stores) >= database.size):
             least[1] += 1
