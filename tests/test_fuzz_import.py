@@ -289,7 +289,7 @@ def test_command_line_text_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     path.write_text('{"role": "user", "content": "x"}\n')
     for args, what in (
         (("import", str(path), "--no-blocks", "--session", "s\udcff"), "--session holds"),
-        (("import", str(path), "--no-blocks", "--user", "u\udcff"), "--user: user holds"),
+        (("import", str(path), "--no-blocks", "--user", "u\udcff"), "--user holds"),
         (("export", "s\udcff"), "SESSION holds"),
         (("inspect", "s\udcff"), "SESSION holds"),
     ):
@@ -479,9 +479,19 @@ TIMESTAMP = st.one_of(
     TEXT.map(lambda t: (t, None)),  # a random string: whatever ISO 8601 makes of it
     st.booleans().map(lambda b: (b, False)),
 )
+def _is_name(text: str) -> bool:
+    import unicodedata
+
+    return (
+        bool(text.strip())
+        and text == text.strip()
+        and not any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
+    )
+
+
 SESSION = st.one_of(
     st.just((MISSING, True)),
-    TEXT.map(lambda t: (t, clean(as_read(t)) and bool(as_read(t).strip()))),
+    TEXT.map(lambda t: (t, clean(as_read(t)) and _is_name(as_read(t).strip()))),
     st.sampled_from(["", "  ", 7]).map(lambda v: (v, False)),
 )
 
@@ -504,7 +514,8 @@ VALID = {
         valid(st.floats(min_value=-6e10, max_value=2.5e11)),
         st.datetimes(timezones=st.none() | st.timezones()).map(iso_field),
     ),
-    "session": valid(st.just(MISSING) | CLEAN_TEXT.filter(str.strip)),
+    # (a name: one line of printable text, without white space around it)
+    "session": valid(st.just(MISSING) | CLEAN_TEXT.filter(_is_name)),
 }
 #: ... or from anything, hostile values included (one field of one message in four).
 ANY = {

@@ -19,6 +19,7 @@ piece that still does not fit is truncated only when the caller skipped `split`)
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -215,12 +216,17 @@ def export_in_child(model_dir: Path, target: Path, precision: str = "fp32") -> P
     )
     if done.returncode != 0 or not target.is_file():
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise ModelError(
-            said[-1]
-            if said
-            else f"cannot export the embedding model to ONNX (exit {done.returncode})",
+        message, hint = (
+            f"cannot export the embedding model to ONNX (exit {done.returncode})",
             "Check that torch, transformers and onnx are installed and the folder is writable",
         )
+        try:  # (the child's ModelError, as its last line: its message and its hint)
+            error = json.loads(said[-1]) if said else None
+            if isinstance(error, dict):
+                message, hint = str(error["message"]), error.get("hint") or hint
+        except (ValueError, KeyError):
+            message = said[-1]
+        raise ModelError(message, hint)
     return target
 
 
@@ -604,5 +610,5 @@ if (
         precision = sys.argv[3] if len(sys.argv) > 3 else "fp32"
         export_onnx(Path(sys.argv[1]), Path(sys.argv[2]), precision)
     except ModelError as error:
-        sys.stderr.write(f"{error.message}\n")
+        sys.stderr.write(json.dumps({"message": error.message, "hint": error.hint}) + "\n")
         sys.exit(1)

@@ -93,9 +93,9 @@ def connect(url: str) -> Any:
     except psycopg.Error as exc:
         text = " ".join(str(exc).split()).rstrip(".")
         password = _password(url)
+        text = hide_secrets(text.replace(password, "***") if password else text, url)
         raise StoreError(
-            f"cannot connect to the database {redact_url(url)}:"
-            f" {text.replace(password, '***') if password else text}",
+            f"cannot connect to the database {redact_url(url)}: {text}",
             "Check the URL (--db, MEMCLI_DB or db in the config), that the server runs, and"
             " that your role may connect to it",
         ) from None
@@ -104,7 +104,8 @@ def connect(url: str) -> Any:
     except psycopg.Error as exc:
         conn.close()
         raise StoreError(
-            f"cannot open the database {redact_url(url)}: {' '.join(str(exc).split())}",
+            f"cannot open the database {redact_url(url)}:"
+            f" {hide_secrets(' '.join(str(exc).split()), url)}",
             "Check the database (`memcli check`)",
         ) from None
     return conn
