@@ -5,11 +5,12 @@ store's own functions (sessions of 100 messages over 10 users, random unit vecto
 dimensions: a search costs the same whatever the vectors hold), plus one small user of 200
 messages, and the FAISS index files are built by a first search. Then, in this process:
 
-- turn: two messages' vectors stored (as a chat turn embeds the user's input and the reply),
-  then the next search's refresh of the index and the search itself; CPU seconds (median of
-  `--turns`) and bytes written by the index (write calls of the process, /proc/self/io's wchar,
-  the SQLite commit excluded: it is measured before the refresh);
-- small user: the dense search of the 200-message user (warm, median CPU of 20 queries);
+- turn: two messages' vectors stored in the small user's session (as a chat turn embeds the
+  user's input and the reply), then the index's refresh (adding them) and the user's next dense
+  search; CPU (median of `--turns`) of each, and bytes written by the refresh (write calls of the
+  process, /proc/self/io's wchar; the SQLite commit is excluded: it comes before the refresh);
+- small user: the dense search of the 200-message user (warm, median CPU of 20 queries); and of
+  a user holding a tenth of the store (median of 10), for comparison;
 - import: 200 messages of a new user stored, then that user's first search (CPU, bytes written).
 
     PYTHONPATH=. python benchmarks/turn_cost.py --dir /tmp/turns                 # 10k, 100k
@@ -59,7 +60,8 @@ def add_session(store: Any, rng: Any, session_id: str, user_id: str, count: int)
     from memcli.store.base import NewMessage
 
     start = datetime(2023, 1, 1, tzinfo=UTC)
-    store.create_session(session_id, user_id, 30000, 0.7, 3000)
+    if store.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+        store.create_session(session_id, user_id, 30000, 0.7, 3000)
     new = [
         NewMessage(
             Message(
@@ -110,14 +112,23 @@ def measure(db: Path, size: int, turns: int) -> dict[str, float]:
     vectors.search(query, Scope(), 10)  # loads (or builds) the index files
     load = time.process_time() - started
     cpu: list[float] = []
+    searched: list[float] = []
     written: list[int] = []
     tag = time.time_ns()
-    for turn in range(turns):
-        add_session(store, rng, f"turn-{tag}-{turn}", "user1", 2)
+    for _ in range(turns):
+        add_session(store, rng, "small-0", "small", 2)
         before, started = _wchar(), time.process_time()
-        vectors.search(_unit(rng, 1)[0], Scope(user_id="user1"), 10)
+        vectors.refresh()
         cpu.append(time.process_time() - started)
         written.append(_wchar() - before)
+        started = time.process_time()
+        vectors.search(_unit(rng, 1)[0], Scope(user_id="small"), 10)
+        searched.append(time.process_time() - started)
+    big: list[float] = []
+    for _ in range(10):
+        started = time.process_time()
+        vectors.search(_unit(rng, 1)[0], Scope(user_id="user1"), 10)
+        big.append(time.process_time() - started)
     small: list[float] = []
     for _ in range(20):
         q = _unit(rng, 1)[0]
@@ -133,8 +144,12 @@ def measure(db: Path, size: int, turns: int) -> dict[str, float]:
     store.close()
     return {
         "load_s": load,
-        "turn_cpu_ms": statistics.median(cpu) * 1000,
-        "turn_cpu_max_ms": max(cpu) * 1000,
+        "add_cpu_ms": statistics.median(cpu) * 1000,
+        "add_cpu_max_ms": max(cpu) * 1000,
+        "turn_search_ms": statistics.median(searched) * 1000,
+        "turn_cpu_ms": statistics.median([a + b for a, b in zip(cpu, searched, strict=True)])
+        * 1000,
+        "big_user_ms": statistics.median(big) * 1000,
         "turn_written_kb": statistics.median(written) / 1024,
         "small_user_ms": statistics.median(small) * 1000,
         "import_first_search_ms": imported * 1000,
@@ -158,9 +173,11 @@ def main() -> None:
                 path.unlink()
         figures = measure(db, size, args.turns)
         print(
-            f"{size:>9} messages: turn {figures['turn_cpu_ms']:7.1f} ms CPU"
-            f" (max {figures['turn_cpu_max_ms']:.1f}), {figures['turn_written_kb']:9.1f} KB written;"
+            f"{size:>9} messages: turn {figures['turn_cpu_ms']:7.2f} ms CPU (adding the vectors"
+            f" {figures['add_cpu_ms']:.2f}, max {figures['add_cpu_max_ms']:.1f};"
+            f" the search {figures['turn_search_ms']:.2f}), {figures['turn_written_kb']:9.1f} KB written;"
             f" small user's search {figures['small_user_ms']:6.2f} ms CPU;"
+            f" a user of a tenth of the store {figures['big_user_ms']:6.2f} ms;"
             f" first search after a {SMALL}-message import {figures['import_first_search_ms']:7.1f}"
             f" ms CPU, {figures['import_written_kb']:9.1f} KB written"
             f" (index loaded in {figures['load_s']:.1f} s)",

@@ -89,7 +89,7 @@ def test_adding_vectors_leaves_the_index_file_untouched_until_the_fold(
     assert index_health(store) is None
     again = MessageVectors(SQLiteStore(db), MODEL)
     again.search(last[0][1], Scope(), 1)
-    assert not again.rebuilt and again.count == 111 and again._delta_n == 0
+    assert not again.rebuilt and again.count == 111 and again._delta.n == 0
 
 
 def test_the_delta_is_searched_beside_the_index_in_scope(tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_the_delta_is_searched_beside_the_index_in_scope(tmp_path: Path) -> None
         assert [i for i, _ in vectors.search(query, Scope(session_id="s3"), 9)] == exact(
             pairs[105:], query, 9
         )
-        assert vectors._delta_n == 10 and not vectors.rebuilt
+        assert vectors._delta.n == 10 and not vectors.rebuilt
 
 
 @pytest.mark.parametrize("damage", ["flip", "cut", "foreign"])

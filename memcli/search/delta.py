@@ -157,3 +157,47 @@ def _sync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(handle)
+
+
+def empty_arrays() -> dict[str, Any]:
+    """The per-row arrays of an index with no row: message ids, session and user codes, times."""
+    import numpy as np
+
+    return {
+        "message_ids": np.zeros(0, dtype=np.int64),
+        "sessions": np.zeros(0, dtype=np.int32),
+        "users": np.zeros(0, dtype=np.int32),
+        "times": np.zeros(0, dtype=np.int64),
+    }
+
+
+class Rows:
+    """The delta in memory: its vectors (a buffer that doubles, so that adding a turn's rows
+    costs what they hold) and its per-row arrays."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.arrays = empty_arrays()
+        self._buffer: Any = None
+
+    def add(self, matrix: Any, arrays: dict[str, Any]) -> None:
+        import numpy as np
+
+        need = self.n + len(matrix)
+        if self._buffer is None or len(self._buffer) < need:
+            grown = np.empty((max(need, 2 * self.n, 64), matrix.shape[1]), dtype=np.float32)
+            if self._buffer is not None:
+                grown[: self.n] = self._buffer[: self.n]
+            self._buffer = grown
+        self._buffer[self.n : need] = matrix
+        self.n = need
+        for key, values in arrays.items():
+            self.arrays[key] = np.concatenate([self.arrays[key], values])
+
+    def vectors(self, dim: int) -> Any:
+        """The delta's vectors, rows x `dim`."""
+        import numpy as np
+
+        if self._buffer is None:
+            return np.zeros((0, dim), dtype=np.float32)
+        return self._buffer[: self.n]

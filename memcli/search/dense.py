@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memcli.search import delta as deltafile
+import memcli.search.delta as deltafile
+import memcli.search.scoped as scoped
+from memcli.search.index_files import FORMAT, crc, file_crc, index_path, write_file
+from memcli.search.index_files import finish_deletes as finish_deletes
+from memcli.search.index_files import index_health as index_health
+from memcli.search.index_files import remove_index_files as remove_index_files
 from memcli.store import index as sql
 from memcli.store import vectors as vsql
 
@@ -39,8 +42,6 @@ if TYPE_CHECKING:
 
     from memcli.store.index import Scope
 
-#: Bumped when the files' layout changes, so that older files are rebuilt.
-FORMAT = 5
 #: Rows of a loaded index compared with SQLite's vectors, and by how much an IVF index's 8-bit
 #: vectors may miss their own cosine of 1.
 SAMPLE = 16
@@ -145,11 +146,11 @@ class MessageVectors:
         self._codes: dict[str, dict[str, int]] = {"session": {}, "user": {}}
         self._last_mask: tuple[Any, Any] | None = None
         self._bitmap: tuple[Any, Any] | None = None  # the last mask packed for FAISS
-        # The delta: its vectors (a buffer, the first `_delta_n` rows used) and arrays; the
-        # index file's generation and (added, max_id), which the delta's blocks extend.
-        self._delta: Any = None
-        self._delta_n = 0
-        self._delta_arrays: dict[str, Any] = {}
+        self._groups: scoped.Groups | None = None
+        self._last_exact: tuple[Any, tuple[list[int], Any]] | None = None
+        # The delta in memory; the index file's generation and (added, max_id), which the
+        # delta file's blocks extend.
+        self._delta = deltafile.Rows()
         self._generation: str | None = None
         self._main_state = (0, 0)
         self._delta_bad = False  # the delta file is to be written again whole
@@ -164,19 +165,12 @@ class MessageVectors:
         """Where the index keeps a file: beside a SQLite database; under `index_dir` for a
         PostgreSQL one; nowhere for an in-memory database (or a PostgreSQL one without
         `index_dir`)."""
-        if self.store.dialect == "postgresql":
-            from memcli.store.pg_index import database_key
-
-            if self.index_dir is None:
-                return None
-            return self.index_dir / database_key(self.store) / f"retrieval.{suffix}"
-        db = getattr(self.store, "path", None)
-        return None if db is None else Path(f"{db}.retrieval.{suffix}")
+        return index_path(self.store, self.index_dir, suffix)
 
     @property
     def count(self) -> int:
         """Vectors searched: the index file's and the delta's."""
-        return self._main_count + self._delta_n
+        return self._main_count + self._delta.n
 
     @property
     def _main_count(self) -> int:
@@ -211,7 +205,7 @@ class MessageVectors:
                 before = (self.added, self.max_id)
                 self._extend(rows)
                 self.added = added
-                if self._delta_n > min(DELTA_MAX, max(DELTA_MIN, self._main_count // 10)):
+                if self._delta.n > min(DELTA_MAX, max(DELTA_MIN, self._main_count // 10)):
                     self._save()  # folds the delta into the index file
                 else:
                     self._save_delta(self._block(before, len(rows)))
@@ -249,17 +243,15 @@ class MessageVectors:
         self.index = None
         self._mapped = False
         self.added = self.deleted = self.max_id = self.dim = 0
-        self._arrays = _empty_arrays()
+        self._arrays = deltafile.empty_arrays()
         self._codes = {"session": {}, "user": {}}
-        self._last_mask = None
+        self._last_mask = self._last_exact = None
         self._drop_delta()
         self._generation = None
         self._main_state = (0, 0)
 
     def _drop_delta(self) -> None:
-        self._delta = None
-        self._delta_n = 0
-        self._delta_arrays = _empty_arrays()
+        self._delta = deltafile.Rows()
         self._delta_bad = False
 
     def _code(self, kind: str, value: str) -> int:
@@ -297,44 +289,23 @@ class MessageVectors:
         import numpy as np
 
         matrix = np.frombuffer(b"".join(r[6] for r in rows), dtype=np.float32)
-        self._delta_add(matrix.reshape(len(rows), self.dim), self._row_arrays(rows))
+        self._delta.add(matrix.reshape(len(rows), self.dim), self._row_arrays(rows))
         self.max_id = int(rows[-1][0])
-
-    def _delta_add(self, matrix: Any, arrays: dict[str, Any]) -> None:
-        import numpy as np
-
-        need = self._delta_n + len(matrix)
-        if self._delta is None or len(self._delta) < need:
-            grown = np.empty((max(need, 2 * self._delta_n, 64), self.dim), dtype=np.float32)
-            grown[: self._delta_n] = self._delta_vectors()
-            self._delta = grown
-        self._delta[self._delta_n : need] = matrix
-        self._delta_n = need
-        for key, values in arrays.items():
-            self._delta_arrays[key] = np.concatenate([self._delta_arrays[key], values])
-        self._last_mask = None
-
-    def _delta_vectors(self) -> Any:
-        import numpy as np
-
-        if self._delta is None:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return self._delta[: self._delta_n]
 
     def _block(self, before: tuple[int, int], last: int) -> deltafile.Block:
         """The delta's last `last` rows as a block extending `before`."""
-        start = self._delta_n - last
+        start = self._delta.n - last
         names = {k: {c: v for v, c in self._codes[k].items()} for k in ("session", "user")}
         return deltafile.Block(
             generation=self._generation or "",
             before=before,
             after=(self.added, self.max_id),
             dim=self.dim,
-            message_ids=self._delta_arrays["message_ids"][start:],
-            times=self._delta_arrays["times"][start:],
-            sessions=[names["session"][int(c)] for c in self._delta_arrays["sessions"][start:]],
-            users=[names["user"][int(c)] for c in self._delta_arrays["users"][start:]],
-            vectors=self._delta_vectors()[start:],
+            message_ids=self._delta.arrays["message_ids"][start:],
+            times=self._delta.arrays["times"][start:],
+            sessions=[names["session"][int(c)] for c in self._delta.arrays["sessions"][start:]],
+            users=[names["user"][int(c)] for c in self._delta.arrays["users"][start:]],
+            vectors=self._delta.vectors(self.dim)[start:],
         )
 
     def _save_delta(self, block: deltafile.Block | None) -> None:
@@ -347,9 +318,9 @@ class MessageVectors:
         try:
             if block is not None and not self._delta_bad:
                 deltafile.append(path, deltafile.encode(block))
-            elif self._delta_n:
-                whole = self._block(self._main_state, self._delta_n)
-                _write(path, deltafile.encode(whole))
+            elif self._delta.n:
+                whole = self._block(self._main_state, self._delta.n)
+                write_file(path, deltafile.encode(whole))
             else:
                 path.unlink(missing_ok=True)
             self._delta_bad = False
@@ -377,12 +348,12 @@ class MessageVectors:
             info = json.loads(meta.read_text())
             if info.get("model") != self.model or info.get("format") != FORMAT:
                 return
-            if _file_crc(arrays) != info["crc_npz"]:
+            if file_crc(arrays) != info["crc_npz"]:
                 return
             if info.get("ivf"):
                 index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
             else:
-                if _file_crc(path) != info["crc_faiss"]:
+                if file_crc(path) != info["crc_faiss"]:
                     return
                 index = faiss.read_index(str(path))
             with np.load(str(arrays)) as npz:
@@ -429,9 +400,9 @@ class MessageVectors:
             }
             arrays["sessions"] = arrays["sessions"].astype(np.int32)
             arrays["users"] = arrays["users"].astype(np.int32)
-            self._delta_add(block.vectors, arrays)
+            self._delta.add(block.vectors, arrays)
             self.added, self.max_id = block.after
-        if self._delta_n and not self._delta_agrees():
+        if self._delta.n and not self._delta_agrees():
             self.added, self.max_id = self._main_state
             self._drop_delta()
             self._delta_bad = True
@@ -440,16 +411,16 @@ class MessageVectors:
         """Whether a few rows of the delta hold the vectors SQLite has for their messages."""
         import numpy as np
 
-        n = self._delta_n
+        n = self._delta.n
         rows = sorted({i * n // 4 for i in range(4)} | {n - 1})
-        ids = [int(self._delta_arrays["message_ids"][r]) for r in rows]
+        ids = [int(self._delta.arrays["message_ids"][r]) for r in rows]
         stored = vsql.message_vectors(self.store, self.model, ids)
         for row, message_id in zip(rows, ids, strict=True):
             pieces = [v for _, v in stored.get(message_id, []) if len(v) == 4 * self.dim]
             if not pieces:
                 return False
             matrix = np.frombuffer(b"".join(pieces), dtype=np.float32).reshape(len(pieces), -1)
-            if not bool((matrix == self._delta[row]).all(axis=1).any()):
+            if not bool((matrix == self._delta.vectors(self.dim)[row]).all(axis=1).any()):
                 return False
         return True
 
@@ -495,13 +466,13 @@ class MessageVectors:
         import faiss
         import numpy as np
 
-        if self._delta_n:
+        if self._delta.n:
             self._writable()
-            self.index.add(np.ascontiguousarray(self._delta_vectors()))
+            self.index.add(np.ascontiguousarray(self._delta.vectors(self.dim)))
             for key in _KEYS:
-                self._arrays[key] = np.concatenate([self._arrays[key], self._delta_arrays[key]])
+                self._arrays[key] = np.concatenate([self._arrays[key], self._delta.arrays[key]])
             self._drop_delta()
-            self._last_mask = None
+            self._last_mask = self._last_exact = None
         path, arrays, meta = self.file("faiss"), self.file("npz"), self.file("json")
         delta = self.file("delta")
         self._generation = None
@@ -515,13 +486,13 @@ class MessageVectors:
                 return
             path.parent.mkdir(parents=True, exist_ok=True)
             data = faiss.serialize_index(self.index)  # a uint8 array
-            crc_faiss = _crc(data)
-            _write(path, data)
+            crc_faiss = crc(data)
+            write_file(path, data)
             del data
             buffer = io.BytesIO()
             np.savez(buffer, **self._arrays)
-            crc_npz = _crc(buffer.getvalue())
-            _write(arrays, buffer.getvalue())
+            crc_npz = crc(buffer.getvalue())
+            write_file(arrays, buffer.getvalue())
             generation = secrets.token_hex(8)
             info = {
                 "model": self.model,
@@ -538,7 +509,7 @@ class MessageVectors:
                 "crc_faiss": crc_faiss,
                 "crc_npz": crc_npz,
             }
-            _write(meta, json.dumps(info).encode())
+            write_file(meta, json.dumps(info).encode())
             self._generation = generation
             self._main_state = (self.added, self.max_id)
         except OSError:
@@ -561,25 +532,34 @@ class MessageVectors:
                 f" {vector.shape[-1]}",
                 "Search with the model the messages were embedded with",
             )
-        masks = self._mask(scope)
+        # A message's status changes: asked of SQLite (the few in short-term memory), not the file.
+        active = sql.active_ids(self.store, scope)
+        query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
+        delta_mask = scoped.new_mask(self._delta.arrays, self._codes, scope)
+        if isinstance(self.index, faiss.IndexIVF):
+            small = self._small(scope)
+            if small is not None:
+                owners, matrix = small
+                picked = (
+                    np.arange(self._delta.n) if delta_mask is None else np.flatnonzero(delta_mask)
+                )
+                owners = owners + self._delta.arrays["message_ids"][picked].tolist()
+                matrix = np.concatenate([matrix, self._delta.vectors(self.dim)[picked]])
+                return scoped.exact(query[0], owners, matrix, active, n)
+        mask = self._mask(scope)
         sizes = [
-            self._main_count if masks[0] is None else int(masks[0].sum()),
-            self._delta_n if masks[1] is None else int(masks[1].sum()),
+            self._main_count if mask is None else int(mask.sum()),
+            self._delta.n if delta_mask is None else int(delta_mask.sum()),
         ]
         total = sum(sizes)
         if total == 0:
             return []
-        # A message's status changes: asked of SQLite (the few in short-term memory), not the file.
-        active = sql.active_ids(self.store, scope)
-        query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
-        if isinstance(self.index, faiss.IndexIVF) and masks[0] is not None and total <= EXACT_MAX:
-            return self._exact(query[0], masks, active, n)
         want = min(total, n * 2)
         while True:
-            scores, rows = self._rows(query, want, masks, sizes[0])
+            scores, rows = self._rows(query, want, (mask, delta_mask), sizes[0])
             best: dict[int, float] = {}
             for score, row in zip(scores, rows, strict=True):
-                best.setdefault(int(self._message_id(row)), float(score))
+                best.setdefault(self._message_id(int(row)), float(score))
             if active:
                 best = {item: score for item, score in best.items() if item not in active}
             found = len(rows)
@@ -591,59 +571,43 @@ class MessageVectors:
         main = self._main_count
         if row < main:
             return int(self._arrays["message_ids"][row])
-        return int(self._delta_arrays["message_ids"][row - main])
+        return int(self._delta.arrays["message_ids"][row - main])
 
-    def _exact(
-        self, query: Any, masks: tuple[Any, Any], active: set[int], n: int
-    ) -> list[tuple[int, float]]:
-        """The best `n` of a small scope by the exact inner product with its own vectors: the
-        index's rows read from SQLite by message id, the delta's from memory."""
+    def _main_key(self, scope: Scope) -> tuple[Any, ...]:
+        return (self._main_count, self._generation, id(self.index), scope.user_id,
+                scope.session_id, scope.since, scope.until)  # fmt: skip
+
+    def _small(self, scope: Scope) -> tuple[list[int], Any] | None:
+        """A small scope's rows of the index (a user's or a session's, at most EXACT_MAX): their
+        messages (one per row) and vectors, read from SQLite by message id, exact (an IVF index
+        holds 8-bit ones); kept for the next search of the same scope. None: not small."""
         import numpy as np
 
-        ids = np.unique(self._arrays["message_ids"][masks[0]]).tolist()
+        key = self._main_key(scope)
+        if self._last_exact is not None and self._last_exact[0] == key:
+            return self._last_exact[1]
+        if self._groups is None or self._groups.arrays["users"] is not self._arrays["users"]:
+            self._groups = scoped.Groups(self._arrays)
+        rows = self._groups.rows(scope, self._codes, EXACT_MAX)
+        if rows is None:
+            return None
+        ids = np.unique(self._arrays["message_ids"][rows]).tolist()
         stored = vsql.message_vectors(self.store, self.model, ids)
-        owners = [m for m, pieces in stored.items() for _, v in pieces if len(v) == 4 * self.dim]
-        blob = b"".join(
-            v for pieces in stored.values() for _, v in pieces if len(v) == 4 * self.dim
-        )
+        size = 4 * self.dim
+        owners = [m for m, pieces in stored.items() for _, v in pieces if len(v) == size]
+        blob = b"".join(v for pieces in stored.values() for _, v in pieces if len(v) == size)
         matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(owners), self.dim)
-        delta_rows = np.arange(self._delta_n) if masks[1] is None else np.flatnonzero(masks[1])
-        owners += self._delta_arrays["message_ids"][delta_rows].tolist()
-        matrix = np.concatenate([matrix, self._delta_vectors()[delta_rows]])
-        scores = matrix @ query
-        best: dict[int, float] = {}
-        for at in np.argsort(-scores, kind="stable").tolist():
-            if owners[at] not in active:
-                best.setdefault(int(owners[at]), float(scores[at]))
-                if len(best) == n:
-                    break
-        return list(best.items())
+        self._last_exact = (key, (owners, matrix))
+        return owners, matrix
 
-    def _mask(self, scope: Scope) -> tuple[Any, Any]:
-        """The index's rows in scope and the delta's (None: all), the index's kept for the next
-        search of the same scope."""
-        key = (self._main_count, self._generation, id(self.index), scope.user_id,
-               scope.session_id, scope.since, scope.until)  # fmt: skip
+    def _mask(self, scope: Scope) -> Any:
+        """The index's rows in scope (None: all), kept for the next search of the same scope."""
+        key = self._main_key(scope)
         if self._last_mask is not None and self._last_mask[0] == key:
-            main = self._last_mask[1]
-        else:
-            main = self._new_mask(self._arrays, scope)
-            self._last_mask = (key, main)
-        return main, self._new_mask(self._delta_arrays, scope)
-
-    def _new_mask(self, arrays: dict[str, Any], scope: Scope) -> Any:
-        import numpy as np
-
-        mask = np.ones(len(arrays["message_ids"]), dtype=bool)
-        if scope.user_id is not None:
-            mask &= arrays["users"] == self._codes["user"].get(scope.user_id, -1)
-        if scope.session_id is not None:
-            mask &= arrays["sessions"] == self._codes["session"].get(scope.session_id, -1)
-        if scope.since is not None:
-            mask &= arrays["times"] >= sql.unix_ms(scope.since)
-        if scope.until is not None:
-            mask &= arrays["times"] < sql.unix_ms(scope.until)
-        return None if bool(mask.all()) else mask
+            return self._last_mask[1]
+        mask = scoped.new_mask(self._arrays, self._codes, scope)
+        self._last_mask = (key, mask)
+        return mask
 
     def _rows(
         self, query: Any, want: int, masks: tuple[Any, Any], main_total: int
@@ -653,9 +617,9 @@ class MessageVectors:
         import numpy as np
 
         scores, rows = self._main_rows(query, want, masks[0], main_total)
-        if self._delta_n:
-            delta = self._delta_vectors()
-            picked = np.arange(self._delta_n) if masks[1] is None else np.flatnonzero(masks[1])
+        if self._delta.n:
+            delta = self._delta.vectors(self.dim)
+            picked = np.arange(self._delta.n) if masks[1] is None else np.flatnonzero(masks[1])
             extra = delta[picked] @ query[0]
             scores = np.concatenate([scores, extra])
             rows = np.concatenate([rows, picked + self._main_count])
@@ -690,98 +654,6 @@ class MessageVectors:
         return scores[0][keep], rows[0][keep]
 
 
-def index_health(store: Any, index_dir: str | Path | None = None) -> tuple[str, str, Path] | None:
-    """What is wrong with a database's index files, without loading them: ("damaged", why,
-    path) when they cannot be used as they are (incomplete, unreadable, a checksum that does
-    not match: the next search rebuilds them from the database), ("stale", why, path) when
-    vectors were added or deleted since they were written (the next search brings them up to
-    date); None when they are sound, or there are none (pgvector, in memory only)."""
-    if sql.has_pgvector(store):
-        return None
-    files = MessageVectors(store, "", index_dir)
-    path, arrays, meta = files.file("faiss"), files.file("npz"), files.file("json")
-    delta = files.file("delta")
-    if path is None or arrays is None or meta is None or delta is None:
-        return None
-    if not meta.exists():
-        if path.exists() or arrays.exists() or delta.exists():
-            return "damaged", "incomplete (no description: a write was interrupted)", path
-        return None
-    try:
-        info = json.loads(meta.read_text())
-        if info.get("format") != FORMAT:
-            return "stale", f"an older format ({info.get('format')}, now {FORMAT})", path
-        if _file_crc(arrays) != info["crc_npz"]:
-            return "damaged", f"{arrays.name} does not match its checksum", arrays
-        if not info.get("ivf") and _file_crc(path) != info["crc_faiss"]:
-            return "damaged", f"{path.name} does not match its checksum", path
-        blocks, problem = deltafile.read(delta)
-        if problem is not None:
-            return "damaged", f"{delta.name}: {problem}", delta
-        state = (int(info["added"]), int(info["max_id"]))
-        kept = deltafile.chain(blocks, str(info["generation"]), state)
-        written = kept[-1].after[0] if kept else state[0]
-        added, deleted = vsql.vector_stats(store, str(info["model"]))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return "damaged", f"unreadable ({exc})", path
-    if (added, deleted) != (written, info["deleted"]):
-        behind = f"{added - written} vectors added, {deleted - info['deleted']} deleted"
-        return "stale", f"{behind} since it was written", path
-    return None
-
-
-def _empty_arrays() -> dict[str, Any]:
-    import numpy as np
-
-    return {
-        "message_ids": np.zeros(0, dtype=np.int64),
-        "sessions": np.zeros(0, dtype=np.int32),
-        "users": np.zeros(0, dtype=np.int32),
-        "times": np.zeros(0, dtype=np.int64),
-    }
-
-
-def _crc(data: Any) -> int:
-    import zlib
-
-    return zlib.crc32(data)
-
-
-def _file_crc(path: Path) -> int:
-    import zlib
-
-    crc = 0
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
-def _write(path: Path, data: Any) -> None:
-    """Replace a file durably: a temporary file written and flushed to disk, renamed over it, and
-    the rename flushed to disk (the directory)."""
-    # Its own name per process and thread: two stores of one process may write the same index.
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    try:
-        folder = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return  # a platform that cannot open a directory (Windows)
-    try:
-        os.fsync(folder)
-    except OSError:
-        pass
-    finally:
-        os.close(folder)
-
-
 def _new_index(matrix: Any) -> Any:
     """An exact index for a small matrix; a trained IVF index of 8-bit vectors for a big one."""
     import faiss
@@ -803,41 +675,3 @@ def _new_index(matrix: Any) -> Any:
     index.train(np.ascontiguousarray(sample))
     index.nprobe = min(NPROBE, nlist)
     return index
-
-
-def remove_index_files(store: Any, index_dir: str | Path | None = None) -> None:
-    """Remove the index files of `store`'s database (beside a SQLite file; under `index_dir`
-    for a PostgreSQL one), after a delete for good: they hold the deleted messages' vectors and
-    session and user names. The next search rebuilds them from the database."""
-    faiss_file = MessageVectors(store, "", index_dir).file("faiss")
-    if faiss_file is None:
-        return
-    prefix = faiss_file.name.removesuffix("faiss")  # `<db>.retrieval.` or `retrieval.`
-    if faiss_file.parent.is_dir():
-        for path in faiss_file.parent.glob(prefix + "*"):
-            path.unlink(missing_ok=True)
-
-
-def finish_deletes(
-    store: Any, index_dir: str | Path | None = None, *, deleted: bool = False
-) -> int:
-    """Finish the deletes for good whose cleanup did not run (the process was stopped between a
-    delete's commit and its cleanup: `memcli.store.forget`): purge the database's files, remove
-    the index files (they may hold the deleted messages' vectors); return how many there were.
-    `deleted`: called right after a delete (purged already): remove the index files whether or
-    not one is recorded. Inside a write transaction (a purge cannot run there) or on a read-only
-    database, nothing is done."""
-    from memcli.store import forget
-
-    if store.transaction_depth or store.read_only:
-        return 0
-    pending = forget.unfinished_deletes(store)
-    if not pending and not deleted:
-        return 0
-    if pending and not deleted:
-        store.purge()
-    remove_index_files(store, index_dir)
-    if pending:
-        with store.transaction():
-            forget.clear_unfinished(store, pending[-1])
-    return len(pending)
