@@ -144,6 +144,7 @@ class MessageVectors:
         self._mapped = False  # whether the index is a read-only memory map of its file
         self._arrays: dict[str, Any] = {}
         self._codes: dict[str, dict[str, int]] = {"session": {}, "user": {}}
+        self._names: dict[str, list[str]] = {"session": [], "user": []}  # by code
         self._last_mask: tuple[Any, Any] | None = None
         self._bitmap: tuple[Any, Any] | None = None  # the last mask packed for FAISS
         self._groups: scoped.Groups | None = None
@@ -245,6 +246,7 @@ class MessageVectors:
         self.added = self.deleted = self.max_id = self.dim = 0
         self._arrays = deltafile.empty_arrays()
         self._codes = {"session": {}, "user": {}}
+        self._names = {"session": [], "user": []}
         self._last_mask = self._last_exact = None
         self._drop_delta()
         self._generation = None
@@ -255,7 +257,12 @@ class MessageVectors:
         self._delta_bad = False
 
     def _code(self, kind: str, value: str) -> int:
-        return self._codes[kind].setdefault(value, len(self._codes[kind]))
+        codes = self._codes[kind]
+        code = codes.get(value)
+        if code is None:
+            code = codes[value] = len(codes)
+            self._names[kind].append(value)
+        return code
 
     def _row_arrays(self, rows: list[tuple[Any, ...]]) -> dict[str, Any]:
         import numpy as np
@@ -295,7 +302,7 @@ class MessageVectors:
     def _block(self, before: tuple[int, int], last: int) -> deltafile.Block:
         """The delta's last `last` rows as a block extending `before`."""
         start = self._delta.n - last
-        names = {k: {c: v for v, c in self._codes[k].items()} for k in ("session", "user")}
+        names = self._names
         return deltafile.Block(
             generation=self._generation or "",
             before=before,
@@ -372,6 +379,7 @@ class MessageVectors:
         self.added, self.deleted = info["added"], info["deleted"]
         self.max_id, self.dim = info["max_id"], info["dim"]
         self._codes = {"session": dict(info["sessions"]), "user": dict(info["users"])}
+        self._names = {k: sorted(c, key=c.__getitem__) for k, c in self._codes.items()}
         self._generation = str(info["generation"])
         self._main_state = (self.added, self.max_id)
         self._load_delta()
