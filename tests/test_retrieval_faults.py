@@ -96,7 +96,7 @@ def test_index_files_of_another_database_are_not_used(tmp_path: Path) -> None:
 def test_index_files_are_flushed_to_disk_before_they_replace_the_old(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from memcli.search import dense
+    from memcli.search import index_files
 
     synced: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
@@ -110,8 +110,8 @@ def test_index_files_are_flushed_to_disk_before_they_replace_the_old(
         synced.append(f"renamed {target}")
         real_replace(source, target)
 
-    monkeypatch.setattr(dense.os, "fsync", fsync)
-    monkeypatch.setattr(dense.os, "replace", replace)
+    monkeypatch.setattr(index_files.os, "fsync", fsync)
+    monkeypatch.setattr(index_files.os, "replace", replace)
     store = SQLiteStore(tmp_path / "m.db")
     add(store, "s", CHAT)
     top(store, "cello")

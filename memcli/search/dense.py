@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import memcli.search.delta as deltafile
+import memcli.search.scoped as scoped
+from memcli.search.index_files import FORMAT, crc, file_crc, index_path, write_file
+from memcli.search.index_files import finish_deletes as finish_deletes
+from memcli.search.index_files import index_health as index_health
+from memcli.search.index_files import remove_index_files as remove_index_files
 from memcli.store import index as sql
 from memcli.store import vectors as vsql
 
@@ -38,14 +42,20 @@ if TYPE_CHECKING:
 
     from memcli.store.index import Scope
 
-#: Bumped when the files' layout changes, so that older files are rebuilt.
-FORMAT = 4
 #: Rows of a loaded index compared with SQLite's vectors, and by how much an IVF index's 8-bit
 #: vectors may miss their own cosine of 1.
 SAMPLE = 16
 QUANTISED = 0.02
 IVF_FROM = 200_000
 NPROBE = 48
+#: The delta file is folded into the index file when it holds more than a tenth of the index's
+#: vectors, at least DELTA_MIN and at most DELTA_MAX (the rewrite of a million vectors, seconds,
+#: then comes once every DELTA_MAX vectors added).
+DELTA_MIN = 1024
+DELTA_MAX = 16384
+#: A scope of at most this many rows of an IVF index is searched exactly, over its own vectors
+#: (read from the database by message id), not by an IVF search visiting every list.
+EXACT_MAX = 10_000
 _KEYS = ("message_ids", "sessions", "users", "times")
 
 
@@ -118,7 +128,9 @@ class PgVectors:
 
 
 class MessageVectors:
-    """The FAISS index over one model's message vectors, kept in step with the database."""
+    """The FAISS index over one model's message vectors, kept in step with the database: the
+    index file, and the vectors added since in the delta file (`search/delta.py`), searched
+    exactly beside it."""
 
     def __init__(self, store: Any, model: str, index_dir: str | Path | None = None) -> None:
         """`index_dir`: where the files of a database that has no file of its own (PostgreSQL)
@@ -132,8 +144,17 @@ class MessageVectors:
         self._mapped = False  # whether the index is a read-only memory map of its file
         self._arrays: dict[str, Any] = {}
         self._codes: dict[str, dict[str, int]] = {"session": {}, "user": {}}
+        self._names: dict[str, list[str]] = {"session": [], "user": []}  # by code
         self._last_mask: tuple[Any, Any] | None = None
         self._bitmap: tuple[Any, Any] | None = None  # the last mask packed for FAISS
+        self._groups: scoped.Groups | None = None
+        self._last_exact: tuple[Any, tuple[list[int], Any]] | None = None
+        # The delta in memory; the index file's generation and (added, max_id), which the
+        # delta file's blocks extend.
+        self._delta = deltafile.Rows()
+        self._generation: str | None = None
+        self._main_state = (0, 0)
+        self._delta_bad = False  # the delta file is to be written again whole
 
     def close(self) -> None:
         """Free the index: a memory-mapped one (an IVF index's file) is unmapped and its file
@@ -145,22 +166,21 @@ class MessageVectors:
         """Where the index keeps a file: beside a SQLite database; under `index_dir` for a
         PostgreSQL one; nowhere for an in-memory database (or a PostgreSQL one without
         `index_dir`)."""
-        if self.store.dialect == "postgresql":
-            from memcli.store.pg_index import database_key
-
-            if self.index_dir is None:
-                return None
-            return self.index_dir / database_key(self.store) / f"retrieval.{suffix}"
-        db = getattr(self.store, "path", None)
-        return None if db is None else Path(f"{db}.retrieval.{suffix}")
+        return index_path(self.store, self.index_dir, suffix)
 
     @property
     def count(self) -> int:
+        """Vectors searched: the index file's and the delta's."""
+        return self._main_count + self._delta.n
+
+    @property
+    def _main_count(self) -> int:
         return 0 if self.index is None else int(self.index.ntotal)
 
     def refresh(self) -> None:
-        """Load the files, extend the index with new vectors, or rebuild it from SQLite; first
-        finish a delete that was stopped before it removed the files (`finish_deletes`)."""
+        """Load the files, extend the index with new vectors (in the delta file, folded into the
+        index file once it is big), or rebuild it from SQLite; first finish a delete that was
+        stopped before it removed the files (`finish_deletes`)."""
         if finish_deletes(self.store, self.index_dir):
             self._reset()
         added, deleted = vsql.vector_stats(self.store, self.model)
@@ -170,15 +190,26 @@ class MessageVectors:
         if self.index is None:
             self._load()
             if self.index is not None and (added, deleted) == (self.added, self.deleted):
+                if self._delta_bad:
+                    self._save_delta(None)  # a damaged delta: written again from what held
                 return
         if self.index is not None and deleted == self.deleted and added > self.added:
             expected = added - self.added
             rows = list(vsql.iter_vectors(self.store, self.model, self.max_id))
             if len(rows) == expected and all(r[5] == self.dim for r in rows):
-                self._writable()
-                self._append(rows)
+                if self.file("delta") is None or self._generation is None:
+                    self._writable()  # in memory only: the index itself grows
+                    self._append(rows)
+                    self.added = added
+                    self._save()
+                    return
+                before = (self.added, self.max_id)
+                self._extend(rows)
                 self.added = added
-                self._save()
+                if self._delta.n > min(DELTA_MAX, max(DELTA_MIN, self._main_count // 10)):
+                    self._save()  # folds the delta into the index file
+                else:
+                    self._save_delta(self._block(before, len(rows)))
                 return
         self._rebuild(added, deleted)
 
@@ -210,22 +241,38 @@ class MessageVectors:
             self._mapped = False
 
     def _reset(self) -> None:
-        import numpy as np
-
         self.index = None
         self._mapped = False
         self.added = self.deleted = self.max_id = self.dim = 0
-        self._arrays = {
-            "message_ids": np.zeros(0, dtype=np.int64),
-            "sessions": np.zeros(0, dtype=np.int32),
-            "users": np.zeros(0, dtype=np.int32),
-            "times": np.zeros(0, dtype=np.int64),
-        }
+        self._arrays = deltafile.empty_arrays()
         self._codes = {"session": {}, "user": {}}
-        self._last_mask = None
+        self._names = {"session": [], "user": []}
+        self._last_mask = self._last_exact = None
+        self._drop_delta()
+        self._generation = None
+        self._main_state = (0, 0)
+
+    def _drop_delta(self) -> None:
+        self._delta = deltafile.Rows()
+        self._delta_bad = False
 
     def _code(self, kind: str, value: str) -> int:
-        return self._codes[kind].setdefault(value, len(self._codes[kind]))
+        codes = self._codes[kind]
+        code = codes.get(value)
+        if code is None:
+            code = codes[value] = len(codes)
+            self._names[kind].append(value)
+        return code
+
+    def _row_arrays(self, rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+        import numpy as np
+
+        return {
+            "message_ids": np.asarray([r[1] for r in rows], dtype=np.int64),
+            "sessions": np.asarray([self._code("session", r[2]) for r in rows], dtype=np.int32),
+            "users": np.asarray([self._code("user", r[3]) for r in rows], dtype=np.int32),
+            "times": np.asarray([r[4] for r in rows], dtype=np.int64),
+        }
 
     def _append(self, rows: list[tuple[Any, ...]], matrix: Any = None) -> None:
         """Add (vector id, message id, session, user, time, dim, bytes) rows to the index."""
@@ -240,19 +287,56 @@ class MessageVectors:
         if self.index is None:
             self.index = faiss.IndexFlatIP(self.dim)
         self.index.add(np.ascontiguousarray(matrix))
-        new = {
-            "message_ids": np.asarray([r[1] for r in rows], dtype=np.int64),
-            "sessions": np.asarray([self._code("session", r[2]) for r in rows], dtype=np.int32),
-            "users": np.asarray([self._code("user", r[3]) for r in rows], dtype=np.int32),
-            "times": np.asarray([r[4] for r in rows], dtype=np.int64),
-        }
-        for key, values in new.items():
+        for key, values in self._row_arrays(rows).items():
             self._arrays[key] = np.concatenate([self._arrays[key], values])
         self.max_id = int(rows[-1][0])
 
+    def _extend(self, rows: list[tuple[Any, ...]]) -> None:
+        """Add rows to the delta (in memory)."""
+        import numpy as np
+
+        matrix = np.frombuffer(b"".join(r[6] for r in rows), dtype=np.float32)
+        self._delta.add(matrix.reshape(len(rows), self.dim), self._row_arrays(rows))
+        self.max_id = int(rows[-1][0])
+
+    def _block(self, before: tuple[int, int], last: int) -> deltafile.Block:
+        """The delta's last `last` rows as a block extending `before`."""
+        start = self._delta.n - last
+        names = self._names
+        return deltafile.Block(
+            generation=self._generation or "",
+            before=before,
+            after=(self.added, self.max_id),
+            dim=self.dim,
+            message_ids=self._delta.arrays["message_ids"][start:],
+            times=self._delta.arrays["times"][start:],
+            sessions=[names["session"][int(c)] for c in self._delta.arrays["sessions"][start:]],
+            users=[names["user"][int(c)] for c in self._delta.arrays["users"][start:]],
+            vectors=self._delta.vectors(self.dim)[start:],
+        )
+
+    def _save_delta(self, block: deltafile.Block | None) -> None:
+        """Append `block` to the delta file, flushed to disk; the whole delta, written to a
+        temporary name and renamed, when the file is to be written again (it was damaged) or
+        `block` is None. An empty delta: no file."""
+        path = self.file("delta")
+        if path is None or self._generation is None:
+            return
+        try:
+            if block is not None and not self._delta_bad:
+                deltafile.append(path, deltafile.encode(block))
+            elif self._delta.n:
+                whole = self._block(self._main_state, self._delta.n)
+                write_file(path, deltafile.encode(whole))
+            else:
+                path.unlink(missing_ok=True)
+            self._delta_bad = False
+        except OSError:
+            pass  # a cache: SQLite still has everything, and the next query brings it up to date
+
     def _load(self) -> None:
         """Read the files if all three are there, readable, undamaged and agree with SQLite; else
-        leave it empty (rebuilt from SQLite).
+        leave it empty (rebuilt from SQLite); then the delta's blocks that extend them.
 
         Damage: the description records a CRC-32 of each file as written; a file that no longer
         matches is not used. A flat index (read whole anyway) is checked in full; a memory-mapped
@@ -271,12 +355,12 @@ class MessageVectors:
             info = json.loads(meta.read_text())
             if info.get("model") != self.model or info.get("format") != FORMAT:
                 return
-            if _file_crc(arrays) != info["crc_npz"]:
+            if file_crc(arrays) != info["crc_npz"]:
                 return
             if info.get("ivf"):
                 index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
             else:
-                if _file_crc(path) != info["crc_faiss"]:
+                if file_crc(path) != info["crc_faiss"]:
                     return
                 index = faiss.read_index(str(path))
             with np.load(str(arrays)) as npz:
@@ -295,6 +379,58 @@ class MessageVectors:
         self.added, self.deleted = info["added"], info["deleted"]
         self.max_id, self.dim = info["max_id"], info["dim"]
         self._codes = {"session": dict(info["sessions"]), "user": dict(info["users"])}
+        self._names = {k: sorted(c, key=c.__getitem__) for k, c in self._codes.items()}
+        self._generation = str(info["generation"])
+        self._main_state = (self.added, self.max_id)
+        self._load_delta()
+
+    def _load_delta(self) -> None:
+        """Add the delta file's blocks that extend the index file; a damaged file, or blocks
+        that do not agree with SQLite, are dropped (the rows are read from SQLite again) and
+        the file is written again at the next refresh."""
+        import numpy as np
+
+        path = self.file("delta")
+        if path is None or self._generation is None:
+            return
+        blocks, problem = deltafile.read(path)
+        kept = deltafile.chain(blocks, self._generation, self._main_state)
+        self._delta_bad = problem is not None
+        for block in kept:
+            if block.dim != self.dim:
+                self._delta_bad = True
+                break
+            arrays = {
+                "message_ids": np.asarray(block.message_ids, dtype=np.int64),
+                "sessions": np.asarray([self._code("session", s) for s in block.sessions]),
+                "users": np.asarray([self._code("user", u) for u in block.users]),
+                "times": np.asarray(block.times, dtype=np.int64),
+            }
+            arrays["sessions"] = arrays["sessions"].astype(np.int32)
+            arrays["users"] = arrays["users"].astype(np.int32)
+            self._delta.add(block.vectors, arrays)
+            self.added, self.max_id = block.after
+        if self._delta.n and not self._delta_agrees():
+            self.added, self.max_id = self._main_state
+            self._drop_delta()
+            self._delta_bad = True
+
+    def _delta_agrees(self) -> bool:
+        """Whether a few rows of the delta hold the vectors SQLite has for their messages."""
+        import numpy as np
+
+        n = self._delta.n
+        rows = sorted({i * n // 4 for i in range(4)} | {n - 1})
+        ids = [int(self._delta.arrays["message_ids"][r]) for r in rows]
+        stored = vsql.message_vectors(self.store, self.model, ids)
+        for row, message_id in zip(rows, ids, strict=True):
+            pieces = [v for _, v in stored.get(message_id, []) if len(v) == 4 * self.dim]
+            if not pieces:
+                return False
+            matrix = np.frombuffer(b"".join(pieces), dtype=np.float32).reshape(len(pieces), -1)
+            if not bool((matrix == self._delta.vectors(self.dim)[row]).all(axis=1).any()):
+                return False
+        return True
 
     def _agrees(self, index: Any, message_ids: Any, ivf: bool) -> bool:
         """Whether SAMPLE rows spread over the index hold vectors SQLite has for their messages
@@ -328,32 +464,48 @@ class MessageVectors:
         return True
 
     def _save(self) -> None:
-        """Write the files durably, each to a temporary name, flushed to disk and renamed; the
-        description (with each file's checksum) last. A crash leaves either the old files or
-        ones the description does not match, which are rebuilt."""
+        """Fold the delta into the index and write the files durably, each to a temporary name,
+        flushed to disk and renamed; the description (with each file's checksum and a new
+        generation, which a delta block must name) last, the old delta file removed first. A
+        crash leaves either the old files or ones the description does not match, which are
+        rebuilt."""
+        import secrets
+
         import faiss
         import numpy as np
 
+        if self._delta.n:
+            self._writable()
+            self.index.add(np.ascontiguousarray(self._delta.vectors(self.dim)))
+            for key in _KEYS:
+                self._arrays[key] = np.concatenate([self._arrays[key], self._delta.arrays[key]])
+            self._drop_delta()
+            self._last_mask = self._last_exact = None
         path, arrays, meta = self.file("faiss"), self.file("npz"), self.file("json")
-        if path is None or arrays is None or meta is None:
+        delta = self.file("delta")
+        self._generation = None
+        if path is None or arrays is None or meta is None or delta is None:
             return
         try:
             if meta.exists():
                 meta.unlink()  # the files are not valid together until the description is back
+            delta.unlink(missing_ok=True)
             if self.index is None:
                 return
             path.parent.mkdir(parents=True, exist_ok=True)
             data = faiss.serialize_index(self.index)  # a uint8 array
-            crc_faiss = _crc(data)
-            _write(path, data)
+            crc_faiss = crc(data)
+            write_file(path, data)
             del data
             buffer = io.BytesIO()
             np.savez(buffer, **self._arrays)
-            crc_npz = _crc(buffer.getvalue())
-            _write(arrays, buffer.getvalue())
+            crc_npz = crc(buffer.getvalue())
+            write_file(arrays, buffer.getvalue())
+            generation = secrets.token_hex(8)
             info = {
                 "model": self.model,
                 "format": FORMAT,
+                "generation": generation,
                 "count": self.count,
                 "added": self.added,
                 "deleted": self.deleted,
@@ -365,12 +517,16 @@ class MessageVectors:
                 "crc_faiss": crc_faiss,
                 "crc_npz": crc_npz,
             }
-            _write(meta, json.dumps(info).encode())
+            write_file(meta, json.dumps(info).encode())
+            self._generation = generation
+            self._main_state = (self.added, self.max_id)
         except OSError:
             pass  # a cache: SQLite still has everything, and the next query rebuilds it
 
     def search(self, vector: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
-        """(message id, cosine) of the best `n` messages in scope, each once, best first."""
+        """(message id, cosine) of the best `n` messages in scope, each once, best first: the
+        index's and the delta's hits merged by score; a small scope of an IVF index exactly."""
+        import faiss
         import numpy as np
 
         self.refresh()
@@ -384,146 +540,126 @@ class MessageVectors:
                 f" {vector.shape[-1]}",
                 "Search with the model the messages were embedded with",
             )
-        mask = self._mask(scope)
-        total = self.count if mask is None else int(mask.sum())
-        if total == 0:
-            return []
         # A message's status changes: asked of SQLite (the few in short-term memory), not the file.
         active = sql.active_ids(self.store, scope)
         query = np.ascontiguousarray(vector.reshape(1, -1), dtype=np.float32)
+        delta_mask = scoped.new_mask(self._delta.arrays, self._codes, scope)
+        if isinstance(self.index, faiss.IndexIVF):
+            small = self._small(scope)
+            if small is not None:
+                owners, matrix = small
+                picked = (
+                    np.arange(self._delta.n) if delta_mask is None else np.flatnonzero(delta_mask)
+                )
+                owners = owners + self._delta.arrays["message_ids"][picked].tolist()
+                matrix = np.concatenate([matrix, self._delta.vectors(self.dim)[picked]])
+                return scoped.exact(query[0], owners, matrix, active, n)
+        mask = self._mask(scope)
+        sizes = [
+            self._main_count if mask is None else int(mask.sum()),
+            self._delta.n if delta_mask is None else int(delta_mask.sum()),
+        ]
+        total = sum(sizes)
+        if total == 0:
+            return []
         want = min(total, n * 2)
         while True:
-            scores, rows = self._rows(query, want, mask, total)
+            scores, rows = self._rows(query, want, (mask, delta_mask), sizes[0])
             best: dict[int, float] = {}
             for score, row in zip(scores, rows, strict=True):
-                if row >= 0:
-                    best.setdefault(int(self._arrays["message_ids"][row]), float(score))
+                best.setdefault(self._message_id(int(row)), float(score))
             if active:
                 best = {item: score for item, score in best.items() if item not in active}
-            found = int((rows >= 0).sum())
+            found = len(rows)
             if len(best) >= n or want >= total or found < want:  # found < want: no more there
                 return list(best.items())[:n]
             want = min(total, want * 4)
 
+    def _message_id(self, row: int) -> int:
+        main = self._main_count
+        if row < main:
+            return int(self._arrays["message_ids"][row])
+        return int(self._delta.arrays["message_ids"][row - main])
+
+    def _main_key(self, scope: Scope) -> tuple[Any, ...]:
+        return (self._main_count, self._generation, id(self.index), scope.user_id,
+                scope.session_id, scope.since, scope.until)  # fmt: skip
+
+    def _small(self, scope: Scope) -> tuple[list[int], Any] | None:
+        """A small scope's rows of the index (a user's or a session's, at most EXACT_MAX): their
+        messages (one per row) and vectors, read from SQLite by message id, exact (an IVF index
+        holds 8-bit ones); kept for the next search of the same scope. None: not small."""
+        import numpy as np
+
+        key = self._main_key(scope)
+        if self._last_exact is not None and self._last_exact[0] == key:
+            return self._last_exact[1]
+        if self._groups is None or self._groups.arrays["users"] is not self._arrays["users"]:
+            self._groups = scoped.Groups(self._arrays)
+        rows = self._groups.rows(scope, self._codes, EXACT_MAX)
+        if rows is None:
+            return None
+        ids = np.unique(self._arrays["message_ids"][rows]).tolist()
+        stored = vsql.message_vectors(self.store, self.model, ids)
+        size = 4 * self.dim
+        owners = [m for m, pieces in stored.items() for _, v in pieces if len(v) == size]
+        blob = b"".join(v for pieces in stored.values() for _, v in pieces if len(v) == size)
+        matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(owners), self.dim)
+        self._last_exact = (key, (owners, matrix))
+        return owners, matrix
+
     def _mask(self, scope: Scope) -> Any:
-        """The rows in scope (None: all), kept for the next search of the same scope."""
-        key = (self.count, scope.user_id, scope.session_id, scope.since, scope.until)
+        """The index's rows in scope (None: all), kept for the next search of the same scope."""
+        key = self._main_key(scope)
         if self._last_mask is not None and self._last_mask[0] == key:
             return self._last_mask[1]
-        mask = self._new_mask(scope)
+        mask = scoped.new_mask(self._arrays, self._codes, scope)
         self._last_mask = (key, mask)
         return mask
 
-    def _new_mask(self, scope: Scope) -> Any:
+    def _rows(
+        self, query: Any, want: int, masks: tuple[Any, Any], main_total: int
+    ) -> tuple[Any, Any]:
+        """The best `want` rows (scores, rows; the delta's numbered after the index's): the
+        index's search and the delta's exact one, merged by score."""
         import numpy as np
 
-        mask = np.ones(self.count, dtype=bool)
-        if scope.user_id is not None:
-            mask &= self._arrays["users"] == self._codes["user"].get(scope.user_id, -1)
-        if scope.session_id is not None:
-            mask &= self._arrays["sessions"] == self._codes["session"].get(scope.session_id, -1)
-        if scope.since is not None:
-            mask &= self._arrays["times"] >= sql.unix_ms(scope.since)
-        if scope.until is not None:
-            mask &= self._arrays["times"] < sql.unix_ms(scope.until)
-        return None if bool(mask.all()) else mask
+        scores, rows = self._main_rows(query, want, masks[0], main_total)
+        if self._delta.n:
+            delta = self._delta.vectors(self.dim)
+            picked = np.arange(self._delta.n) if masks[1] is None else np.flatnonzero(masks[1])
+            extra = delta[picked] @ query[0]
+            scores = np.concatenate([scores, extra])
+            rows = np.concatenate([rows, picked + self._main_count])
+        order = np.argsort(-scores, kind="stable")[:want]
+        return scores[order], rows[order]
 
-    def _rows(self, query: Any, want: int, mask: Any, total: int) -> tuple[Any, Any]:
+    def _main_rows(self, query: Any, want: int, mask: Any, total: int) -> tuple[Any, Any]:
         import faiss
         import numpy as np
 
+        if self._main_count == 0 or total == 0:
+            return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+        want = min(want, total)
         ivf = isinstance(self.index, faiss.IndexIVF)
         if mask is None and not ivf:
             scores, rows = self.index.search(query, want)
-            return scores[0], rows[0]
-        selector = None
-        if mask is not None:
-            if self._bitmap is None or self._bitmap[0] is not mask:
-                self._bitmap = (mask, np.packbits(mask.astype(np.uint8), bitorder="little"))
-            selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(self._bitmap[1]))
-        if ivf:
-            # A narrow filter leaves few messages in the nearest lists: visit them all.
-            nlist = self.index.nlist
-            probe = nlist if total < self.count // 20 else min(NPROBE, nlist)
-            params: Any = faiss.SearchParametersIVF(sel=selector, nprobe=probe)  # type: ignore[call-arg]
         else:
-            params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
-        scores, rows = self.index.search(query, want, params=params)
-        return scores[0], rows[0]
-
-
-def index_health(store: Any, index_dir: str | Path | None = None) -> tuple[str, str, Path] | None:
-    """What is wrong with a database's index files, without loading them: ("damaged", why,
-    path) when they cannot be used as they are (incomplete, unreadable, a checksum that does
-    not match: the next search rebuilds them from the database), ("stale", why, path) when
-    vectors were added or deleted since they were written (the next search brings them up to
-    date); None when they are sound, or there are none (pgvector, in memory only)."""
-    if sql.has_pgvector(store):
-        return None
-    files = MessageVectors(store, "", index_dir)
-    path, arrays, meta = files.file("faiss"), files.file("npz"), files.file("json")
-    if path is None or arrays is None or meta is None:
-        return None
-    if not meta.exists():
-        if path.exists() or arrays.exists():
-            return "damaged", "incomplete (no description: a write was interrupted)", path
-        return None
-    try:
-        info = json.loads(meta.read_text())
-        if info.get("format") != FORMAT:
-            return "stale", f"an older format ({info.get('format')}, now {FORMAT})", path
-        if _file_crc(arrays) != info["crc_npz"]:
-            return "damaged", f"{arrays.name} does not match its checksum", arrays
-        if not info.get("ivf") and _file_crc(path) != info["crc_faiss"]:
-            return "damaged", f"{path.name} does not match its checksum", path
-        added, deleted = vsql.vector_stats(store, str(info["model"]))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return "damaged", f"unreadable ({exc})", path
-    if (added, deleted) != (info["added"], info["deleted"]):
-        behind = f"{added - info['added']} vectors added, {deleted - info['deleted']} deleted"
-        return "stale", f"{behind} since it was written", path
-    return None
-
-
-def _crc(data: Any) -> int:
-    import zlib
-
-    return zlib.crc32(data)
-
-
-def _file_crc(path: Path) -> int:
-    import zlib
-
-    crc = 0
-    with open(path, "rb") as file:
-        while chunk := file.read(1 << 20):
-            crc = zlib.crc32(chunk, crc)
-    return crc
-
-
-def _write(path: Path, data: Any) -> None:
-    """Replace a file durably: a temporary file written and flushed to disk, renamed over it, and
-    the rename flushed to disk (the directory)."""
-    # Its own name per process and thread: two stores of one process may write the same index.
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    try:
-        folder = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return  # a platform that cannot open a directory (Windows)
-    try:
-        os.fsync(folder)
-    except OSError:
-        pass
-    finally:
-        os.close(folder)
+            selector = None
+            if mask is not None:
+                if self._bitmap is None or self._bitmap[0] is not mask:
+                    self._bitmap = (mask, np.packbits(mask.astype(np.uint8), bitorder="little"))
+                selector = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(self._bitmap[1]))
+            if ivf:
+                # A narrow filter leaves few messages in the nearest lists: visit them all.
+                nlist = self.index.nlist
+                probe = nlist if total < self._main_count // 20 else min(NPROBE, nlist)
+                params: Any = faiss.SearchParametersIVF(sel=selector, nprobe=probe)  # type: ignore[call-arg]
+            else:
+                params = faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
+            scores, rows = self.index.search(query, want, params=params)
+        keep = rows[0] >= 0
+        return scores[0][keep], rows[0][keep]
 
 
 def _new_index(matrix: Any) -> Any:
@@ -547,41 +683,3 @@ def _new_index(matrix: Any) -> Any:
     index.train(np.ascontiguousarray(sample))
     index.nprobe = min(NPROBE, nlist)
     return index
-
-
-def remove_index_files(store: Any, index_dir: str | Path | None = None) -> None:
-    """Remove the index files of `store`'s database (beside a SQLite file; under `index_dir`
-    for a PostgreSQL one), after a delete for good: they hold the deleted messages' vectors and
-    session and user names. The next search rebuilds them from the database."""
-    faiss_file = MessageVectors(store, "", index_dir).file("faiss")
-    if faiss_file is None:
-        return
-    prefix = faiss_file.name.removesuffix("faiss")  # `<db>.retrieval.` or `retrieval.`
-    if faiss_file.parent.is_dir():
-        for path in faiss_file.parent.glob(prefix + "*"):
-            path.unlink(missing_ok=True)
-
-
-def finish_deletes(
-    store: Any, index_dir: str | Path | None = None, *, deleted: bool = False
-) -> int:
-    """Finish the deletes for good whose cleanup did not run (the process was stopped between a
-    delete's commit and its cleanup: `memcli.store.forget`): purge the database's files, remove
-    the index files (they may hold the deleted messages' vectors); return how many there were.
-    `deleted`: called right after a delete (purged already): remove the index files whether or
-    not one is recorded. Inside a write transaction (a purge cannot run there) or on a read-only
-    database, nothing is done."""
-    from memcli.store import forget
-
-    if store.transaction_depth or store.read_only:
-        return 0
-    pending = forget.unfinished_deletes(store)
-    if not pending and not deleted:
-        return 0
-    if pending and not deleted:
-        store.purge()
-    remove_index_files(store, index_dir)
-    if pending:
-        with store.transaction():
-            forget.clear_unfinished(store, pending[-1])
-    return len(pending)
