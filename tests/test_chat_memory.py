@@ -228,3 +228,47 @@ def test_llama_index_parameters_keep_llama_index_retrieval(tmp_path) -> None:
     assert plain.reference and plain.source == "flushed"  # LlamaIndex's VectorMemoryBlock
     assert not budgeted.reference
     assert (facts.token_budget, bounded.token_budget) == (0, 80)  # 0: every fact, as LlamaIndex
+
+
+def test_a_chat_answers_from_what_is_indexed_without_embedding_the_backlog(
+    llm, tmp_path, isolated, minilm
+) -> None:
+    """Messages of the user stored by another process with no vectors yet, that process holding
+    the embedding claim: the chat's turn neither waits for the claim (a minute before) nor
+    embeds them (up to 1,000 a turn before); it finds them by words. (`minilm`: the model is
+    exported, so the chat searches both ways from its first turn.)"""
+    import os
+    import socket
+    import sqlite3
+    import time
+
+    from memcli.search.onnx import VECTORS
+
+    lines = [json.dumps({"session": s, "role": r, "content": c}) for s, r, c in CONVERSATIONS]
+    file = tmp_path / "conversations.jsonl"
+    file.write_text("\n".join(lines) + "\n")
+    (tmp_path / "none.toml").write_text("blocks = []\n")  # stored, not embedded
+    run = memcli("--config", str(tmp_path / "none.toml"), "import", str(file), "--user", USER)
+    assert run.code == 0, run.stderr
+    db = sqlite3.connect(isolated / "memcli.db")
+    claim = f"other/{os.getpid()}@{socket.gethostname()} {time.time() + 3600:.3f}"
+    with db:  # a live process's claim to embed, for an hour
+        db.execute(
+            "INSERT INTO retrieval_state (key, value) VALUES (?, ?)",
+            (f"embedding:{VECTORS}/sum+1", claim),
+        )
+    held = chat(llm, ["What is my cat called?"])  # (a wait would show as the guard's timeout)
+    assert "My cat is called Mochi-Vortex." in vector_memory(held[0])
+    with db:
+        db.execute("DELETE FROM retrieval_state WHERE key LIKE 'embedding:%'")
+    free = chat(llm, ["Where does Ana Lucia live?"])  # no claim: still nothing embedded
+    assert "My sister Ana Lucia lives in Porto." in vector_memory(free[0])
+    texts = {c for _, _, c in CONVERSATIONS}
+    ids = [i for i, c in db.execute("SELECT id, content FROM messages") if c in texts]
+    assert len(ids) == len(CONVERSATIONS)
+    vectors = {i for (i,) in db.execute("SELECT message_id FROM retrieval_vectors")}
+    assert not vectors & set(ids)
+    search = memcli("search", "What is my cat called?", "--user", USER, "--json")
+    assert search.code == 0, search.stderr  # `memcli search` embeds the scope's backlog first
+    vectors = {i for (i,) in db.execute("SELECT message_id FROM retrieval_vectors")}
+    assert set(ids) <= vectors

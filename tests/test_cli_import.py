@@ -584,3 +584,45 @@ def test_a_deleted_message_stays_deleted_in_the_users_other_sessions(again: list
     run = memcli("import", str(export), "--session", "d", "--user", "bo")
     assert run.code == 0, run.stderr
     assert gone["content"] in [m["content"] for m in messages_of("d")]
+
+
+_PEAK = """import resource, subprocess, sys
+run = subprocess.run([sys.executable, "-m", "memcli", *sys.argv[1:]], capture_output=True)
+sys.stderr.write(run.stderr.decode())
+print(run.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+@pytest.mark.parametrize(("name", "table"), [("llm-0.27", "responses"), ("llm-0.36", "parts")])
+def test_a_logs_db_with_a_generated_column_is_refused_before_it_is_read(
+    tmp_path: Path, name: str, table: str
+) -> None:
+    """A generated column makes its values as they are read: 100 MB each from a small file
+    (gigabytes for a few rows). The database is refused naming the table and the column,
+    before any row is read, in bounded memory (the import's peak RSS measured)."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    db = tmp_path / "logs.db"
+    db.write_bytes((EXPORTS / f"{name}-logs.db").read_bytes())
+    conn = sqlite3.connect(db)
+    conn.execute(
+        f"ALTER TABLE {table} ADD COLUMN big TEXT"
+        " GENERATED ALWAYS AS (printf('%.*c', 100000000, 'x')) VIRTUAL"
+    )
+    conn.commit()
+    conn.close()
+    assert db.stat().st_size < 400_000
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK, "import", str(db), "--user", "alice"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    code, peak_kib = proc.stdout.split()
+    assert code == "2", proc.stderr
+    assert f"{db}: table {table} has a generated column 'big'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert int(peak_kib) < 600 * 1024  # a guard: 27 MB measured (2 GB before the fix)
+    assert memcli("sessions", "--json").records() == []

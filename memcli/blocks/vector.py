@@ -61,6 +61,11 @@ class VectorBlock(MemoryBlock):
       `similarity_top_k` (2) best hits (each a message with its short neighbouring turns), best
       first, as today's memcli and LlamaIndex's VectorMemoryBlock give them.
 
+    `get` answers from what is indexed: it embeds the query (and the window's new messages),
+    never the stored messages that have no vector yet (another process's import, a batch not
+    fed), nor does it wait for another process's embedding claim; those messages are found by
+    words until their importer, a put of their session or a `memcli search` embeds them.
+
     After each `get`, `last_hits` holds what was given (memcli.search.Hit: score, text,
     session_id, message_ids, ranks). The embedder, for the stored messages and the queries alike,
     defaults to the bundled all-MiniLM-L6-v2 run with ONNX Runtime (memcli.OnnxEmbedder, exported
@@ -85,9 +90,9 @@ class VectorBlock(MemoryBlock):
     #: words alone and starts the export in the background instead of waiting for it (the chat
     #: sets it: typing never waits for the model). Off: the first `get` waits.
     words_while_preparing = False
-    #: A batch never handed to it loses nothing: the next search of its user (or a put of its
-    #: session) embeds every message of it that has no vector (`memcli check` does not list
-    #: such batches as unfinished).
+    #: A batch never handed to it loses nothing: the next `memcli search` of its user (or a put
+    #: of its session) embeds every message of it that has no vector (`memcli check` does not
+    #: list such batches as unfinished); meanwhile `get` finds its messages by words.
     catches_up_itself = True
     #: Messages embedded per model call when batches are put: enough for the model's full
     #: mini-batches, few enough that an import's progress moves every few seconds.
@@ -294,6 +299,7 @@ class VectorBlock(MemoryBlock):
             archived_only=self.source == "flushed",
             except_window=None if self.source == "flushed" else ctx.session_id,
             parts=parts,
+            embed=False,  # what is not embedded yet is found by words: see `get`
         )
 
     def _get_budget(self, messages: Sequence[Message], ctx: BlockContext) -> str:

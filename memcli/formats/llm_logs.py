@@ -62,7 +62,9 @@ def read_db(
 ) -> list[Conversation]:
     """The conversations of a logs.db: the file at `path` opened read-only (its WAL included),
     else (stdin) `data` in memory. Only tables are read (a view, which llm never makes, could
-    take forever), within `limits`: rows per table, bytes of text, seconds."""
+    take forever), and only stored values (a table with a generated column is refused before
+    any row is read; no value is made longer than `max_bytes`), within `limits`: rows per
+    table, bytes of text, seconds."""
     import sqlite3
 
     db: _Reader | None = None
@@ -77,6 +79,9 @@ def read_db(
         db = _Reader(conn, name, limits)
         try:
             conn.execute("PRAGMA trusted_schema = OFF")
+            # No value longer than the text a database may hold at all: SQLite refuses to make
+            # one ("string or blob too big") rather than holding it in memory.
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_bytes + 1)
             kinds = {n: (k, sql) for n, k, sql in conn.execute(_SCHEMA)}
             tables = {n for n, (k, sql) in kinds.items() if k == "table" and not _virtual(sql)}
             for wanted in ("threads", "messages", "parts", "turns", "conversations", "responses"):
@@ -85,6 +90,7 @@ def read_db(
                         f"{name}: {wanted} is a {kinds[wanted][0]}, not a table: not llm's logs.db",
                         _HINT,
                     )
+            _refuse_generated(conn, name, tables & set(_READ))
             if {"threads", "messages", "parts"} <= tables and _count(conn, "threads"):
                 return _threads(db, name)
             if {"conversations", "responses"} <= tables:
@@ -96,11 +102,44 @@ def read_db(
             raise InputError(
                 f"{name}: reading the database took more than {limits.max_seconds:g} s", _HINT
             ) from None
+        if "too big" in str(exc):
+            raise InputError(
+                f"{name}: a value of more than {limits.max_bytes:,} bytes of text",
+                "Import a smaller logs.db (or `llm logs --json` of part of it)",
+            ) from None
         raise InputError(f"{name}: cannot read the database ({exc})", _HINT) from None
     raise InputError(f"{name}: an SQLite database that is not llm's logs.db", _HINT)
 
 
 _SCHEMA = "SELECT name, type, sql FROM sqlite_master WHERE type IN ('table', 'view')"
+
+
+#: The tables memcli reads, in either schema.
+_READ = (
+    "threads",
+    "messages",
+    "parts",
+    "turns",
+    "fragments",
+    "conversations",
+    "responses",
+    "prompt_fragments",
+    "system_fragments",
+)
+
+
+def _refuse_generated(conn: sqlite3.Connection, name: str, tables: set[str]) -> None:
+    """InputError naming the first generated column (`GENERATED ALWAYS AS ...`: hidden 2 or 3
+    in `PRAGMA table_xinfo`) of the tables memcli reads, before any row is: its values are
+    computed as they are read, so a small file could make gigabytes of them; llm makes none."""
+    for table in sorted(tables):
+        for column in conn.execute("SELECT name, hidden FROM pragma_table_xinfo(?)", (table,)):
+            if column[1] in (2, 3):
+                raise InputError(
+                    f"{name}: table {table} has a generated column {column[0]!r} (values"
+                    " computed as they are read): not llm's logs.db",
+                    _HINT,
+                )
 
 
 def _virtual(sql: Any) -> bool:

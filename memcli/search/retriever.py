@@ -266,6 +266,7 @@ class Retriever:
         archived_only: bool = False,
         except_window: str | None = None,
         parts: Sequence[str] | None = None,
+        embed: bool = True,
     ) -> SearchResult:
         """The best `k` hits for `query` among the messages in scope, best first.
 
@@ -276,6 +277,10 @@ class Retriever:
         and summed, weighted by their words, as a stored message's vector is made with the one
         before it; each part's vector is kept, so the next turn's window embeds only its new
         messages.
+        `embed=False` searches the vectors there are: the scope's messages not embedded yet
+        (`result.pending`) are found by words only, and none is embedded, nor is another
+        process's embedding claim waited for (a chat's turn: its importer, or the chat's own
+        flushes, embed them; `memcli search` embeds them first).
 
         The steps: bring the full-text index up to date; add the time window the query names
         as a second scope; embed the scope's pending messages and start the dense search in a
@@ -307,7 +312,7 @@ class Retriever:
         words = query_words(query) if o.speaker_weight > 0 else set()
         dense_job = guess = None
         if wants_dense:
-            self._catch_up_vectors(owner, result)
+            self._catch_up_vectors(owner, result, embed)
             guess, dense_job = self._start_dense(query, owner, words, scopes, parts)
         text, first = self._without_speakers(query, scope, owner, words)
         if dense_job is not None and not parts and guess != text:
@@ -350,13 +355,16 @@ class Retriever:
                 )
         return scopes
 
-    def _catch_up_vectors(self, owner: Scope | None, result: SearchResult) -> None:
+    def _catch_up_vectors(self, owner: Scope | None, result: SearchResult, embed: bool) -> None:
         """Embed what is missing in the scope's user or session (`owner`) first, up to
         `embed_limit`, never another user's messages (`result.embedded`, `result.pending`);
         `on_build` is told when that, or filling pgvector's index after a copy, takes a second
-        or more."""
+        or more. Without `embed`, only count what is missing (`result.pending`)."""
         o = self.options
         pending = self.pending(owner)
+        if not embed:
+            result.pending = pending
+            return
         if pending:
             count = min(pending, o.embed_limit)
             if self.on_build is not None and count / EMBED_RATE >= ANNOUNCE_SECONDS:
