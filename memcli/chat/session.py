@@ -438,6 +438,26 @@ class Chat:
             raise UsageError("the message is empty", "Type something to send")
         return Turn(self, readable(text))
 
+    def check_fits(self, message: Message) -> None:
+        """UsageError when `message` alone is over the session's budget: more tokens than its
+        short-term memory holds before it flushes (`Budget.threshold`, token_limit × ratio).
+        Such a message would be flushed at once or, as the newest turn, sent whole whatever
+        the budget; it is refused, neither stored nor sent, with its size and the budget."""
+        from memcli.tokens import message_tokens
+
+        budget = self.mem.budget
+        tokens = message_tokens(message, self.mem.tokenizer)
+        if tokens <= budget.threshold:
+            return
+        size = len(message.content.encode("utf-8", errors="replace"))
+        raise UsageError(
+            f"the message is {tokens:,} tokens ({size:,} bytes), over this session's budget:"
+            f" its short-term memory holds {int(budget.threshold):,} tokens (token_limit"
+            f" {budget.token_limit:,} × ratio {budget.chat_history_token_ratio:g}); it was"
+            " neither sent nor stored",
+            "Send it in smaller parts, or chat in a session with a larger budget (--token-limit)",
+        )
+
     def retry(self) -> Turn:
         """A turn that sends the unanswered user message again, without storing it twice."""
         if self.pending() is None:
@@ -496,6 +516,7 @@ class Turn:
         memory = chat.mem
         if self.text is not None:
             message = Message("user", self.text, timestamp=_now())
+            chat.check_fits(message)  # before it is stored: a refused message leaves no trace
             flushes = memory.put(message)
             self.user_stored = True
             chat._said(message)
