@@ -38,7 +38,7 @@ def stored(session: str) -> list[str]:
 
 
 def test_plain_mode_refuses_a_message_over_the_budget_and_goes_on(llm):
-    big = words(400)  # ~1,200 tokens; the budget holds 700 (1,000 × 0.7)
+    big = words(600)  # ~1,200 tokens; the budget allows 1,000
     run = memcli(
         "chat",
         "--session",
@@ -50,10 +50,10 @@ def test_plain_mode_refuses_a_message_over_the_budget_and_goes_on(llm):
     )
     assert run.code == 1, run.stderr
     assert "over this session's budget" in run.stderr
-    assert "holds 700 tokens (token_limit 1,000 × ratio 0.7)" in run.stderr
+    assert "over this session's budget of 1,000 tokens (its token_limit)" in run.stderr
     assert f"({len(big):,} bytes)" in run.stderr
     assert len(llm.requests) == 2  # "hi" and "still there?"; the big one never left
-    assert not any("word399" in text for text in sent_texts(llm))
+    assert not any("word599" in text for text in sent_texts(llm))
     assert "word1 " not in " ".join(stored("budget"))
     assert "still there?" in stored("budget")
 
@@ -67,7 +67,7 @@ def test_json_mode_writes_an_error_record_for_a_refused_message(llm):
         "--token-limit",
         "1000",
         *model_args(llm),
-        input=f"{words(400)}\n",
+        input=f"{words(600)}\n",
     )
     assert run.code == 1
     (record,) = [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
@@ -78,7 +78,8 @@ def test_json_mode_writes_an_error_record_for_a_refused_message(llm):
 
 
 def test_plain_mode_skips_a_line_longer_than_it_reads_whole(llm):
-    # The default budget (30,000 × 0.7) reads lines of up to 21,000 × 8 bytes, at least 256 KiB.
+    # The default budget (token_limit 30,000) reads lines of up to 30,000 × 8 bytes, at least
+    # 256 KiB.
     huge = "x" * 300_000
     run = memcli("chat", "--session", "huge", *model_args(llm), input=f"{huge}\nafter it\n")
     assert run.code == 1, run.stderr
@@ -110,7 +111,7 @@ def test_the_library_chat_refuses_before_storing(tmp_path, llm):
     )
     chat.open("lib")
     turn = chat.send(words(150))
-    with pytest.raises(UsageError, match="holds 100 tokens"):
+    with pytest.raises(UsageError, match="budget of 200 tokens"):
         list(turn.events())
     assert not turn.user_stored
     assert chat.mem.get_all() == []
@@ -156,7 +157,7 @@ def test_full_screen_app_says_why_a_message_is_refused_and_sends_nothing(tmp_pat
             runner.join(60)
     assert not runner.is_alive()
     (error,) = [e for e in ui.entries if e.kind == "error"]
-    assert "over this session's budget" in error.text and "holds 100 tokens" in error.text
+    assert "over this session's budget" in error.text and "budget of 200 tokens" in error.text
     assert not any(e.mark == "waiting" for e in ui.entries)  # no reply left waiting
     assert [m.content for m in chat.mem.get_all()] == ["short", "OK"]
     assert len(llm.requests) == 1

@@ -440,21 +440,21 @@ class Chat:
 
     def check_fits(self, message: Message) -> None:
         """UsageError when `message` alone is over the session's budget: more tokens than its
-        short-term memory holds before it flushes (`Budget.threshold`, token_limit × ratio).
-        Such a message would be flushed at once or, as the newest turn, sent whole whatever
-        the budget; it is refused, neither stored nor sent, with its size and the budget."""
+        `token_limit`, the most a context holds. Such a message could never be sent as the
+        budget says (it would be flushed at once, or sent whole as the newest turn whatever the
+        limit); it is refused, neither stored nor sent, with its size and the budget. (A
+        message over the flush threshold but within the limit is sent: it flushes what came
+        before it, as a small budget's tests and users expect.)"""
         from memcli.tokens import message_tokens
 
         budget = self.mem.budget
         tokens = message_tokens(message, self.mem.tokenizer)
-        if tokens <= budget.threshold:
+        if tokens <= budget.token_limit:
             return
         size = len(message.content.encode("utf-8", errors="replace"))
         raise UsageError(
-            f"the message is {tokens:,} tokens ({size:,} bytes), over this session's budget:"
-            f" its short-term memory holds {int(budget.threshold):,} tokens (token_limit"
-            f" {budget.token_limit:,} × ratio {budget.chat_history_token_ratio:g}); it was"
-            " neither sent nor stored",
+            f"the message is {tokens:,} tokens ({size:,} bytes), over this session's budget of"
+            f" {budget.token_limit:,} tokens (its token_limit); it was neither sent nor stored",
             "Send it in smaller parts, or chat in a session with a larger budget (--token-limit)",
         )
 

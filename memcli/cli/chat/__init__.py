@@ -440,8 +440,8 @@ def _leave(chat: Chat) -> None:
         output.info(note)
 
 
-#: The longest line plain mode reads, in bytes, whatever the budget (a budget's threshold in
-#: tokens, times LINE_BYTES_PER_TOKEN, when that is more).
+#: The longest line plain mode reads, in bytes, whatever the budget (a budget's token_limit
+#: times LINE_BYTES_PER_TOKEN, when that is more).
 MIN_LINE_BYTES = 256 * 1024
 #: Bytes a token may take on average in a line that still fits the budget (English prose: ~4).
 LINE_BYTES_PER_TOKEN = 8
@@ -450,9 +450,9 @@ _CHUNK = 64 * 1024
 
 def line_limit(chat: Chat) -> int:
     """The longest line plain mode reads whole, in bytes: room for a message as large as the
-    session's budget holds (its threshold in tokens), at most 8 bytes a token, and at least
-    256 KiB. A longer line could only be refused (`Chat.check_fits`): it is skipped unread."""
-    return max(MIN_LINE_BYTES, int(chat.mem.budget.threshold) * LINE_BYTES_PER_TOKEN)
+    session's budget allows (its token_limit), at most 8 bytes a token, and at least 256 KiB.
+    A longer line could only be refused (`Chat.check_fits`): it is skipped unread."""
+    return max(MIN_LINE_BYTES, chat.mem.budget.token_limit * LINE_BYTES_PER_TOKEN)
 
 
 def line_too_long(number: int, size: int, limit: int) -> UsageError:
