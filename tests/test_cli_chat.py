@@ -95,9 +95,12 @@ def test_plain_mode_prepares_the_chat_on_another_thread_before_it_reads_a_line(
     class Stdin:
         buffer = property(lambda self: self)
 
-        def __iter__(self) -> Any:
-            was_started.append(started.wait(10))
-            yield b"/help\n"
+        lines = [b"/help\n"]
+
+        def readline(self, limit: int = -1) -> bytes:
+            if not was_started:
+                was_started.append(started.wait(10))
+            return self.lines.pop(0) if self.lines else b""
 
     monkeypatch.setattr(sys, "stdin", Stdin())
     chat = Chat(SQLiteStore(tmp_path / "chat.db"))

@@ -47,8 +47,11 @@ def test_import_extracts_then_list_add_edit_rm_history(llm, tmp_path: Path) -> N
     first = facts[0]["id"]
     assert memcli("--config", config, "facts", "edit", str(first), "Ana has two dogs").code == 0
     assert memcli("--config", config, "facts", "rm", str(facts[1]["id"])).code == 0
-    texts = [f["text"] for f in memcli("--config", config, "facts", "--json").records()]
-    assert texts == ["Ana has two dogs", "Ana is vegetarian"]
+    listed = memcli("--config", config, "facts", "--json").records()
+    assert [f["text"] for f in listed] == ["Ana has two dogs", "Ana is vegetarian"]
+    # The edited fact's text is the user's now: its origin says so (its history keeps
+    # that it was extracted first).
+    assert [f["origin"] for f in listed] == ["manual", "manual"]
 
     history = memcli("--config", config, "facts", "history", str(first), "--json").records()
     assert [(h["action"], h["text"], h["old_text"]) for h in history] == [

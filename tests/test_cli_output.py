@@ -199,7 +199,8 @@ def test_tables_keep_ids_session_names_and_numbers_whole_at_50_columns(tmp_path:
     for args, whole in [
         (["sessions"], [session]),
         (["inspect", session, "--all"], [session, "assistant"]),
-        (["facts"], [f"id {fact}", "extracted_info"]),
+        # (one block, every fact current: the table leaves block and state out, for the text)
+        (["facts"], [f"{fact} │ Ana grows", "manual"]),
         (["search", "garden", "--mode", "lexical"], [session, "0.0"]),
     ]:
         proc = narrow_run(*args)

@@ -438,6 +438,26 @@ class Chat:
             raise UsageError("the message is empty", "Type something to send")
         return Turn(self, readable(text))
 
+    def check_fits(self, message: Message) -> None:
+        """UsageError when `message` alone is over the session's budget: more tokens than its
+        `token_limit`, the most a context holds. Such a message could never be sent as the
+        budget says (it would be flushed at once, or sent whole as the newest turn whatever the
+        limit); it is refused, neither stored nor sent, with its size and the budget. (A
+        message over the flush threshold but within the limit is sent: it flushes what came
+        before it, as a small budget's tests and users expect.)"""
+        from memcli.tokens import message_tokens
+
+        budget = self.mem.budget
+        tokens = message_tokens(message, self.mem.tokenizer)
+        if tokens <= budget.token_limit:
+            return
+        size = len(message.content.encode("utf-8", errors="replace"))
+        raise UsageError(
+            f"the message is {tokens:,} tokens ({size:,} bytes), over this session's budget of"
+            f" {budget.token_limit:,} tokens (its token_limit); it was neither sent nor stored",
+            "Send it in smaller parts, or chat in a session with a larger budget (--token-limit)",
+        )
+
     def retry(self) -> Turn:
         """A turn that sends the unanswered user message again, without storing it twice."""
         if self.pending() is None:
@@ -496,6 +516,7 @@ class Turn:
         memory = chat.mem
         if self.text is not None:
             message = Message("user", self.text, timestamp=_now())
+            chat.check_fits(message)  # before it is stored: a refused message leaves no trace
             flushes = memory.put(message)
             self.user_stored = True
             chat._said(message)

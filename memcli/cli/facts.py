@@ -72,6 +72,13 @@ def _facts(
     return s, facts
 
 
+def _named(facts: Facts, session: str | None) -> str | None:
+    """A --session as the other commands take it: a unique start of a session's id (of --user's
+    sessions with --user) names that session; several: the candidates, exit 2."""
+    store: Any = facts.store  # (an SQL store: the facts service is built on one)
+    return common.session_named(store, session, facts.owner)
+
+
 def list_hint(user: str | None) -> str:
     """Where a "no fact N" error sends the user to see the ids: their own list with --user."""
     flag = f" --user {shell_arg(user)}" if user is not None else ""
@@ -137,24 +144,37 @@ def _show(facts: list[Any], json_: bool, scores: list[float] | None = None) -> N
     if output.wants_json(json_):
         output.emit_all(records)
         return
-    output.table(
-        None,
-        ["id", "block", "fact", "state", "topics", "entities", "origin", "session", "updated"],
-        [
-            (
-                f.id,
-                f.block,
-                f.text,
-                _state(r),
-                ", ".join(f.topics),
-                ", ".join(f.entities),
-                f.origin,
-                f.session_id,
-                f.updated_at.astimezone(),
-            )
-            for f, r in zip(facts, records, strict=True)
-        ],
-    )
+    columns = ["id", "block", "fact", "state", "topics", "entities", "origin", "session", "updated"]
+    rows = [
+        (
+            f.id,
+            f.block,
+            f.text,
+            _state(r),
+            ", ".join(f.topics),
+            ", ".join(f.entities),
+            f.origin,
+            f.session_id,
+            f.updated_at.astimezone(),
+        )
+        for f, r in zip(facts, records, strict=True)
+    ]
+    keep = [i for i, column in enumerate(columns) if not _says_nothing(column, rows, i)]
+    output.table(None, [columns[i] for i in keep], [[row[i] for i in keep] for row in rows])
+
+
+#: Columns left out of the facts table when every row has the same value in them (one block,
+#: every fact current, no topics, no entities): the room goes to the fact's text.
+_DROPPABLE = {"block": None, "state": "current", "topics": "", "entities": ""}
+
+
+def _says_nothing(column: str, rows: list[tuple[Any, ...]], i: int) -> bool:
+    """Whether `column` holds one value in every row, one the table may leave unsaid: the only
+    block, `current`, or nothing."""
+    if column not in _DROPPABLE or not rows:
+        return False
+    values = {row[i] for row in rows}
+    return len(values) == 1 and _DROPPABLE[column] in (None, *values)
 
 
 def _state(record: dict[str, Any]) -> str:
@@ -229,11 +249,14 @@ def facts_command(
         return  # (the subcommand takes --user, --session and --topic over: `_merged`)
     s, facts = _facts(ctx, user)
     if query is not None:
-        found = facts.search(query, k, mode, session=session, block=block, entity=entity)
+        found = facts.search(
+            query, k, mode, session=_named(facts, session), block=block, entity=entity
+        )
         if not found:
             output.info("No matches.")
         _show([f for f, _ in found], json_, [score for _, score in found])
         return
+    session = _named(facts, session)
     listed = facts.list_facts(
         session=session, block=block, topic=topic, entity=entity, everything=everything
     )
@@ -279,7 +302,7 @@ def entities_command(
     Example: memcli entities --user ana
     """
     _, facts = _facts(ctx, user)
-    counts = facts.entities(session=session, block=block)
+    counts = facts.entities(session=_named(facts, session), block=block)
     if not counts:
         output.info("No entities.")
     if output.wants_json(json_):
@@ -325,7 +348,7 @@ def add_command(
     _, facts = _facts(ctx, given["user"], create=True)
     fact, added = facts.add(
         text,
-        session=given["session"],
+        session=_named(facts, given["session"]),
         block=block,
         topics=given["topic"],
         entities=entity,
@@ -361,7 +384,9 @@ def search_command(
         raise UsageError("the query is empty", "Give the words to look for")
     given = _merged(ctx, "search", user=user, session=session, topic=topic)
     _, facts = _facts(ctx, given["user"])
-    found = facts.find(query, session=given["session"], block=block, topic=given["topic"])
+    found = facts.find(
+        query, session=_named(facts, given["session"]), block=block, topic=given["topic"]
+    )
     if not found:
         output.info("No matches.")
     _show(found, json_)
@@ -442,7 +467,7 @@ def history_command(
 
     given = _merged(ctx, "history", user=user, session=session)
     _, facts = _facts(ctx, given["user"])
-    changes = facts.history(fact_id, session=given["session"]).changes
+    changes = facts.history(fact_id, session=_named(facts, given["session"])).changes
     if output.wants_json(json_):
         output.emit_all({"type": "change", **change_record(c)} for c in changes)
         return
@@ -506,7 +531,7 @@ def extract_command(
 
     given = _merged(ctx, "extract", user=user, session=session)
     s, facts = _facts(ctx, given["user"], warn=True, model=model, api_base=api_base)
-    session = given["session"]
+    session = _named(facts, given["session"])
     if pending:
         if dry_run:
             from memcli.errors import UsageError

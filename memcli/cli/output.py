@@ -175,6 +175,12 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
         pad_edge=False,
         show_header=any(columns),
     )
+    roomy = any(column.lower() in ROOMY_COLUMNS for column in columns)
+    natural = [
+        max(_width(c, True) for c in [column, *(row[i] for row in cells)])
+        for i, column in enumerate(columns)
+    ]
+    fits = sum(natural) + 3 * (len(columns) - 1) <= console.width
     for i, (column, is_whole, width) in enumerate(zip(columns, whole, widths, strict=True)):
         justify = "right" if column.lower() in NUMERIC_COLUMNS else "left"
         if is_whole:
@@ -182,7 +188,17 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
         else:
             spare = console.width - sum(widths) - 3 * (len(columns) - 1)
             room = _room(column, [row[i] for row in cells], spare)
-            grid.add_column(column, justify=justify, overflow="fold", min_width=room)  # type: ignore[arg-type]
+            # When a roomy column (a fact, a title) must wrap, the other free columns wrap at
+            # their longest word: rich would otherwise keep them whole and squeeze the last
+            # one below a word ("20" for a date).
+            tight = room is None and roomy and not fits
+            grid.add_column(
+                column,
+                justify=justify,  # type: ignore[arg-type]
+                overflow="fold",
+                min_width=room if room is not None else width,
+                max_width=width if tight else None,
+            )
     for row in cells:
         grid.add_row(*row)
     console.print(grid)

@@ -699,7 +699,8 @@ def edit_fact(
 ) -> tuple[Fact, Fact] | None:
     """Change a fact's text (and its topics, when given; else they stay); return (before, after),
     or None when there is no live fact of that id. The history records both texts and both
-    topic lists, with `origin` (see ORIGINS)."""
+    topic lists, with `origin` (see ORIGINS); the fact's own origin becomes the edit's: it
+    says who wrote the text it holds (an extracted fact edited by hand reads `manual`)."""
     if len(text.strip()) > MAX_FACT_CHARS:
         from memcli.errors import InputError
 
@@ -713,8 +714,8 @@ def edit_fact(
     stamp = _now()
     with store.transaction():
         store.execute(
-            "UPDATE facts SET text = ?, norm = ?, updated_at = ? WHERE id = ?",
-            (text.strip(), normalize_fact(text), stamp, fact_id),
+            "UPDATE facts SET text = ?, norm = ?, origin = ?, updated_at = ? WHERE id = ?",
+            (text.strip(), normalize_fact(text), origin, stamp, fact_id),
         )
         if topics is not None:
             _set_topics(store, fact_id, topics)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from memcli.chat.commands import Commands
     from memcli.chat.session import Chat, Turn
     from memcli.config import Settings
+    from memcli.errors import UsageError
     from memcli.flush import Budget
 
 
@@ -373,7 +374,14 @@ def _read_turns(chat: Chat, commands: Commands, json_: bool) -> int:
     from memcli.errors import MemcliError
 
     code = 0
-    for number, (line, is_damaged) in enumerate(stdin_lines(), 1):
+    for number, (line, is_damaged, over) in enumerate(stdin_lines(lambda: line_limit(chat)), 1):
+        if over:
+            refused = line_too_long(number, over, line_limit(chat))
+            output.print_error(refused)
+            if json_:
+                _error_record(chat, "message", refused, stored=False)
+            code = max(code, 1)
+            continue
         if is_damaged:
             output.info(
                 f"Line {number} is not valid UTF-8: its undecodable bytes are kept as \ufffd."
@@ -432,23 +440,65 @@ def _leave(chat: Chat) -> None:
         output.info(note)
 
 
-def stdin_lines() -> Iterator[tuple[str, bool]]:
+#: The longest line plain mode reads, in bytes, whatever the budget (a budget's token_limit
+#: times LINE_BYTES_PER_TOKEN, when that is more).
+MIN_LINE_BYTES = 256 * 1024
+#: Bytes a token may take on average in a line that still fits the budget (English prose: ~4).
+LINE_BYTES_PER_TOKEN = 8
+_CHUNK = 64 * 1024
+
+
+def line_limit(chat: Chat) -> int:
+    """The longest line plain mode reads whole, in bytes: room for a message as large as the
+    session's budget allows (its token_limit), at most 8 bytes a token, and at least 256 KiB.
+    A longer line could only be refused (`Chat.check_fits`): it is skipped unread."""
+    return max(MIN_LINE_BYTES, chat.mem.budget.token_limit * LINE_BYTES_PER_TOKEN)
+
+
+def line_too_long(number: int, size: int, limit: int) -> UsageError:
+    """The error for a line of stdin over `line_limit`."""
+    from memcli.errors import UsageError
+
+    return UsageError(
+        f"line {number} is {size:,} bytes, over the {limit:,} bytes a message may have in plain"
+        " mode (this session's budget); it was neither read whole, sent nor stored",
+        "Send it in smaller parts, or chat in a session with a larger budget (--token-limit)",
+    )
+
+
+def stdin_lines(limit: Callable[[], int]) -> Iterator[tuple[str, bool, int]]:
     """stdin's lines without their line ends, read as UTF-8 whatever the locale, each with
-    whether it was damaged: bytes that are not UTF-8 become U+FFFD and never stop the chat."""
+    whether it was damaged: bytes that are not UTF-8 become U+FFFD and never stop the chat.
+
+    A line over `limit()` bytes is never held whole: it is read past in chunks and given as
+    ("", False, its size in bytes); every other line as (text, damaged, 0)."""
     from memcli.chat.session import readable
 
     binary = getattr(sys.stdin, "buffer", None)
     if binary is None:  # a text stream without bytes underneath (an embedding program's)
         for text in sys.stdin:
             clean = readable(text.rstrip("\r\n"))
-            yield clean, clean != text.rstrip("\r\n")
+            yield clean, clean != text.rstrip("\r\n"), 0
         return
-    for raw in binary:
+    while True:
+        most = limit()
+        raw = binary.readline(most + 2)  # (+2: the line end)
+        if not raw:
+            return
+        if len(raw.rstrip(b"\r\n")) > most:
+            size = len(raw.rstrip(b"\r\n"))
+            while not raw.endswith(b"\n"):  # the rest of the line, read and dropped
+                raw = binary.readline(_CHUNK)
+                if not raw:
+                    break
+                size += len(raw.rstrip(b"\r\n"))
+            yield "", False, size
+            continue
         raw = raw.rstrip(b"\r\n")
         try:
-            yield raw.decode("utf-8"), False
+            yield raw.decode("utf-8"), False, 0
         except UnicodeDecodeError:
-            yield raw.decode("utf-8", errors="replace"), True
+            yield raw.decode("utf-8", errors="replace"), True, 0
 
 
 def play(chat: Chat, turn: Turn, json_: bool) -> bool:

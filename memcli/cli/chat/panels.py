@@ -176,16 +176,29 @@ LABELS = {
 }
 
 
-def wrap(text: str, width: int, first: int = 0) -> str:
-    """Word-wrap `text` to `width` columns, the first line starting `first` columns in."""
+#: A line of an aligned list (`/help`): a name, two spaces or more, then its description.
+_ALIGNED = re.compile(r"(\S.*?\s{2,})\S")
+
+
+def wrap(text: str, width: int, first: int = 0, hanging: bool = False) -> str:
+    """Word-wrap `text` to `width` columns, the first line starting `first` columns in. With
+    `hanging`, a line of an aligned list (a name, two spaces or more, its description: `/help`)
+    continues under its description, not at column 0."""
     import textwrap
 
     width = max(10, width - 1)
     out = []
     for i, paragraph in enumerate(text.split("\n")):
         indent = " " * first if i == 0 else ""
+        aligned = _ALIGNED.match(paragraph) if hanging else None
+        under = len(aligned.group(1)) if aligned and len(aligned.group(1)) <= width // 2 else 0
         lines = textwrap.wrap(
-            paragraph, width, initial_indent=indent, break_on_hyphens=False, drop_whitespace=True
+            paragraph,
+            width,
+            initial_indent=indent,
+            subsequent_indent=" " * under,
+            break_on_hyphens=False,
+            drop_whitespace=True,
         ) or [indent]
         if i == 0:
             lines[0] = lines[0][first:]
@@ -206,11 +219,25 @@ def conversation(
             label = LABELS.get(entry.kind)
             style = {"user": "class:user", "assistant": ""}.get(entry.kind, f"class:{entry.kind}")
             fragments: StyleAndTextTuples = [label] if label else []
-            fragments.append((style, wrap(entry.text, width, len(label[1]) if label else 0)))
+            first = len(label[1]) if label else 0
+            text = wrap(entry.text, width, first, hanging=entry.kind not in ("user", "assistant"))
+            fragments.append((style, text))
             if entry.kind == "assistant" and entry.mark in MARKS:
-                fragments.append(MARKS[entry.mark])
+                fragments.extend(_mark(MARKS[entry.mark], text, width, first))
             fragments.append(("", "\n\n"))
             cached = (key, fragments)
             cache[id(entry)] = cached
         out.extend(cached[1])
     return out
+
+
+def _mark(mark: tuple[str, str], text: str, width: int, first: int) -> StyleAndTextTuples:
+    """A reply's mark (`MARKS`) after its wrapped `text`: on its last line when it fits there,
+    else on lines of its own, wrapped at words as the text is (the window would cut it
+    anywhere, mid-word)."""
+    style, said = mark
+    last = text.rpartition("\n")[2]
+    used = len(last) + (first if "\n" not in text else 0)
+    if used + len(said) <= max(10, width - 1):
+        return [mark]
+    return [("", "\n"), (style, wrap(said.strip(), width))]

@@ -386,6 +386,11 @@ class ChatApp:
                     self._refresh_panels()
                 else:
                     self._context_ready(event)
+        except MemcliError as error:
+            if turn.user_stored:
+                raise  # (the worker shows it)
+            # Refused before it was stored (over the session's budget): no reply to wait for.
+            self.post(lambda e=error: self._refused(reply, e))  # type: ignore[misc]
         finally:
             self.turn = None
             self.post(self._finished)
@@ -449,6 +454,12 @@ class ChatApp:
             reply.mark = "cancelled" if event.text else "cancelled-empty"
         else:
             reply.mark = "offline" if event.offline else ""
+
+    def _refused(self, reply: Entry, error: MemcliError) -> None:
+        """A message refused before it was stored: its reply entry goes, the error says why."""
+        if reply in self.entries:
+            self.entries.remove(reply)
+        self._error(error)
 
     def _reply_failed(self, reply: Entry, event: ReplyFailed) -> None:
         reply.text = event.partial
