@@ -856,3 +856,26 @@ def test_one_users_hits_do_not_change_when_another_user_imports(store: Store) ->
         add(store, f"b{n}", "bob", [f"{t} cello Biscuit beach breed puppy hall" for t in CHAT])
     after = {mode: hits(mode) for mode in ("lexical", "hybrid")}
     assert after == before
+
+
+def test_a_pasted_page_as_the_query_embeds_a_bounded_number_of_pieces(tmp_path: Path) -> None:
+    """A query of many pieces (a 25 KB paste) is embedded as QUERY_PIECES of them, spread over
+    it from the first to the last: its vector costs the same whatever its length."""
+    from fakes import HashEmbedder
+
+    from memcli.search.retriever import QUERY_PIECES
+
+    store = SQLiteStore(tmp_path / "m.db")
+    store.create_session("s", "ana", 100_000, 0.7, 10)
+    store.append_messages("s", [NewMessage(Message("user", "the cello concert"), 4)])
+    embedder = HashEmbedder(max_tokens=16)
+    retriever = Retriever(store, embedder)
+    retriever.search("warm up", k=1)  # (the stored message embedded first)
+    embedder.calls.clear()
+    page = " ".join(f"word{i}" for i in range(16 * 40))  # 40 pieces of 16 words
+    assert retriever.search(page, k=1, mode="vector") is not None
+    assert embedder.calls == [QUERY_PIECES], embedder.calls
+    embedder.calls.clear()
+    retriever.search("the cello", k=1, mode="vector")
+    assert embedder.calls == [1]
+    store.close()

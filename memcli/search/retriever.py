@@ -90,6 +90,11 @@ ANNOUNCE_SECONDS = 1.0
 SPEAKER_SCOPES, SPEAKER_NAMES = 64, 256
 
 
+#: The most pieces of a long query that are embedded (spread evenly over it, the first and the
+#: last among them): the vector of a 25 KB paste costs what 8 pieces cost, not 50.
+QUERY_PIECES = 8
+
+
 class Retriever:
     """Hybrid search over a store's messages with an embedder (see the module docstring)."""
 
@@ -502,6 +507,9 @@ class Retriever:
 
     def _query_vector(self, query: str) -> Any:
         pieces = embedded_pieces(self.embedder, [query])[0]
+        if len(pieces) > QUERY_PIECES:  # (a pasted page: pieces spread over it, first and last)
+            last = len(pieces) - 1
+            pieces = [pieces[round(i * last / (QUERY_PIECES - 1))] for i in range(QUERY_PIECES)]
         vectors = self.embedder.embed(pieces)
         if len(pieces) == 1:
             return vectors[0]
