@@ -165,7 +165,9 @@ def test_an_imported_conversations_fact_reaches_the_chat_when_it_bears_on_the_in
     facts = extracted_info(request)
     assert "<fact>Ana's cat is called Mochi-Vortex</fact>" in facts
     assert 0 < TiktokenTokenizer().count(facts) <= 400  # FACT_TOKEN_BUDGET
-    assert "museum number 59" in facts  # the room left holds the newest others
+    # (the room left holds others: by meaning every fact is ranked, and which of 60 alike facts
+    # come next is not for a test to say)
+    assert facts.count("museum number") >= 3
 
 
 def test_the_fact_block_budget(tmp_path) -> None:
