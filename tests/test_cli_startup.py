@@ -118,3 +118,91 @@ def test_a_plain_chat_reply_from_an_openai_compatible_server_never_imports_litel
     }
     assert "memcli" in names and "httpx" in names
     assert not names & {"litellm", "openai"}, sorted(names & {"litellm", "openai"})
+
+
+#: What only the one-off export of the embedding model needs (in a child process of its own).
+EXPORT_ONLY = {"torch", "transformers", "sentence_transformers"}
+
+
+def test_a_plain_chat_with_the_default_blocks_runs_the_model_without_torch(
+    llm, tmp_path, minilm
+) -> None:
+    """A real process: the chat's plain path embeds with the exported model (onnxruntime and
+    tokenizers) and never imports torch, transformers or sentence-transformers."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LITELLM_")}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "memcli", "--db", str(tmp_path / "c.db")]
+        + ["chat", "--plain", "--model", "openai/test", "--api-base", llm.api_base],
+        input="I keep bees on the roof\nwhat do I keep on the roof?\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    names = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert {"onnxruntime", "tokenizers"} <= names  # the model ran
+    assert not names & EXPORT_ONLY, sorted(names & EXPORT_ONLY)
+
+
+def test_the_mcp_server_searches_by_meaning_without_torch(tmp_path, minilm) -> None:
+    """A real `memcli mcp` (stdio, default blocks): messages put and searched by meaning, with
+    onnxruntime and never torch, transformers or sentence-transformers."""
+    import json
+
+    def call(ident: int, name: str, arguments: dict) -> dict:
+        params = {"name": name, "arguments": arguments}
+        return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
+
+    chat = [
+        {"role": "user", "content": "I keep bees on the roof."},
+        {"role": "assistant", "content": "How lovely."},
+    ]
+    requests = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        call(2, "put_messages", {"messages": chat, "session": "roof"}),
+        call(3, "search_memory", {"query": "insects kept at home", "mode": "vector"}),
+        call(4, "get_context", {"session": "roof", "input": "and the honey?"}),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "memcli", "--db", str(tmp_path / "m.db")]
+        + ["mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    replies = []
+    for request in requests:
+        proc.stdin.write((json.dumps(request) + "\n").encode())
+        proc.stdin.flush()
+        if "id" in request:
+            replies.append(json.loads(proc.stdout.readline()))
+    _, err = proc.communicate(timeout=600)  # closes stdin: the server ends
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert [r["id"] for r in replies] == [1, 2, 3, 4]
+    assert not any(r["result"].get("isError") for r in replies[1:]), replies
+    assert "bees" in json.dumps(replies[2]["result"])
+    names = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in err.decode().splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert {"onnxruntime", "tokenizers", "mcp"} <= names
+    assert not names & EXPORT_ONLY, sorted(names & EXPORT_ONLY)

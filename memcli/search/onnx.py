@@ -334,6 +334,17 @@ def _clean_tmp(target: Path) -> None:
             left.unlink(missing_ok=True)
 
 
+def _run_options() -> Any:
+    """A run's options: the memory arena gives back, at the end of each run, what the run took
+    beyond its first block. Without it the arena keeps the largest run's memory (a batch of
+    long texts: attention over 256 word pieces, tens of MB) for the life of the process."""
+    import onnxruntime
+
+    options = onnxruntime.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
+
+
 class OnnxEmbedder:
     """The bundled all-MiniLM-L6-v2 run with ONNX Runtime; loaded on first use.
 
@@ -362,6 +373,7 @@ class OnnxEmbedder:
         self.batch_size = batch_size
         self.threads = threads
         self._session: Any = None
+        self._run_options: Any = None
         self._tokenizer: Any = None
         self._preparer: subprocess.Popen[bytes] | None = None
 
@@ -458,6 +470,7 @@ class OnnxEmbedder:
             path = self.path
             key = (str(path.resolve()), str(model_dir), self.threads)
             if key in _LOADED:  # (another embedder of the process loaded this model)
+                self._run_options = _run_options()
                 self._tokenizer, self._session = _LOADED[key]
                 return
             if not path.is_file():
@@ -481,6 +494,7 @@ class OnnxEmbedder:
                 ) from None
             tokenizer.no_padding()
             tokenizer.no_truncation()  # embed() truncates; split() and count() see everything
+            self._run_options = _run_options()
             self._tokenizer = tokenizer
             self._session = session
             _LOADED[key] = (tokenizer, session)
@@ -499,6 +513,10 @@ class OnnxEmbedder:
             o.add_session_config_entry("session.intra_op.allow_spinning", "0")
             if self.threads:
                 o.intra_op_num_threads = self.threads
+            # No memory pattern: it is planned (and its block kept) per input shape, and the
+            # shapes here vary with every batch (rows times word pieces): a long-running
+            # process grew by a block per shape met (benchmarks/resident_memory.py).
+            o.enable_mem_pattern = False
             o.graph_optimization_level = level
             return o
 
@@ -557,6 +575,7 @@ class OnnxEmbedder:
             hidden = self._session.run(
                 ["hidden"],
                 {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
+                self._run_options,
             )[0]
             weights = mask[:, :, None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
