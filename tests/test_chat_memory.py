@@ -274,3 +274,26 @@ def test_a_chat_answers_from_what_is_indexed_without_embedding_the_backlog(
     assert search.code == 0, search.stderr  # `memcli search` embeds the scope's backlog first
     vectors = {i for (i,) in db.execute("SELECT message_id FROM retrieval_vectors")}
     assert set(ids) <= vectors
+
+
+def test_the_importer_embeds_a_conversation_too_short_to_flush(isolated) -> None:
+    """With the default blocks, a conversation that never flushes is embedded by its import (a
+    chat's turn searches only what is embedded, and never embeds an import's backlog)."""
+    import sqlite3
+
+    lines = [
+        {"role": "user", "content": "My cat is called Mochi-Vortex."},
+        {"role": "assistant", "content": "A fine name for a cat."},
+    ]
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    run = memcli("import", "-", "--session", "short", "--no-extract", input=text)
+    assert run.code == 0, run.stderr
+    conn = sqlite3.connect(isolated / "memcli.db")
+    try:
+        active, embedded = conn.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT v.message_id) FROM messages m"
+            " LEFT JOIN retrieval_vectors v ON v.message_id = m.id WHERE m.session_id = 'short'"
+        ).fetchone()
+    finally:
+        conn.close()
+    assert (active, embedded) == (2, 2)

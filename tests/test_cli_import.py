@@ -626,3 +626,4 @@ def test_a_logs_db_with_a_generated_column_is_refused_before_it_is_read(
     assert "Traceback" not in proc.stderr
     assert int(peak_kib) < 600 * 1024  # a guard: 27 MB measured (2 GB before the fix)
     assert memcli("sessions", "--json").records() == []
+

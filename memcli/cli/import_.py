@@ -178,10 +178,34 @@ def import_command(
         json_=json_,
         backfill=_backfill(s.user),
     )
+    if result.messages and not dry_run:
+        _embed(store, blocks, [sid for sid, n in result.sessions.items() if n])
     if extracting and not no_extract and result.sessions:  # (another block's failure aside)
         _extract(s, store, extracting, list(result.sessions), json_=json_)
     if failed:
         raise typer.Exit(1)
+
+
+def _embed(store: Any, blocks: list[Any], sessions: list[str]) -> None:
+    """The importer embeds what it stored and no flush handed to a vector block (conversations
+    too short to flush, the active tail of the others): a chat searches only what is embedded
+    (what is not is found by its words), so it never embeds an import's backlog in front of a
+    reply. Another process embedding meanwhile is not waited for: the next search does the rest."""
+    from memcli.blocks.vector import VectorBlock
+    from memcli.store.index import Scope
+
+    vector = next((b for b in blocks if isinstance(b, VectorBlock)), None)
+    if vector is None:
+        return
+    retriever = vector.retriever(store)
+    for session in sessions:
+        scope = Scope(session_id=session)
+        pending = retriever.pending(scope)
+        if not pending:
+            continue
+        with output.progress("Embedding") as bar:
+            bar.total(pending)
+            retriever.index(scope=scope, progress=bar.advance, wait=0)
 
 
 def _formats_table() -> str:
