@@ -16,6 +16,7 @@ from memcli import Memory, Message, VectorBlock
 from memcli.blocks.base import MemoryBlock
 from memcli.store import facts as fact_store
 from memcli.store import open_store, summaries
+from memcli.store.index import Scope
 
 
 class Tally(MemoryBlock):
@@ -72,7 +73,10 @@ def build(db: str) -> None:
                     metadata={"turn": i, "tags": ["x", "ÿ"]} if i % 5 == 0 else None,
                 )
             m.put(message)
-        m.get()  # (a search: the vector block embeds what was flushed)
+        m.get()
+        for block in m.memory_blocks:  # (as an import does: every message of the user embedded)
+            if isinstance(block, VectorBlock):
+                block.retriever(m.store).index(scope=Scope(user_id=user))
         m.store.close()
     store: Any = open_store(db)
     try:

@@ -42,6 +42,7 @@ class LLMServer:
     def __init__(self, default: Reply | None = None) -> None:
         self.replies: deque[Reply] = deque()
         self.default: Reply = default or {"content": "OK"}
+        self._first_default = self.default
         self.requests: list[dict[str, Any]] = []
         self.events: list[tuple[str, int]] = []
         #: Each request's Authorization header (None: none), in the order of `requests`.
@@ -77,6 +78,7 @@ class LLMServer:
 
     def reset(self) -> None:
         with self.lock:
+            self.default = self._first_default  # (a test that set another leaves no trace)
             self.replies.clear()
             self.requests.clear()
             self.events.clear()
