@@ -33,7 +33,11 @@ def table(config: str, *args: str, monkeypatch: pytest.MonkeyPatch) -> list[str]
 
     monkeypatch.setattr(output, "stdout_is_tty", lambda: True)
     monkeypatch.setenv("COLUMNS", "140")
-    shown = CliRunner().invoke(app, ["--config", config, "facts", *args])
+    output.out.cache_clear()  # (a console made by an earlier test has its width)
+    try:
+        shown = CliRunner().invoke(app, ["--config", config, "facts", *args])
+    finally:
+        output.out.cache_clear()
     assert shown.exit_code == 0, shown.output
     return shown.stdout.splitlines()
 
