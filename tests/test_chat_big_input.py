@@ -161,3 +161,4 @@ def test_full_screen_app_says_why_a_message_is_refused_and_sends_nothing(tmp_pat
     assert not any(e.mark == "waiting" for e in ui.entries)  # no reply left waiting
     assert [m.content for m in chat.mem.get_all()] == ["short", "OK"]
     assert len(llm.requests) == 1
+

@@ -34,3 +34,21 @@ def test_help_continues_each_description_under_it(width):
         if row.strip():
             assert not row.startswith(" ") or row.startswith(" " * column), row
     assert all(len(row) <= width - 1 for row in shown)
+
+
+def test_the_status_line_names_what_the_chat_prepares_as_a_user_knows_it(tmp_path):
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli import SQLiteStore
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat.ui import ChatApp
+
+    chat = Chat(SQLiteStore(tmp_path / "s.db"))
+    chat.open("s")
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, tmp_path / "history", pipe, DummyOutput())
+        ui.loading = {"litellm", "blocks"}
+        assert "loading the memory blocks and the model's client…" in ui.status()
+        assert "litellm" not in ui.status()
+    chat.close()

@@ -99,6 +99,11 @@ class Worker:
                 self.idle.set()
 
 
+#: What the status line calls the parts the chat prepares (`_warm_up`): the model's client is
+#: litellm only for providers that need it (an OpenAI-compatible server's is a light one).
+LOADING_NAMES = {"blocks": "the memory blocks", "litellm": "the model's client"}
+
+
 class ChatApp:
     """The prompt-toolkit application around a Chat."""
 
@@ -515,7 +520,8 @@ class ChatApp:
         model = self.chat.model or "offline (no model)"
         state = "ready"
         if self.loading:
-            state = "loading " + " and ".join(sorted(self.loading)) + "…"
+            parts = sorted(LOADING_NAMES.get(part, part) for part in self.loading)
+            state = "loading " + " and ".join(parts) + "…"
         if self.turn is not None:
             state = "replying… Ctrl-C cancels"
         elif self.pending:
