@@ -118,24 +118,10 @@ def test_damaged_index_file_is_listed(tmp_path: Path) -> None:
 def test_an_import_killed_while_feeding_leaves_batches_check_lists(llm, tmp_path: Path) -> None:
     """kill -9 while the fact block extracts: the messages are stored, the batches are not fed;
     running the import again stores nothing and feeds nothing, and `check` says so."""
-    import os
-    import signal
-    import time
 
     config = write_config(tmp_path, llm)
-    llm.default = {"delay": 30, "content": "<facts></facts>"}
     source = transcript(tmp_path, 4)
-    try:
-        before = len(llm.requests)
-        proc = popen_memcli("--config", config, "import", source, "--session", "s1")
-        deadline = time.monotonic() + 60
-        while len(llm.requests) == before and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(llm.requests) > before, "the import never asked the LLM"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        llm.default = {"content": "<facts></facts>"}
+    _kill_once_the_llm_is_asked(llm, "--config", config, "import", source, "--session", "s1")
     run = memcli("--config", config, "check", "--json")
     assert run.code == 1, run.stderr
     found = [r for r in run.records() if r["type"] == "attention"]
@@ -377,9 +363,6 @@ def test_an_import_killed_while_extracting_facts_leaves_conversations_check_list
     """kill -9 during the facts extraction of an import of short conversations (never
     flushed: only the extraction reads them): `check` and `info` list the conversations left
     unread, with `facts extract` as the fix, which reads them and clears the list."""
-    import os
-    import signal
-    import time
 
     config = write_config(tmp_path, llm)
     source = tmp_path / "five.jsonl"
@@ -397,18 +380,7 @@ def test_an_import_killed_while_extracting_facts_leaves_conversations_check_list
             for i in range(5)
         )
     )
-    llm.default = {"delay": 30, "content": "<facts></facts>"}
-    try:
-        before = len(llm.requests)
-        proc = popen_memcli("--config", config, "import", str(source), "--user", "ana")
-        deadline = time.monotonic() + 120
-        while len(llm.requests) == before and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(llm.requests) > before, "the import never asked the LLM"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        llm.default = {"content": "<facts></facts>"}
+    _kill_once_the_llm_is_asked(llm, "--config", config, "import", str(source), "--user", "ana")
     assert len(memcli("sessions", "--user", "ana", "--json").records()) == 5
     run = memcli("--config", config, "check", "--json")
     assert run.code == 1, run.stdout + run.stderr
@@ -425,3 +397,23 @@ def test_an_import_killed_while_extracting_facts_leaves_conversations_check_list
     assert run.code == 0 and "no problems" in run.stderr, run.stdout + run.stderr
     assert memcli("rm", "--user", "ana", "--yes").code == 0
     llm.default = {"content": "OK"}
+
+
+def _kill_once_the_llm_is_asked(llm, *args: str) -> None:
+    """Start `memcli ARGS` against a slow LLM, kill -9 it while it waits for a reply."""
+    import os
+    import signal
+    import time
+
+    llm.default = {"delay": 30, "content": "<facts></facts>"}
+    try:
+        before = len(llm.requests)
+        proc = popen_memcli(*args)
+        deadline = time.monotonic() + 120
+        while len(llm.requests) == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(llm.requests) > before, "the command never asked the LLM"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        llm.default = {"content": "<facts></facts>"}
