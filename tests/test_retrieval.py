@@ -879,3 +879,28 @@ def test_a_pasted_page_as_the_query_embeds_a_bounded_number_of_pieces(tmp_path: 
     retriever.search("the cello", k=1, mode="vector")
     assert embedder.calls == [1]
     store.close()
+
+
+def test_a_delete_left_unfinished_is_finished_on_the_searchs_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next search finishes a delete's cleanup (VACUUM) on its own thread, before the dense
+    search starts on another: run there, the VACUUM failed ('SQL statements in progress') while
+    BM25's statements ran here on the same connection."""
+    import threading
+
+    store = SQLiteStore(tmp_path / "m.db")
+    add(store, "s1", "u1", ["the cello is red"])
+    add(store, "s2", "u1", ["the cello is blue"])
+    retriever = Retriever(store, WordsEmbedder())
+    assert len(retriever.search("cello", k=5).hits) == 2
+    store.delete_session("s1")  # (its cleanup is left to the next search)
+    threads: list[str] = []
+    purge = store.purge
+    monkeypatch.setattr(
+        store, "purge", lambda: (threads.append(threading.current_thread().name), purge())[1]
+    )
+    hits = retriever.search("cello", k=5).hits
+    assert [h.session_id for h in hits] == ["s2"]
+    assert threads == [threading.current_thread().name]
+    store.close()

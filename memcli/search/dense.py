@@ -177,12 +177,19 @@ class MessageVectors:
     def _main_count(self) -> int:
         return 0 if self.index is None else int(self.index.ntotal)
 
+    def finish_deletes(self) -> None:
+        """Finish a delete for good whose cleanup did not run (`finish_deletes`: the database
+        purged, the index files removed), and forget the index held. The search calls it on its
+        own thread before the dense search starts on another: a purge's VACUUM fails while a
+        statement of the other thread is in progress on the connection."""
+        if finish_deletes(self.store, self.index_dir):
+            self._reset()
+
     def refresh(self) -> None:
         """Load the files, extend the index with new vectors (in the delta file, folded into the
         index file once it is big), or rebuild it from SQLite; first finish a delete that was
         stopped before it removed the files (`finish_deletes`)."""
-        if finish_deletes(self.store, self.index_dir):
-            self._reset()
+        self.finish_deletes()
         added, deleted = vsql.vector_stats(self.store, self.model)
         if self.index is not None and (added, deleted) == (self.added, self.deleted):
             return  # up to date (`rebuilt` still tells what the last change was)

@@ -366,6 +366,9 @@ class Retriever:
         `on_build` is told when that, or filling pgvector's index after a copy, takes a second
         or more. Without `embed`, only count what is missing (`result.pending`)."""
         o = self.options
+        finish = getattr(self.vectors, "finish_deletes", None)  # (here, not in the dense thread)
+        if finish is not None:
+            finish()
         pending = self.pending(owner)
         if not embed:
             result.pending = pending
