@@ -143,10 +143,11 @@ def append(path: Path, data: bytes) -> None:
         out.flush()
         os.fsync(out.fileno())
     if new:
-        _sync_folder(path.parent)
+        sync_folder(path.parent)
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
+    """fsync a folder, so that a file made or renamed in it survives a crash."""
     try:
         handle = os.open(folder, os.O_RDONLY)
     except OSError:

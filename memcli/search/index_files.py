@@ -101,16 +101,7 @@ def write_file(path: Path, data: Any) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    try:
-        folder = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return  # a platform that cannot open a directory (Windows)
-    try:
-        os.fsync(folder)
-    except OSError:
-        pass
-    finally:
-        os.close(folder)
+    deltafile.sync_folder(path.parent)
 
 
 def remove_index_files(store: Any, index_dir: str | Path | None = None) -> None:
