@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError, MemcliError, SessionNotFound, UsageError
-from memcli.messages import check_text, format_time
+from memcli.messages import check_text, format_time, session_name
 from memcli.search.types import MAX_HITS
 from memcli.search.types import MODES as SEARCH_MODES
 from memcli.store import facts as fact_store
@@ -129,14 +129,19 @@ class Facts:
         self._vectors: FactVectors | None = None
 
     def scope_key(self, session: str | None = None) -> str:
-        """The scope a list, add or search addresses: the session's (a stored one: else
-        SessionNotFound), else the user's."""
+        """The scope a list, add or search addresses: the session's (`session` is its key, a
+        `SessionInfo.id`: a stored one of the owner's, else SessionNotFound), else the user's."""
         if session is None:
             return f"user:{self.user}"
-        from memcli.store.base import require_session
+        return f"session:{self._session(session).id}"
 
-        require_session(self.store, session)
-        return f"session:{session}"
+    def _session(self, key: str) -> SessionInfo:
+        """The session stored under `key`, when it is the owner's (with no owner: anyone's);
+        SessionNotFound naming it otherwise (another user's is not told from none)."""
+        info = self.store.get_session(key)
+        if info is None or info.user_id != (self.owner or info.user_id):
+            raise SessionNotFound(session_name(key), self.owner)
+        return info
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -363,10 +368,7 @@ class Facts:
         """The fact blocks with a model (of `session`'s blocks, else the user's), and the
         sessions to read: the user's, or `session` when it is theirs (with no owner: anyone's)."""
         if session is not None:
-            info = self.store.get_session(session)
-            if info is None or info.user_id != (self.owner or info.user_id):
-                raise SessionNotFound(session, self.owner)
-            sessions = [info]
+            sessions = [self._session(session)]
         else:
             sessions = self.store.list_sessions(self.user)
         blocks = fact_blocks(self.blocks(session))
@@ -554,7 +556,7 @@ def fact_record(f: Fact) -> dict[str, Any]:
         "valid_from": time(f.valid_from or f.created_at),
         "expires_at": time(f.expires_at),
         "origin": f.origin,
-        "session": f.session_id,
+        "session": session_name(f.session_id) if f.session_id else None,
         "flush_id": f.flush_id,
         "message_ids": f.message_ids,
         "created_at": format_time(f.created_at),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import MessageNotFound, UsageError
-from memcli.messages import format_time
+from memcli.messages import format_time, session_name
 from memcli.store.base import require_session
 from memcli.words import plural
 
@@ -32,10 +32,15 @@ class Deletion:
     session, or everything of a user (`forgotten`: what of them)."""
 
     kind: str
-    session: str | None = None
+    session: str | None = None  # (the store's key: `SessionInfo.id`)
     messages: int = 0
     message: Message | None = None
     forgotten: Forgotten | None = None
+
+    @property
+    def session_name(self) -> str | None:
+        """The session's name, as its user calls it."""
+        return None if self.session is None else session_name(self.session)
 
     def record(self, *, done: bool = True) -> dict[str, Any]:
         """As a JSON record: `deleted` / `forgotten` once done, `would_delete` / `would_forget`
@@ -43,7 +48,7 @@ class Deletion:
         if self.forgotten is not None:
             return {**self.forgotten.to_dict(), "type": "forgotten" if done else "would_forget"}
         record: dict[str, Any] = {"type": "deleted" if done else "would_delete"}
-        record["session"] = self.session
+        record["session"] = self.session_name
         if self.message is not None:
             m = self.message
             record.update(message=m.id, role=m.role, status=m.status, content=m.content)
@@ -60,7 +65,8 @@ class Deletion:
             if f.is_empty:  # (a mistyped name, as often as not)
                 return f"user {f.user!r}: nothing is stored for this user"
             return (
-                f"user {f.user!r}: {plural(len(f.sessions), 'session')} ({', '.join(f.sessions)}),"
+                f"user {f.user!r}: {plural(len(f.sessions), 'session')}"
+                f" ({', '.join(session_name(k) for k in f.sessions)}),"
                 f" {plural(f.messages, 'message')}, {plural(f.facts, 'fact')}"
                 f" ({plural(f.fact_changes, 'history entry', 'history entries')}),"
                 f" {plural(f.summaries, 'summary', 'summaries')}, {plural(f.block_states, 'block state')},"
@@ -70,8 +76,8 @@ class Deletion:
             m = self.message
             text = " ".join(m.content.split())
             text = text if len(text) <= 60 else text[:59] + "…"
-            return f"message {m.id} of session {self.session} ({m.role}, {m.status}): {text}"
-        return f"session {self.session} ({plural(self.messages, 'message')})"
+            return f"message {m.id} of session {self.session_name} ({m.role}, {m.status}): {text}"
+        return f"session {self.session_name} ({plural(self.messages, 'message')})"
 
 
 def plan(
@@ -80,8 +86,9 @@ def plan(
     message_ids: Sequence[int] = (),
     user: str | None = None,
 ) -> list[Deletion]:
-    """What deleting these takes, deleting nothing: sessions (of `user`, when given), messages
-    of the one session given, or with no session, everything of `user`. Raises UsageError for a
+    """What deleting these takes, deleting nothing: sessions (by their names, or unique starts
+    of them; of `user`, when given), messages of the one session given, or with no session,
+    everything of `user`. Raises UsageError for a
     combination that means nothing, SessionNotFound / MessageNotFound for what is not there."""
     if message_ids and len(sessions) != 1:
         raise UsageError(
@@ -93,7 +100,8 @@ def plan(
                 "nothing to delete", "Name sessions (`memcli rm demo`) or a user (--user NAME)"
             )
         return [Deletion("user", forgotten=store.survey_user(user))]
-    infos = [require_session(store, s, user) for s in dict.fromkeys(sessions)]
+    infos = [require_session(store, s, user, prefix=True) for s in dict.fromkeys(sessions)]
+    infos = list({info.id: info for info in infos}.values())
     if not message_ids:
         return [
             Deletion("session", info.id, info.active_messages + info.archived_messages)
@@ -103,7 +111,7 @@ def plan(
     found = {m.id: m for m in store.get_messages(session, ids=list(dict.fromkeys(message_ids)))}
     for message_id in message_ids:
         if message_id not in found:
-            raise MessageNotFound(session, message_id)
+            raise MessageNotFound(session_name(session), message_id)
     return [Deletion("message", session, 1, message=found[i]) for i in dict.fromkeys(message_ids)]
 
 

@@ -19,8 +19,15 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import InputError, StoreError
 from memcli.flush import Budget, BudgetOverride
 from memcli.formats.base import CONTENT_ID, Conversation, content_ids
-from memcli.messages import Message, format_time, new_session_id, validate_session_id
-from memcli.sessions import budget_rule, check_owner, default_budget
+from memcli.messages import (
+    Message,
+    format_time,
+    new_session_id,
+    session_name,
+    validate_session_id,
+)
+from memcli.sessions import budget_rule, default_budget
+from memcli.store.base import named
 from memcli.transcripts import SessionRecord, plan_calls
 
 if TYPE_CHECKING:
@@ -177,6 +184,8 @@ class Imported:
     titles: dict[str, str] = field(default_factory=dict)
     #: Nothing was written: what an import would store (`dry_run`).
     dry_run: bool = False
+    #: The store's key of each session (by its name) that messages were put into.
+    keys: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -244,12 +253,15 @@ def import_conversations(
     header = session_record or SessionRecord()
     rule = budget_rule(o.default_budget, o.budget, given=header.budget, rebudget=o.rebudget)
     new_user = o.user or header.user or o.default_user
+    # Whose sessions the conversations' names are: the user given (or the export's), else any
+    # user's (a name that several users have: UsageError naming them).
+    owner = o.user or header.user
     for _attempt in range(_ATTEMPTS):
-        plan = align(store, resolve(store, found, new_user, again), o.user, again, new_user)
+        plan = align(store, resolve(store, found, new_user, again), owner, again, new_user)
         if dry_run:
             return _dry(plan)
         try:
-            result, to_feed = _put(store, plan, o, rule, new_user, put, progress)
+            result, to_feed = _put(store, plan, o, rule, owner, new_user, put, progress)
         except _SessionChanged:
             continue  # another process wrote to a session since it was read: align again
         _feed(result, to_feed if feed_blocks else [], block_total, block_progress)
@@ -260,7 +272,6 @@ def import_conversations(
 
 
 _ATTEMPTS = 5
-_OTHER_USER = "Import into another --session, or leave out --user"
 
 
 class _SessionChanged(Exception):
@@ -301,7 +312,10 @@ def resolve(
                     None,
                 )
             c = replace(
-                c, session=stored or _new_id(store, c, user, again), matched=stored is not None
+                c,
+                session=session_name(stored) if stored else _new_id(store, c, user, again),
+                matched=stored is not None,
+                user=user,
             )
         out.append(c)
     return out
@@ -332,7 +346,7 @@ def _new_id(store: Store, c: Conversation, user: str, again: bool) -> str:
     slug = "-".join(re.findall(r"[^\W_]+", words.lower()))[:40].strip("-") or "conversation"
     digest = hashlib.sha256(f"{user}\0{c.source_id}".encode()).hexdigest()[:6]
     target = f"{slug}-{digest}"
-    if again or store.get_session(target) is not None:
+    if again or named(store, target, user) is not None:
         target = f"{slug}-{new_session_id()[:8]}"
     return target
 
@@ -363,6 +377,8 @@ def align(
 ) -> Plan:
     """Skip, per stored session, the messages its conversation holds that are already stored
     there, or were and were deleted for good (all of them with `again`: nothing is skipped).
+    A conversation's session is `user`'s of its name (None: any user's, `store.base.named`);
+    none is a new one.
     A message with a source id deleted for good from any session of the user (`new_user` for
     new sessions) is skipped too, into whichever session it is imported. Reads only.
 
@@ -388,7 +404,8 @@ def align(
         plan.conversations.append(conversation)
         messages = conversation.messages
         has_ids = any(forget.source_id(m) is not None for m in messages)
-        version = -1 if target is None else store.session_version(target)
+        info = None if target is None else named(store, target, conversation.user or user)
+        version = -1 if info is None else store.session_version(info.id)
         if target is not None:
             plan.versions[target] = version
         if again:
@@ -399,22 +416,20 @@ def align(
             if has_ids and new_user is not None:
                 known = deleted_of(new_user)
         else:
-            assert target is not None
-            info = store.get_session(target)
-            check_owner(info, user, _OTHER_USER)
-            k = stored_overlap(messages, _stored(store, target, messages))
+            assert info is not None
+            k = stored_overlap(messages, _stored(store, info.id, messages))
             if conversation.matched:  # the same conversation: what it shares with its start
-                k = max(k, _common_start(_stored(store, target, messages), messages))
+                k = max(k, _common_start(_stored(store, info.id, messages), messages))
             if has_ids:
-                known.update(deleted_of(info.user_id) if info is not None else ())
+                known.update(deleted_of(info.user_id))
                 known.update(
                     h
-                    for _, h in forget.deleted_sources(store, target)
+                    for _, h in forget.deleted_sources(store, info.id)
                     if h.startswith(forget.BY_ID)
                 )
                 known.update(
                     forget.source_hash(m)
-                    for m in store.iter_messages(target)
+                    for m in store.iter_messages(info.id)
                     if forget.source_id(m) is not None
                 )
         skip = {
@@ -480,6 +495,7 @@ def _put(
     plan: Plan,
     o: Opening,
     rule: Callable[[SessionInfo | None], Budget | None],
+    owner: str | None,
     new_user: str,
     put: str,
     progress: Callable[[int], None] | None,
@@ -495,10 +511,10 @@ def _put(
     with store.transaction():
         for conversation in plan.conversations:
             target = conversation.session or new_session_id()
-            if store.session_version(target) != plan.versions.get(target, -1):
+            info = named(store, target, conversation.user or owner)
+            version = -1 if info is None else store.session_version(info.id)
+            if version != plan.versions.get(target, -1):
                 raise _SessionChanged(target)
-            info = store.get_session(target)
-            check_owner(info, o.user, _OTHER_USER)
             if info is None:
                 result.new_sessions.append(target)
             wanted = rule(info)
@@ -527,7 +543,7 @@ def _put(
                 to_feed.append((memory, fed))
             if info is None or (info.source_id is None and conversation.source_id):
                 store.describe_session(
-                    target,
+                    memory.session_key,
                     source_id=conversation.source_id,
                     title=conversation.title,
                     metadata=conversation.keys or None,
@@ -538,6 +554,7 @@ def _put(
             count = sum(len(call) for call in calls)
             result.calls += len(calls)
             result.sessions[target] = count
+            result.keys[target] = memory.session_key
             result.messages += count
     for change in result.rebudgets.values():
         result.flushes += change.flushes

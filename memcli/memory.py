@@ -23,7 +23,7 @@ from memcli.context import Context, assemble
 from memcli.errors import InputError, MessageNotFound, UsageError
 from memcli.flush import Budget, BudgetOverride
 from memcli.messages import Message, new_session_id, validate_session_id, validate_user
-from memcli.store.base import NewMessage, SessionInfo, Store, check_owner
+from memcli.store.base import NewMessage, SessionInfo, Store, named
 from memcli.tokens import TiktokenTokenizer, Tokenizer, count_messages
 from memcli.writer import Flush, SessionWriter, in_worker, stop_worker
 
@@ -103,10 +103,13 @@ class Memory:
         self.home = Path(home).expanduser() if home is not None else None
         self._retriever: Retriever | None = None  # made at the first search
         self._searching = threading.Lock()  # one search at a time on the retriever
-        info = store.get_session(self.session_id)
+        # A session is its user's: `user_id`'s session of that name (another user's of the same
+        # name is another session), or without one any user's stored session, as its user's.
+        user = validate_user(user_id) if user_id is not None else None
+        info = named(store, self.session_id, user)
         if info is None:
             budget = budget or Budget()
-            self.user_id = validate_user(user_id) if user_id is not None else "default"
+            self.user_id = user if user is not None else "default"
             info = store.create_session(
                 self.session_id,
                 self.user_id,
@@ -115,9 +118,6 @@ class Memory:
                 budget.flush_size,
             )
         else:
-            # A user's memory is theirs: a stored session opens as its own user's, and naming
-            # another user is an error (never a put into someone else's session).
-            check_owner(info, user_id, "Open it with user_id={owner}, or leave user_id out")
             self.user_id = info.user_id
             stored = stored_budget(info)
             if budget is not None and budget != stored:
@@ -127,16 +127,18 @@ class Memory:
                     "Open it without a budget to use its own, or call rebudget() to store another",
                 )
             budget = stored
+        #: The store's key of the session (`SessionInfo.id`): what the store's calls take.
+        self.session_key = info.id
         if self.memory_blocks:  # so that the CLI builds these blocks for this session
             from memcli.blocks.registry import record
 
-            record(store, self.session_id, self.memory_blocks)
+            record(store, self.session_key, self.memory_blocks)
         self._held.blocks = self.memory_blocks
         # The writer calls back through a weak reference: no cycle keeps a dropped Memory alive.
         me = weakref.ref(self)
         self._session_writer = SessionWriter(
             store,
-            self.session_id,
+            self.session_key,
             budget,
             lambda messages: _alive(me)._count(messages),
             lambda: bool(_alive(me).memory_blocks),
@@ -260,7 +262,8 @@ class Memory:
             budget = None
             wanted = BudgetOverride(token_limit, chat_history_token_ratio, token_flush_size)
             if not wanted.is_empty:
-                info = store.get_session(session_id) if session_id else None
+                user = validate_user(user_id) if user_id is not None else None
+                info = named(store, session_id, user) if session_id else None
                 budget = wanted.apply(stored_budget(info) if info is not None else Budget())
             memory = cls(
                 store,
@@ -341,7 +344,7 @@ class Memory:
         return self.budget.threshold
 
     def session(self) -> SessionInfo:
-        info = self.store.get_session(self.session_id)
+        info = self.store.get_session(self.session_key)
         assert info is not None
         return info
 
@@ -427,11 +430,11 @@ class Memory:
         from memcli.blocks.feed import FlushedBatch
 
         return [
-            FlushedBatch(f.id, self.session_id, self.user_id, list(f.messages)) for f in flushes
+            FlushedBatch(f.id, self.session_key, self.user_id, list(f.messages)) for f in flushes
         ]
 
     def block_context(self, flush_id: int | None = None) -> BlockContext:
-        return BlockContext(self.session_id, self.user_id, self.store, self.tokenizer, flush_id)
+        return BlockContext(self.session_key, self.user_id, self.store, self.tokenizer, flush_id)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -439,7 +442,7 @@ class Memory:
         """Every message of the session in order (active and archived), or those of one status."""
         if status not in (None, "active", "archived"):
             raise UsageError(f"unknown status {status!r}", "Use 'active' or 'archived'")
-        return self.store.get_messages(self.session_id, status=status)
+        return self.store.get_messages(self.session_key, status=status)
 
     def get(self, input: str | Message | None = None) -> list[Message]:
         """The active messages with long-term memory inserted, as they would go to an LLM."""
@@ -486,7 +489,7 @@ class Memory:
                 query,
                 k=k,
                 user_id=self.user_id,
-                session_id=self.session_id if session_only else None,
+                session_id=self.session_key if session_only else None,
                 since=_utc(since),
                 until=_utc(until),
                 mode=mode,
@@ -515,8 +518,8 @@ class Memory:
         rows = [NewMessage(m, t) for m, t in zip(messages, tokens, strict=True)]
 
         def replace_window() -> None:
-            self.store.delete_active(self.session_id)
-            self.store.append_messages(self.session_id, rows)
+            self.store.delete_active(self.session_key)
+            self.store.append_messages(self.session_key, rows)
 
         self._writer.write(replace_window)
 
@@ -525,7 +528,7 @@ class Memory:
         return self._writer.write(self._delete_messages)
 
     def _delete_messages(self) -> int:
-        return self.store.delete_messages(self.session_id)
+        return self.store.delete_messages(self.session_key)
 
     def delete_message(self, message_id: int) -> Message:
         """Delete one of the session's messages (active or archived) for good; return it as it
@@ -534,7 +537,7 @@ class Memory:
         no message of that id."""
         with self._writer.lock:
             try:
-                deleted = self.store.delete_message(self.session_id, message_id)
+                deleted = self.store.delete_message(self.session_key, message_id)
             finally:
                 self._writer.forget()
         if deleted is None:

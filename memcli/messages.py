@@ -101,7 +101,7 @@ class Message:
             out["timestamp"] = format_time(self.timestamp)
         if stored:
             out["id"] = self.id
-            out["session"] = self.session_id
+            out["session"] = session_name(self.session_id) if self.session_id else None
             out["status"] = self.status
             out["tokens"] = self.tokens
             out["flush_id"] = self.flush_id
@@ -371,6 +371,24 @@ def check_json(value: Any, what: str) -> None:
                 f"{where} holds a {type(item).__name__}, which JSON cannot hold",
                 "Use objects, arrays, text, numbers, true, false or null",
             )
+
+
+#: Between a session's name and its user in the key of a session whose name another user's
+#: session had first (`session_key`): a control character, which no name can hold (`check_name`).
+KEY_SEPARATOR = "\x1f"
+
+
+def session_key(name: str, user_id: str) -> str:
+    """The store's key of `user_id`'s session `name` when another user's session has the name
+    itself as its key: sessions are named per user, keys are unique in the store. Never shown:
+    `session_name` gives the name back."""
+    return f"{name}{KEY_SEPARATOR}{user_id}"
+
+
+def session_name(key: str) -> str:
+    """The name of the session stored under `key` (what its user calls it, and every command,
+    tool and the library shows): the key up to `KEY_SEPARATOR`, or the whole key."""
+    return key.partition(KEY_SEPARATOR)[0]
 
 
 def new_session_id() -> str:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.errors import UsageError
 from memcli.flush import Budget, BudgetOverride
 from memcli.messages import format_time
-from memcli.store.base import check_owner, require_session
+from memcli.store.base import named, stored_session
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -23,11 +23,10 @@ if TYPE_CHECKING:
     from memcli.tokens import Tokenizer
 
 
-def owned(store: Store, session_id: str, user: str | None, hint: str) -> SessionInfo | None:
-    """The stored session (None when it does not exist yet), once `check_owner` allows it."""
-    info = store.get_session(session_id)
-    check_owner(info, user, hint)
-    return info
+def owned(store: Store, name: str, user: str | None) -> SessionInfo | None:
+    """`user`'s stored session called `name` (None: any user's; `store.base.named`), or None
+    when it does not exist yet (another user's session of that name is not theirs)."""
+    return named(store, name, user)
 
 
 def default_budget(settings: Settings) -> BudgetOverride:
@@ -97,7 +96,7 @@ def budget_rule(
 def session_record(info: SessionInfo) -> dict[str, Any]:
     """A session's info as a JSON-ready record: `memcli inspect`'s summary, the agent tools'."""
     return {
-        "session": info.id,
+        "session": info.name,
         "user": info.user_id,
         "active_messages": info.active_messages,
         "archived_messages": info.archived_messages,
@@ -154,9 +153,10 @@ class Report:
 def report(
     store: Store, session_id: str, *, archived: bool = False, budget: Budget | None = None
 ) -> Report:
-    """A stored session's report: its active messages (every message with `archived`); with
-    `budget`, what the session would flush under that budget now (nothing is stored)."""
-    info = require_session(store, session_id)
+    """The report of the session stored under `session_id` (its key): its active messages
+    (every message with `archived`); with `budget`, what the session would flush under that
+    budget now (nothing is stored)."""
+    info = stored_session(store, session_id)
     messages = store.get_messages(session_id, status=None if archived else "active")
     what_if = None
     if budget is not None:
@@ -209,8 +209,9 @@ def blocks_view(
     insert_method: str = "system",
     input: str | None = None,
 ) -> Context:
-    """What the blocks hold for a stored session, or with `session_id=None` for `user` with an
-    empty chat history (nothing is stored): the context `get(input)` would assemble.
+    """What the blocks hold for a stored session (`session_id`: its key), or with
+    `session_id=None` for `user` with an empty chat history (nothing is stored): the context
+    `get(input)` would assemble.
 
     `token_limit` is what the blocks are truncated to: for a stored session, None is its own
     and another is a what-if (nothing is stored); with no session it must be given."""
@@ -235,13 +236,14 @@ def open_stored(
     tokenizer: Tokenizer,
     insert_method: str = "system",
 ) -> Memory:
-    """The Memory of a stored session (SessionNotFound when there is none), as its user's."""
+    """The Memory of the session stored under `session_id` (its key; SessionNotFound when there
+    is none), as its user's."""
     from memcli.memory import Memory
 
-    info = require_session(store, session_id)
+    info = stored_session(store, session_id)
     return Memory(
         store,
-        session_id,
+        info.name,
         user_id=info.user_id,
         tokenizer=tokenizer,
         memory_blocks=blocks,

@@ -135,13 +135,12 @@ class AgentTools:
             )
         start, end = time_window(since, until)
         with self._lock:
-            if session is not None:
-                self._session(session)
+            key = self._session(session).id if session is not None else None
             result = self._search_retriever().search(
                 query,
                 k=offset + k,
                 user_id=self.user,
-                session_id=session,
+                session_id=key,
                 since=start,
                 until=end,
                 mode=mode,
@@ -341,7 +340,7 @@ class AgentTools:
 
         with self._lock:
             info = self._session(session)
-            page = list(islice(self.store.iter_messages(session), offset, offset + limit + 1))
+            page = list(islice(self.store.iter_messages(info.id), offset, offset + limit + 1))
             (record,) = self._records([info])
         more = len(page) > limit
         return {
@@ -355,7 +354,7 @@ class AgentTools:
         """One of the user's sessions: its info and its active messages, oldest first."""
         with self._lock:
             info = self._session(session)
-            messages = self.store.get_messages(session, status="active")
+            messages = self.store.get_messages(info.id, status="active")
             return {
                 **self._records([info])[0],
                 "messages": [m.to_dict(stored=True) for m in messages],
@@ -367,12 +366,12 @@ class AgentTools:
         from memcli.sessions import blocks_view
 
         with self._lock:
-            self._session(session)
+            key = self._session(session).id
             context = blocks_view(
                 self.store,
-                session,
+                key,
                 user=self.user,
-                blocks=self.blocks(session),
+                blocks=self.blocks(key),
                 tokenizer=self.tokenizer(),
                 token_limit=None,
                 insert_method=self.settings.insert_method,
@@ -393,12 +392,8 @@ class AgentTools:
         if session is not None:
             check_session_id(session)
         with self._lock:
-            if session is not None:
-                info = owned(
-                    self.store, session, self.user, "Put the messages into another session"
-                )
-            else:
-                info = None
+            # (the user's session of that name, else a new one: another user's is not theirs)
+            info = owned(self.store, session, self.user) if session is not None else None
             s = self.settings
             memory = Memory(
                 self.store,
@@ -406,7 +401,7 @@ class AgentTools:
                 user_id=self.user,
                 budget=None if info is not None else budget_for(None, default_budget(s)),
                 tokenizer=self.tokenizer(),
-                memory_blocks=self.blocks(session),
+                memory_blocks=self.blocks(info.id if info is not None else None),
                 insert_method=s.insert_method,
                 background=self.background,
             )

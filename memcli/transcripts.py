@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from memcli.errors import InputError, UsageError
 from memcli.flush import Budget
-from memcli.messages import ROLES, Message, check_json, validate_session_id
+from memcli.messages import ROLES, Message, check_json, session_name, validate_session_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -400,7 +400,7 @@ def export_lines(
     for m in messages:
         record = m.export_record()
         if m.session_id is not None:
-            record["session"] = m.session_id
+            record["session"] = session_name(m.session_id)
         if with_status:
             record["status"] = m.status
         yield record
@@ -441,7 +441,7 @@ class SessionRecord:
             )
         except UsageError:
             budget = None
-        return cls(info.id, info.user_id, budget, info.title, info.source_id, info.metadata)
+        return cls(info.name, info.user_id, budget, info.title, info.source_id, info.metadata)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> SessionRecord:

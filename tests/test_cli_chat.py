@@ -267,12 +267,24 @@ def test_unknown_command_in_plain_mode_is_reported(llm):
     assert "/context" in run.stderr
 
 
-def test_another_users_session_is_refused(llm):
-    memcli("chat", "--session", "ann1", "--user", "ann", input="hi\n")
-    run = memcli("chat", "--session", "ann1", "--user", "bob", input="hi\n")
-    assert run.code == 1
-    assert "no session 'ann1' of user 'bob'" in run.stderr
-    assert "--user ann" in run.stderr
+def test_two_users_each_chat_in_their_own_session_of_one_name(llm):
+    """`--session main --user bob` after ann's `main`: bob's own, new; each resumes their own."""
+    assert memcli("chat", "--session", "main", "--user", "ann", input="I am ann\n").code == 0
+    run = memcli("chat", "--session", "main", "--user", "bob", input="I am bob\n")
+    assert run.code == 0, run.stderr
+    assert "new session main (user bob)" in run.stderr
+    run = memcli("chat", "--session", "main", "--user", "ann", input="")
+    assert "resumed session main (user ann)" in run.stderr
+    for user, said in (("ann", "I am ann"), ("bob", "I am bob")):
+        shown = memcli("inspect", "main", "--user", user, "--json")
+        assert shown.code == 0, shown.stderr
+        records = [json.loads(line) for line in shown.stdout.splitlines()]
+        assert [r["content"] for r in records if r.get("type") == "message"][:1] == [said]
+    run = memcli("inspect", "main")
+    assert run.code == 2 and "2 users have a session 'main': ann, bob" in run.stderr
+    run = memcli("inspect", "main", "--user", "carl")
+    assert run.code == 1 and "no session 'main' of user 'carl'" in run.stderr
+    assert "--user ann" in run.stderr  # (the CLI reads the whole database: it names the owner)
 
 
 def test_a_new_session_close_to_one_of_the_users_own_gets_did_you_mean(llm):

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memcli import Message, SQLiteStore, UsageError
-from memcli.errors import InputError, SessionNotFound
+from memcli.errors import InputError
 from memcli.flush import Budget, BudgetOverride
 from memcli.formats import read
 from memcli.importing import Opening, conversations, stored_overlap
@@ -44,20 +44,30 @@ def opening(rebudget: bool = False, user: str | None = None, **budget: object) -
     )
 
 
-def test_import_into_another_users_session_stores_nothing(tmp_path: Path) -> None:
+def test_an_import_goes_into_the_users_own_session_of_that_name(tmp_path: Path) -> None:
+    """`--session s1 --user bob` after ann's `s1`: bob's own s1, new; ann's is untouched; again,
+    nothing is stored twice; without a user, a name two users have is ambiguous."""
     store = store_with(tmp_path)
     data = b'{"role": "user", "content": "a"}\n'
-    with pytest.raises(SessionNotFound, match="no session 's1' of user 'bob'"):
-        import_file(store, data, opening(user="bob"), "s1")
-    assert require(store, "s1").active_messages == 2
+    result = import_file(store, data, opening(user="bob"), "s1")
+    assert result.sessions == {"s1": 1} and result.new_sessions == ["s1"]
+    bobs = require(store, "s1", "bob")
+    assert bobs.id != "s1" and bobs.active_messages == 1
+    assert import_file(store, data, opening(user="bob"), "s1").already_stored == 1
+    assert require(store, "s1", "bob").active_messages == 1
+    assert require(store, "s1", "ann").active_messages == 2
+    with pytest.raises(UsageError, match="2 users have a session 's1': ann, bob"):
+        import_file(store, data, opening(), "s1")
+    assert require(store, "s1", "ann").active_messages == 2
     with pytest.raises(UsageError, match="has the budget 500"):
-        import_file(store, data, opening(token_limit=800), "s1")
-    assert require(store, "s1").active_messages == 2 and require(store, "s1").token_limit == 500
-    result = import_file(store, data, opening(token_limit=800, rebudget=True), "s1")
+        import_file(store, data, opening(user="ann", token_limit=800), "s1")
+    assert require(store, "s1", "ann").active_messages == 2
+    assert require(store, "s1", "ann").token_limit == 500
+    result = import_file(store, data, opening(user="ann", token_limit=800, rebudget=True), "s1")
     assert result.sessions == {"s1": 1} and result.new_sessions == []
     assert result.rebudgets["s1"].old == Budget(500, 0.5, 40)
     assert result.rebudgets["s1"].new == Budget(800, 0.5, 80)
-    info = require(store, "s1")
+    info = require(store, "s1", "ann")
     assert info.active_messages == 3 and info.token_limit == 800 and info.user_id == "ann"
 
 

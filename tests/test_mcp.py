@@ -451,7 +451,8 @@ def test_unreadable_requests_get_an_error_reply(tmp_path: Path) -> None:
 def test_strict_arguments_annotations_schemas_and_agent_words(tmp_path: Path) -> None:
     """A guard is JSON true and nothing else, an id a JSON integer; every tool carries MCP
     annotations; the schemas are complete; refusals speak in tool terms, without pydantic's
-    URL; another user's session is "no session" on every tool; an empty result says so."""
+    URL; another user's session is "no session" on every tool (a put into its name makes the
+    user's own session of that name); an empty result says so."""
     db = tmp_path / "mcp.db"
     store = SQLiteStore(db)
     from memcli import Memory, Message
@@ -474,9 +475,12 @@ def test_strict_arguments_annotations_schemas_and_agent_words(tmp_path: Path) ->
                 ("get_context", {"session": "bobs"}),
                 ("read_session", {"session": "bobs"}),
                 ("search_memory", {"query": "plan", "session": "bobs", "mode": "lexical"}),
-                ("put_messages", {"session": "bobs", "messages": CHAT[:1]}),
             ]
         ]
+        out["own"] = data(
+            await s.call_tool("put_messages", {"session": "bobs", "messages": CHAT[:1]})
+        )
+        out["own_read"] = data(await s.call_tool("read_session", {"session": "bobs"}))
         out["typo"] = await s.call_tool("get_context", {"session": "s11"})
         out["empty"] = await s.call_tool("list_facts", {})
         return out
@@ -520,6 +524,9 @@ def test_strict_arguments_annotations_schemas_and_agent_words(tmp_path: Path) ->
     assert not is_error(out["empty"]) and "No facts" in text(out["empty"])
     store = SQLiteStore(db)
     assert [m.content for m in store.get_messages("bobs")] == ["Bob's secret plan"]
+    assert out["own"]["session"] == "bobs" and out["own"]["stored"] == 1
+    assert [m["content"] for m in out["own_read"]["messages"]] == [CHAT[0]["content"]]
+    assert (out["own_read"]["session"], out["own_read"]["user"]) == ("bobs", "ana")
 
 
 def test_sessions_paging_time_bounds_and_restore(tmp_path: Path) -> None:

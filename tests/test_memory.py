@@ -12,7 +12,6 @@ from fakes import WordTokenizer, importing_fakes
 
 from memcli import Memory, Message, UsageError
 from memcli.context import insert_memory, render_memory
-from memcli.errors import SessionNotFound
 from memcli.flush import Budget
 from memcli.store import open_store
 from memcli.store.sqlite import SQLiteStore
@@ -295,17 +294,23 @@ def test_rebudget_stores_the_budget_and_flushes_at_once(db: str) -> None:
 
 
 def test_a_session_opens_as_its_users_and_never_as_another_users(db: str) -> None:
-    """A stored session is its user's: opened without a user it is theirs, opened as another
-    user's it raises and nothing is written (the CLI refuses the same with exit 1)."""
+    """A stored session is its user's: opened without a user it is theirs; opened by another
+    user, the name is that user's own session (two users may each have `s`), and neither
+    sees the other's messages; without a user, a name two users have is ambiguous."""
     Memory.from_defaults(session_id="s", user_id="ana", db=db).put(Message("user", "I am Ana"))
     again = Memory.from_defaults(session_id="s", db=db)
     assert again.user_id == "ana"
-    with pytest.raises(SessionNotFound, match="no session 's' of user 'bo'"):
-        Memory.from_defaults(session_id="s", user_id="bo", db=db)
-    with pytest.raises(SessionNotFound, match="no session 's' of user 'default'"):
-        Memory(open_store(db), "s", user_id="default")
+    bos = Memory.from_defaults(session_id="s", user_id="bo", db=db)
+    assert (bos.session_id, bos.user_id, bos.get_all()) == ("s", "bo", [])
+    bos.put(Message("user", "I am Bo"))
+    default = Memory(open_store(db), "s", user_id="default")
+    assert default.get_all() == []
     assert [m.content for m in again.get_all()] == ["I am Ana"]
+    assert [m.content for m in bos.get_all()] == ["I am Bo"]
+    assert bos.search("Ana", mode="lexical").hits == []  # (the user's memory only)
     assert Memory.from_defaults(session_id="s", user_id="ana", db=db).user_id == "ana"
+    with pytest.raises(UsageError, match="3 users have a session 's': ana, bo, default"):
+        Memory.from_defaults(session_id="s", db=db)
     assert Memory.from_defaults(session_id="new", db=db).user_id == "default"
 
 

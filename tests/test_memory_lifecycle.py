@@ -187,8 +187,8 @@ def test_an_in_memory_database_is_the_memorys_own(tmp_path: Path) -> None:
 
 def test_a_failed_open_gives_the_store_back(db: str) -> None:
     Memory.from_defaults(session_id="s", token_limit=1000, db=db).close()
-    with pytest.raises(MemcliError, match="no session 's' of user 'bo'"):
-        Memory.from_defaults(session_id="s", user_id="bo", db=db)  # another user's session
+    with pytest.raises(MemcliError, match="session 's' has the budget"):
+        Memory.from_defaults(session_id="s", token_limit=2000, db=db)  # not its budget
     assert pool.open_databases() == []
     wait_for(lambda: held(db) == 0, "a failed open kept its connection")
 

@@ -44,18 +44,49 @@ class Whose(MemoryBlock):
         return f"session {ctx.session_id!r} user {ctx.user_id} sees {len(messages)} messages"
 
 
-def test_a_session_of_another_user_is_refused_with_what_to_do(tmp_path: Path) -> None:
+def test_a_session_name_is_its_users_and_another_users_name_is_another_session(
+    tmp_path: Path,
+) -> None:
+    """Two users may each have `s1`: bob's is another session under another key, found by
+    (user, name) only; his messages, counts and reports are his alone, and nothing he sees
+    (the name, the not-found error) tells him ann's exists."""
     store = store_with(tmp_path)
+    assert owned(store, "s1", "bob") is None  # ann's is not his
     with pytest.raises(SessionNotFound) as caught:
-        owned(store, "s1", "bob", "Use --user {owner}, or another --session")
+        require(store, "s1", "bob")
     assert caught.value.message == "no session 's1' of user 'bob'"
-    assert caught.value.exit_code == 1
-    assert caught.value.hint == "Use --user ann, or another --session"
-    assert owned(store, "s1", "ann", "unused").user_id == "ann"
-    assert owned(store, "s1", None, "unused").user_id == "ann"  # no user given: anyone's
-    assert owned(store, "new", "bob", "unused") is None
+    assert "ann" not in str(caught.value.hint)  # (nothing close among his: no owner named)
+    bobs = Memory(store, "s1", user_id="bob")
+    bobs.put(Message("user", "I live in Oslo"))
+    assert bobs.session_id == "s1" and bobs.session_key != "s1"
+    info = owned(store, "s1", "bob")
+    assert info is not None and (info.name, info.user_id) == ("s1", "bob")
+    assert info.id == bobs.session_key
+    anns = owned(store, "s1", "ann")
+    assert anns is not None and (anns.id, anns.user_id, anns.active_messages) == ("s1", "ann", 2)
+    assert [m.content for m in report(store, info.id).messages] == ["I live in Oslo"]
+    assert [m.to_dict(stored=True)["session"] for m in bobs.get_all()] == ["s1"]
+    assert sorted(i.name for i in store.list_sessions("bob")) == ["s1"]
+    # Opened without a user, a name that two users have is ambiguous: said, with the users.
+    with pytest.raises(UsageError, match="2 users have a session 's1': ann, bob"):
+        owned(store, "s1", None)
+    assert owned(store, "new", "bob") is None
     with pytest.raises(SessionNotFound):
         require(store, "new")
+    # A third user of that name, and ann's deleted then made again: every key stays unique.
+    carls = Memory(store, "s1", user_id="carl")
+    store.delete_session("s1")
+    again = Memory(store, "s1", user_id="ann")
+    keys = {bobs.session_key, carls.session_key, again.session_key}
+    assert len(keys) == 3 and {i.name for i in store.list_sessions()} == {"s1"}
+    assert Memory(store, "s1", user_id="bob").session_key == bobs.session_key
+
+
+def test_the_library_opens_a_name_as_its_users(tmp_path: Path) -> None:
+    """A stored session opened without a user is its user's (when one user has that name)."""
+    store = store_with(tmp_path)
+    assert Memory(store, "s1").user_id == "ann"
+    assert Memory(store, "s1", user_id="ann").session_key == "s1"
 
 
 def test_flags_override_a_stored_budget_and_new_sessions_take_the_defaults(tmp_path: Path) -> None:

@@ -67,13 +67,17 @@ def test_a_bad_message_stores_nothing(tmp_path: Path, messages: object, error: s
     assert tools.store.get_session("s") is None
 
 
-def test_another_users_session_is_refused(tmp_path: Path) -> None:
+def test_another_users_session_is_not_theirs(tmp_path: Path) -> None:
+    """Every read tool says "no session" for another user's name, as for a missing one (the
+    same words: no oracle); a put into that name makes the user's own session of it."""
     tools = tools_for(tmp_path)
     Memory(tools.store, "bobs", user_id="bob").put(Message("user", "Bob's secret garden"))
-    with pytest.raises(
-        SessionNotFound
-    ) as caught:  # as every read tool: not told from a missing one
-        tools.put_messages([{"role": "user", "content": "hi"}], "bobs")
+    with pytest.raises(SessionNotFound) as caught:
+        tools.context("bobs")
+    with pytest.raises(SessionNotFound) as missing:
+        tools.context("nobodys")
+    said = (caught.value.message, caught.value.hint)
+    assert said == (missing.value.message.replace("nobodys", "bobs"), missing.value.hint)
     assert "user 'bob'" not in str(caught.value.message) + str(caught.value.hint)
     with pytest.raises(SessionNotFound):
         tools.context("bobs")
@@ -83,7 +87,12 @@ def test_another_users_session_is_refused(tmp_path: Path) -> None:
         tools.search("garden", session="bobs", mode="lexical")
     assert tools.search("secret garden", mode="lexical") == []
     assert tools.sessions() == []
-    assert len(tools.store.get_messages("bobs")) == 1
+    put = tools.put_messages([{"role": "user", "content": "hi"}], "bobs")
+    assert put["session"] == "bobs" and put["stored"] == 1
+    assert [r["session"] for r in tools.sessions()] == ["bobs"]
+    assert [m["content"] for m in tools.session("bobs")["messages"]] == ["hi"]
+    assert tools.search("secret garden", session="bobs", mode="lexical") == []
+    assert len(tools.store.get_messages("bobs")) == 1  # bob's: untouched
 
 
 def test_context_is_what_memory_get_returns(tmp_path: Path) -> None:

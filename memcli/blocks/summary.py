@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from memcli.blocks.base import BlockContext, Deferred, LLMBlock, MemoryBlock
 from memcli.errors import ConfigError, ProviderError
 from memcli.llm import LLMConfig
+from memcli.messages import session_name
 from memcli.store import longterm, summaries
 from memcli.template import neutralise
 
@@ -403,7 +404,7 @@ def summary_reports(
 
     info = store.get_session(session_id)
     if info is None:
-        raise SessionNotFound(session_id)
+        raise SessionNotFound(session_name(session_id))
     names = set(summaries.summary_blocks(store, session_id))
     names |= {b.name for b in blocks if isinstance(b, SummaryBlock)}
     if block is not None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from memcli.errors import UsageError
-from memcli.words import plural, shell_arg
+from memcli.words import plural
 
 if TYPE_CHECKING:
     from memcli.chat.session import Chat, Turn
@@ -125,24 +125,17 @@ class Commands:
         if not arg:
             info = chat.mem.session()
             return Result(
-                f"Session {info.id} (user {info.user_id}):"
+                f"Session {info.name} (user {info.user_id}):"
                 f" {plural(info.active_messages, 'active message')},"
                 f" {plural(info.active_tokens, 'token')} of {info.threshold:,.0f} threshold,"
                 f" {info.archived_messages:,} archived in {plural(info.flushes, 'flush')}"
             )
         from memcli.messages import validate_session_id
-        from memcli.sessions import owned
         from memcli.store.base import by_prefix
 
         arg = validate_session_id(arg, "the session")
         named = by_prefix(chat.store, arg, chat.user_id)  # a unique start of one of the user's
-        arg = named.id if named is not None else arg
-        owned(
-            chat.store,
-            arg,
-            chat.user_id,
-            f"Run `memcli chat --user {{owner_arg}} --session {shell_arg(arg)}`",
-        )
+        arg = named.name if named is not None else arg  # (else a new session of the user's)
         is_new = chat.open(arg)
         return Result(
             f"{'Started new' if is_new else 'Resumed'} session {chat.session_id}",
@@ -216,7 +209,7 @@ class Commands:
         chat = self.chat
         facts = Facts(chat.store, chat.user_id, lambda _: chat.blocks, owner=chat.user_id)
         lines = []
-        for name, found in facts.of_blocks(chat.mem.session_id):
+        for name, found in facts.of_blocks(chat.mem.session_key):
             for fact in found:
                 topics = f" ({', '.join(fact.topics)})" if fact.topics else ""
                 lines.append(f"[{name}] #{fact.id} {fact.text}{topics}")

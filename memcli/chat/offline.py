@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from memcli.messages import session_name
 from memcli.search.ranking import query_terms
 from memcli.words import plural
 
@@ -105,7 +106,8 @@ def offline_answer(
     ]
     found = ranked_lines(text, blocks)
     found += [
-        f"[{m.role}, session {m.session_id} #{m.id}] {' '.join(m.content.split())}" for m in earlier
+        f"[{m.role}, session {session_name(m.session_id or '')} #{m.id}] {' '.join(m.content.split())}"
+        for m in earlier
     ]
     if found:
         lines.append("What memory holds for this message:")

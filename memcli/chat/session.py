@@ -201,8 +201,10 @@ class Chat:
         """Open (resume) a session, or start one; return True when it is new. A session is kept
         once a message is said in it: one started and left without a message is removed when
         the chat opens another or closes (`close`)."""
-        info = self.store.get_session(session_id) if session_id else None
-        self._drop_unsaid(keep=session_id)
+        from memcli.store.base import named
+
+        info = named(self.store, session_id, self.user_id) if session_id else None
+        self._drop_unsaid(keep=info.id if info is not None else None)
         self.memory = Memory(
             self.store,
             session_id=session_id,
@@ -214,7 +216,7 @@ class Chat:
             background=self.longterm,
         )
         self.last_context = None
-        self._unsaid = self.memory.session_id if info is None else None
+        self._unsaid = self.memory.session_key if info is None else None
         if info is not None and self.longterm is not None and self.blocks:
             # What the last chat in this session left unfed is fed now, beside this one.
             self.longterm.resume(self.blocks, [info], self.memory.tokenizer)
@@ -250,7 +252,7 @@ class Chat:
         from memcli.sessions import check_title
 
         text = check_title(title)
-        self.store.describe_session(self.session_id, title=text)
+        self.store.describe_session(self.mem.session_key, title=text)
         return text
 
     def _said(self, message: Message) -> None:
@@ -261,7 +263,7 @@ class Chat:
 
             title = title_from(message.content)
             if title:
-                self.store.describe_session(self.session_id, title=title)
+                self.store.describe_session(self.mem.session_key, title=title)
 
     @property
     def mem(self) -> Memory:
@@ -272,6 +274,7 @@ class Chat:
 
     @property
     def session_id(self) -> str:
+        """The session's name (what its user calls it)."""
         return self.mem.session_id
 
     @property
@@ -415,7 +418,7 @@ class Chat:
         blocks (as last assembled) and a search of the stored messages hold for it."""
         ready = self.last_context
         blocks = [(b.name, b.content) for b in ready.context.blocks] if ready else []
-        session_id = self.mem.session_id
+        session_id = self.mem.session_key
 
         def itself(m: MessageRow) -> bool:
             return m.role == "user" and m.content == text and m.session_id == session_id

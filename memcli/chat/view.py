@@ -111,9 +111,9 @@ def short_term(chat: Chat, recent: list[FlushMark] | None = None, keep: int = 3)
     if recent:
         marks = recent[-keep:]
     else:
-        marks = flush_marks(memory.store.list_flushes(memory.session_id)[-keep:], live=False)
+        marks = flush_marks(memory.store.list_flushes(memory.session_key)[-keep:], live=False)
     return ShortTerm(
-        session_id=info.id,
+        session_id=info.name,
         user_id=info.user_id,
         messages=memory.get_all(status="active"),
         active_tokens=info.active_tokens,

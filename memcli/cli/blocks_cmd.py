@@ -47,7 +47,7 @@ def list_command(
         if store is None:
             common.open_store(s, must_exist=True)  # says there is no database
         else:
-            session = common.require_session(store, session).id
+            session = common.require_session(store, session, common.asked_user(s)).id
     blocks, problems = common.blocks_with_problems(s, store, session=session)
     records: list[dict[str, Any]] = [
         {
@@ -109,25 +109,27 @@ def backfill_command(
     """Hand each block every archived batch it has not processed (after `import --no-blocks`, a
     block added to the config later, or a failed extraction). A second run does nothing. Exit 1
     while batches stay pending (the LLM failed); a block without a model is said to have
-    batches waiting for one. With --user, a session of another user is refused (exit 2).
+    batches waiting for one. With --user, SESSION is that user's session of that name.
 
     Example: memcli blocks backfill --user alice
     """
     from memcli.blocks.feed import backfill
-    from memcli.store.base import check_owner
     from memcli.store.index import Scope
 
     s = common.settings(ctx, user=user, model=model, api_base=api_base)
     store = common.open_store(s, must_exist=True)
     if session is not None:
-        sessions = [common.require_session(store, session)]
+        sessions = [common.require_session(store, session, common.asked_user(s))]
         session = sessions[0].id
-        check_owner(sessions[0], user, "Leave out --user, or use --user {owner_arg}")
     else:
         sessions = store.list_sessions(s.user)
     blocks = common.make_blocks(s, store, session=session)
-    again = "memcli blocks backfill" + (f" {shell_arg(session)}" if session else "")
-    again += f" --user {shell_arg(user)}" if user else ""
+    again = "memcli blocks backfill"
+    if sessions and session:
+        again += f" {common.session_args(store, sessions[0])}"
+        again += "" if " --user " in again or not user else f" --user {shell_arg(user)}"
+    elif user:
+        again += f" --user {shell_arg(user)}"
     done = [0, 0]  # batches processed, of how many
 
     def advance(n: int) -> None:

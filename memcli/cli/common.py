@@ -160,25 +160,33 @@ def open_store(s: Settings, *, must_exist: bool = False) -> AnyStore:
 
 
 def require_session(store: AnyStore, session_id: str, user: str | None = None) -> SessionInfo:
-    """The stored session (of `user`, when given) that `session_id` names, whole or by a unique
-    start of its id (several: the candidates, exit 2); SessionNotFound (exit 1) otherwise, as
-    every command says it: another user's session is named as theirs, a missing one gets the
-    close ids. Commands go on with the returned session's `id`."""
-    from memcli.store.base import check_owner, require_session
+    """The stored session (of `user`, when given; else of any user: a name several users have
+    is exit 2, naming them) that `session_id` names, whole or by a unique start of its name
+    (several: the candidates, exit 2); SessionNotFound (exit 1) otherwise, as every command
+    says it: a name only other users have is named as theirs (`memcli` runs with the whole
+    database: the owner is not hidden from it), a missing one gets the close names. Commands go
+    on with the returned session's `id` (the store's key) and show its `name`."""
+    from memcli.store.base import require_session
 
-    check_owner(store.get_session(session_id), user, OTHER_USERS_SESSION)
-    return require_session(store, session_id, user, prefix=True)
+    return require_session(store, session_id, user, prefix=True, elsewhere=OTHER_USERS_SESSION)
 
 
 def session_named(store: AnyStore, session_id: str | None, user: str | None = None) -> str | None:
-    """A session option's id: a stored session's whole id when `session_id` is a unique start
-    of one (of `user`, when given; several: exit 2), else `session_id` as given (None: none)."""
-    from memcli.store.base import by_prefix
-
+    """A session option's key (`SessionInfo.id`): the stored session's that `session_id` names
+    (of `user`, when given), whole or by a unique start of its name (several: exit 2); None
+    when `session_id` is None or empty. SessionNotFound when it names no session (of `user`)."""
     if not session_id:
-        return session_id
-    info = by_prefix(store, session_id, user)
-    return info.id if info is not None else session_id
+        return None
+    return require_session(store, session_id, user).id
+
+
+def session_args(store: AnyStore, info: SessionInfo) -> str:
+    """A session as a command's arguments in a hint: its name (as a shell takes it), with
+    `--user` when other users have a session of that name too."""
+    from memcli.words import shell_arg
+
+    shared = len(store.sessions_named(info.name)) > 1
+    return shell_arg(info.name) + (f" --user {shell_arg(info.user_id)}" if shared else "")
 
 
 #: The hint every command gives for a session of another user than --user.

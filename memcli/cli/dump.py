@@ -54,7 +54,7 @@ def blocks_command(
 
     s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=True)
-    session = common.session_named(store, session)
+    session = common.session_named(store, session, common.asked_user(s))
     blocks = common.make_blocks(s, store, session=session)
     names = [b.name for b in blocks]
     if block is not None and block not in names:
@@ -132,6 +132,7 @@ def context_command(
         ),
     ],
     input_: Input = None,
+    user: common.User = None,
     token_limit: WhatIfLimit = None,
     json_: common.Json = False,
 ) -> None:
@@ -143,9 +144,9 @@ def context_command(
     """
     from memcli.sessions import blocks_view
 
-    s = common.settings(ctx)
+    s = common.settings(ctx, user=user)
     store = common.open_store(s, must_exist=True)
-    session = common.session_named(store, session) or session
+    session = common.session_named(store, session, common.asked_user(s)) or session
     blocks = common.make_blocks(s, store, session=session)
     messages = blocks_view(
         store,

@@ -75,7 +75,7 @@ def export_command(
     if format_ == "openai":
         output.emit_all([openai_line(messages, session_record_keys(info))])
     elif format_ == "markdown":
-        for piece in markdown_transcript(messages, info.id, info.user_id, info.title):
+        for piece in markdown_transcript(messages, info.name, info.user_id, info.title):
             output.write(piece)
     else:
         output.emit_all([SessionRecord.of(info).to_dict()])

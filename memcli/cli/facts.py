@@ -144,6 +144,8 @@ def _show(facts: list[Any], json_: bool, scores: list[float] | None = None) -> N
     if output.wants_json(json_):
         output.emit_all(records)
         return
+    from memcli.messages import session_name
+
     columns = ["id", "block", "fact", "state", "topics", "entities", "origin", "session", "updated"]
     rows = [
         (
@@ -154,7 +156,7 @@ def _show(facts: list[Any], json_: bool, scores: list[float] | None = None) -> N
             ", ".join(f.topics),
             ", ".join(f.entities),
             f.origin,
-            f.session_id,
+            f.session_id and session_name(f.session_id),
             f.updated_at.astimezone(),
         )
         for f, r in zip(facts, records, strict=True)

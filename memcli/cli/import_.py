@@ -119,6 +119,7 @@ def import_command(
     from memcli.errors import UsageError
     from memcli.formats import names, read
     from memcli.importing import Opening, from_source, import_conversations
+    from memcli.store.base import named
     from memcli.transcripts import PUT_MODES
 
     if put not in PUT_MODES:
@@ -140,7 +141,12 @@ def import_command(
         store: Any = _empty_store()
     else:
         store = common.open_store(s)
-    blocks = [] if no_blocks or dry_run else common.make_blocks(s, store, session=session)
+    if no_blocks or dry_run:
+        blocks = []
+    else:  # (the blocks recorded for the session, when it is stored: the user's of that name)
+        whose = user or (header.user if header is not None else None)
+        stored = named(store, session, whose) if session is not None else None
+        blocks = common.make_blocks(s, store, session=stored.id if stored else None)
     extracting = _fact_blocks_with_a_model(blocks)
     for block in extracting:  # facts come after the import, their cost said first
         block.receives_flushes = False
@@ -179,9 +185,9 @@ def import_command(
         backfill=_backfill(s.user),
     )
     if result.messages and not dry_run:
-        _embed(store, blocks, [sid for sid, n in result.sessions.items() if n])
+        _embed(store, blocks, [result.keys[name] for name, n in result.sessions.items() if n])
     if extracting and not no_extract and result.sessions:  # (another block's failure aside)
-        _extract(s, store, extracting, list(result.sessions), json_=json_)
+        _extract(s, store, extracting, list(result.keys.values()), json_=json_)
     if failed:
         raise typer.Exit(1)
 

@@ -58,7 +58,7 @@ def _show(r: Any, all_: bool, total: int) -> None:
     info, messages, flushes = r.info, r.messages, r.flushes
     console = output.out()
     console.print(
-        f"[bold]Session {info.id}[/]  user {info.user_id}  "
+        f"[bold]Session {info.name}[/]  user {info.user_id}  "
         f"budget {info.token_limit:,} × {info.chat_history_token_ratio} "
         f"(flush {info.token_flush_size:,})"
     )

@@ -70,8 +70,7 @@ def rm_command(
     if not dry_run and forgetting.finish_deletes(store, s.home / "indexes"):
         output.info("Finished a delete that was stopped before its cleanup.")
     given = [common.session_name(name, "SESSION") or name for name in session or []]
-    named = [common.session_named(store, name, user) or name for name in given]
-    deletions = forgetting.plan(store, named, message or [], user)
+    deletions = forgetting.plan(store, given, message or [], user)
     for d in deletions:
         if d.forgotten is not None and d.forgotten.is_empty:
             others = common.close_users(store, d.forgotten.user)
@@ -113,7 +112,7 @@ def rm_command(
 
 def _done_line(d: Deletion) -> str:
     if d.kind == "session":
-        return f"Deleted session {d.session} ({output.plural(d.messages, 'message')})."
+        return f"Deleted session {d.session_name} ({output.plural(d.messages, 'message')})."
     if d.kind == "message" and d.message is not None:
-        return f"Deleted message {d.message.id} of session {d.session}."
+        return f"Deleted message {d.message.id} of session {d.session_name}."
     return f"Forgot {d.describe()}."

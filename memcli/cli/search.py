@@ -86,7 +86,6 @@ def search_command(
     if queries is not None:  # the whole file is read and checked before anything is searched
         lines = parse_queries(*read_source(queries))
     store = common.open_store(s, must_exist=True)
-    session = common.session_named(store, session, user)
     retriever = common.retriever(s, store, announce=True)
     if mode != "lexical":  # said before the search embeds them again (which takes a while)
         from memcli.store.index import Scope

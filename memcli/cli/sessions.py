@@ -30,7 +30,7 @@ def sessions_command(
     records: list[dict[str, Any]] = [
         {
             "type": "session",
-            "session": i.id,
+            "session": i.name,
             "user": i.user_id,
             "title": i.title,
             "source_id": i.source_id,
@@ -63,7 +63,7 @@ def sessions_command(
         ["session", *(["title"] if titled else []), "user", "messages", "last message", "stored"],
         [
             (
-                i.id,
+                i.name,
                 *([i.title or ""] if titled else []),
                 i.user_id,
                 i.active_messages + i.archived_messages,

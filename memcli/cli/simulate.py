@@ -99,6 +99,7 @@ def flush_command(
             help="Also write the chart to this image file: .png, .svg or .pdf, by its extension.",
         ),
     ] = None,
+    user: common.User = None,
     json_: common.Json = False,
 ) -> None:
     """Replay a transcript through the engine's flush policy and show what each budget does.
@@ -140,7 +141,7 @@ def flush_command(
     limits = parse_list(token_limit, int, "--token-limit")
     ratios = parse_list(ratio, float, "--ratio")
     sizes = parse_list(flush_size, int, "--flush-size")
-    s = common.settings(ctx)
+    s = common.settings(ctx, user=user)
     if session is None:  # bad values fail before a long transcript is read
         budget_list = budgets(limits, ratios, sizes, partial(common.budget_for, s, None))
     replay, info = _load(s, source, session, put)
@@ -216,7 +217,7 @@ def _load(s: Any, source: str | None, session: str | None, put: str) -> tuple[Re
     if session is not None:
         store = common.open_store(s, must_exist=True)
         try:
-            info = common.require_session(store, session)
+            info = common.require_session(store, session, common.asked_user(s))
             messages = store.get_messages(info.id)
         finally:
             store.close()

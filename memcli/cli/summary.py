@@ -22,6 +22,7 @@ def summary_command(
         str | None,
         typer.Option("--block", metavar="NAME", help="Only this summary block's summary."),
     ] = None,
+    user: common.User = None,
     model: common.Model = None,
     api_base: common.ApiBase = None,
     json_: common.Json = False,
@@ -34,9 +35,10 @@ def summary_command(
     """
     from memcli.blocks.summary import summary_reports
 
-    s = common.settings(ctx, model=model, api_base=api_base)
+    s = common.settings(ctx, user=user, model=model, api_base=api_base)
     store = common.open_store(s, must_exist=True)
-    session = common.require_session(store, session).id
+    info = common.require_session(store, session, common.asked_user(s))
+    session = info.id
     blocks = common.make_blocks(s, store, session=session, warn=False)
     reports = summary_reports(store, session, blocks, block=block, history=history)
     if output.wants_json(json_):
@@ -46,18 +48,18 @@ def summary_command(
             _show(report, history)
     if not reports:  # no summary block: none will ever come
         output.info(
-            f"No summary of session {session}: it has no summary block. Add one to the config"
+            f"No summary of session {info.name}: it has no summary block. Add one to the config"
             ' file ([[blocks]] kind = "summary"; `memcli blocks list` shows the blocks).'
         )
     elif not any(r.current for r in reports):
-        output.info(f"No summary of session {session} yet.")
+        output.info(f"No summary of session {info.name} yet.")
     for report in reports:
         if report.pending:
             error = f" ({report.error})" if report.error else ""
             output.info(
                 f"{report.block}: {output.plural(len(report.pending), 'batch')} waiting to be"
                 f" summarised{error}. They are retried after later flushes, or now with"
-                f" `memcli blocks backfill {session}`."
+                f" `memcli blocks backfill {common.session_args(store, info)}`."
             )
 
 

@@ -76,6 +76,9 @@ class Conversation:
     #: Found in a stored session by its source id (set by the import): what it shares with
     #: that session's start is stored, not only what the session ends with.
     matched: bool = False
+    #: Whose session it is, when the import decided it (a session found or named by its
+    #: source id: the importing user's); None: the session's name says (`importing.align`).
+    user: str | None = None
 
     @property
     def messages(self) -> list[Message]:

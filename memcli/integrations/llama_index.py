@@ -61,6 +61,7 @@ from memcli.flush import Budget
 from memcli.memory import Memory
 from memcli.messages import EXTRA, ROLES, Message
 from memcli.store import Store, open_store
+from memcli.store.base import named
 from memcli.tokens import TiktokenTokenizer, Tokenizer
 
 __all__ = [
@@ -228,7 +229,7 @@ class MemcliMemory(BaseMemory):
         if flushed or every_fact:  # the CLI builds this session's blocks as they are now
             from memcli.blocks.registry import record
 
-            record(memory.store, memory.session_id, memory.memory_blocks)
+            record(memory.store, memory.session_key, memory.memory_blocks)
         super().__init__(**saved_fields(memory))  # (the blocks' definitions as they are now)
         memory.given_tokens = True  # the messages come counted as LlamaIndex counts them
         self._memory = memory
@@ -334,7 +335,7 @@ def open_memory(
     """`Memory.from_defaults` with the blocks made memcli's (`memcli_block`) and the tokenizer
     tiktoken's `encoding` when given; `resume` opens a stored session with its own budget."""
     store: Store = open_store(db) if db is None or isinstance(db, str | Path) else db
-    if resume and session_id is not None and store.get_session(session_id) is not None:
+    if resume and session_id is not None and named(store, session_id, user_id) is not None:
         token_limit = chat_history_token_ratio = token_flush_size = None  # the session's own
     if tokenizer is None and encoding is not None:
         tokenizer = TiktokenTokenizer(encoding)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import InputError, MemcliError
-from memcli.store.base import check_owner, require_session
+from memcli.store.base import require_session
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -104,16 +104,21 @@ def search_lines(
     source: str | None = None,
 ) -> Found:
     """Each query line searched in turn: its own user, session and k win over the ones given
-    here; a named session must exist (SessionNotFound), and belong to the user when one is
-    given (else UsageError, as `chat` refuses another user's session). With `source` (the query
+    here; a named session (by its name, or a unique start of it) must exist: the user's when
+    one is given, else any user's (SessionNotFound; a name several users have: UsageError). With `source` (the query
     file's name), an error that a line's own session or user caused names the file and line."""
     found = Found()
     for line in lines:
         target = line.session or session_id
         if target is not None:
             try:
-                info = require_session(retriever.store, target)
-                check_owner(info, line.user or user, "Drop --user, or use --user {owner_arg}")
+                target = require_session(
+                    retriever.store,
+                    target,
+                    line.user or user,
+                    prefix=True,
+                    elsewhere="Drop --user, or use --user {owner_arg}",
+                ).id
             except MemcliError as exc:
                 if source is not None and (line.session or line.user):
                     exc.message = f"{source}:{line.index + 1}: {exc.message}"

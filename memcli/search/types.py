@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from memcli.errors import UsageError
-from memcli.messages import format_time
+from memcli.messages import format_time, session_name
 from memcli.words import duration
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class Hit:
             "rank": self.rank,
             "score": round(self.score, 6),
             "text": self.text,
-            "session": self.session_id,
+            "session": session_name(self.session_id),
             "message_ids": self.message_ids,
             "tokens": self.tokens,
             "first_time": format_time(self.first_time) if self.first_time else None,

@@ -12,6 +12,7 @@ from memcli.credentials import (
     redact_url,  # noqa: F401 (the stores show their URLs with it)
 )
 from memcli.errors import SessionNotFound, UsageError
+from memcli.messages import session_name
 from memcli.words import shell_arg
 
 if TYPE_CHECKING:
@@ -24,7 +25,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """A session: its user, the budget it was created with, and its counts."""
+    """A session: its user, the budget it was created with, and its counts.
+
+    `name` is what its user calls it (unique within the user: two users may each have `main`);
+    `id` is the store's key for it (unique in the database: the name itself unless another
+    user's session had that key first, then `messages.session_key`). Every command, tool and
+    the library take and show the name; only the store's own calls take the id."""
 
     id: str
     user_id: str
@@ -47,6 +53,11 @@ class SessionInfo:
     #: when the conversation happened, not when it was imported. None: no messages.
     first_at: datetime | None = None
     last_at: datetime | None = None
+
+    @property
+    def name(self) -> str:
+        """What its user calls it (`messages.session_name` of its key)."""
+        return session_name(self.id)
 
     @property
     def threshold(self) -> float:
@@ -202,12 +213,19 @@ class Store(SQLStore, Protocol):
 
     def create_session(
         self,
-        session_id: str,
+        name: str,
         user_id: str,
         token_limit: int,
         ratio: float,
         flush_size: int,
-    ) -> SessionInfo: ...
+    ) -> SessionInfo:
+        """The new session `name` of `user_id` (or theirs of that name stored meanwhile), under
+        a key of its own (`SessionInfo.id`)."""
+        ...
+
+    def sessions_named(self, name: str, user_id: str | None = None) -> list[SessionInfo]:
+        """The sessions called `name` (of `user_id`; None: of every user)."""
+        ...
 
     def update_session_budget(
         self, session_id: str, token_limit: int, ratio: float, flush_size: int
@@ -310,25 +328,43 @@ class Store(SQLStore, Protocol):
 SESSIONS_CLI = "Run `memcli sessions` to see the sessions"
 
 
+def named(store: Store, name: str, user: str | None = None) -> SessionInfo | None:
+    """The session called `name`: `user`'s (another user's session of that name is another
+    session, never theirs), or with `user` None any user's; None when there is none. With None
+    and several users' sessions of that name, UsageError (exit 2) naming their users."""
+    found = store.sessions_named(name, user)
+    if len(found) > 1:
+        from memcli.errors import UsageError
+
+        users = [i.user_id for i in found]
+        raise UsageError(
+            f"{len(found)} users have a session {name!r}: {', '.join(users)}",
+            f"Say whose, e.g. --user {shell_arg(users[0])} (the library: user_id=)",
+        )
+    return found[0] if found else None
+
+
 def by_prefix(store: Store, name: str, user: str | None = None) -> SessionInfo | None:
-    """The session `name` names: the one of that id, else the one session (of `user`, when
-    given) whose id starts with `name` (`3a10` for `my-passport-3a1001`... no: ids start so,
-    `my-pass` for `my-passport-number-3a1001`); None when none does. UsageError (exit 2) listing
-    them when several do."""
-    info = store.get_session(name)
+    """The session `name` names (`named`), else the one session (of `user`, when given) whose
+    name starts with `name` (`my-pass` for `my-passport-number-3a1001`); None when none does.
+    UsageError (exit 2) listing them when several do."""
+    info = named(store, name, user)
     if info is not None or not name:
         return info
-    found = [i for i in store.list_sessions(user) if i.id.startswith(name)]
+    found = [i for i in store.list_sessions(user) if i.name.startswith(name)]
     if len(found) > 1:
         from memcli.errors import UsageError
 
         shown = found[:10]
         more = f" and {len(found) - len(shown)} more" if len(found) > len(shown) else ""
+        users = len({i.user_id for i in found}) > 1
         raise UsageError(
             f"{len(found)} sessions start with {name!r}: "
-            + ", ".join(shell_arg(i.id) for i in shown)
+            + ", ".join(
+                shell_arg(i.name) + (f" (user {i.user_id})" if users else "") for i in shown
+            )
             + more,
-            "Give more of the id (or the whole of it)",
+            "Give more of the name (or the whole of it)",
         )
     return found[0] if found else None
 
@@ -340,15 +376,34 @@ def require_session(
     *,
     then: str | None = None,
     prefix: bool = False,
+    elsewhere: str | None = None,
 ) -> SessionInfo:
-    """The stored session; SessionNotFound when there is none (with `user`, none of that user's:
-    another user's session is not found for them). Its hint: the closest ids, then `then` (the
-    CLI's `memcli sessions` when None; `then` alone when no id is close). With `prefix`, a
-    unique start of an id names its session too (`by_prefix`: several are a UsageError)."""
-    info = by_prefix(store, session_id, user) if prefix else store.get_session(session_id)
-    if info is None or (user is not None and info.user_id != user):
-        hint = suggestion(store, session_id, user, then=then or SESSIONS_CLI) or then
+    """The stored session called `session_id` (of `user`, when given: another user's session of
+    that name is not theirs); SessionNotFound when there is none. Its hint: the closest names,
+    then `then` (the CLI's `memcli sessions` when None; `then` alone when no name is close).
+    With `prefix`, a unique start of a name names its session too (`by_prefix`: several are a
+    UsageError). `elsewhere` is the hint when only other users have a session of that name
+    (`{owner}` and `{owner_arg}` in it stand for one of them): for the CLI, which reads the
+    whole database; without it (the tools, the library) that case is not told from none."""
+    info = by_prefix(store, session_id, user) if prefix else named(store, session_id, user)
+    if info is None:
+        hint = None
+        if elsewhere is not None and user is not None:
+            others = sorted({i.user_id for i in store.sessions_named(session_id)} - {user})
+            if others:
+                hint = elsewhere.replace("{owner_arg}", shell_arg(others[0]))
+                hint = hint.replace("{owner}", others[0])
+        hint = hint or suggestion(store, session_id, user, then=then or SESSIONS_CLI) or then
         raise SessionNotFound(session_id, user, hint)
+    return info
+
+
+def stored_session(store: Store, key: str) -> SessionInfo:
+    """The session stored under `key` (a `SessionInfo.id` a command or tool resolved before);
+    SessionNotFound naming it when it went meanwhile."""
+    info = store.get_session(key)
+    if info is None:
+        raise SessionNotFound(session_name(key), None, SESSIONS_CLI)
     return info
 
 
@@ -360,26 +415,14 @@ def suggestion(
     new: bool = False,
     then: str = SESSIONS_CLI,
 ) -> str | None:
-    """ "Did you mean ...?" for a session id that is not there (`new`: that was just started,
-    so not itself): the closest ids among the sessions of `user` (None: of every user), then
-    `then`, as a hint; None when no id is close."""
+    """ "Did you mean ...?" for a session name that is not there (`new`: that was just started,
+    so not itself): the closest names among the sessions of `user` (None: of every user), then
+    `then`, as a hint; None when no name is close."""
     from difflib import get_close_matches
 
-    ids = [i.id for i in store.list_sessions(user) if not (new and i.id == session_id)]
+    ids = sorted({i.name for i in store.list_sessions(user) if not (new and i.name == session_id)})
     close = get_close_matches(session_id, ids, n=3, cutoff=0.6)
     if not close:
         return None
     names = " or ".join(shell_arg(c) for c in close)
     return f"Did you mean {names}? {then}"
-
-
-def check_owner(info: SessionInfo | None, user: str | None, hint: str) -> None:
-    """Refuse a stored session of another user than `user` (None: any user may open it) as
-    every command and tool refuses it: SessionNotFound, "no session 'x' of user 'bo'" (exit 1).
-    `hint` says what to do instead; `{owner}` in it stands for the session's user, `{owner_arg}`
-    for it as a command's argument (`words.shell_arg`) (the CLI names
-    the owner to its own user; the agent tools give a hint without it, so that a session of
-    another user is not told from one that does not exist)."""
-    if info is not None and user is not None and info.user_id != user:
-        hint = hint.replace("{owner_arg}", shell_arg(info.user_id))
-        raise SessionNotFound(info.id, user, hint.replace("{owner}", info.user_id))

@@ -32,6 +32,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memcli.messages import session_name
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -62,7 +64,7 @@ class Forgotten:
         return {
             "type": "forgotten",
             "user": self.user,
-            "sessions": list(self.sessions),
+            "sessions": [session_name(key) for key in self.sessions],
             "messages": self.messages,
             "facts": self.facts,
             "fact_changes": self.fact_changes,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memcli.messages import format_time, parse_time
+from memcli.messages import format_time, parse_time, session_name
 
 if TYPE_CHECKING:
     from memcli.store.base import SQLStore
@@ -35,7 +35,7 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "session": self.session_id,
+            "session": session_name(self.session_id),
             "block": self.block,
             "version": self.version,
             "created_at": self.created_at,

@@ -22,7 +22,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from memcli.errors import StoreBusy, StoreDamaged, StoreError
-from memcli.messages import Message, format_time, metadata_json, parse_time
+from memcli.messages import (
+    KEY_SEPARATOR,
+    Message,
+    format_time,
+    metadata_json,
+    parse_time,
+    session_key,
+)
 from memcli.store.base import FlushPlan, FlushRecord, NewMessage, SessionInfo, WindowEntry
 
 if TYPE_CHECKING:
@@ -287,22 +294,48 @@ class TableStore:
         return self._session(row) if row else None
 
     def create_session(
-        self, session_id: str, user_id: str, token_limit: int, ratio: float, flush_size: int
+        self, name: str, user_id: str, token_limit: int, ratio: float, flush_size: int
     ) -> SessionInfo:
-        """Store a new session; one that another process stored meanwhile is kept as it is (and
-        returned). Its times are the transaction's (an import's messages, written in the same
-        transaction, do not make it updated before it was created)."""
+        """Store a new session of `user_id` called `name`; the user's session of that name that
+        another process stored meanwhile is kept as it is (and returned). Its key (`id`) is the
+        name when no session has that key yet, else `messages.session_key(name, user_id)`:
+        another user's session of the same name changes nothing the user sees (the key is
+        never shown). Its times are the transaction's (an import's messages, written in the
+        same transaction, do not make it updated before it was created)."""
+        keys = (name, session_key(name, user_id))
         with self.transaction():
             stamp = self._stamp()
-            self._lock_session(session_id)
-            self.execute(
-                "INSERT INTO sessions (id, user_id, token_limit, ratio, flush_size, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                (session_id, user_id, token_limit, ratio, flush_size, stamp, stamp),
-            )
-        info = self.get_session(session_id)
-        assert info is not None
-        return info
+            for key in keys:
+                self._lock_session(key)
+            found = self.sessions_named(name, user_id)
+            if found:
+                return found[0]
+            for key in keys:
+                self.execute(
+                    "INSERT INTO sessions (id, user_id, token_limit, ratio, flush_size,"
+                    " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (id) DO NOTHING",
+                    (key, user_id, token_limit, ratio, flush_size, stamp, stamp),
+                )
+                found = self.sessions_named(name, user_id)
+                if found:
+                    return found[0]
+        raise AssertionError(f"session key {keys[1]!r} taken by another user")
+
+    def sessions_named(self, name: str, user_id: str | None = None) -> list[SessionInfo]:
+        """The sessions called `name`: the one of `user_id`, or with None every user's (oldest
+        first). A name is its key, or the start of a key up to `messages.KEY_SEPARATOR`."""
+        sql = f"SELECT {self._SESSION_COLUMNS} FROM sessions"
+        if user_id is not None:
+            sql += " WHERE id IN (?, ?) AND user_id = ?"
+            params: tuple[Any, ...] = (name, session_key(name, user_id), user_id)
+        else:  # (the keys from "name<sep>" up to "name<sep + 1>": a range of the primary key)
+            sql += " WHERE id = ? OR (id > ? AND id < ?)"
+            params = (name, name + KEY_SEPARATOR, name + chr(ord(KEY_SEPARATOR) + 1))
+        with self.lock:
+            self._apply_touches()
+            rows = self._query(sql + " ORDER BY created_at, id", params)
+        return [self._session(row) for row in rows]
 
     def update_session_budget(
         self, session_id: str, token_limit: int, ratio: float, flush_size: int

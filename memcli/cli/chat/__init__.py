@@ -99,7 +99,9 @@ def chat_command(
 
             raise UsageError("--continue and --session go not together", "Give one of them")
         session = latest_session(s)
-    chat, is_new = build_chat(s, session, token_limit, ratio, flush_size, rebudget)
+    chat, is_new = build_chat(
+        s, session, token_limit, ratio, flush_size, rebudget, own=bool(continue_)
+    )
     from memcli.chat.commands import Commands
 
     commands = Commands(chat)
@@ -141,7 +143,7 @@ def latest_session(s: Settings) -> str | None:
     if not infos:
         output.info(f"No session of user {s.user} to continue: this chat starts one.")
         return None
-    return max(infos, key=lambda i: (i.last_at or i.updated_at, i.updated_at)).id
+    return max(infos, key=lambda i: (i.last_at or i.updated_at, i.updated_at)).name
 
 
 def close_sessions(chat: Chat, session: str | None) -> str | None:
@@ -215,39 +217,44 @@ def build_chat(
     ratio: float | None,
     flush_size: int | None,
     rebudget: bool = False,
+    *,
+    own: bool = False,
 ) -> tuple[Chat, bool]:
     """The Chat for these settings, with its session open; True when the session is new.
+    `own`: the session is the settings' user's (--continue), whoever else has one of its name.
 
     Budget options that differ from a stored session's budget are an error (exit 2) unless
     `rebudget`, which stores them in the session first and says what that flushed."""
     from memcli.chat.session import Chat
     from memcli.search.types import SearchOptions
     from memcli.sessions import budget_rule, default_budget, owned
+    from memcli.store.base import by_prefix
 
     asked = common.budget_asked(token_limit, ratio, flush_size)
     store = common.open_store(s)
     user_id = s.user
     info = None
     if session:
-        # A session of another user: refused for an explicit --user, else chatted in as its user's.
-        user = s.user if "user" in s.explicit else None
-        named = common.session_named(store, session, s.user)  # a start of one of the user's
-        assert named is not None
-        if named != session:
-            output.info(
-                f"--session {shell_arg(session)} is the start of session {named}: resuming it"
-                " (give another name to start a new session)."
-            )
-        session = named
-        info = owned(store, session, user, common.OTHER_USERS_SESSION)
+        # The --user's session of that name (another user's of the same name is not theirs);
+        # without --user, any user's, chatted in as its user's; else a unique start of one of
+        # the user's names; else a new session of the user's.
+        info = owned(store, session, s.user if own else common.asked_user(s))
+        if info is None:
+            info = by_prefix(store, session, s.user)
+            if info is not None:
+                output.info(
+                    f"--session {shell_arg(session)} is the start of session"
+                    f" {shell_arg(info.name)}: resuming it (give another name to start a new"
+                    " session)."
+                )
         if info is not None:
-            user_id = info.user_id
-    blocks = common.make_blocks(s, store, session=session, user=user_id)
-    if session and info is not None:
+            session, user_id = info.name, info.user_id
+    blocks = common.make_blocks(s, store, session=info.id if info else None, user=user_id)
+    if info is not None:
         rule = budget_rule(default_budget(s), asked, rebudget=rebudget)
         wanted = rule(info)  # UsageError when it differs and --rebudget is not given
         if wanted is not None:
-            _rebudget(s, store, session, blocks, wanted)
+            _rebudget(s, store, info.id, blocks, wanted)
 
     chat = Chat(
         store,
@@ -298,7 +305,7 @@ def _rebudget(s: Settings, store: Any, session: str, blocks: list[Any], budget: 
     flushes = memory.rebudget(budget)
     moved = sum(len(f.message_ids) for f in flushes)
     output.info(
-        f"Session {session}: budget {budget_text(budget)} stored (was {budget_text(old)});"
+        f"Session {memory.session_id}: budget {budget_text(budget)} stored (was {budget_text(old)});"
         f" the change flushed {moved:,} {'message' if moved == 1 else 'messages'}."
     )
 

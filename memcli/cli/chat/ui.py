@@ -123,7 +123,7 @@ class ChatApp:
         self.entries: list[Entry] = []
         self.live_flushes: list[view.FlushMark] = []
         self.panels = view.panels(chat)  # read before the worker starts: the first screen has it
-        self.session_ids = [i.id for i in chat.store.list_sessions(chat.user_id)]
+        self.session_ids = [i.name for i in chat.store.list_sessions(chat.user_id)]
         self.turn: Turn | None = None  # the turn being played (set by the worker)
         self.pending = 0  # messages and commands submitted and not finished
         self.queued: list[Turn] = []  # turns submitted and not started
