@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from memcli.blocks.feed import FeedResult, FlushedBatch, feed, unprocessed
 from memcli.errors import MemcliError
-from memcli.words import plural
+from memcli.words import plural, shell_arg
 
 if TYPE_CHECKING:
     from memcli.blocks.base import MemoryBlock
@@ -257,5 +257,6 @@ def left_note(left: int, session_id: str) -> str | None:
     verb = "waits" if left == 1 else "wait"
     return (
         f"{plural(left, 'batch')} of long-term memory {verb}; the next chat in this session"
-        f" (`memcli chat --session {session_id}`) or `memcli blocks backfill` finishes them."
+        f" (`memcli chat --session {shell_arg(session_id)}`) or `memcli blocks backfill`"
+        " finishes them."
     )

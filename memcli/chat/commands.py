@@ -161,7 +161,7 @@ class Commands:
             return Result("No sessions yet.")
         infos.sort(key=lambda i: (i.last_at or i.updated_at, i.updated_at), reverse=True)
         lines = [
-            f"{'*' if i.id == self.chat.session_id else ' '} {i.id}"
+            f"{'*' if i.id == self.chat.mem.session_key else ' '} {i.name}"
             + (f" ({i.title})" if i.title else "")
             + f"  {i.active_messages} active, {i.archived_messages} archived,"
             f" {i.active_tokens:,} / {i.threshold:,.0f} tokens,"
@@ -272,7 +272,7 @@ class Commands:
             self._reset_armed = chat.session_id
             total = info.active_messages + info.archived_messages
             return Result(
-                f"/reset deletes the {total} messages of session {info.id} (long-term blocks keep "
+                f"/reset deletes the {total} messages of session {info.name} (long-term blocks keep "
                 "theirs). Type /reset again to confirm."
             )
         self._reset_armed = None

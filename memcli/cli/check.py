@@ -70,7 +70,7 @@ def check_command(
         )
     else:
         for p in problems:
-            where = f" (session {p.session})" if p.session is not None else ""
+            where = f" (session {p.session_name})" if p.session is not None else ""
             typer.echo(f"{p.check}{where}: {p.message}" + (f"\n  fix: {p.fix}" if p.fix else ""))
         for a in needed:
             typer.echo(f"{a.kind}: {a.message}\n  fix: {a.fix}")

@@ -400,7 +400,8 @@ def complete_session(ctx: typer.Context, incomplete: str) -> list[str]:
         if store is None:
             return []
         user = ctx.params.get("user")
-        return [i.id for i in store.list_sessions(user) if i.id.startswith(incomplete)]
+        names = [i.name for i in store.list_sessions(user) if i.name.startswith(incomplete)]
+        return list(dict.fromkeys(names))
     except Exception:  # noqa: BLE001 (a completion never fails: it offers nothing)
         return []
 

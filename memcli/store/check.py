@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memcli.fold import fold
+from memcli.messages import session_name
 
 #: At most this many problems of one kind are listed (the count says how many there are).
 MAX_PER_CHECK = 20
@@ -36,15 +37,19 @@ class Problem:
 
     check: str
     message: str
-    session: str | None = None
+    session: str | None = None  # (its key: `name` is what its user calls it)
     #: The command that mends it (None: restore a backup).
     fix: str | None = None
+
+    @property
+    def session_name(self) -> str | None:
+        return None if self.session is None else session_name(self.session)
 
     def record(self) -> dict[str, Any]:
         return {
             "type": "problem",
             "check": self.check,
-            "session": self.session,
+            "session": self.session_name,
             "message": self.message,
             "fix": self.fix,
         }
@@ -281,7 +286,7 @@ def _message_status(conn: Any) -> Iterator[Problem]:
         elif flush_session is None:
             what = f"is archived by flush {flush_id}, which does not exist"
         else:
-            what = f"is archived by flush {flush_id} of session {flush_session!r}"
+            what = f"is archived by flush {flush_id} of session {session_name(flush_session)!r}"
         yield Problem("flush ids", f"message {message_id} {what}", session)
 
 

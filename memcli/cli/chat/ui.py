@@ -332,7 +332,7 @@ class ChatApp:
         try:
             result = self.commands.run(line)
             if result.switched:
-                ids = [i.id for i in self.chat.store.list_sessions(self.chat.user_id)]
+                ids = [i.name for i in self.chat.store.list_sessions(self.chat.user_id)]
                 self.live_flushes = []
                 earlier = history_entries(self.chat.mem.get_all(status="active"))
                 self.post(lambda: setattr(self, "session_ids", ids))
