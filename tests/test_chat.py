@@ -22,7 +22,6 @@ from memcli.chat import (
     default_model,
 )
 from memcli.chat.view import facts_in, panels
-from memcli.errors import SessionNotFound
 from memcli.flush import Budget
 from memcli.llm import Hangup, LLMConfig
 
@@ -302,11 +301,16 @@ def test_commands(tmp_path):
         commands.run("/retry")
 
 
-def test_switching_to_a_session_of_another_user_is_refused(tmp_path):
+def test_switching_to_a_name_another_user_has_starts_the_users_own(tmp_path):
+    """`/session bobs` when bob has a `bobs`: a new session of the chat's user, named so."""
     chat = make_chat(tmp_path)
-    Chat(chat.store, user_id="bob").open("bobs")
-    with pytest.raises(SessionNotFound, match="no session 'bobs' of user"):
-        Commands(chat).run("/session bobs")
+    bobs = Chat(chat.store, user_id="bob")
+    bobs.open("bobs")
+    bobs.mem.put(Message("user", "Bob's secret"))
+    result = Commands(chat).run("/session bobs")
+    assert "Started new session bobs" in result.text
+    assert chat.mem.user_id != "bob" and chat.mem.get_all() == []
+    assert chat.mem.session_key != bobs.mem.session_key
 
 
 def test_flush_now_moves_one_batch_and_keeps_the_newest_turn(tmp_path):

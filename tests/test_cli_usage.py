@@ -87,7 +87,12 @@ def test_another_users_session_is_refused_alike_by_every_command(llm: object) ->
     }
     for name, run in runs.items():
         said = " ".join(run.stderr.split())
+        if name == "chat":  # a chat starts bo's own s1 (a name is its user's)
+            assert run.code == 0 and "new session s1 (user bo)" in said, (name, said)
+            continue
         assert run.code == 1, (name, run.stderr)
         assert "no session 's1' of user 'bo'" in said, (name, said)
+        assert "--user ana" in said, (name, said)  # the CLI reads the whole database
     assert memcli("inspect", "s1", "--user", "ana").code == 0
-    assert memcli("inspect", "s1").code == 0  # without --user: any user's session
+    run = memcli("inspect", "s1")  # without --user: a name two users have is ambiguous
+    assert run.code == 2 and "2 users have a session 's1': ana, bo" in run.stderr

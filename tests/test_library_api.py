@@ -309,19 +309,19 @@ def test_aopen_opens_the_store_and_the_session_off_the_loop(
     threads: dict[str, int] = {}
     ticked = threading.Event()
     real_open = memcli.store.pool.acquire
-    real_get = SQLiteStore.get_session
+    real_get = SQLiteStore.sessions_named
 
     def slow_open(*args: Any, **kwargs: Any) -> Any:
         threads["open"] = threading.get_ident()
         assert ticked.wait(PATIENCE_S), "the event loop stood still while the store opened"
         return real_open(*args, **kwargs)
 
-    def get_session(self: SQLiteStore, session_id: str) -> Any:
+    def sessions_named(self: SQLiteStore, name: str, user_id: str | None = None) -> Any:
         threads.setdefault("read", threading.get_ident())
-        return real_get(self, session_id)
+        return real_get(self, name, user_id)
 
     monkeypatch.setattr(memcli.store.pool, "acquire", slow_open)
-    monkeypatch.setattr(SQLiteStore, "get_session", get_session)
+    monkeypatch.setattr(SQLiteStore, "sessions_named", sessions_named)
 
     async def main() -> tuple[Memory, int]:
         async def heartbeat() -> None:
@@ -345,13 +345,13 @@ def test_aopen_with_a_store_reads_in_the_stores_worker(
     store = SQLiteStore(tmp_path / "m.db")
     Memory.from_defaults(session_id="s", user_id="ana", db=store, token_limit=500)
     names: list[str] = []
-    real_get = SQLiteStore.get_session
+    real_get = SQLiteStore.sessions_named
 
-    def get_session(self: SQLiteStore, session_id: str) -> Any:
+    def sessions_named(self: SQLiteStore, name: str, user_id: str | None = None) -> Any:
         names.append(threading.current_thread().name)
-        return real_get(self, session_id)
+        return real_get(self, name, user_id)
 
-    monkeypatch.setattr(SQLiteStore, "get_session", get_session)
+    monkeypatch.setattr(SQLiteStore, "sessions_named", sessions_named)
     memory = asyncio.run(Memory.aopen(session_id="s", db=store))
     assert memory.user_id == "ana" and memory.budget.token_limit == 500
     assert names and all(n.startswith("memcli-store") for n in names)
