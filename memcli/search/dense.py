@@ -354,8 +354,9 @@ class MessageVectors:
         IVF index.
 
         A flat index is made from the database's vectors up to the files' last vector id, each
-        row's message checked against the row file's (another database's files, or rows deleted
-        since, do not match). Damage: the description records a CRC-32 of each file as written;
+        row's message checked against the row file's, a sample of rows' vectors against the
+        description's checksum of them and their sessions, users and times against the database
+        (another database's files, or rows deleted since, do not match). Damage: the description records a CRC-32 of each file as written;
         a file that no longer matches is not used. A memory-mapped IVF index (a big store) is
         not read whole to check it, but its arrays are, and a sample of its rows is compared
         with the vectors the database holds for their messages."""
@@ -389,7 +390,9 @@ class MessageVectors:
                 )
                 if not np.array_equal(ids, loaded["message_ids"]):
                     return
-                if not self._places_agree(loaded, info):
+                if info.get("crc_sample") != _sample_crc(matrix) or not self._places_agree(
+                    loaded, info
+                ):
                     return
                 index = faiss.IndexFlatIP(info["dim"])
                 index.add(np.ascontiguousarray(matrix))
@@ -527,7 +530,7 @@ class MessageVectors:
                 return
             path.parent.mkdir(parents=True, exist_ok=True)
             ivf = isinstance(self.index, faiss.IndexIVF)
-            crc_faiss = None
+            crc_faiss = crc_sample = None
             if ivf:
                 data = faiss.serialize_index(self.index)  # a uint8 array
                 crc_faiss = crc(data)
@@ -535,6 +538,7 @@ class MessageVectors:
                 del data
             else:
                 path.unlink(missing_ok=True)  # (an IVF index's, or an older format's)
+                crc_sample = _sample_crc(self.index)
             buffer = io.BytesIO()
             np.savez(buffer, **self._arrays)
             crc_npz = crc(buffer.getvalue())
@@ -554,6 +558,7 @@ class MessageVectors:
                 "users": list(self._codes["user"].items()),
                 "crc_faiss": crc_faiss,
                 "crc_npz": crc_npz,
+                "crc_sample": crc_sample,
             }
             write_file(meta, json.dumps(info).encode())
             self._generation = generation
@@ -698,6 +703,21 @@ class MessageVectors:
             scores, rows = self.index.search(query, want, params=params)
         keep = rows[0] >= 0
         return scores[0][keep], rows[0][keep]
+
+
+def _sample_crc(vectors: Any) -> int:
+    """A CRC-32 of SAMPLE rows spread over a flat index's vectors (a matrix, or the index): the
+    description records it, so that files written for another database's vectors, even with
+    the same message ids, sessions and times, are not used with this one's."""
+    import numpy as np
+
+    n = int(vectors.ntotal) if hasattr(vectors, "ntotal") else len(vectors)
+    rows = sorted({i * n // SAMPLE for i in range(SAMPLE)} | {n - 1}) if n else []
+    if hasattr(vectors, "reconstruct"):
+        picked = [vectors.reconstruct(r) for r in rows]
+    else:
+        picked = [vectors[r] for r in rows]
+    return crc(b"".join(np.ascontiguousarray(v, dtype=np.float32).tobytes() for v in picked))
 
 
 def _fold(rows: int) -> int:
