@@ -9,7 +9,10 @@ flushes them, their full-text index caught up, and one vector per message stored
 `store.vectors.add_vectors` under the default model's name (random unit vectors of 384
 dimensions instead of embedding 100k texts: a vector's bytes are the same whatever it holds).
 Then the dense index is built by a search (`search.dense.MessageVectors`), the WAL checkpointed,
-and the files measured.
+and the files measured. Last, `--cold` fresh processes each open the store and run one dense
+search of the whole store (the index loaded from its files, as `memcli search` does first),
+then the whole store and a 40-message session again, warm: CPU (and wall) time of each
+(medians; faiss and numpy are imported before the clock starts).
 
     PYTHONPATH=. python benchmarks/store_bytes.py --dir /tmp/bytes              # 10k, 100k
     PYTHONPATH=. python benchmarks/store_bytes.py --dir /tmp/bytes --sizes 100000
@@ -21,6 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -116,6 +122,50 @@ def index(db: Path) -> float:
     return seconds
 
 
+def probe(db: Path) -> None:
+    """In a fresh process: the first dense search (the index loaded) and a warm one, as JSON."""
+    import faiss  # noqa: F401  (imported before the clock starts, as a search has it)
+    import numpy as np
+
+    from memcli.search.dense import MessageVectors
+    from memcli.store.index import Scope
+    from memcli.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(db)
+    query = np.random.default_rng(7).standard_normal(DIM).astype(np.float32)
+    query /= np.linalg.norm(query)
+    vectors = MessageVectors(store, MODEL)
+    cpu, wall = time.process_time(), time.perf_counter()
+    vectors.search(query, Scope(), 10)
+    first = (time.process_time() - cpu, time.perf_counter() - wall)
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(10):
+        vectors.search(query, Scope(), 10)
+    warm = ((time.process_time() - cpu) / 10, (time.perf_counter() - wall) / 10)
+    cpu = time.process_time()
+    for _ in range(10):
+        vectors.search(query, Scope(session_id="s000007"), 10)
+    session = (time.process_time() - cpu) / 10
+    json.dump({"first": first, "warm": warm, "session": session, "rebuilt": vectors.rebuilt},
+              sys.stdout)  # fmt: skip
+
+
+def cold(db: Path, runs: int) -> dict[str, float]:
+    found = []
+    for _ in range(runs):
+        out = subprocess.run(
+            [sys.executable, __file__, "--probe", str(db)], capture_output=True, check=True
+        )
+        found.append(json.loads(out.stdout))
+    assert not any(f["rebuilt"] for f in found), "the index was rebuilt, not loaded"
+    return {
+        "first_cpu": statistics.median(f["first"][0] for f in found),
+        "first_wall": statistics.median(f["first"][1] for f in found),
+        "warm_cpu": statistics.median(f["warm"][0] for f in found),
+        "session_cpu": statistics.median(f["session"] for f in found),
+    }
+
+
 def measure(db: Path, size: int) -> dict[str, Any]:
     import sqlite3
 
@@ -143,7 +193,12 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, required=True, help="where the stores are built")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--locomo", type=Path, default=Path("/work/shared/data/locomo"))
+    parser.add_argument("--cold", type=int, default=5, help="fresh processes searching")
+    parser.add_argument("--probe", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.probe:
+        probe(args.probe)
+        return
     texts = turns(args.locomo)
     args.dir.mkdir(parents=True, exist_ok=True)
     for size in args.sizes:
@@ -164,6 +219,15 @@ def main() -> None:
                 print(f"    {name:<28} {pages / size:7.0f} bytes per message")
         for name, length in figures["files"].items():
             print(f"    {name:<28} {length / size:7.0f} bytes per message ({length:,} bytes)")
+        if args.cold:
+            times = cold(db, args.cold)
+            print(
+                f"    a fresh process's first dense search {times['first_cpu'] * 1000:.0f} ms"
+                f" CPU ({times['first_wall'] * 1000:.0f} ms wall); then the whole store"
+                f" {times['warm_cpu'] * 1000:.1f} ms CPU, a session"
+                f" {times['session_cpu'] * 1000:.2f} ms CPU (medians of {args.cold} processes)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -507,14 +507,21 @@ def stored_vectors(store: SQLStore, model: str, through: int, dim: int) -> tuple
         ).fetchall()
     except errors as exc:
         raise _translate(store, exc, "cannot read the stored vectors") from None
-    if not all(fits(r[1], dim) for r in rows):
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    vectors = [r[1] for r in rows]
+    del rows
+    blob = b"".join(vectors)  # (all float16: the usual case, read in one piece)
+    if len(blob) == 2 * dim * len(vectors):
+        del vectors
+        return ids, np.frombuffer(blob, dtype=np.float16).astype(np.float32).reshape(-1, dim)
+    del blob
+    if not all(fits(v, dim) for v in vectors):
         raise StoreDamaged(
             "the stored vectors are damaged (a vector is not a vector)",
             "Run `memcli check` to see what is wrong, and restore the database from a"
             " backup (`memcli backup`)",
         )
-    ids = np.asarray([r[0] for r in rows], dtype=np.int64)
-    return ids, to_matrix([r[1] for r in rows], dim) if rows else np.zeros((0, dim), np.float32)
+    return ids, to_matrix(vectors, dim)
 
 
 def message_places(store: SQLStore, ids: Sequence[int]) -> dict[int, tuple[str, str, int]]:
