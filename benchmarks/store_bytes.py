@@ -154,8 +154,10 @@ def cold(db: Path, runs: int) -> dict[str, float]:
     found = []
     for _ in range(runs):
         out = subprocess.run(
-            [sys.executable, __file__, "--probe", str(db)], capture_output=True, check=True
+            [sys.executable, __file__, "--probe", str(db)], capture_output=True, text=True
         )
+        if out.returncode:
+            sys.exit(f"the probe failed:\n{out.stderr}")
         found.append(json.loads(out.stdout))
     assert not any(f["rebuilt"] for f in found), "the index was rebuilt, not loaded"
     return {
@@ -190,7 +192,7 @@ def measure(db: Path, size: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, required=True, help="where the stores are built")
+    parser.add_argument("--dir", type=Path, help="where the stores are built (required)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--locomo", type=Path, default=Path("/work/shared/data/locomo"))
     parser.add_argument("--cold", type=int, default=5, help="fresh processes searching")
@@ -199,6 +201,8 @@ def main() -> None:
     if args.probe:
         probe(args.probe)
         return
+    if args.dir is None:
+        parser.error("--dir is required")
     texts = turns(args.locomo)
     args.dir.mkdir(parents=True, exist_ok=True)
     for size in args.sizes:
