@@ -293,7 +293,6 @@ class MessageVectors:
 
     def _append(self, rows: list[tuple[Any, ...]], matrix: Any = None) -> None:
         """Add (vector id, message id, session, user, time, dim, bytes) rows to the index."""
-        import faiss
         import numpy as np
 
         if not rows:
@@ -301,7 +300,7 @@ class MessageVectors:
         if matrix is None:
             matrix = vsql.to_matrix([r[6] for r in rows], self.dim)
         if self.index is None:
-            self.index = faiss.IndexFlatIP(self.dim)
+            self.index = _flat(self.dim)
         self.index.add(np.ascontiguousarray(matrix))
         for key, values in self._row_arrays(rows).items():
             self._arrays[key] = np.concatenate([self._arrays[key], values])
@@ -385,17 +384,16 @@ class MessageVectors:
                 if not self._agrees(index, loaded["message_ids"]):
                     return
             else:
-                ids, matrix = vsql.stored_vectors(
-                    self.store, self.model, info["max_id"], info["dim"]
-                )
+                ids, half = vsql.stored_vectors(self.store, self.model, info["max_id"], info["dim"])
                 if not np.array_equal(ids, loaded["message_ids"]):
                     return
-                if info.get("crc_sample") != _sample_crc(matrix) or not self._places_agree(
-                    loaded, info
-                ):
+                index = _flat(info["dim"])
+                index.add_sa_codes(half.view(np.uint8))  # (its codes are the float16 values)
+                del half
+                if info.get("crc_sample") != _sample_crc(index):
                     return
-                index = faiss.IndexFlatIP(info["dim"])
-                index.add(np.ascontiguousarray(matrix))
+                if not self._places_agree(loaded, info):
+                    return
         except Exception:
             return  # missing, unreadable or damaged: rebuilt from the database
         self.index = index
@@ -705,19 +703,23 @@ class MessageVectors:
         return scores[0][keep], rows[0][keep]
 
 
-def _sample_crc(vectors: Any) -> int:
-    """A CRC-32 of SAMPLE rows spread over a flat index's vectors (a matrix, or the index): the
-    description records it, so that files written for another database's vectors, even with
-    the same message ids, sessions and times, are not used with this one's."""
-    import numpy as np
-
-    n = int(vectors.ntotal) if hasattr(vectors, "ntotal") else len(vectors)
+def _sample_crc(index: Any) -> int:
+    """A CRC-32 of SAMPLE rows spread over a flat index's vectors: the description records it,
+    so that files written for another database's vectors, even with the same message ids,
+    sessions and times, are not used with this one's."""
+    n = int(index.ntotal)
     rows = sorted({i * n // SAMPLE for i in range(SAMPLE)} | {n - 1}) if n else []
-    if hasattr(vectors, "reconstruct"):
-        picked = [vectors.reconstruct(r) for r in rows]
-    else:
-        picked = [vectors[r] for r in rows]
-    return crc(b"".join(np.ascontiguousarray(v, dtype=np.float32).tobytes() for v in picked))
+    return crc(b"".join(index.reconstruct(r).tobytes() for r in rows))
+
+
+def _flat(dim: int) -> Any:
+    """An exact index of float16 vectors (inner product): the values SQLite stores, searched
+    without a float32 copy (half the memory, and read from the database without conversion)."""
+    import faiss
+
+    return faiss.IndexScalarQuantizer(
+        dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT
+    )
 
 
 def _fold(rows: int) -> int:
@@ -733,7 +735,7 @@ def _new_index(matrix: Any) -> Any:
 
     n, dim = matrix.shape
     if n < IVF_FROM:
-        return faiss.IndexFlatIP(dim)
+        return _flat(dim)
     nlist = int(n**0.5)
     quantizer = faiss.IndexFlatIP(dim)
     index = faiss.IndexIVFScalarQuantizer(

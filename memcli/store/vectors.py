@@ -493,9 +493,10 @@ def message_vectors(
 
 
 def stored_vectors(store: SQLStore, model: str, through: int, dim: int) -> tuple[Any, Any]:
-    """(message ids, float32 matrix) of `model`'s vectors of `dim` values up to a vector id, in
-    vector id order: what a flat index holds, read from the one copy (no join: the index's own
-    file gives each row's session, user and time). A damaged row raises as `iter_vectors`."""
+    """(message ids, float16 matrix) of `model`'s vectors of `dim` values up to a vector id, in
+    vector id order: what a flat index holds (float16, as SQLite stores them: no conversion),
+    read from the one copy (no join: the index's own file gives each row's session, user and
+    time). A damaged row raises as `iter_vectors`."""
     import numpy as np
 
     errors: tuple[type[Exception], ...] = getattr(store, "DATABASE_ERRORS", ())
@@ -512,8 +513,7 @@ def stored_vectors(store: SQLStore, model: str, through: int, dim: int) -> tuple
     del rows
     blob = b"".join(vectors)  # (all float16: the usual case, read in one piece)
     if len(blob) == 2 * dim * len(vectors):
-        del vectors
-        return ids, np.frombuffer(blob, dtype=np.float16).astype(np.float32).reshape(-1, dim)
+        return ids, np.frombuffer(blob, dtype=np.float16).reshape(-1, dim)
     del blob
     if not all(fits(v, dim) for v in vectors):
         raise StoreDamaged(
@@ -521,7 +521,7 @@ def stored_vectors(store: SQLStore, model: str, through: int, dim: int) -> tuple
             "Run `memcli check` to see what is wrong, and restore the database from a"
             " backup (`memcli backup`)",
         )
-    return ids, to_matrix(vectors, dim)
+    return ids, to_matrix(vectors, dim).astype(np.float16)
 
 
 def message_places(store: SQLStore, ids: Sequence[int]) -> dict[int, tuple[str, str, int]]:
