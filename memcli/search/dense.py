@@ -12,11 +12,11 @@ loaded by a query, extended when vectors were only added since, and rebuilt from
 when they are missing, stale, unreadable or damaged: the description holds a CRC-32 of the other
 files (checked at load; an IVF index, memory-mapped, is not read whole for it).
 
-Up to `IVF_FROM` vectors the index is exact (a flat inner-product index) and has no vector file:
-a process reads the vectors from the database once (in vector id order, each row's message
-checked against the row file's), and grows the index in memory with the rows added since; the
-row file is written again when a tenth of the rows (at least DELTA_MIN, at most DELTA_MAX) are
-newer than it. Above, an inverted-file index (IVF, `nlist` about the square root of the count)
+Up to `IVF_FROM` vectors the index is exact (a flat inner-product index of the float16 values
+SQLite stores: `_flat`) and has no vector file: a process reads the vectors from the database
+once (in vector id order, each row's message checked against the row file's), and grows the
+index in memory with the rows added since; the row file is written again when a tenth of the
+rows (at least DELTA_MIN, at most DELTA_MAX) are newer than it. Above, an inverted-file index (IVF, `nlist` about the square root of the count)
 with 8-bit scalar-quantised vectors (a quarter of the bytes to read per query; the cosines move
 by about 0.001) is memory-mapped at query time, so that a fresh process searches a million
 messages without reading them all: the search visits the `nprobe` nearest lists (and every list
