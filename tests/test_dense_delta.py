@@ -124,6 +124,29 @@ def test_flat_files_that_do_not_match_the_database_are_rebuilt(tmp_path: Path) -
     assert fresh.rebuilt
 
 
+def test_a_message_deleted_for_good_leaves_no_copy_of_its_vector(tmp_path: Path) -> None:
+    """The vector's one copy is SQLite's row: deleted with the message, gone from the database,
+    its WAL and the index files; a fresh process finds the rest as before."""
+    db = tmp_path / "m.db"
+    store = SQLiteStore(db)
+    pairs = add(store, "s1", "u1", 30, 1)
+    vectors = MessageVectors(store, MODEL)
+    vectors.refresh()
+    gone, vector = pairs[11]
+    stored = vector.astype(np.float16).tobytes()
+    assert stored in db.read_bytes() + Path(f"{db}-wal").read_bytes()
+    plan = forgetting.plan(store, ["s1"], [gone])
+    forgetting.delete(store, plan)
+    assert vectors.search(vector, Scope(), 1)[0][0] != gone
+    for file in [db, Path(f"{db}-wal"), *files(db).values()]:
+        assert not file.exists() or stored not in file.read_bytes(), file
+    fresh = MessageVectors(SQLiteStore(db), MODEL)
+    for message_id, other in pairs[::5]:
+        if message_id != gone:
+            assert fresh.search(other, Scope(), 1)[0][0] == message_id
+    assert fresh.count == 29
+
+
 def test_adding_vectors_leaves_the_ivf_index_file_untouched_until_the_fold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
