@@ -517,11 +517,9 @@ def _migration_29(conn: sqlite3.Connection) -> None:
     """Each vector stored once, at float16 (`memcli.store.vectors.STORED`): the float32 rows are
     written again at half the size (a row of the default model then fills a quarter of a page;
     float32 rows filled 3/4 of a half), in batches; the database is packed after it
-    (`COMPACT_AFTER`). The flat index's vector file goes with the index files' new format
+    (`needs_packing`). The flat index's vector file goes with the index files' new format
     (`search/index_files.FORMAT`): its next search reads the vectors from here. On 100,000
     vectors: 3.5 s, and 2.1 s for the VACUUM (262 MB -> 156 MB)."""
-    import numpy as np
-
     after = 0
     while True:
         rows = conn.execute(
@@ -530,6 +528,8 @@ def _migration_29(conn: sqlite3.Connection) -> None:
         ).fetchall()
         if not rows:
             return
+        import numpy as np  # (only with vectors to rewrite: a new database opens without it)
+
         after = rows[-1][0]
         conn.executemany(
             "UPDATE retrieval_vectors SET vector = ? WHERE id = ?",
@@ -568,9 +568,14 @@ MIGRATIONS: list[tuple[int, Migration]] = [
 
 LATEST = MIGRATIONS[-1][0]
 
-#: Migrations that rewrite rows smaller, after which the database is packed again (VACUUM,
-#: outside the migrating transaction: `SQLiteStore` runs it).
-COMPACT_AFTER = frozenset({29})
+
+def needs_packing(conn: sqlite3.Connection, applied: list[int]) -> bool:
+    """Whether the migrations just applied rewrote rows smaller (29: the vectors), so that the
+    database is to be packed again (VACUUM, outside the migrating transaction: `SQLiteStore`
+    runs it). A database with nothing rewritten is left as it is."""
+    if 29 not in applied:
+        return False
+    return conn.execute("SELECT 1 FROM retrieval_vectors LIMIT 1").fetchone() is not None
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
