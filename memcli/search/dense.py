@@ -16,13 +16,13 @@ Up to `IVF_FROM` vectors the index is exact (a flat inner-product index of the f
 SQLite stores: `_flat`) and has no vector file: a process reads the vectors from the database
 once (in vector id order, each row's message checked against the row file's), and grows the
 index in memory with the rows added since; the row file is written again when a tenth of the
-rows (at least DELTA_MIN, at most DELTA_MAX) are newer than it. Above, an inverted-file index (IVF, `nlist` about the square root of the count)
-with 8-bit scalar-quantised vectors (a quarter of the bytes to read per query; the cosines move
-by about 0.001) is memory-mapped at query time, so that a fresh process searches a million
-messages without reading them all: the search visits the `nprobe` nearest lists (and every list
-when a filter leaves few messages in scope); a sample of its rows is compared with the vectors
-the database holds for their messages, and the rows added since are in the delta file
-(`search/delta.py`), searched exactly beside it.
+rows (at least DELTA_MIN, at most DELTA_MAX) are newer than it. Above, an inverted-file index
+(IVF, `nlist` about the square root of the count) with 8-bit scalar-quantised vectors (a quarter
+of the bytes to read per query; the cosines move by about 0.001) is memory-mapped at query time,
+so that a fresh process searches a million messages without reading them all: the search visits
+the `nprobe` nearest lists (and every list when a filter leaves few messages in scope); a sample
+of its rows is compared with the vectors the database holds for their messages, and the rows
+added since are in the delta file (`search/delta.py`), searched exactly beside it.
 """
 
 from __future__ import annotations
@@ -355,10 +355,11 @@ class MessageVectors:
         A flat index is made from the database's vectors up to the files' last vector id, each
         row's message checked against the row file's, a sample of rows' vectors against the
         description's checksum of them and their sessions, users and times against the database
-        (another database's files, or rows deleted since, do not match). Damage: the description records a CRC-32 of each file as written;
-        a file that no longer matches is not used. A memory-mapped IVF index (a big store) is
-        not read whole to check it, but its arrays are, and a sample of its rows is compared
-        with the vectors the database holds for their messages."""
+        (another database's files, or rows deleted since, do not match). Damage: the description
+        records a CRC-32 of each file as written; a file that no longer matches is not used. A
+        memory-mapped IVF index (a big store) is not read whole to check it, but its arrays are,
+        and a sample of its rows is compared with the vectors the database holds for their
+        messages."""
         import numpy as np
 
         self._reset()

@@ -428,8 +428,8 @@ def vector_models(store: SQLStore) -> list[str]:
 
 def iter_vectors(store: SQLStore, model: str, after: int) -> Iterator[tuple[Any, ...]]:
     """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order
-    (the bytes as stored: `to_matrix` reads them). A row the database cannot read, or that is not such a row (a damaged page), raises
-    StoreDamaged (StoreError on another failure)."""
+    (the bytes as stored: `to_matrix` reads them). A row the database cannot read, or that is
+    not such a row (a damaged page), raises StoreDamaged (StoreError on another failure)."""
     from memcli.store.index import message_time_ms
 
     cursor = store.execute(
