@@ -372,12 +372,12 @@ def add_vectors(
     cleared: Sequence[int] = (),
     scope: Scope | None = None,
 ) -> int:
-    """Store (message id, piece, dim, float32 bytes) rows (as the store keeps them: `encode`) and
-    move the scope's mark to `through`
-    (None: the store's `embedded:MODEL`; a user's or session's in `retrieval_marks`): every
-    message of the scope up to it is then embedded (`cleared`: messages handled that got no
-    vector, e.g. empty ones). A piece already stored (by another process that embedded the
-    message meanwhile) is kept, not stored twice; return how many rows were added."""
+    """Store (message id, piece, dim, float32 bytes) rows (as the store keeps them: `encode`)
+    and move the scope's mark to `through` (None: the store's `embedded:MODEL`; a user's or
+    session's in `retrieval_marks`): every message of the scope up to it is then embedded
+    (`cleared`: messages handled that got no vector, e.g. empty ones). A piece already stored
+    (by another process that embedded the message meanwhile) is kept, not stored twice; return
+    how many rows were added."""
     key = mark_key(scope)
     with store.transaction():
         if key is not None:
@@ -511,10 +511,8 @@ def stored_vectors(store: SQLStore, model: str, through: int, dim: int) -> tuple
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     vectors = [r[1] for r in rows]
     del rows
-    blob = b"".join(vectors)  # (all float16: the usual case, read in one piece)
-    if len(blob) == 2 * dim * len(vectors):
-        return ids, np.frombuffer(blob, dtype=np.float16).reshape(-1, dim)
-    del blob
+    if all(isinstance(v, bytes) and len(v) == 2 * dim for v in vectors):  # (the usual case)
+        return ids, np.frombuffer(b"".join(vectors), dtype=np.float16).reshape(-1, dim)
     if not all(fits(v, dim) for v in vectors):
         raise StoreDamaged(
             "the stored vectors are damaged (a vector is not a vector)",
