@@ -340,8 +340,11 @@ def _user_vectors(store: Any, model: str, user: str) -> tuple[Any, Any]:
         " WHERE s.user_id = ? AND v.model = ? AND v.piece = 0",
         (user, model),
     ).fetchall()
+    from memcli.store import vectors as vsql
+
     ids = np.asarray([r[0] for r in rows], dtype=np.int64)
-    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    dim = len(rows[0][1]) // (2 if store.dialect == "sqlite" else 4)  # (as stored: float16)
+    matrix = vsql.to_matrix([bytes(r[1]) for r in rows], dim)
     return matrix, ids
 
 

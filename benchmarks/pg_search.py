@@ -130,6 +130,8 @@ def copy_vectors(conn: Any, rows: Any) -> int:
 
     import numpy as np
 
+    from memcli.store import vectors as vsql
+
     columns = TABLES["retrieval_vectors"] + ", embedding"
     count = 0
     with conn.cursor().copy(
@@ -138,6 +140,7 @@ def copy_vectors(conn: Any, rows: Any) -> int:
         chunk = [b"PGCOPY\n\xff\r\n\x00", struct.pack(">ii", 0, 0)]
         for vid, message_id, piece, model, dim, vector in rows:
             name = model.encode()
+            vector = vsql.encode("postgresql", vector, dim)  # (SQLite's are float16)
             floats = np.frombuffer(vector, dtype="<f4").astype(">f4").tobytes()
             chunk.append(
                 struct.pack(">hiqiqiqi", 7, 8, vid, 8, message_id, 8, piece, len(name))
@@ -207,7 +210,9 @@ def exact_vectors(sqlite_path: Path, model: str) -> tuple[Any, Any, Any, Any]:
     ids = np.array([r[0] for r in rows])
     sessions = np.array([r[1] for r in rows])
     users = np.array([r[2] for r in rows])
-    matrix = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    from memcli.store import vectors as vsql
+
+    matrix = vsql.to_matrix([r[3] for r in rows], len(rows[0][3]) // 2)  # (SQLite's: float16)
     return ids, sessions, users, matrix
 
 

@@ -180,21 +180,26 @@ def test_the_mcp_server_searches_by_meaning_without_torch(tmp_path, minilm) -> N
         call(3, "search_memory", {"query": "insects kept at home", "mode": "vector"}),
         call(4, "get_context", {"session": "roof", "input": "and the honey?"}),
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-X", "importtime", "-m", "memcli", "--db", str(tmp_path / "m.db")]
-        + ["mcp"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    replies = []
-    for request in requests:
-        proc.stdin.write((json.dumps(request) + "\n").encode())
-        proc.stdin.flush()
-        if "id" in request:
-            replies.append(json.loads(proc.stdout.readline()))
-    _, err = proc.communicate(timeout=600)  # closes stdin: the server ends
+    # stderr to a file: -X importtime writes about 64 KB there before the search replies, the
+    # size of a pipe's buffer, and a pipe read only at the end could block the server on it.
+    errors = tmp_path / "stderr.txt"
+    with errors.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "importtime", "-m", "memcli", "--db", str(tmp_path / "m.db")]
+            + ["mcp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        replies = []
+        for request in requests:
+            proc.stdin.write((json.dumps(request) + "\n").encode())
+            proc.stdin.flush()
+            if "id" in request:
+                replies.append(json.loads(proc.stdout.readline()))
+        proc.communicate(timeout=600)  # closes stdin: the server ends
+    err = errors.read_bytes()
     assert proc.returncode == 0, err.decode()[-3000:]
     assert [r["id"] for r in replies] == [1, 2, 3, 4]
     assert not any(r["result"].get("isError") for r in replies[1:]), replies

@@ -35,22 +35,40 @@ def _url(request: pytest.FixtureRequest, tmp_path: Path, kind: str, name: str) -
 
 
 def contents(db: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table a copy moves, columns by name, rows in key order."""
+    """Every row of every table a copy moves, columns by name, rows in key order; a vector as
+    its values at float16 (SQLite stores them so, PostgreSQL as float32)."""
     store: Any = open_store(db)
     try:
         columns = catalogue(store)
         out = {}
         for table in TABLES:
-            names = ", ".join(f'"{c}"' for c in sorted(columns[table.name]))
+            names = sorted(columns[table.name])
+            listed = ", ".join(f'"{c}"' for c in names)
             out[table.name] = [
-                tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+                tuple(
+                    half(v, row[names.index("dim")]) if name == "vector" else value(v)
+                    for name, v in zip(names, row, strict=True)
+                )
                 for row in store._query(
-                    f'SELECT {names} FROM "{table.name}"{table.condition()} ORDER BY {table.key}'
+                    f'SELECT {listed} FROM "{table.name}"{table.condition()} ORDER BY {table.key}'
                 )
             ]
         return out
     finally:
         store.close()
+
+
+def value(v: Any) -> Any:
+    return bytes(v) if isinstance(v, memoryview) else v
+
+
+def half(vector: Any, dim: int) -> bytes:
+    import numpy as np
+
+    from memcli.store import vectors as vsql
+
+    assert vsql.fits(vector, dim)
+    return bytes(vsql.to_matrix([bytes(vector)], dim).astype(np.float16).tobytes())
 
 
 def digests(db: str) -> dict[str, str]:

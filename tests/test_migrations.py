@@ -13,6 +13,7 @@ from memcli import Memory, Message
 from memcli.errors import StoreError
 from memcli.store import facts as fact_store
 from memcli.store import longterm
+from memcli.store.base import NewMessage
 from memcli.store.migrations import MIGRATIONS
 from memcli.store.sqlite import SQLiteStore
 
@@ -179,3 +180,58 @@ def test_the_fact_history_gets_its_origins_where_they_are_known(tmp_path: Path) 
     # New changes record theirs.
     fact_store.edit_fact(store, 2, "Cat: Tom the cat", origin="manual")
     assert fact_store.fact_history(store, "user:ana", fact_id=2)[-1].origin == "manual"
+
+
+def test_vectors_stored_at_float32_are_kept_at_float16_and_stay_searchable(
+    tmp_path: Path,
+) -> None:
+    """Migration 29: each stored float32 vector is written again at float16 (half the bytes) and
+    the database packed (its file shrinks); the flat index's old vector file is gone after the
+    next search, which finds the same messages."""
+    import json
+
+    import numpy as np
+
+    from memcli.search.dense import MessageVectors
+    from memcli.store.index import Scope
+
+    db = tmp_path / "old.db"
+    store = SQLiteStore(db)
+    store.create_session("s", "ana", 1000, 0.7, 100)
+    with store.transaction():
+        ids = store.append_messages(
+            "s", [NewMessage(Message("user", f"message {n}"), 2) for n in range(300)]
+        )
+    matrix = np.random.default_rng(1).standard_normal((300, 384)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    store.close()
+    with sqlite3.connect(db) as conn:  # as memcli stored them before: float32, beside a file
+        conn.executemany(
+            "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
+            " VALUES (?, 0, 'm', 384, ?)",
+            [(i, v.tobytes()) for i, v in zip(ids, matrix, strict=True)],
+        )
+        conn.execute("INSERT INTO retrieval_state VALUES ('vectors_added:m', '300')")
+        conn.execute("DELETE FROM migrations WHERE version = 29")
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = db.stat().st_size
+    old_file = Path(f"{db}.retrieval.faiss")
+    old_file.write_bytes(matrix.tobytes())
+    Path(f"{db}.retrieval.json").write_text(json.dumps({"model": "m", "format": 5}))
+    store = SQLiteStore(db)
+    assert 29 in [r[0] for r in store.execute("SELECT version FROM migrations")]
+    stored = store.execute("SELECT vector FROM retrieval_vectors ORDER BY id").fetchall()
+    assert [len(r[0]) for r in stored] == [2 * 384] * 300
+    assert np.allclose(
+        np.frombuffer(b"".join(r[0] for r in stored), dtype=np.float16).reshape(300, 384),
+        matrix,
+        atol=1e-3,
+    )
+    store.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert db.stat().st_size < 0.7 * before  # packed: the half-empty pages are gone
+    vectors = MessageVectors(store, "m")
+    for at in range(0, 300, 23):
+        assert vectors.search(matrix[at], Scope(), 1)[0][0] == ids[at]
+    assert not old_file.exists()
+    store.close()

@@ -52,7 +52,8 @@ def add(store: SQLiteStore, session: str, texts: Sequence[str]) -> list[int]:
 
 
 def files(db: Path) -> list[Path]:
-    return [Path(f"{db}.retrieval.{suffix}") for suffix in ("faiss", "npz", "json")]
+    """A flat index's files: its rows and its description (its vectors are the database's)."""
+    return [Path(f"{db}.retrieval.{suffix}") for suffix in ("npz", "json")]
 
 
 def top(store: SQLiteStore, query: str) -> tuple[Retriever, str]:
@@ -68,16 +69,15 @@ def test_index_overwritten_after_its_header_is_detected_and_rebuilt(tmp_path: Pa
     store = SQLiteStore(tmp_path / "m.db")
     add(store, "s", CHAT + OTHER)
     _, before = top(store, "cello orchestra")
-    faiss_file = files(store.path)[0]
-    data = bytearray(faiss_file.read_bytes())
-    body = len(data) - 12 * HashEmbedder().dim * 4  # the vectors: the end of a flat index
-    garbage = np.random.default_rng(1).standard_normal((len(data) - body) // 4, np.float32)
-    data[body:] = garbage.tobytes()  # same size, header intact: the file still reads
-    faiss_file.write_bytes(bytes(data))
+    rows_file = files(store.path)[0]
+    data = bytearray(rows_file.read_bytes())
+    body = 128  # past the first entry's header: the row arrays
+    data[body : body + 96] = np.random.default_rng(1).bytes(96)  # same size, header intact
+    rows_file.write_bytes(bytes(data))
     fresh, after = top(SQLiteStore(store.path), "cello orchestra")
     assert "cello" in before and after == before
     assert fresh.vectors.rebuilt
-    assert faiss_file.read_bytes() != bytes(data)  # written again
+    assert rows_file.read_bytes() != bytes(data)  # written again
 
 
 def test_index_files_of_another_database_are_not_used(tmp_path: Path) -> None:

@@ -1,24 +1,28 @@
 """The dense side of retrieval: a FAISS index over the message vectors stored in the database, or
 pgvector's own search on a PostgreSQL database that has it (`vectors_for` picks).
 
-The database holds the vectors (the source of truth). The index lives in files beside a SQLite
-database: `<db>.retrieval.faiss` (the vectors), `<db>.retrieval.npz` (per row: message id, session
-and user codes, unix time in ms) and `<db>.retrieval.json` (what the files cover, written last);
-for a PostgreSQL database without pgvector, as `retrieval.faiss` (and so on) in
+The database holds the vectors, the only copy of each (`memcli.store.vectors`). The index
+lives in files beside a SQLite database: `<db>.retrieval.npz` (per row: message id, session and
+user codes, unix time in ms), `<db>.retrieval.json` (what the files cover, written last) and, for
+an IVF index only, `<db>.retrieval.faiss` (its 8-bit codes) and `<db>.retrieval.delta`; for a
+PostgreSQL database without pgvector, as `retrieval.npz` (and so on) in
 `<index_dir>/<hash of the server's host, port and database name>/`, where `index_dir` is the
 folder the caller names (the CLI's: `$MEMCLI_HOME/indexes`; none: in memory only). They are
-loaded by a query, extended when vectors were only added since, and rebuilt from SQLite when they
-are missing, stale, unreadable or damaged: the description holds a CRC-32 of the other two files
-(checked at load; an IVF index, memory-mapped, is not read whole for it), and a sample of the
-index's rows is compared with the vectors SQLite holds for their messages. Each file is written
-to a temporary name, flushed to disk (fsync) and renamed, the description last. An in-memory
-database keeps its index in memory only.
+loaded by a query, extended when vectors were only added since, and rebuilt from the database
+when they are missing, stale, unreadable or damaged: the description holds a CRC-32 of the other
+files (checked at load; an IVF index, memory-mapped, is not read whole for it).
 
-Up to `IVF_FROM` vectors the index is exact (a flat inner-product index). Above, an inverted-file
-index (IVF, `nlist` about the square root of the count) with 8-bit scalar-quantised vectors (a
-quarter of the bytes to read per query; the cosines move by about 0.001) is memory-mapped at query
-time, so that a fresh process searches a million messages without reading them all: the search
-visits the `nprobe` nearest lists (and every list when a filter leaves few messages in scope).
+Up to `IVF_FROM` vectors the index is exact (a flat inner-product index of the float16 values
+SQLite stores: `_flat`) and has no vector file: a process reads the vectors from the database
+once (in vector id order, each row's message checked against the row file's), and grows the
+index in memory with the rows added since; the row file is written again when a tenth of the
+rows (at least DELTA_MIN, at most DELTA_MAX) are newer than it. Above, an inverted-file index
+(IVF, `nlist` about the square root of the count) with 8-bit scalar-quantised vectors (a quarter
+of the bytes to read per query; the cosines move by about 0.001) is memory-mapped at query time,
+so that a fresh process searches a million messages without reading them all: the search visits
+the `nprobe` nearest lists (and every list when a filter leaves few messages in scope); a sample
+of its rows is compared with the vectors the database holds for their messages, and the rows
+added since are in the delta file (`search/delta.py`), searched exactly beside it.
 """
 
 from __future__ import annotations
@@ -75,12 +79,12 @@ def describe(store: Any, index_dir: str | Path | None = None) -> str:
     index files' folder (as `vectors_for` would choose, with the same `index_dir`)."""
     if sql.has_pgvector(store):
         return "pgvector (in the database)"
-    path = MessageVectors(store, "", index_dir).file("faiss")
+    path = MessageVectors(store, "", index_dir).file("npz")
     if path is None:
         return "FAISS index in memory (built again by each process)"
     if store.dialect == "postgresql":
         return f"FAISS index files in {path.parent}"
-    return f"FAISS index files beside the database ({path.name}, .npz, .json)"
+    return f"FAISS index files beside the database ({path.name}, .json)"
 
 
 class PgVectors:
@@ -128,9 +132,9 @@ class PgVectors:
 
 
 class MessageVectors:
-    """The FAISS index over one model's message vectors, kept in step with the database: the
-    index file, and the vectors added since in the delta file (`search/delta.py`), searched
-    exactly beside it."""
+    """The FAISS index over one model's message vectors, kept in step with the database: a flat
+    index read from the database's vectors and grown in memory; an IVF index's file, and the
+    vectors added since in the delta file (`search/delta.py`), searched exactly beside it."""
 
     def __init__(self, store: Any, model: str, index_dir: str | Path | None = None) -> None:
         """`index_dir`: where the files of a database that has no file of its own (PostgreSQL)
@@ -186,9 +190,10 @@ class MessageVectors:
             self._reset()
 
     def refresh(self) -> None:
-        """Load the files, extend the index with new vectors (in the delta file, folded into the
-        index file once it is big), or rebuild it from SQLite; first finish a delete that was
-        stopped before it removed the files (`finish_deletes`)."""
+        """Load the files, extend the index with new vectors (a flat index in memory, its row
+        file written again once a tenth is newer; an IVF index's in the delta file, folded into
+        the index file once it is big), or rebuild it from the database; first finish a delete
+        that was stopped before it removed the files (`finish_deletes`)."""
         self.finish_deletes()
         added, deleted = vsql.vector_stats(self.store, self.model)
         if self.index is not None and (added, deleted) == (self.added, self.deleted):
@@ -204,25 +209,31 @@ class MessageVectors:
             expected = added - self.added
             rows = list(vsql.iter_vectors(self.store, self.model, self.max_id))
             if len(rows) == expected and all(r[5] == self.dim for r in rows):
-                if self.file("delta") is None or self._generation is None:
-                    self._writable()  # in memory only: the index itself grows
+                if not self._ivf or self.file("delta") is None or self._generation is None:
+                    self._writable()  # flat, or in memory only: the index itself grows
                     self._append(rows)
                     self.added = added
-                    self._save()
+                    newer = self.added - self._main_state[0]
+                    if self._generation is None or newer > _fold(self._main_count - newer):
+                        self._save()
                     return
                 before = (self.added, self.max_id)
                 self._extend(rows)
                 self.added = added
-                if self._delta.n > min(DELTA_MAX, max(DELTA_MIN, self._main_count // 10)):
+                if self._delta.n > _fold(self._main_count):
                     self._save()  # folds the delta into the index file
                 else:
                     self._save_delta(self._block(before, len(rows)))
                 return
         self._rebuild(added, deleted)
 
-    def _rebuild(self, added: int, deleted: int) -> None:
-        import numpy as np
+    @property
+    def _ivf(self) -> bool:
+        import faiss
 
+        return isinstance(self.index, faiss.IndexIVF)
+
+    def _rebuild(self, added: int, deleted: int) -> None:
         rows = list(vsql.iter_vectors(self.store, self.model, 0))
         dims = {r[5] for r in rows}
         if len(dims) > 1:  # vectors of two sizes under one model name: keep the latest size
@@ -232,8 +243,7 @@ class MessageVectors:
         self.rebuilt = True
         if rows:
             self.dim = rows[0][5]
-            matrix = np.frombuffer(b"".join(r[6] for r in rows), dtype=np.float32)
-            matrix = matrix.reshape(len(rows), self.dim)
+            matrix = vsql.to_matrix([r[6] for r in rows], self.dim)
             self.index = _new_index(matrix)
             self._append(rows, matrix)
         self._save()
@@ -283,16 +293,14 @@ class MessageVectors:
 
     def _append(self, rows: list[tuple[Any, ...]], matrix: Any = None) -> None:
         """Add (vector id, message id, session, user, time, dim, bytes) rows to the index."""
-        import faiss
         import numpy as np
 
         if not rows:
             return
         if matrix is None:
-            matrix = np.frombuffer(b"".join(r[6] for r in rows), dtype=np.float32)
-            matrix = matrix.reshape(len(rows), self.dim)
+            matrix = vsql.to_matrix([r[6] for r in rows], self.dim)
         if self.index is None:
-            self.index = faiss.IndexFlatIP(self.dim)
+            self.index = _flat(self.dim)
         self.index.add(np.ascontiguousarray(matrix))
         for key, values in self._row_arrays(rows).items():
             self._arrays[key] = np.concatenate([self._arrays[key], values])
@@ -300,10 +308,8 @@ class MessageVectors:
 
     def _extend(self, rows: list[tuple[Any, ...]]) -> None:
         """Add rows to the delta (in memory)."""
-        import numpy as np
-
-        matrix = np.frombuffer(b"".join(r[6] for r in rows), dtype=np.float32)
-        self._delta.add(matrix.reshape(len(rows), self.dim), self._row_arrays(rows))
+        matrix = vsql.to_matrix([r[6] for r in rows], self.dim)
+        self._delta.add(matrix, self._row_arrays(rows))
         self.max_id = int(rows[-1][0])
 
     def _block(self, before: tuple[int, int], last: int) -> deltafile.Block:
@@ -342,14 +348,18 @@ class MessageVectors:
             pass  # a cache: SQLite still has everything, and the next query brings it up to date
 
     def _load(self) -> None:
-        """Read the files if all three are there, readable, undamaged and agree with SQLite; else
-        leave it empty (rebuilt from SQLite); then the delta's blocks that extend them.
+        """Read the files if they are there, readable, undamaged and agree with the database;
+        else leave it empty (rebuilt from the database); then the delta's blocks that extend an
+        IVF index.
 
-        Damage: the description records a CRC-32 of each file as written; a file that no longer
-        matches is not used. A flat index (read whole anyway) is checked in full; a memory-mapped
-        one (IVF, a big store) is not read whole to check it, but its arrays are, and for both a
-        sample of rows is compared with the vectors SQLite holds for their messages, which also
-        catches files of another database with the same counts."""
+        A flat index is made from the database's vectors up to the files' last vector id, each
+        row's message checked against the row file's, a sample of rows' vectors against the
+        description's checksum of them and their sessions, users and times against the database
+        (another database's files, or rows deleted since, do not match). Damage: the description
+        records a CRC-32 of each file as written; a file that no longer matches is not used. A
+        memory-mapped IVF index (a big store) is not read whole to check it, but its arrays are,
+        and a sample of its rows is compared with the vectors the database holds for their
+        messages."""
         import numpy as np
 
         self._reset()
@@ -364,22 +374,29 @@ class MessageVectors:
                 return
             if file_crc(arrays) != info["crc_npz"]:
                 return
-            if info.get("ivf"):
-                index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
-            else:
-                if file_crc(path) != info["crc_faiss"]:
-                    return
-                index = faiss.read_index(str(path))
             with np.load(str(arrays)) as npz:
                 loaded = {key: npz[key] for key in _KEYS}
-            if any(len(v) != index.ntotal for v in loaded.values()) or index.d != info["dim"]:
+            if any(len(v) != info["count"] for v in loaded.values()):
                 return
-            if index.ntotal != info["count"]:
-                return
-            if not self._agrees(index, loaded["message_ids"], bool(info.get("ivf"))):
-                return
+            if info.get("ivf"):
+                index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+                if index.ntotal != info["count"] or index.d != info["dim"]:
+                    return
+                if not self._agrees(index, loaded["message_ids"]):
+                    return
+            else:
+                ids, half = vsql.stored_vectors(self.store, self.model, info["max_id"], info["dim"])
+                if not np.array_equal(ids, loaded["message_ids"]):
+                    return
+                index = _flat(info["dim"])
+                index.add_sa_codes(half.view(np.uint8))  # (its codes are the float16 values)
+                del half
+                if info.get("crc_sample") != _sample_crc(index):
+                    return
+                if not self._places_agree(loaded, info):
+                    return
         except Exception:
-            return  # missing, unreadable or damaged: rebuilt from SQLite
+            return  # missing, unreadable or damaged: rebuilt from the database
         self.index = index
         self._mapped = bool(info.get("ivf"))
         self._arrays = loaded
@@ -423,25 +440,41 @@ class MessageVectors:
             self._delta_bad = True
 
     def _delta_agrees(self) -> bool:
-        """Whether a few rows of the delta hold the vectors SQLite has for their messages."""
-        import numpy as np
-
+        """Whether a few rows of the delta hold the vectors the database has for their
+        messages."""
         n = self._delta.n
         rows = sorted({i * n // 4 for i in range(4)} | {n - 1})
         ids = [int(self._delta.arrays["message_ids"][r]) for r in rows]
         stored = vsql.message_vectors(self.store, self.model, ids)
         for row, message_id in zip(rows, ids, strict=True):
-            pieces = [v for _, v in stored.get(message_id, []) if len(v) == 4 * self.dim]
+            pieces = [v for _, v in stored.get(message_id, []) if vsql.fits(v, self.dim)]
             if not pieces:
                 return False
-            matrix = np.frombuffer(b"".join(pieces), dtype=np.float32).reshape(len(pieces), -1)
+            matrix = vsql.to_matrix(pieces, self.dim)
             if not bool((matrix == self._delta.vectors(self.dim)[row]).all(axis=1).any()):
                 return False
         return True
 
-    def _agrees(self, index: Any, message_ids: Any, ivf: bool) -> bool:
-        """Whether SAMPLE rows spread over the index hold vectors SQLite has for their messages
-        (an IVF index's 8-bit vectors to within QUANTISED; a flat index's exactly)."""
+    def _places_agree(self, loaded: dict[str, Any], info: dict[str, Any]) -> bool:
+        """Whether SAMPLE rows of a row file name the session, user and time the database has
+        for their messages (the files of another database with the same message ids do not)."""
+        n = len(loaded["message_ids"])
+        rows = sorted({i * n // SAMPLE for i in range(SAMPLE)} | {n - 1}) if n else []
+        names = {k: {c: v for v, c in info[k + "s"]} for k in ("session", "user")}
+        places = vsql.message_places(self.store, [int(loaded["message_ids"][r]) for r in rows])
+        for row in rows:
+            place = places.get(int(loaded["message_ids"][row]))
+            if place != (
+                names["session"].get(int(loaded["sessions"][row])),
+                names["user"].get(int(loaded["users"][row])),
+                int(loaded["times"][row]),
+            ):
+                return False
+        return True
+
+    def _agrees(self, index: Any, message_ids: Any) -> bool:
+        """Whether SAMPLE rows spread over an IVF index hold, to within QUANTISED (its vectors
+        are 8-bit), vectors the database has for their messages."""
         import numpy as np
 
         n = int(index.ntotal)
@@ -450,23 +483,17 @@ class MessageVectors:
         rows = sorted({i * n // SAMPLE for i in range(SAMPLE)} | {n - 1})
         ids = [int(message_ids[r]) for r in rows]
         stored = vsql.message_vectors(self.store, self.model, ids)
-        for row, message_id in zip(rows, ids, strict=True):
-            pieces = stored.get(message_id)
+        for message_id in ids:
+            pieces = [v for _, v in stored.get(message_id, []) if vsql.fits(v, index.d)]
             if not pieces:
                 return False
-            matrix = np.frombuffer(b"".join(v for _, v in pieces), dtype=np.float32)
-            matrix = matrix.reshape(len(pieces), -1)
-            if matrix.shape[1] != index.d:
-                return False
-            if ivf:
-                # The row's own list is the nearest to its vector: found among the first few.
-                scores, found = index.search(np.ascontiguousarray(matrix), 8)
-                if not any(
-                    r >= 0 and int(message_ids[r]) == message_id and s >= 1 - QUANTISED
-                    for r, s in zip(found.ravel(), scores.ravel(), strict=True)
-                ):
-                    return False
-            elif not bool(np.isclose(matrix, index.reconstruct(row), atol=1e-6).all(axis=1).any()):
+            matrix = vsql.to_matrix(pieces, index.d)
+            # The row's own list is the nearest to its vector: found among the first few.
+            scores, found = index.search(np.ascontiguousarray(matrix), 8)
+            if not any(
+                r >= 0 and int(message_ids[r]) == message_id and s >= 1 - QUANTISED
+                for r, s in zip(found.ravel(), scores.ravel(), strict=True)
+            ):
                 return False
         return True
 
@@ -475,7 +502,8 @@ class MessageVectors:
         flushed to disk and renamed; the description (with each file's checksum and a new
         generation, which a delta block must name) last, the old delta file removed first. A
         crash leaves either the old files or ones the description does not match, which are
-        rebuilt."""
+        rebuilt. A flat index writes no vector file (its vectors are the database's): only its
+        rows and the description."""
         import secrets
 
         import faiss
@@ -500,10 +528,16 @@ class MessageVectors:
             if self.index is None:
                 return
             path.parent.mkdir(parents=True, exist_ok=True)
-            data = faiss.serialize_index(self.index)  # a uint8 array
-            crc_faiss = crc(data)
-            write_file(path, data)
-            del data
+            ivf = isinstance(self.index, faiss.IndexIVF)
+            crc_faiss = crc_sample = None
+            if ivf:
+                data = faiss.serialize_index(self.index)  # a uint8 array
+                crc_faiss = crc(data)
+                write_file(path, data)
+                del data
+            else:
+                path.unlink(missing_ok=True)  # (an IVF index's, or an older format's)
+                crc_sample = _sample_crc(self.index)
             buffer = io.BytesIO()
             np.savez(buffer, **self._arrays)
             crc_npz = crc(buffer.getvalue())
@@ -518,17 +552,18 @@ class MessageVectors:
                 "deleted": self.deleted,
                 "max_id": self.max_id,
                 "dim": self.dim,
-                "ivf": isinstance(self.index, faiss.IndexIVF),
+                "ivf": ivf,
                 "sessions": list(self._codes["session"].items()),
                 "users": list(self._codes["user"].items()),
                 "crc_faiss": crc_faiss,
                 "crc_npz": crc_npz,
+                "crc_sample": crc_sample,
             }
             write_file(meta, json.dumps(info).encode())
             self._generation = generation
             self._main_state = (self.added, self.max_id)
         except OSError:
-            pass  # a cache: SQLite still has everything, and the next query rebuilds it
+            pass  # a cache: the database has everything, and the next query rebuilds it
 
     def search(self, vector: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
         """(message id, cosine) of the best `n` messages in scope, each once, best first: the
@@ -608,10 +643,10 @@ class MessageVectors:
             return None
         ids = np.unique(self._arrays["message_ids"][rows]).tolist()
         stored = vsql.message_vectors(self.store, self.model, ids)
-        size = 4 * self.dim
-        owners = [m for m, pieces in stored.items() for _, v in pieces if len(v) == size]
-        blob = b"".join(v for pieces in stored.values() for _, v in pieces if len(v) == size)
-        matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(owners), self.dim)
+        dim = self.dim
+        owners = [m for m, pieces in stored.items() for _, v in pieces if vsql.fits(v, dim)]
+        blobs = [v for pieces in stored.values() for _, v in pieces if vsql.fits(v, dim)]
+        matrix = vsql.to_matrix(blobs, dim) if blobs else np.zeros((0, dim), dtype=np.float32)
         self._last_exact = (key, (owners, matrix))
         return owners, matrix
 
@@ -669,6 +704,31 @@ class MessageVectors:
         return scores[0][keep], rows[0][keep]
 
 
+def _sample_crc(index: Any) -> int:
+    """A CRC-32 of SAMPLE rows spread over a flat index's vectors: the description records it,
+    so that files written for another database's vectors, even with the same message ids,
+    sessions and times, are not used with this one's."""
+    n = int(index.ntotal)
+    rows = sorted({i * n // SAMPLE for i in range(SAMPLE)} | {n - 1}) if n else []
+    return crc(b"".join(index.reconstruct(r).tobytes() for r in rows))
+
+
+def _flat(dim: int) -> Any:
+    """An exact index of float16 vectors (inner product): the values SQLite stores, searched
+    without a float32 copy (half the memory, and read from the database without conversion)."""
+    import faiss
+
+    return faiss.IndexScalarQuantizer(
+        dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT
+    )
+
+
+def _fold(rows: int) -> int:
+    """How many rows newer than an index file of `rows` rows make it written again (the delta
+    folded in): a tenth of them, at least DELTA_MIN, at most DELTA_MAX."""
+    return min(DELTA_MAX, max(DELTA_MIN, rows // 10))
+
+
 def _new_index(matrix: Any) -> Any:
     """An exact index for a small matrix; a trained IVF index of 8-bit vectors for a big one."""
     import faiss
@@ -676,7 +736,7 @@ def _new_index(matrix: Any) -> Any:
 
     n, dim = matrix.shape
     if n < IVF_FROM:
-        return faiss.IndexFlatIP(dim)
+        return _flat(dim)
     nlist = int(n**0.5)
     quantizer = faiss.IndexFlatIP(dim)
     index = faiss.IndexIVFScalarQuantizer(

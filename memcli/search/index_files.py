@@ -15,7 +15,7 @@ from memcli.store import index as sql
 from memcli.store import vectors as vsql
 
 #: Bumped when the files' layout changes, so that older files are rebuilt.
-FORMAT = 5
+FORMAT = 6
 
 
 def index_path(store: Any, index_dir: str | Path | None, suffix: str) -> Path | None:
@@ -36,8 +36,10 @@ def index_health(store: Any, index_dir: str | Path | None = None) -> tuple[str, 
     """What is wrong with a database's index files, without loading them: ("damaged", why,
     path) when they cannot be used as they are (incomplete, unreadable, a checksum that does
     not match: the next search rebuilds them from the database), ("stale", why, path) when
-    vectors were added or deleted since they were written (the next search brings them up to
-    date); None when they are sound, or there are none (pgvector, in memory only)."""
+    vectors were deleted since they were written, or added since an IVF index and its delta
+    were (the next search brings them up to date; a flat index reads the rows added since its
+    files from the database, as it reads its vectors); None when they are sound, or there are
+    none (pgvector, in memory only)."""
     if sql.has_pgvector(store):
         return None
     path, arrays, meta, delta = (
@@ -47,16 +49,16 @@ def index_health(store: Any, index_dir: str | Path | None = None) -> tuple[str, 
         return None
     if not meta.exists():
         if path.exists() or arrays.exists() or delta.exists():
-            return "damaged", "incomplete (no description: a write was interrupted)", path
+            return "damaged", "incomplete (no description: a write was interrupted)", arrays
         return None
     try:
         info = json.loads(meta.read_text())
         if info.get("format") != FORMAT:
-            return "stale", f"an older format ({info.get('format')}, now {FORMAT})", path
+            return "stale", f"an older format ({info.get('format')}, now {FORMAT})", arrays
         if file_crc(arrays) != info["crc_npz"]:
             return "damaged", f"{arrays.name} does not match its checksum", arrays
-        if not info.get("ivf") and file_crc(path) != info["crc_faiss"]:
-            return "damaged", f"{path.name} does not match its checksum", path
+        if info.get("ivf") and not path.exists():
+            return "damaged", f"{path.name} is missing", path
         blocks, problem = deltafile.read(delta)
         if problem is not None:
             return "damaged", f"{delta.name}: {problem}", delta
@@ -64,6 +66,8 @@ def index_health(store: Any, index_dir: str | Path | None = None) -> tuple[str, 
         kept = deltafile.chain(blocks, str(info["generation"]), state)
         written = kept[-1].after[0] if kept else state[0]
         added, deleted = vsql.vector_stats(store, str(info["model"]))
+        if not info.get("ivf"):
+            written = added  # (the rows added since are read from the database)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return "damaged", f"unreadable ({exc})", path
     if (added, deleted) != (written, info["deleted"]):

@@ -582,10 +582,10 @@ class Retriever:
         stored = vsql.message_vectors(self.store, self.model, [row.id]).get(row.id)
         if query is None or not stored:
             return None
-        matrix = np.frombuffer(b"".join(v for _, v in stored), dtype=np.float32)
-        matrix = matrix.reshape(len(stored), -1)
-        if matrix.shape[1] != len(query):
+        stored = [(n, v) for n, v in stored if vsql.fits(v, len(query))]
+        if not stored:
             return None
+        matrix = vsql.to_matrix([v for _, v in stored], len(query))
         number = stored[int(np.argmax(matrix @ query))][0]
         own = unit_text(row.name, row.role, row.content)
         pieces = embedded_pieces(self.embedder, [own])[0]

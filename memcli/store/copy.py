@@ -30,11 +30,21 @@ Rows = list[tuple[Any, ...]]
 
 
 def vector_rows(src: Store, dst: Store, columns: Sequence[str], rows: Rows) -> Rows:
-    """The stored message vectors, as the destination stores them. Both backends store a vector
-    as the float32 bytes of `retrieval_vectors.vector` (BLOB, BYTEA), so they go as they are;
-    where a backend stores them otherwise (pgvector), the conversion goes here, and only here."""
-    del src, dst, columns
-    return rows
+    """The stored message vectors, as the destination stores them: the bytes of
+    `retrieval_vectors.vector` (BLOB, BYTEA) are float16 on SQLite and float32 on PostgreSQL
+    (`memcli.store.vectors.STORED`), converted here, and only here (pgvector's column is filled
+    by the destination from its bytes)."""
+    from memcli.store import vectors as vsql
+
+    del src
+    dim, vector = columns.index("dim"), columns.index("vector")
+    out = []
+    for row in rows:
+        values = list(row)
+        if isinstance(values[dim], int) and vsql.fits(values[vector], values[dim]):
+            values[vector] = vsql.encode(dst.dialect, bytes(values[vector]), values[dim])
+        out.append(tuple(values))
+    return out
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from memcli.store.check import (
     integrity_lines,
     rebuild_full_text,
 )
-from memcli.store.migrations import LATEST, schema_version, upgrade
+from memcli.store.migrations import LATEST, needs_packing, schema_version, upgrade
 from memcli.store.tables import TableStore
 
 BUSY_TIMEOUT_MS = 10_000
@@ -246,12 +246,21 @@ class SQLiteStore(TableStore):
             )
         with self.transaction():
             try:
-                upgrade(self.conn)
+                applied = upgrade(self.conn)
             except sqlite3.Error as exc:
                 raise StoreError(
                     f"cannot bring the database {self.where} to the current schema: {exc}",
                     "Check the database file (`sqlite3 FILE 'PRAGMA integrity_check'`)",
                 ) from None
+        # The rows a migration rewrote smaller left their pages part empty: packed again
+        # (VACUUM, outside the transaction). A database busy with another process's read stays
+        # as it is (new rows fill the room; the next delete for good compacts it).
+        with self.lock:
+            try:
+                if needs_packing(self.conn, applied):
+                    self.conn.execute("VACUUM")
+            except sqlite3.Error:
+                pass
 
     def _begin(self, wait: bool = True) -> None:
         if self._depth:

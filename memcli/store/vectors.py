@@ -17,6 +17,13 @@ The messages a scope still waits for are its messages past the highest mark that
 through `messages_session_id` (session, id) and the vectors' key, so that embedding one user's
 messages reads and embeds none of another user's, and the store's mark stays true (it moves
 only when the whole store is embedded in id order).
+
+How a vector is stored. Each vector is stored once, in `retrieval_vectors.vector`: the database is
+the only copy the dense index reads (`memcli.search.dense`; a flat index keeps no vector file).
+SQLite stores it as float16 (2 bytes a dimension: a row of the default model fills a quarter of a
+page, where float32 rows filled 3/4 of a half); PostgreSQL as float32 (pgvector's column is
+filled from them). `STORED` is that choice, `encode` makes the stored bytes, and the readers take
+either size (`fits`, `to_matrix`), so a row copied from the other backend reads the same.
 """
 
 from __future__ import annotations
@@ -32,6 +39,41 @@ if TYPE_CHECKING:
 
     from memcli.store.base import SQLStore
     from memcli.store.scope import Scope
+
+
+#: The dtype each backend stores a vector's values in (`encode`); the one place they differ.
+STORED = {"sqlite": "float16", "postgresql": "float32"}
+
+
+def encode(dialect: str, vector: bytes, dim: int) -> bytes:
+    """A vector's bytes (float32, or float16) as a store of `dialect` stores them (`STORED`)."""
+    import numpy as np
+
+    want = np.dtype(STORED.get(dialect, "float32"))
+    if len(vector) == dim * want.itemsize:
+        return bytes(vector)
+    return to_matrix([vector], dim)[0].astype(want).tobytes()
+
+
+def fits(vector: Any, dim: int) -> bool:
+    """Whether stored bytes are a vector of `dim` values (float16 or float32)."""
+    return isinstance(vector, bytes | bytearray | memoryview) and len(vector) in (2 * dim, 4 * dim)
+
+
+def to_matrix(vectors: Sequence[Any], dim: int) -> Any:
+    """Stored vectors (each float16 or float32 bytes of `dim` values: `fits`) as one float32
+    matrix, a row each."""
+    import numpy as np
+
+    if all(len(v) == 2 * dim for v in vectors):
+        half = np.frombuffer(b"".join(vectors), dtype=np.float16)
+        return half.astype(np.float32).reshape(len(vectors), dim)
+    if all(len(v) == 4 * dim for v in vectors):
+        return np.frombuffer(b"".join(vectors), dtype=np.float32).reshape(len(vectors), dim)
+    out = np.empty((len(vectors), dim), dtype=np.float32)
+    for row, vector in enumerate(vectors):
+        out[row] = np.frombuffer(vector, dtype=np.float16 if len(vector) == 2 * dim else np.float32)
+    return out
 
 
 def embedded_through(store: SQLStore, model: str) -> int:
@@ -330,11 +372,12 @@ def add_vectors(
     cleared: Sequence[int] = (),
     scope: Scope | None = None,
 ) -> int:
-    """Store (message id, piece, dim, float32 bytes) rows and move the scope's mark to `through`
-    (None: the store's `embedded:MODEL`; a user's or session's in `retrieval_marks`): every
-    message of the scope up to it is then embedded (`cleared`: messages handled that got no
-    vector, e.g. empty ones). A piece already stored (by another process that embedded the
-    message meanwhile) is kept, not stored twice; return how many rows were added."""
+    """Store (message id, piece, dim, float32 bytes) rows (as the store keeps them: `encode`)
+    and move the scope's mark to `through` (None: the store's `embedded:MODEL`; a user's or
+    session's in `retrieval_marks`): every message of the scope up to it is then embedded
+    (`cleared`: messages handled that got no vector, e.g. empty ones). A piece already stored
+    (by another process that embedded the message meanwhile) is kept, not stored twice; return
+    how many rows were added."""
     key = mark_key(scope)
     with store.transaction():
         if key is not None:
@@ -348,7 +391,7 @@ def add_vectors(
         added = store.executemany(
             "INSERT INTO retrieval_vectors (message_id, piece, model, dim, vector)"
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT (message_id, piece, model) DO NOTHING",
-            [(m, p, model, d, v) for m, p, d, v in rows],
+            [(m, p, model, d, encode(store.dialect, v, d)) for m, p, d, v in rows],
         ).rowcount
         added = max(int(added), 0)
         store.execute(
@@ -384,9 +427,9 @@ def vector_models(store: SQLStore) -> list[str]:
 
 
 def iter_vectors(store: SQLStore, model: str, after: int) -> Iterator[tuple[Any, ...]]:
-    """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order.
-    A row the database cannot read, or that is not such a row (a damaged page), raises
-    StoreDamaged (StoreError on another failure)."""
+    """(vector id, message id, session, user, unix ms, dim, bytes) after a vector id, in order
+    (the bytes as stored: `to_matrix` reads them). A row the database cannot read, or that is
+    not such a row (a damaged page), raises StoreDamaged (StoreError on another failure)."""
     from memcli.store.index import message_time_ms
 
     cursor = store.execute(
@@ -418,8 +461,7 @@ def _vector_row(row: Sequence[Any]) -> bool:
         and isinstance(row[1], int)
         and isinstance(dim, int)
         and dim > 0
-        and isinstance(vector, bytes | bytearray | memoryview)
-        and len(vector) == dim * 4
+        and fits(vector, dim)
     )
 
 
@@ -436,7 +478,8 @@ def _translate(store: SQLStore, exc: Exception, what: str) -> Exception:
 def message_vectors(
     store: SQLStore, model: str, ids: Sequence[int]
 ) -> dict[int, list[tuple[int, bytes]]]:
-    """Per message id, its stored (piece, float32 bytes) vectors for `model`, in piece order."""
+    """Per message id, its stored (piece, bytes) vectors for `model`, in piece order (the bytes
+    as stored: `to_matrix` reads them)."""
     out: dict[int, list[tuple[int, bytes]]] = {}
     rows = store.rows_for_ids(
         "SELECT message_id, piece, vector FROM retrieval_vectors"
@@ -447,3 +490,45 @@ def message_vectors(
     for message_id, piece, vector in rows:
         out.setdefault(int(message_id), []).append((int(piece), bytes(vector)))
     return out
+
+
+def stored_vectors(store: SQLStore, model: str, through: int, dim: int) -> tuple[Any, Any]:
+    """(message ids, float16 matrix) of `model`'s vectors of `dim` values up to a vector id, in
+    vector id order: what a flat index holds (float16, as SQLite stores them: no conversion),
+    read from the one copy (no join: the index's own file gives each row's session, user and
+    time). A damaged row raises as `iter_vectors`."""
+    import numpy as np
+
+    errors: tuple[type[Exception], ...] = getattr(store, "DATABASE_ERRORS", ())
+    try:
+        rows = store.execute(
+            "SELECT message_id, vector FROM retrieval_vectors WHERE model = ? AND id <= ?"
+            " AND dim = ? ORDER BY id",
+            (model, through, dim),
+        ).fetchall()
+    except errors as exc:
+        raise _translate(store, exc, "cannot read the stored vectors") from None
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    vectors = [r[1] for r in rows]
+    del rows
+    if all(isinstance(v, bytes) and len(v) == 2 * dim for v in vectors):  # (the usual case)
+        return ids, np.frombuffer(b"".join(vectors), dtype=np.float16).reshape(-1, dim)
+    if not all(fits(v, dim) for v in vectors):
+        raise StoreDamaged(
+            "the stored vectors are damaged (a vector is not a vector)",
+            "Run `memcli check` to see what is wrong, and restore the database from a"
+            " backup (`memcli backup`)",
+        )
+    return ids, to_matrix(vectors, dim).astype(np.float16)
+
+
+def message_places(store: SQLStore, ids: Sequence[int]) -> dict[int, tuple[str, str, int]]:
+    """Per message id, its (session, user, unix ms), as an index's rows record them."""
+    from memcli.store.index import message_time_ms
+
+    rows = store.rows_for_ids(
+        f"SELECT m.id, m.session_id, s.user_id, {message_time_ms(store)} FROM messages m"
+        " JOIN sessions s ON s.id = m.session_id WHERE m.id IN ({ids})",
+        list(ids),
+    )
+    return {int(r[0]): (str(r[1]), str(r[2]), int(r[3])) for r in rows}
