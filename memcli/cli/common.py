@@ -294,6 +294,28 @@ def blocks_with_problems(
 PREPARING = "Preparing the embedding model (once, about 15 s)…"
 
 
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`), in the process of
+    a long-running command (the MCP server after each call, the chat after each turn): what a
+    call built and let go (a search that first builds the index of a big store: tens of MB of
+    rows) stays free inside glibc's heaps, counted in the process's memory, until then. Nothing
+    where the C library is not glibc. The CLI's, never the library's: its host's heap is its
+    own."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None).malloc_trim  # (the process's C library)
+    except (OSError, AttributeError, TypeError):  # not glibc: macOS, musl, Windows
+        return None
+
+
 @functools.cache
 def retrievers() -> Retrievers:
     """The process's retrievers (`memcli.search.retriever.Retrievers`): the vector blocks of

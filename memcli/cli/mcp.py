@@ -86,7 +86,9 @@ def mcp_command(
     store = common.open_store(s)
     # put_messages hands flushed batches to a thread with its own connection: a call never
     # waits for fact extraction or embedding; what a closing server leaves stays for a backfill.
-    background = Background(store, reopen=lambda: common.open_store(s))
+    background = Background(
+        store, reopen=lambda: common.open_store(s), on_fed=lambda _: common.trim_heap()
+    )
     try:
         if http:
             if user is not None:
@@ -401,7 +403,8 @@ def _as_tool(tool_error: type[Exception], function: Any, meta: Any) -> Any:
     """`function` as the server calls it: its arguments checked by its strict model (`meta`:
     `memcli.tool_params.check_arguments`, as the chat's tools are) and a MemcliError raised as the
     SDK's ToolError (the message and the hint, for the model to act on); an empty result as a
-    sentence saying so (`EMPTY_RESULTS`). It keeps the function's name and signature
+    sentence saying so (`EMPTY_RESULTS`); after each call, the C heap's free pages go back to
+    the system (`common.trim_heap`). It keeps the function's name and signature
     (`functools.wraps`), from which the SDK derives the tool."""
     from functools import wraps
 
@@ -428,6 +431,8 @@ def _as_tool(tool_error: type[Exception], function: Any, meta: Any) -> Any:
                 result = function(**checked)
         except MemcliError as error:
             raise tool_error(str(error)) from None
+        finally:
+            common.trim_heap()  # what the call let go goes back to the system
         if result == []:
             return CallToolResult(
                 content=[TextContent(type="text", text=empty)], structured_content={"result": []}
