@@ -89,3 +89,35 @@ def test_the_library_never_trims_its_hosts_heap(tmp_path: Path) -> None:
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["hits"] == 2
     assert "malloc_trim" not in seen["asked"] and seen["cli"] == []
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_the_plain_chat_trims_the_heap_after_each_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from memcli.cli.app import app
+
+    trims: list[int] = []
+    monkeypatch.setattr(common, "trim_heap", lambda: trims.append(1))
+    args = ["--db", str(tmp_path / "m.db"), "chat", "--plain", "--session", "s"]
+    done = CliRunner().invoke(app, args, input="hello\nhow are you?\n")
+    assert done.exit_code == 0, done.output
+    assert len(trims) == 2
+
+
+def test_the_full_screen_chats_worker_trims_the_heap_after_each_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memcli.cli.chat import ui
+
+    trims: list[int] = []
+    monkeypatch.setattr(ui, "trim_heap", lambda: trims.append(1))
+    worker = ui.Worker(on_error=lambda _: None)
+    worker.start()
+    worker.submit(lambda: None)
+    worker.submit(lambda: 1 / 0)  # (a failed job: trimmed all the same)
+    worker.submit(None)  # type: ignore[arg-type]  # (the end)
+    worker.thread.join(600)
+    assert len(trims) == 2
