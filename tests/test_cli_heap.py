@@ -97,12 +97,19 @@ def test_the_plain_chat_trims_the_heap_after_each_turn(
 ) -> None:
     from typer.testing import CliRunner
 
+    from memcli.cli import output
     from memcli.cli.app import app
 
     trims: list[int] = []
     monkeypatch.setattr(common, "trim_heap", lambda: trims.append(1))
     args = ["--db", str(tmp_path / "m.db"), "chat", "--plain", "--session", "s"]
-    done = CliRunner().invoke(app, args, input="hello\nhow are you?\n")
+    for console in (output.out, output.err):  # (consoles made here are the runner's)
+        console.cache_clear()
+    try:
+        done = CliRunner().invoke(app, args, input="hello\nhow are you?\n")
+    finally:
+        for console in (output.out, output.err):
+            console.cache_clear()
     assert done.exit_code == 0, done.output
     assert len(trims) == 2
 
