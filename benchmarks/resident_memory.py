@@ -2,11 +2,13 @@
 `memcli mcp --http` (two users), each in a real process with the default blocks.
 
     PYTHONPATH=. python benchmarks/resident_memory.py [--calls 100] [--only chat|mcp|http]
+        [--turns 12]
 
 Against the tests' loopback OpenAI-compatible server (tests/llm_server.py, in this process),
 with `--model openai/test --api-base <server>` (the config's [llm]), on a store with some
-imported conversations (made once, copied for each command). The exported embedding model is
-taken from $MEMCLI_HOME/models or ~/.local/share/memcli/models (the default blocks need it).
+imported conversations (30 of `--turns` exchanges: 720 messages by default; made once, copied
+for each command). The exported embedding model is taken from $MEMCLI_HOME/models or
+~/.local/share/memcli/models (the default blocks need it).
 
 For each command, VmRSS (resident now) and VmHWM (the peak) of the child, from
 /proc/<pid>/status: after start (the chat: once its CPU time stops moving; the MCP servers: once
@@ -304,6 +306,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--only", choices=["chat", "mcp", "http"], action="append")
+    parser.add_argument(
+        "--turns", type=int, default=12, help="exchanges per imported conversation (30 of them)"
+    )
     args = parser.parse_args()
     models = model_folder()
     if models is None:
@@ -326,7 +331,7 @@ def main() -> None:
             env = base | {"MEMCLI_HOME": str(home), "MEMCLI_CONFIG": str(config)}
             made = home / "made.db"
             transcript = home / "talks.jsonl"
-            transcript.write_text(conversations())
+            transcript.write_text(conversations(turns=args.turns))
             done = subprocess.run(
                 [sys.executable, "-m", "memcli", "--db", str(made), "import", str(transcript)],
                 capture_output=True,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from memcli.messages import Message
     from memcli.search.embedder import Embedder
-    from memcli.search.retriever import Retriever
+    from memcli.search.retriever import Retriever, Retrievers
     from memcli.search.types import Hit, SearchOptions, SearchResult
 
 
@@ -97,6 +97,10 @@ class VectorBlock(MemoryBlock):
     #: Messages embedded per model call when batches are put: enough for the model's full
     #: mini-batches, few enough that an import's progress moves every few seconds.
     embed_batch = 128
+    #: Where the block gets its retriever over a store: None, one of its own per store; the CLI
+    #: sets its process's `Retrievers`, so that the blocks of all the sessions it serves (and its
+    #: search) share one per store, the store's index loaded once.
+    retrievers: Retrievers | None = None
 
     def __init__(
         self,
@@ -200,7 +204,12 @@ class VectorBlock(MemoryBlock):
         retriever = self._retrievers.get(id(store))
         if retriever is None or retriever.store is not store:
             index_dir = self._index_dir if self._index_dir is not None else _home() / "indexes"
-            retriever = Retriever(store, self.embedder, self.search_options, index_dir)
+            if self.retrievers is not None:
+                retriever = self.retrievers.get(
+                    store, self.embedder, self.search_options, index_dir
+                )
+            else:
+                retriever = Retriever(store, self.embedder, self.search_options, index_dir)
             self._retrievers[id(store)] = retriever
         return retriever
 

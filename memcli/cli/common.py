@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -12,7 +13,7 @@ if TYPE_CHECKING:
     from memcli.config import Settings
     from memcli.flush import Budget, BudgetOverride
     from memcli.search.onnx import OnnxEmbedder
-    from memcli.search.retriever import Retriever
+    from memcli.search.retriever import Retriever, Retrievers
     from memcli.store.base import SessionInfo
     from memcli.store.postgres import PostgresStore
     from memcli.store.sqlite import SQLiteStore
@@ -290,8 +291,10 @@ def blocks_with_problems(
         blocks = build_blocks(None, defaults)
     for block in blocks:
         block.origin = origin
-        if isinstance(block, VectorBlock) and block.search_options is None:
-            block.search_options = SearchOptions.from_settings(s)  # the [search] settings
+        if isinstance(block, VectorBlock):
+            if block.search_options is None:
+                block.search_options = SearchOptions.from_settings(s)  # the [search] settings
+            block.retrievers = retrievers()  # a session's blocks and the search share one
     return blocks, problems
 
 
@@ -299,22 +302,59 @@ def blocks_with_problems(
 PREPARING = "Preparing the embedding model (once, about 15 s)…"
 
 
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`), in the process of
+    a long-running command (the MCP server after each call, the chat after each turn): what a
+    call built and let go (a search that first builds the index of a big store: tens of MB of
+    rows) stays free inside glibc's heaps, counted in the process's memory, until then. Nothing
+    where the C library is not glibc. The CLI's, never the library's: its host's heap is its
+    own."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None).malloc_trim  # (the process's C library)
+    except (OSError, AttributeError, TypeError):  # not glibc: macOS, musl, Windows
+        return None
+
+
+@functools.cache
+def retrievers() -> Retrievers:
+    """The process's retrievers (`memcli.search.retriever.Retrievers`): the vector blocks of
+    every session a command builds (`make_blocks`) and its search (`retriever`) share one per
+    store, so that a server holds each store's index once, not once per session it serves."""
+    from memcli.search.retriever import Retrievers
+
+    return Retrievers()
+
+
 def retriever(s: Settings, store: Any, *, announce: bool = False) -> Retriever:
     """The search of `memcli search`: hybrid retrieval over the store with the settings' options;
     the embedder says when it prepares the model (`embedder`), lexical searches never load it;
     with `announce`, a search that first builds for a second or more (the full-text index after
     a bulk import, the vectors of its scope's pending messages) says what and about how long, on
-    stderr (not in the chat's screen)."""
+    stderr (not in the chat's screen). Without `announce`, the process's one over `store`
+    (`retrievers`), which its sessions' vector blocks share."""
     from memcli.cli import output
     from memcli.search.retriever import Retriever
     from memcli.search.types import SearchOptions
 
+    if not announce:
+        return retrievers().get(
+            store, embedder(s), SearchOptions.from_settings(s), s.home / "indexes"
+        )
     return Retriever(
         store,
         embedder(s),
         SearchOptions.from_settings(s),
         s.home / "indexes",
-        on_build=(lambda building: output.info(building.describe())) if announce else None,
+        on_build=lambda building: output.info(building.describe()),
     )
 
 

@@ -27,7 +27,6 @@ from memcli.words import shell_arg
 
 if TYPE_CHECKING:
     from memcli.config import Settings
-    from memcli.search.retriever import Retriever
     from memcli.tools import AgentTools
 
 INSTRUCTIONS = (
@@ -87,7 +86,9 @@ def mcp_command(
     store = common.open_store(s)
     # put_messages hands flushed batches to a thread with its own connection: a call never
     # waits for fact extraction or embedding; what a closing server leaves stays for a backfill.
-    background = Background(store, reopen=lambda: common.open_store(s))
+    background = Background(
+        store, reopen=lambda: common.open_store(s), on_fed=lambda _: common.trim_heap()
+    )
     try:
         if http:
             if user is not None:
@@ -125,7 +126,7 @@ def _prepare(tools: AgentTools) -> None:
 def serve_http(s: Settings, store: Any, host: str, port: int, background: Any) -> None:
     """`--http`: serve until interrupted (uvicorn) on `host` and `port`, each request's tools
     those of its token's user (`user_tools`, made on a user's first request). The users share
-    one search (one embedding model, loaded at start) and one background thread."""
+    one search (one retriever and embedding model, loaded at start) and one background thread."""
     import uvicorn
 
     from memcli.cli import output
@@ -135,13 +136,6 @@ def serve_http(s: Settings, store: Any, host: str, port: int, background: Any) -
     lock = threading.Lock()  # one store connection: one call at a time, whoever's
     made = threading.Lock()
     tools: dict[str, AgentTools] = {}
-    shared: list[Retriever] = []
-
-    def retriever() -> Retriever:
-        with made:
-            if not shared:
-                shared.append(common.retriever(s, store))
-            return shared[0]
 
     def tools_of() -> AgentTools:
         user = request_user()
@@ -149,13 +143,13 @@ def serve_http(s: Settings, store: Any, host: str, port: int, background: Any) -
             raise MemcliError("no user for this request", "Send a bearer token")
         with made:
             if user not in tools:
-                tools[user] = user_tools(s, store, user, lock, background, retriever)
+                tools[user] = user_tools(s, store, user, lock, background)
             return tools[user]
 
     app = build_server(tools_of).streamable_http_app(
         stateless_http=True, max_request_body_size=MAX_REQUEST_BYTES, host=host
     )
-    warm = user_tools(s, store, s.user, lock, background, retriever)
+    warm = user_tools(s, store, s.user, lock, background)
     threading.Thread(target=_prepare, args=(warm,), name="memcli-prepare", daemon=True).start()
     output.info(f"memcli MCP server on http://{host}:{port}/mcp (Ctrl-C stops it)")
     # Tokens are read on a connection of their own: a request's sign-in never waits for a
@@ -170,16 +164,13 @@ def serve_http(s: Settings, store: Any, host: str, port: int, background: Any) -
 
 
 def user_tools(
-    s: Settings,
-    store: Any,
-    user: str,
-    lock: Any = None,
-    background: Any = None,
-    retriever: Callable[[], Retriever] | None = None,
+    s: Settings, store: Any, user: str, lock: Any = None, background: Any = None
 ) -> AgentTools:
     """The tools of one user (their blocks built once per session: a block's model loads on
     first use, and stays loaded); `lock` shared by the users of one store connection, and
-    `background` and `retriever` by the users of one server."""
+    `background` by the users of one server. The search and every session's vector block, of
+    every user, search through the process's one retriever over `store` (`common.retrievers`):
+    its index is loaded once, not once per session served."""
     from memcli.tools import AgentTools
 
     built: dict[str | None, list[Any]] = {}
@@ -195,7 +186,7 @@ def user_tools(
         s,
         user,
         blocks=blocks,
-        retriever=retriever or (lambda: common.retriever(s, store)),
+        retriever=lambda: common.retriever(s, store),
         origin="mcp",
         background=background,
         # (an in-memory database has no second connection to it)
@@ -412,7 +403,8 @@ def _as_tool(tool_error: type[Exception], function: Any, meta: Any) -> Any:
     """`function` as the server calls it: its arguments checked by its strict model (`meta`:
     `memcli.tool_params.check_arguments`, as the chat's tools are) and a MemcliError raised as the
     SDK's ToolError (the message and the hint, for the model to act on); an empty result as a
-    sentence saying so (`EMPTY_RESULTS`). It keeps the function's name and signature
+    sentence saying so (`EMPTY_RESULTS`); after each call, the C heap's free pages go back to
+    the system (`common.trim_heap`). It keeps the function's name and signature
     (`functools.wraps`), from which the SDK derives the tool."""
     from functools import wraps
 
@@ -439,6 +431,8 @@ def _as_tool(tool_error: type[Exception], function: Any, meta: Any) -> Any:
                 result = function(**checked)
         except MemcliError as error:
             raise tool_error(str(error)) from None
+        finally:
+            common.trim_heap()  # what the call let go goes back to the system
         if result == []:
             return CallToolResult(
                 content=[TextContent(type="text", text=empty)], structured_content={"result": []}

@@ -629,6 +629,44 @@ class Retriever:
         return sorted(chosen, key=lambda m: m.seq)
 
 
+class Retrievers:
+    """Retrievers shared by everything in a process that searches a store alike: one per store
+    (connection), embedder (the name of its vectors), options and index folder, made on first
+    `get`. A Retriever holds its store's index (the FAISS index and the vectors not in it yet):
+    an MCP server whose sessions' vector blocks each made their own loaded it once per session
+    served (30 sessions: +28 MB on a store of 720 messages, and as many copies of a big store's
+    index), beside the copy its search tool held. Those sharing one must use its store one call
+    at a time, as they must use the store (a server's calls hold one lock; each background
+    thread has its own connection, hence its own retriever)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._held: dict[tuple[Any, ...], Retriever] = {}
+        self._lock = threading.Lock()
+
+    def get(
+        self,
+        store: Any,
+        embedder: Embedder,
+        options: SearchOptions | None = None,
+        index_dir: str | Path | None = None,
+    ) -> Retriever:
+        """The retriever over `store` with these embedder, options and index folder (made now
+        when there is none). Those over stores closed since are let go."""
+        options = options or SearchOptions()
+        key = (id(store), embedder.name, options, None if index_dir is None else str(index_dir))
+        with self._lock:
+            for held_key, held in list(self._held.items()):
+                if getattr(held.store, "closed", False):
+                    del self._held[held_key]
+            retriever = self._held.get(key)
+            if retriever is None or retriever.store is not store:  # (an id used again)
+                retriever = Retriever(store, embedder, options, index_dir)
+                self._held[key] = retriever
+            return retriever
+
+
 def _owner(scope: Scope | None) -> Scope | None:
     """The scope whose messages a search of `scope` embeds: its user's or its session's (whatever
     its time range or status), None for the store."""

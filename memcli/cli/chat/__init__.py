@@ -411,6 +411,7 @@ def _read_turns(chat: Chat, commands: Commands, json_: bool) -> int:
                 turn = chat.send(line)
             if not play(chat, turn, json_):
                 code = 1
+            common.trim_heap()  # what the turn let go goes back to the system
         except MemcliError as error:
             output.print_error(error)
             if json_:

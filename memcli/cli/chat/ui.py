@@ -33,6 +33,7 @@ from memcli.cli.chat.panels import (
     render_short,
 )
 from memcli.cli.chat.panels import conversation as render_conversation
+from memcli.cli.common import trim_heap
 from memcli.cli.output import plural
 from memcli.errors import MemcliError
 
@@ -95,6 +96,7 @@ class Worker:
                 self.on_error(error)
             finally:
                 self.running = False
+                trim_heap()  # what the turn (or command) let go goes back to the system
             if self.jobs.empty():
                 self.idle.set()
 
