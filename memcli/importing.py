@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from memcli.transcripts import SessionRecord, plan_calls
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
+    from datetime import datetime
 
     from memcli.blocks.base import MemoryBlock
     from memcli.config import Settings
@@ -315,11 +317,10 @@ def _continues(stored: Iterable[Message], messages: Sequence[Message]) -> bool:
 
 
 def _common_start(stored: Iterable[Message], messages: Sequence[Message]) -> int:
-    """How many messages a session and a conversation start with alike."""
-    timed = any(m.timestamp is not None for m in messages)
+    """How many messages a session and a conversation start with alike (`same_message`)."""
     n = 0
     for a, b in zip(stored, messages, strict=False):
-        if _key(a, timed) != _key(b, timed):
+        if not same_message(a, b):
             break
         n += 1
     return n
@@ -573,15 +574,16 @@ def stored_overlap(messages: Sequence[Message], stored: Iterable[Message]) -> in
     if the process was then killed), a grown transcript (the old part is stored, the new part
     follows) and a session's own export (`--all`, or its active tail) each find their stored
     part there; what is not stored comes after it. A global set of hashes would instead drop
-    an "ok" that the conversation says twice. Messages compare by role, content, name,
-    metadata and timestamp (what an export round-trips; status is the engine's, and a
-    transcript without timestamps compares without them). `stored` is read once, in order
-    (Knuth-Morris-Pratt over the messages), holding nothing of it.
+    an "ok" that the conversation says twice. Messages compare as `same_message` says.
+    `stored` is read once, in order (Knuth-Morris-Pratt over the messages without their
+    timestamps), holding only the last `len(messages)` timestamps of it; of the runs found
+    alike so, the longest whose timestamps agree is the overlap (the shorter ones are the
+    failure links of the longest: each is checked from its first message to its first
+    disagreement).
     """
     if not messages:
         return 0
-    timed = any(m.timestamp is not None for m in messages)
-    pattern = [_key(m, timed) for m in messages]
+    pattern = [_key(m) for m in messages]
     # fail[i]: the longest proper prefix of pattern[: i + 1] that is also its suffix.
     fail = [0] * len(pattern)
     q = 0
@@ -592,21 +594,43 @@ def stored_overlap(messages: Sequence[Message], stored: Iterable[Message]) -> in
             q += 1
         fail[i] = q
     q = 0
+    times: deque[datetime | None] = deque(maxlen=len(pattern))
     for m in stored:
-        key = _key(m, timed)
+        key = _key(m)
+        times.append(m.timestamp)
         while q and (q == len(pattern) or pattern[q] != key):
             q = fail[q - 1]
         if pattern[q] == key:
             q += 1
+    tail = list(times)
+    while q and not all(
+        _same_time(a.timestamp, b) for a, b in zip(messages[:q], tail[-q:], strict=True)
+    ):
+        q = fail[q - 1]
     return q
 
 
-def _key(m: Message, timed: bool) -> tuple[Any, ...]:
-    """What an export round-trips of a message, as stored (metadata as its JSON, without the
-    source id: one stored before memcli kept them is the same message)."""
+def same_message(stored: Message, given: Message) -> bool:
+    """The alignment rule, for every format: a message given to an import is one already stored
+    when their role, content, name and metadata (without the source id: one stored before
+    memcli kept them is the same message) are the same, and their timestamps where both have
+    one (what an export round-trips; status is the engine's). A message stored without a
+    timestamp (by a transcript without them, or a reader that did not date that format's
+    messages yet) is the same as one given with any, and the other way round: a file dated
+    since is recognised, not stored twice; the stored message is kept as it was stored."""
+    return _key(stored) == _key(given) and _same_time(stored.timestamp, given.timestamp)
+
+
+def _same_time(a: datetime | None, b: datetime | None) -> bool:
+    """Whether two messages' timestamps agree: the same, or one of them has none."""
+    return a is None or b is None or format_time(a) == format_time(b)
+
+
+def _key(m: Message) -> tuple[Any, ...]:
+    """What an export round-trips of a message, as stored, but its timestamp (metadata as its
+    JSON, without the source id)."""
     given = m.metadata
     if given and "source_id" in given:
         given = {k: v for k, v in given.items() if k != "source_id"}
     meta = json.dumps(given, ensure_ascii=False, sort_keys=True) if given else None
-    when = format_time(m.timestamp) if timed and m.timestamp is not None else None
-    return (m.role, m.content, m.name, meta, when)
+    return (m.role, m.content, m.name, meta)
