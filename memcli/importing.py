@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -172,6 +172,9 @@ class Imported:
     blocks_pending: int = 0
     already_stored: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    #: Of those, how many are stored without the timestamp the file gives them (recognised by
+    #: `same_message`; kept as stored).
+    undated: int = 0
     rebudgets: dict[str, Rebudget] = field(default_factory=dict)
     #: Non-text parts (images, audio, files) left out of the messages.
     dropped_parts: int = 0
@@ -278,6 +281,7 @@ class Plan:
     conversations: list[Conversation]
     versions: dict[str, int]
     skipped: dict[str, int]
+    undated: int = 0
 
 
 def resolve(
@@ -340,7 +344,12 @@ def _new_id(store: Store, c: Conversation, user: str, again: bool) -> str:
 
 def _dry(plan: Plan) -> Imported:
     """What `plan` would store, as an import's result (nothing was written)."""
-    result = Imported(already_stored=sum(plan.skipped.values()), skipped=plan.skipped, dry_run=True)
+    result = Imported(
+        already_stored=sum(plan.skipped.values()),
+        skipped=plan.skipped,
+        undated=plan.undated,
+        dry_run=True,
+    )
     for c in plan.conversations:
         target = c.session or new_session_id()
         count = len(c.messages)
@@ -425,6 +434,9 @@ def align(
         }
         if not skip:
             continue
+        if version >= 0:
+            assert target is not None
+            plan.undated += _undated(store, target, [messages[i] for i in sorted(skip)])
         if target is None:  # (a new session's id is made when it is put: name it now)
             target = new_session_id()
             conversation = replace(conversation, session=target)
@@ -437,6 +449,29 @@ def align(
             records.append(record._replace(messages=kept))
         plan.conversations[-1] = replace(conversation, records=records)
     return plan
+
+
+def _undated(store: Store, session: str, skipped: Sequence[Message]) -> int:
+    """How many of a session's messages that `skipped` (dated ones, recognised as stored) are
+    were stored without a timestamp: those of `skipped` with no stored message like them at
+    their time (read only when one of them is dated)."""
+    dated = [m for m in skipped if m.timestamp is not None]
+    if not dated:
+        return 0
+    stored = Counter(
+        (_key(m), format_time(m.timestamp))
+        for m in store.iter_messages(session)
+        if m.timestamp is not None
+    )
+    undated = 0
+    for m in dated:
+        assert m.timestamp is not None
+        key = (_key(m), format_time(m.timestamp))
+        if stored[key]:
+            stored[key] -= 1
+        else:
+            undated += 1
+    return undated
 
 
 def _stored(store: Store, session: str, messages: Sequence[Message]) -> Iterator[Message]:
@@ -490,7 +525,9 @@ def _put(
     session is not as the plan read it."""
     from memcli.memory import Memory
 
-    result = Imported(already_stored=sum(plan.skipped.values()), skipped=plan.skipped)
+    result = Imported(
+        already_stored=sum(plan.skipped.values()), skipped=plan.skipped, undated=plan.undated
+    )
     to_feed: list[tuple[Memory, list[Flush]]] = []
     rebudgeted: list[tuple[Memory, list[Flush]]] = []
     with store.transaction():

@@ -148,6 +148,7 @@ def test_a_store_of_the_old_lmstudio_reader_is_recognised(tmp_path: Path) -> Non
     (session,) = old.sessions
     again = import_file(store, LMSTUDIO, opening())
     assert (again.messages, again.already_stored, again.new_sessions) == (0, 5, [])
+    assert again.undated == 5  # said, not silent
     stored = store.get_messages(session)
     assert len(stored) == 5 and all(m.timestamp is None for m in stored)  # kept as stored
     # The conversation went on in LM Studio: its new messages are stored, dated; no others.
@@ -159,13 +160,41 @@ def test_a_store_of_the_old_lmstudio_reader_is_recognised(tmp_path: Path) -> Non
     grown["messages"] += [user, reply]
     result = import_file(store, write(tmp_path / "grown.json", grown), opening())
     assert (result.messages, result.already_stored, result.sessions) == (2, 5, {session: 2})
+    assert result.undated == 5
     stored = store.get_messages(session)
     assert [m.content for m in stored[5:]] == ["And the oven?", "250 C with steam."]
     assert [m.timestamp.isoformat() for m in stored[5:] if m.timestamp] == [
         "2024-06-02T12:00:00+00:00",
         "2024-06-02T12:00:00+00:00",
     ]
-    assert import_file(store, tmp_path / "grown.json", opening()).messages == 0
+    last = import_file(store, tmp_path / "grown.json", opening())
+    assert (last.messages, last.already_stored, last.undated) == (0, 7, 5)
+
+
+@pytest.mark.usefixtures("no_blocks")
+def test_the_cli_says_how_many_stored_messages_have_no_timestamp(tmp_path: Path) -> None:
+    lines = "".join(
+        json.dumps({"role": m.role, "content": m.content}) + "\n"
+        for c in read(LMSTUDIO).conversations
+        for m in c.messages
+    )
+    undated = tmp_path / "undated.jsonl"
+    undated.write_text(lines)
+    assert memcli("import", str(undated), "--session", "s").code == 0
+    for dry in ([], ["--dry-run"]):
+        run = memcli("import", str(LMSTUDIO), "--session", "s", *dry)
+        assert run.code == 0, run.stderr
+        (summary,) = run.records()
+        assert (summary["new"], summary["already_stored"]) == (0, 5)
+        assert summary["already_stored_undated"] == 5
+        assert "5 messages already stored had no timestamp where this file gives one" in (
+            run.stderr
+        )
+    dated = memcli("import", str(LMSTUDIO), "--session", "t")
+    assert "no timestamp" not in dated.stderr
+    again = memcli("import", str(LMSTUDIO), "--session", "t")
+    assert again.records()[0]["already_stored_undated"] == 0
+    assert "no timestamp" not in again.stderr
 
 
 @pytest.mark.parametrize(
@@ -192,6 +221,8 @@ def test_any_format_re_imported_dated_over_an_undated_store_stores_nothing(
     old = import_conversations(store, undated(path), opening())
     again = import_file(store, path, opening())
     assert (again.messages, again.already_stored) == (0, old.messages)
+    dated = sum(1 for c in read(path).conversations for m in c.messages if m.timestamp)
+    assert again.undated == dated
     assert len(store.list_sessions()) == len(old.sessions)
 
 
