@@ -452,24 +452,28 @@ def align(
 
 
 def _undated(store: Store, session: str, skipped: Sequence[Message]) -> int:
-    """How many of a session's messages that `skipped` (dated ones, recognised as stored) are
-    were stored without a timestamp: those of `skipped` with no stored message like them at
-    their time (read only when one of them is dated)."""
+    """How many of `skipped` (messages of a conversation recognised as stored in the session)
+    are dated but stored without a timestamp: those with no stored message alike at their time
+    but one alike without a time (one deleted for good has neither). The session is read only
+    when one of them is dated."""
     dated = [m for m in skipped if m.timestamp is not None]
     if not dated:
         return 0
-    stored = Counter(
-        (_key(m), format_time(m.timestamp))
-        for m in store.iter_messages(session)
-        if m.timestamp is not None
-    )
+    timed: Counter[tuple[Any, ...]] = Counter()
+    untimed: Counter[tuple[Any, ...]] = Counter()
+    for m in store.iter_messages(session):
+        if m.timestamp is None:
+            untimed[_key(m)] += 1
+        else:
+            timed[(*_key(m), format_time(m.timestamp))] += 1
     undated = 0
     for m in dated:
         assert m.timestamp is not None
-        key = (_key(m), format_time(m.timestamp))
-        if stored[key]:
-            stored[key] -= 1
-        else:
+        key = (*_key(m), format_time(m.timestamp))
+        if timed[key]:
+            timed[key] -= 1
+        elif untimed[_key(m)]:
+            untimed[_key(m)] -= 1
             undated += 1
     return undated
 

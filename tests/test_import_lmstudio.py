@@ -237,3 +237,15 @@ def test_stored_messages_with_other_times_are_other_messages(tmp_path: Path) -> 
             version["createdAt"] = 1000000000000  # 2001
     result = import_file(store, write(tmp_path / "o.json", other), opening(), "s")
     assert (result.messages, result.already_stored) == (5, 0)  # the last reply's time differs
+
+
+def test_a_message_deleted_from_the_old_store_stays_deleted_and_is_not_counted(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    (session,) = import_conversations(store, undated(LMSTUDIO), opening()).sessions
+    gone = store.get_messages(session)[3]  # "Here is my crumb, is it done?"
+    assert store.delete_message(session, gone.id) is not None
+    again = import_file(store, LMSTUDIO, opening())
+    assert (again.messages, again.already_stored, again.undated) == (0, 5, 4)
+    assert gone.content not in [m.content for m in store.get_messages(session)]
