@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from memcli.messages import Message
 
 _HINT = "Give the .conversation.json as LM Studio saved it"
+_TIME_HINT = (
+    "LM Studio writes milliseconds since 1970; seconds and ISO 8601 (2024-06-01T12:00:00Z)"
+    " are read too, between the years 1 and 9999"
+)
 _ROLES = ("system", "user", "assistant")
 
 
@@ -117,16 +121,17 @@ def _time(value: Any, at: str, field: str) -> datetime | None:
 
     if value is None:
         return None
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and abs(value) >= _MILLISECONDS
-    ):
-        value = value / 1000
+    number = isinstance(value, int | float) and not isinstance(value, bool)
     try:
+        if number and abs(value) >= _MILLISECONDS:
+            return parse_time(value / 1000)
         return parse_time(value)
-    except InputError as exc:
-        raise InputError(f"{at}: {field}: {exc.message}", exc.hint) from None
+    except (InputError, OverflowError) as exc:  # (OverflowError: an int past a float's range)
+        said = exc.message if isinstance(exc, InputError) else ""
+        if number:  # (the value as the file has it, not in seconds)
+            text = str(value) if len(str(value)) <= 24 else str(value)[:21] + "..."
+            said = f"{text} is not a time between the years 1 and 9999"
+        raise InputError(f"{at}: {field}: {said}", _TIME_HINT) from None
 
 
 def _step_time(steps: list[Any]) -> datetime | None:
