@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from memcli.transcripts import SessionRecord, plan_calls
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
+    from datetime import datetime
 
     from memcli.blocks.base import MemoryBlock
     from memcli.config import Settings
@@ -177,6 +179,9 @@ class Imported:
     blocks_pending: int = 0
     already_stored: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    #: Of those, how many are stored without the timestamp the file gives them (recognised by
+    #: `same_message`; kept as stored).
+    undated: int = 0
     rebudgets: dict[str, Rebudget] = field(default_factory=dict)
     #: Non-text parts (images, audio, files) left out of the messages.
     dropped_parts: int = 0
@@ -287,6 +292,7 @@ class Plan:
     conversations: list[Conversation]
     versions: dict[str, int]
     skipped: dict[str, int]
+    undated: int = 0
 
 
 def resolve(
@@ -329,11 +335,10 @@ def _continues(stored: Iterable[Message], messages: Sequence[Message]) -> bool:
 
 
 def _common_start(stored: Iterable[Message], messages: Sequence[Message]) -> int:
-    """How many messages a session and a conversation start with alike."""
-    timed = any(m.timestamp is not None for m in messages)
+    """How many messages a session and a conversation start with alike (`same_message`)."""
     n = 0
     for a, b in zip(stored, messages, strict=False):
-        if _key(a, timed) != _key(b, timed):
+        if not same_message(a, b):
             break
         n += 1
     return n
@@ -353,7 +358,12 @@ def _new_id(store: Store, c: Conversation, user: str, again: bool) -> str:
 
 def _dry(plan: Plan) -> Imported:
     """What `plan` would store, as an import's result (nothing was written)."""
-    result = Imported(already_stored=sum(plan.skipped.values()), skipped=plan.skipped, dry_run=True)
+    result = Imported(
+        already_stored=sum(plan.skipped.values()),
+        skipped=plan.skipped,
+        undated=plan.undated,
+        dry_run=True,
+    )
     for c in plan.conversations:
         target = c.session or new_session_id()
         count = len(c.messages)
@@ -439,6 +449,9 @@ def align(
         }
         if not skip:
             continue
+        if version >= 0:
+            assert target is not None
+            plan.undated += _undated(store, target, [messages[i] for i in sorted(skip)])
         if target is None:  # (a new session's id is made when it is put: name it now)
             target = new_session_id()
             conversation = replace(conversation, session=target)
@@ -451,6 +464,33 @@ def align(
             records.append(record._replace(messages=kept))
         plan.conversations[-1] = replace(conversation, records=records)
     return plan
+
+
+def _undated(store: Store, session: str, skipped: Sequence[Message]) -> int:
+    """How many of `skipped` (messages of a conversation recognised as stored in the session)
+    are dated but stored without a timestamp: those with no stored message alike at their time
+    but one alike without a time (one deleted for good has neither). The session is read only
+    when one of them is dated."""
+    dated = [m for m in skipped if m.timestamp is not None]
+    if not dated:
+        return 0
+    timed: Counter[tuple[Any, ...]] = Counter()
+    untimed: Counter[tuple[Any, ...]] = Counter()
+    for m in store.iter_messages(session):
+        if m.timestamp is None:
+            untimed[_key(m)] += 1
+        else:
+            timed[(*_key(m), format_time(m.timestamp))] += 1
+    undated = 0
+    for m in dated:
+        assert m.timestamp is not None
+        key = (*_key(m), format_time(m.timestamp))
+        if timed[key]:
+            timed[key] -= 1
+        elif untimed[_key(m)]:
+            untimed[_key(m)] -= 1
+            undated += 1
+    return undated
 
 
 def _stored(store: Store, session: str, messages: Sequence[Message]) -> Iterator[Message]:
@@ -505,7 +545,9 @@ def _put(
     session is not as the plan read it."""
     from memcli.memory import Memory
 
-    result = Imported(already_stored=sum(plan.skipped.values()), skipped=plan.skipped)
+    result = Imported(
+        already_stored=sum(plan.skipped.values()), skipped=plan.skipped, undated=plan.undated
+    )
     to_feed: list[tuple[Memory, list[Flush]]] = []
     rebudgeted: list[tuple[Memory, list[Flush]]] = []
     with store.transaction():
@@ -590,15 +632,16 @@ def stored_overlap(messages: Sequence[Message], stored: Iterable[Message]) -> in
     if the process was then killed), a grown transcript (the old part is stored, the new part
     follows) and a session's own export (`--all`, or its active tail) each find their stored
     part there; what is not stored comes after it. A global set of hashes would instead drop
-    an "ok" that the conversation says twice. Messages compare by role, content, name,
-    metadata and timestamp (what an export round-trips; status is the engine's, and a
-    transcript without timestamps compares without them). `stored` is read once, in order
-    (Knuth-Morris-Pratt over the messages), holding nothing of it.
+    an "ok" that the conversation says twice. Messages compare as `same_message` says.
+    `stored` is read once, in order (Knuth-Morris-Pratt over the messages without their
+    timestamps), holding only the last `len(messages)` timestamps of it; of the runs found
+    alike so, the longest whose timestamps agree is the overlap (the shorter ones are the
+    failure links of the longest: each is checked from its first message to its first
+    disagreement).
     """
     if not messages:
         return 0
-    timed = any(m.timestamp is not None for m in messages)
-    pattern = [_key(m, timed) for m in messages]
+    pattern = [_key(m) for m in messages]
     # fail[i]: the longest proper prefix of pattern[: i + 1] that is also its suffix.
     fail = [0] * len(pattern)
     q = 0
@@ -609,21 +652,43 @@ def stored_overlap(messages: Sequence[Message], stored: Iterable[Message]) -> in
             q += 1
         fail[i] = q
     q = 0
+    times: deque[datetime | None] = deque(maxlen=len(pattern))
     for m in stored:
-        key = _key(m, timed)
+        key = _key(m)
+        times.append(m.timestamp)
         while q and (q == len(pattern) or pattern[q] != key):
             q = fail[q - 1]
         if pattern[q] == key:
             q += 1
+    tail = list(times)
+    while q and not all(
+        _same_time(a.timestamp, b) for a, b in zip(messages[:q], tail[-q:], strict=True)
+    ):
+        q = fail[q - 1]
     return q
 
 
-def _key(m: Message, timed: bool) -> tuple[Any, ...]:
-    """What an export round-trips of a message, as stored (metadata as its JSON, without the
-    source id: one stored before memcli kept them is the same message)."""
+def same_message(stored: Message, given: Message) -> bool:
+    """The alignment rule, for every format: a message given to an import is one already stored
+    when their role, content, name and metadata (without the source id: one stored before
+    memcli kept them is the same message) are the same, and their timestamps where both have
+    one (what an export round-trips; status is the engine's). A message stored without a
+    timestamp (by a transcript without them, or a reader that did not date that format's
+    messages yet) is the same as one given with any, and the other way round: a file dated
+    since is recognised, not stored twice; the stored message is kept as it was stored."""
+    return _key(stored) == _key(given) and _same_time(stored.timestamp, given.timestamp)
+
+
+def _same_time(a: datetime | None, b: datetime | None) -> bool:
+    """Whether two messages' timestamps agree: the same, or one of them has none."""
+    return a is None or b is None or format_time(a) == format_time(b)
+
+
+def _key(m: Message) -> tuple[Any, ...]:
+    """What an export round-trips of a message, as stored, but its timestamp (metadata as its
+    JSON, without the source id)."""
     given = m.metadata
     if given and "source_id" in given:
         given = {k: v for k, v in given.items() if k != "source_id"}
     meta = json.dumps(given, ensure_ascii=False, sort_keys=True) if given else None
-    when = format_time(m.timestamp) if timed and m.timestamp is not None else None
-    return (m.role, m.content, m.name, meta, when)
+    return (m.role, m.content, m.name, meta)

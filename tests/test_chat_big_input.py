@@ -162,3 +162,41 @@ def test_full_screen_app_says_why_a_message_is_refused_and_sends_nothing(tmp_pat
     assert [m.content for m in chat.mem.get_all()] == ["short", "OK"]
     assert len(llm.requests) == 1
 
+
+def test_full_screen_app_sends_a_25_kb_paste_of_paragraphs_whole_and_once(tmp_path, llm):
+    """A 25 KB bracketed paste of 301 lines in paragraphs (blank lines in it, each a newline,
+    not an Enter), then Enter: one request holds it exactly as pasted, stored once."""
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from memcli.chat import Chat, Commands
+    from memcli.cli.chat.ui import ChatApp
+    from memcli.flush import Budget
+    from memcli.llm import LLMConfig
+
+    chat = Chat(
+        SQLiteStore(tmp_path / "ui.db"),
+        budget_for=lambda info: Budget(30000, 0.7, 100),
+        llm=LLMConfig("openai/test", api_base=llm.api_base, timeout=10),
+    )
+    chat.open("paste")
+    lines = [words(16) if i % 6 != 5 else "" for i in range(301)]
+    paste = "\n".join(lines)
+    assert len(paste) > 25_000 and paste.count("\n\n") == 50
+    with create_pipe_input() as pipe:
+        ui = ChatApp(chat, Commands(chat), True, tmp_path / "history", pipe, DummyOutput())
+        runner = threading.Thread(target=ui.run)
+        runner.start()
+        try:
+            pipe.send_text("\x1b[200~" + paste.replace("\n", "\r") + "\x1b[201~")
+            wait_for(lambda: ui.app.current_buffer.text == paste)
+            assert not llm.requests and not ui.pending  # nothing sent before Enter
+            pipe.send_text("\r")
+            wait_for(lambda: any(e.text == "OK" for e in ui.entries) and not ui.pending)
+        finally:
+            pipe.send_text("\x04")
+            runner.join(60)
+    assert not runner.is_alive()
+    assert sent_texts(llm).count(paste) == 1 and len(llm.requests) == 1
+    assert sum(paste[:100] in text for text in sent_texts(llm)) == 1  # not in parts either
+    assert [m.content for m in chat.mem.get_all()] == [paste, "OK"]

@@ -18,7 +18,7 @@ from memcli import Message, SQLiteStore, UsageError
 from memcli.errors import InputError
 from memcli.flush import Budget, BudgetOverride
 from memcli.formats import read
-from memcli.importing import Opening, conversations, stored_overlap
+from memcli.importing import Opening, conversations, same_message, stored_overlap
 from memcli.memory import Memory
 from memcli.store.base import require_session as require
 from memcli.tokens import TiktokenTokenizer
@@ -195,6 +195,45 @@ def test_stored_overlap_is_the_longest_prefix_stored_at_the_end(
     )
     as_messages = [Message("user", c) for c in stored]
     assert stored_overlap([Message("user", c) for c in incoming], iter(as_messages)) == expected
+
+
+#: A message of a property test: its text, and its time (None: undated), as an hour of a day.
+TIMED = st.tuples(st.sampled_from("ab"), st.sampled_from([None, 1, 2]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(TIMED, max_size=12), st.lists(TIMED, max_size=8))
+def test_stored_overlap_compares_times_only_where_both_messages_have_one(
+    stored: list[tuple[str, int | None]], incoming: list[tuple[str, int | None]]
+) -> None:
+    """The longest start of the conversation that the session ends with, each message the same
+    as its stored one (`same_message`: a time counts only where both have one), by brute force."""
+
+    def message(text: str, hour: int | None) -> Message:
+        return Message("user", text, timestamp=None if hour is None else datetime(2024, 1, 1, hour))
+
+    old = [message(*m) for m in stored]
+    new = [message(*m) for m in incoming]
+    expected = max(
+        k
+        for k in range(min(len(old), len(new)) + 1)
+        if all(same_message(a, b) for a, b in zip(old[len(old) - k :], new[:k], strict=True))
+    )
+    assert stored_overlap(new, iter(old)) == expected
+
+
+def test_an_undated_deleted_message_stays_deleted_when_the_file_is_dated(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    import_file(store, lines(*CHAT), opening(), "s")
+    gone = store.get_messages("s")[2]  # "thanks"
+    assert store.delete_message("s", gone.id) is not None
+    dated = "".join(
+        json.dumps({"role": r, "content": c, "timestamp": f"2024-01-0{i + 1}T00:00:00Z"}) + "\n"
+        for i, (r, c) in enumerate(CHAT)
+    )
+    result = import_file(store, dated.encode(), opening(), "s")
+    assert (result.messages, result.already_stored) == (0, 4)
+    assert contents(store, "s") == ["hi", "ok", "ok"]
 
 
 # -- the session record of an export ------------------------------------------------------------

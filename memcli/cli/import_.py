@@ -316,6 +316,8 @@ def _report(
         f"{what} {result.flushes:,} {'flush' if result.flushes == 1 else 'flushes'},"
         f" {_count(result.archived)} archived."
     )
+    if result.undated:
+        output.info(_UNDATED.format(_count(result.undated)))
     if output.wants_json(json_):
         output.emit_all([_summary(result, blocks_fed=blocks_fed)])
     if result.blocks_pending:  # the messages are stored; the blocks' work is not: exit 1
@@ -326,6 +328,13 @@ def _report(
             f" stored: retry the blocks with `{backfill}`."
         )
     return bool(result.blocks_pending)
+
+
+#: Said of messages recognised as stored that were stored without the times the file gives.
+_UNDATED = (
+    "{} already stored had no timestamp where this file gives one (stored by an import that"
+    " did not read it): kept as stored."
+)
 
 
 def _report_dry(result: Imported, *, json_: bool) -> None:
@@ -341,6 +350,8 @@ def _report_dry(result: Imported, *, json_: bool) -> None:
         f" ({len(result.new_sessions):,} new), {result.already_stored:,} already stored,"
         f" {result.dropped_parts:,} non-text parts left out; nothing was written."
     )
+    if result.undated:
+        output.info(_UNDATED.format(_count(result.undated)))
 
 
 def _dry_table(result: Imported) -> None:
@@ -370,6 +381,7 @@ def _summary(result: Imported | None, *, blocks_fed: bool) -> dict[str, Any]:
         "messages": result.messages,
         "new": result.messages,
         "already_stored": result.already_stored,
+        "already_stored_undated": result.undated,
         "calls": result.calls,
         "flushes": result.flushes,
         "archived_messages": result.archived,
