@@ -449,9 +449,8 @@ def align(
         }
         if not skip:
             continue
-        if version >= 0:
-            assert target is not None
-            plan.undated += _undated(store, target, [messages[i] for i in sorted(skip)])
+        if info is not None:
+            plan.undated += _undated(store, info.id, [messages[i] for i in sorted(skip)])
         if target is None:  # (a new session's id is made when it is put: name it now)
             target = new_session_id()
             conversation = replace(conversation, session=target)
