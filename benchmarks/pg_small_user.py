@@ -144,7 +144,9 @@ def build(url: str, size: int) -> None:
     for s in range(sessions):
         add_session(store, rng, f"s{s:06d}", f"user{s % 10}", PER_SESSION)
         if s % 500 == 499:
-            print(f"  {s + 1}/{sessions} sessions ({time.perf_counter() - started:.0f} s)", flush=True)
+            print(
+                f"  {s + 1}/{sessions} sessions ({time.perf_counter() - started:.0f} s)", flush=True
+            )
     pg_index.fill_embeddings(store)
     store.close()
     with psycopg.connect(url, autocommit=True) as conn:
@@ -213,7 +215,6 @@ def measure(url: str, queries: int) -> dict[str, str]:
 
 def main() -> None:
     import psycopg
-
     from pg_search import server
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

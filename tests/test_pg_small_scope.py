@@ -30,7 +30,7 @@ class TableEmbedder:
         self.table = table
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return np.stack([self.table[t.split(': ')[-1]] for t in texts]).astype(np.float32)
+        return np.stack([self.table[t.split(": ")[-1]] for t in texts]).astype(np.float32)
 
     def split(self, texts: Sequence[str]) -> list[list[str]]:
         return [[t] for t in texts]
@@ -70,7 +70,11 @@ def test_a_small_users_vectors_are_searched_exactly_where_the_index_holds_others
         add(store, f"c{s}", f"other{s}", texts)
     own = add(store, "m0", "small", [f"mine {i}" for i in range(20)])
     own += add(store, "m1", "small", [f"mine {i}" for i in range(20, 40)])
-    retriever = Retriever(store, TableEmbedder(table), SearchOptions(context_before=0, context_after=0, vector_context=0))
+    retriever = Retriever(
+        store,
+        TableEmbedder(table),
+        SearchOptions(context_before=0, context_after=0, vector_context=0),
+    )
     retriever.index()
 
     # Every other user's message is nearer than any of the user's: a scan of the store's
@@ -91,4 +95,42 @@ def test_a_small_users_vectors_are_searched_exactly_where_the_index_holds_others
         hits = retriever.search("the question", k=10, mode="vector", **scope).hits
         assert [h.anchor_id for h in hits] == [own[r] for r in best], scope
         assert np.allclose([h.vector_score for h in hits], scores[best], atol=1e-4)
+    store.close()
+
+
+def test_a_small_users_first_search_after_an_import_waits_for_no_index_insert(
+    pgvector_url: str,
+) -> None:
+    """The first search of a user just imported into a store with pgvector embeds the user's
+    messages and compares them from their bytes: it adds none to pgvector's column (an HNSW
+    insert each, ~20 ms at a million vectors), yet finds them, exactly, beside those the column
+    holds; the next search of the whole store adds them first, then finds them through the
+    index. A session's search likewise."""
+    from memcli.store import pg_index
+
+    rng = np.random.default_rng(5)
+    vectors = unit(rng.standard_normal((60, DIM)))
+    table = {f"text {i}": v for i, v in enumerate(vectors)}
+    query = unit(vectors[45] + 0.3 * vectors[12])
+    table["the question"] = query
+    store = open_store(pgvector_url)
+    options = SearchOptions(context_before=0, context_after=0, vector_context=0)
+    retriever = Retriever(store, TableEmbedder(table), options)
+    first = add(store, "old", "ana", [f"text {i}" for i in range(40)])
+    retriever.search("the question", k=3, mode="vector")  # embedded and in the index
+    assert pg_index.unfilled(store) == 0
+    second = add(store, "new", "ana", [f"text {i}" for i in range(40, 60)])  # the import
+    ids = first + second
+    scores = vectors @ query
+    best = [ids[r] for r in np.argsort(-scores)[:5]]
+    assert ids[45] in best and ids[12] in best  # one just imported, one filled before
+    hits = retriever.search("the question", k=5, mode="vector", user_id="ana").hits
+    assert [h.anchor_id for h in hits] == best
+    assert np.allclose([h.vector_score for h in hits], np.sort(scores)[::-1][:5], atol=1e-4)
+    assert pg_index.unfilled(store) == 20  # none added to the index
+    hits = retriever.search("the question", k=3, mode="vector", session_id="new").hits
+    assert [h.anchor_id for h in hits] == [ids[40 + r] for r in np.argsort(-scores[40:])[:3]]
+    assert pg_index.unfilled(store) == 20
+    hits = retriever.search("the question", k=5, mode="vector").hits  # the whole store
+    assert pg_index.unfilled(store) == 0 and {h.anchor_id for h in hits} >= {ids[45], ids[12]}
     store.close()
