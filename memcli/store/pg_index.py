@@ -36,8 +36,12 @@ ones. So:
 - any scope is compared exactly when the index found too few.
 The answers of exact search are exact; the index's kept >= 0.99 of the exact top 10 at 1M
 messages (benchmarks/pg_recall.py, docs/performance.md). The column is filled from the stored
-bytes before a search (`fill_embeddings`), so that vectors stored by any path (the retriever, a
-copy between backends) are found.
+bytes (`fill_embeddings`), so that vectors stored by any path (the retriever, a copy between
+backends) are found: before a search that reads it over more than a small scope (the index, or
+the whole store). A scope compared exactly waits for no fill, since filling a row is an insert
+into the HNSW index (~20 ms a vector at 1M on 2 cores: 200 just imported, 1.4-4 s): its rows
+that the column does not hold yet are compared from their bytes (`_unfilled_rows`), beside those
+it holds, and left for the next search that reads the column (benchmarks/pg_small_user.py).
 """
 
 from __future__ import annotations
@@ -352,10 +356,12 @@ def _vectors_in(
         size = size if size is not None else _scope_size(store, where, cap + 1)
         attempts = [EF_MAX, None] if size > cap else [None]
     if attempts == [None] and where[1]:
-        # A scope compared exactly: its own rows, those pgvector's column holds and those it
-        # does not hold yet (just embedded), so that its search waits for no index insert.
-        rows = _vector_rows(store, model, vector, where, want, None)
-        rows += _unfilled_rows(store, model, vector, where, want)
+        # A scope compared exactly: its own rows, those pgvector's column does not hold yet
+        # (just embedded) from their bytes and those it holds in SQL, so that its search waits
+        # for no index insert. In that order: a row another process fills in between is read
+        # twice (and kept once), never missed.
+        rows = _unfilled_rows(store, model, vector, where, want)
+        rows += _vector_rows(store, model, vector, where, want, None)
         return _best_once(rows)[:n]
     fill_embeddings(store)  # the index, and exact search of the store, read the column
     best: list[tuple[int, float]] = []
