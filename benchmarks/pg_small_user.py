@@ -13,7 +13,7 @@ vectors hold). For the load, the text and HNSW indexes are dropped and built aga
 - the small user's hybrid search (`Retriever.search`, k = 10, an embedder giving each text a random
   unit vector), and its two halves alone (the store's BM25 over the user's matches, with the
   user's term counts; `PgVectors.search`), p50 / p95 of `--queries` queries of three words (a
-  common, a middling and a rare one);
+  common, a middling and a rare one); and the hybrid search of its session (the same 200);
 - import: 200 messages of a new user stored, then that user's first hybrid search (it embeds
   the 200 messages, then searches; memcli before this benchmark also added them to pgvector's
   column and HNSW index first).
@@ -191,7 +191,7 @@ def measure(url: str, queries: int) -> dict[str, str]:
         for _ in range(queries)
     ]
     retriever.search(" ".join(asked[0]), k=10, user_id="small")  # warm
-    times: dict[str, list[float]] = {"hybrid": [], "lexical": [], "vector": []}
+    times: dict[str, list[float]] = {"hybrid": [], "lexical": [], "vector": [], "session": []}
     scope = Scope(user_id="small")
     for terms in asked:
         at = time.perf_counter()
@@ -204,6 +204,9 @@ def measure(url: str, queries: int) -> dict[str, str]:
         at = time.perf_counter()
         vectors.search(embedder.embed([" ".join(terms)])[0], scope, 10)
         times["vector"].append(time.perf_counter() - at)
+        at = time.perf_counter()
+        retriever.search(" ".join(terms), k=10, session_id="small-0")
+        times["session"].append(time.perf_counter() - at)
     tag = time.time_ns()
     add_session(store, rng, f"import-{tag}", f"new-{tag}", SMALL, vectors=False)
     at = time.perf_counter()
@@ -243,7 +246,7 @@ def main() -> None:
             print(
                 f"{size:>9} messages, the {SMALL}-message user (p50 / p95):"
                 f" hybrid {figures['hybrid']}; BM25 {figures['lexical']};"
-                f" vectors {figures['vector']};"
+                f" vectors {figures['vector']}; its session's hybrid {figures['session']};"
                 f" first hybrid search after a {SMALL}-message import {figures['import']}",
                 flush=True,
             )
