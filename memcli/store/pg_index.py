@@ -422,7 +422,7 @@ def _unfilled_rows(
     matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32)
     matrix = matrix.reshape(len(rows), len(vector))
     query = np.asarray(vector, dtype=np.float32)
-    # pgvector's cosine: each side's norm divided out (a zero vector's: none, as NaN is not kept)
+    # pgvector's cosine: each side's norm divided out (a zero vector scores 0, not NaN)
     norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(query)), 1e-30)
     scores = (matrix @ query) / np.maximum(norms, 1e-30)
     order = np.argsort(-scores, kind="stable")[:want]
