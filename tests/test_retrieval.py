@@ -760,8 +760,9 @@ def test_a_search_says_first_when_it_adds_stored_vectors_to_pgvectors_index(
     pgvector_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Vectors stored but not yet in pgvector's column (all of them after `memcli copy`): the
-    next search adds them first, and says so when that takes a second or more; `memcli copy`
-    says it too. Once added, nothing is said."""
+    next search that reads the column (the store's; a small user's compares its own vectors
+    from their bytes) adds them first, and says so when that takes a second or more; `memcli
+    copy` says it too. Once added, nothing is said."""
     from memcli.cli.copy import _pgvector_fill
     from memcli.search.types import Building
     from memcli.store import pg_index
@@ -775,6 +776,8 @@ def test_a_search_says_first_when_it_adds_stored_vectors_to_pgvectors_index(
     message = _pgvector_fill(pgvector_url, "postgresql://db")
     assert message is not None and "4 copied vectors to pgvector's index (about 2 s)" in message
     assert retriever.search("cello", k=2, user_id="u1").hits
+    assert said == [] and pg_index.unfilled(store) == 4
+    assert retriever.search("cello", k=2).hits
     assert said == [Building("pgvector", 4, 4, 2.0)]
     assert said[0].describe() == "Adding 4 stored vectors to pgvector's index (about 2 s)..."
     assert pg_index.unfilled(store) == 0

@@ -63,7 +63,8 @@ def copy_with_progress(src: str | Path, dst: str | Path, label: str) -> CopyResu
 def _pgvector_fill(dst: str, shown: str) -> str | None:
     """What the first search of a PostgreSQL destination with pgvector does first, when that
     takes a second or more: add the copied vectors to pgvector's index (the copy moves their
-    bytes; `memcli.store.pg_index.fill_embeddings`)."""
+    bytes; `memcli.store.pg_index.fill_embeddings`). A small user's or a session's search
+    compares its own from their bytes and leaves that to the store's."""
     from memcli.search.retriever import ANNOUNCE_SECONDS
     from memcli.store import is_postgres_url, open_store
     from memcli.words import duration
@@ -81,7 +82,8 @@ def _pgvector_fill(dst: str, shown: str) -> str | None:
     if seconds < ANNOUNCE_SECONDS:
         return None
     return (
-        f"The first search adds the {count:,} copied vectors to pgvector's index (about"
+        f"The first search of the store (or of a big user) adds the {count:,} copied vectors"
+        f" to pgvector's index (about"
         f" {duration(seconds)}); a search now does it before it is needed: memcli --db"
         f" '{shown}' search hello"
     )

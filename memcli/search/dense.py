@@ -110,24 +110,26 @@ class PgVectors:
         return reader()
 
     def refresh(self) -> None:
-        """Copy the vectors stored since into pgvector's column."""
+        """Nothing: a search that reads pgvector's column (its index, or the whole store) copies
+        the vectors stored since into it first; a small scope's search compares the ones not
+        copied yet from their bytes, and leaves them to it (`pg_index.vector_search`)."""
+
+    def to_fill(self, owner: Scope | None = None) -> tuple[int, float]:
+        """How many stored vectors a search of `owner` (a user's or a session's scope; None:
+        the store) adds to pgvector's index first, and about how many seconds that takes: none
+        for a small scope, which does not wait for the index."""
         from memcli.store import pg_index
 
-        pg_index.fill_embeddings(self._connection())
-
-    def to_fill(self) -> tuple[int, float]:
-        """How many stored vectors the next search adds to pgvector's index first, and about
-        how many seconds that takes (`refresh`)."""
-        from memcli.store import pg_index
-
-        count = pg_index.unfilled(self._connection())
+        connection = self._connection()
+        if owner is not None and pg_index.searched_exactly(connection, owner):
+            return 0, 0.0
+        count = pg_index.unfilled(connection)
         return count, count / pg_index.FILL_RATE
 
     def search(self, vector: np.ndarray, scope: Scope, n: int) -> list[tuple[int, float]]:
         """(message id, cosine) of the best `n` messages in scope, each once, best first."""
         if n <= 0:
             return []
-        self.refresh()
         return sql.vector_search(self._connection(), self.model, vector, scope, n)
 
 

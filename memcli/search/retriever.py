@@ -383,7 +383,7 @@ class Retriever:
             vsql.settle(self.store, self.model, owner)
         to_fill = getattr(self.vectors, "to_fill", None)  # pgvector's index, after a copy
         if self.on_build is not None and to_fill is not None:
-            count, seconds = to_fill()
+            count, seconds = to_fill(owner)
             if seconds >= ANNOUNCE_SECONDS:
                 self.on_build(Building("pgvector", count, count, seconds))
 

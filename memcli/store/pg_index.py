@@ -36,8 +36,12 @@ ones. So:
 - any scope is compared exactly when the index found too few.
 The answers of exact search are exact; the index's kept >= 0.99 of the exact top 10 at 1M
 messages (benchmarks/pg_recall.py, docs/performance.md). The column is filled from the stored
-bytes before a search (`fill_embeddings`), so that vectors stored by any path (the retriever, a
-copy between backends) are found.
+bytes (`fill_embeddings`), so that vectors stored by any path (the retriever, a copy between
+backends) are found: before a search that reads it over more than a small scope (the index, or
+the whole store). A scope compared exactly waits for no fill, since filling a row is an insert
+into the HNSW index (~20 ms a vector at 1M on 2 cores: 200 just imported, 1.4-4 s): its rows
+that the column does not hold yet are compared from their bytes (`_unfilled_rows`), beside those
+it holds, and left for the next search that reads the column (benchmarks/pg_small_user.py).
 """
 
 from __future__ import annotations
@@ -342,37 +346,95 @@ def _vectors_in(
     else they are counted (up to what decides between the index and exact search)."""
     dim = len(vector)
     want = n * 2  # a message's pieces are rows of their own
-    if dim != INDEXED_DIM or scope.session_id is not None:
-        return _vector_rows(store, model, vector, where, want, None)[:n]
     iterative = pgvector_version(store) >= (0, 8)
-    if not where[1]:  # the whole store
-        attempts: list[int | None] = [max(EF_WHOLE, min(EF_MAX, want)), EF_MAX]
+    if dim != INDEXED_DIM or scope.session_id is not None:
+        attempts: list[int | None] = [None]
+    elif not where[1]:  # the whole store
+        attempts = [max(EF_WHOLE, min(EF_MAX, want)), EF_MAX]
     else:
-        total = int(store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
-        if iterative:
-            # The index reads ef_search rows, and goes on until it has `want` rows of the scope:
-            # max(EF_MAX, want * total / size) rows, each ITERATIVE_COST times the cost of
-            # comparing one vector of the scope exactly. It serves a scope whose exact search
-            # (size comparisons) would cost more; else exact search, which misses nothing.
-            cap = max(
-                EXACT_MAX,
-                int(ITERATIVE_COST * EF_MAX),
-                math.isqrt(int(ITERATIVE_COST * want * max(total, 1))) + 1,
-            )
-            size = size if size is not None else _scope_size(store, where, cap + 1)
-            attempts = [EF_MAX, None] if size > cap else [None]
-        else:
-            # The index serves a scope only when its ef_search rows hold enough of the scope's
-            # messages (IN_SCOPE of them, on average) and the scope is too big to compare exactly.
-            needed = max(EXACT_MAX, -(-total * IN_SCOPE // EF_MAX))
-            size = size if size is not None else _scope_size(store, where, needed + 1)
-            attempts = [EF_MAX, None] if size > needed else [None]
+        cap = _exact_cap(store, want, iterative)
+        size = size if size is not None else _scope_size(store, where, cap + 1)
+        attempts = [EF_MAX, None] if size > cap else [None]
+    if attempts == [None] and where[1]:
+        # A scope compared exactly: its own rows, those pgvector's column does not hold yet
+        # (just embedded) from their bytes and those it holds in SQL, so that its search waits
+        # for no index insert. In that order: a row another process fills in between is read
+        # twice (and kept once), never missed.
+        rows = _unfilled_rows(store, model, vector, where, want)
+        rows += _vector_rows(store, model, vector, where, want, None)
+        return _best_once(rows)[:n]
+    fill_embeddings(store)  # the index, and exact search of the store, read the column
     best: list[tuple[int, float]] = []
     for ef in attempts:
         best = _vector_rows(store, model, vector, where, want, ef, iterative)
         if len(best) >= n:
             break
     return best[:n]
+
+
+def _exact_cap(store: SQLStore, want: int, iterative: bool) -> int:
+    """The most messages a user's or a time window's scope holds that is compared exactly
+    rather than through the HNSW index, for `want` rows."""
+    total = int(store.execute("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()[0])
+    if iterative:
+        # The index reads ef_search rows, and goes on until it has `want` rows of the scope:
+        # max(EF_MAX, want * total / size) rows, each ITERATIVE_COST times the cost of
+        # comparing one vector of the scope exactly. It serves a scope whose exact search
+        # (size comparisons) would cost more; else exact search, which misses nothing.
+        return max(
+            EXACT_MAX,
+            int(ITERATIVE_COST * EF_MAX),
+            math.isqrt(int(ITERATIVE_COST * want * max(total, 1))) + 1,
+        )
+    # The index serves a scope only when its ef_search rows hold enough of the scope's
+    # messages (IN_SCOPE of them, on average) and the scope is too big to compare exactly.
+    return max(EXACT_MAX, -(-total * IN_SCOPE // EF_MAX))
+
+
+def searched_exactly(store: SQLStore, owner: Scope) -> bool:
+    """Whether a search within a user's or a session's scope compares its vectors exactly
+    (and so waits for no vector to be added to the index: see `vector_search`), whatever it
+    asks for (the threshold for one row: the lowest)."""
+    if owner.session_id is not None:
+        return True
+    if owner.user_id is None:
+        return False
+    cap = _exact_cap(store, 1, pgvector_version(store) >= (0, 8))
+    return scope_size(store, Scope(user_id=owner.user_id), "all") <= cap
+
+
+def _unfilled_rows(
+    store: SQLStore, model: str, vector: np.ndarray, where: tuple[str, str, list[Any]], want: int
+) -> list[tuple[int, float]]:
+    """The best `want` of the scope's vectors that pgvector's column does not hold yet,
+    compared from their bytes: (message id, cosine), best first (a piece each: see
+    `_best_once`). Only for a scope compared exactly: it holds at most the threshold's rows."""
+    import numpy as np
+
+    join, filters, params = where
+    rows = store.execute(
+        f"SELECT v.message_id, v.vector FROM retrieval_vectors v{join}"
+        f" WHERE v.model = ? AND v.dim = ? AND v.embedding IS NULL{filters}",
+        (model, len(vector), *params),
+    ).fetchall()
+    if not rows:
+        return []
+    matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32)
+    matrix = matrix.reshape(len(rows), len(vector))
+    query = np.asarray(vector, dtype=np.float32)
+    # pgvector's cosine: each side's norm divided out (a zero vector scores 0, not NaN)
+    norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(query)), 1e-30)
+    scores = (matrix @ query) / np.maximum(norms, 1e-30)
+    order = np.argsort(-scores, kind="stable")[:want]
+    return [(int(rows[i][0]), float(scores[i])) for i in order.tolist()]
+
+
+def _best_once(rows: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """(message id, cosine) of each message once (its best piece), best first."""
+    best: dict[int, float] = {}
+    for message_id, score in sorted(rows, key=lambda r: -r[1]):
+        best.setdefault(message_id, score)
+    return list(best.items())
 
 
 def pgvector_version(store: SQLStore) -> tuple[int, ...]:
@@ -485,7 +547,4 @@ def _vector_rows(
         )
         .fetchall()
     )
-    best: dict[int, float] = {}
-    for message_id, score in sorted(rows, key=lambda r: -float(r[1])):
-        best.setdefault(int(message_id), float(score))
-    return list(best.items())
+    return _best_once([(int(r[0]), float(r[1])) for r in rows])
