@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
     {"about", "health", "forgetting", "input_history", "tool_params", "simulate"},
     {"blocks"},
     {"facts"},
+    {"memory_facts"},
     {"memory"},
     {"sessions", "integrations"},
     {"importing", "tools"},
