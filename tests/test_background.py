@@ -65,6 +65,7 @@ def test_a_put_returns_before_the_blocks_are_fed_and_closing_leaves_the_rest(tmp
     background.wait(30)
     assert block.taken == [flushes[0].id]  # the job running finished; the queued ones did not
     assert left_note(0, "s") is None
+    assert "`memcli chat --session 'my s' --user bo`" in (left_note(1, "my s", "bo") or "")
 
 
 def test_a_resumed_chat_feeds_what_the_last_one_left_unfed(tmp_path: Path):

@@ -272,7 +272,7 @@ def test_two_users_each_chat_in_their_own_session_of_one_name(llm):
     assert memcli("chat", "--session", "main", "--user", "ann", input="I am ann\n").code == 0
     run = memcli("chat", "--session", "main", "--user", "bob", input="I am bob\n")
     assert run.code == 0, run.stderr
-    assert "new session main (user bob)" in run.stderr
+    assert "new session main (user bob); resume with --session main --user bob" in run.stderr
     run = memcli("chat", "--session", "main", "--user", "ann", input="")
     assert "resumed session main (user ann)" in run.stderr
     for user, said in (("ann", "I am ann"), ("bob", "I am bob")):

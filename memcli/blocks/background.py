@@ -250,13 +250,15 @@ class Background:
             return Fed(len(job.ids), result)
 
 
-def left_note(left: int, session_id: str) -> str | None:
-    """What to say on quitting with `left` batches not fed yet (None: none)."""
+def left_note(left: int, session_id: str, user: str = "default") -> str | None:
+    """What to say on quitting with `left` batches not fed yet (None: none): the chat that
+    finishes them names the session, and its user when not the default one."""
     if not left:
         return None
     verb = "waits" if left == 1 else "wait"
+    whose = "" if user == "default" else f" --user {shell_arg(user)}"
     return (
         f"{plural(left, 'batch')} of long-term memory {verb}; the next chat in this session"
-        f" (`memcli chat --session {shell_arg(session_id)}`) or `memcli blocks backfill`"
+        f" (`memcli chat --session {shell_arg(session_id)}{whose}`) or `memcli blocks backfill`"
         " finishes them."
     )

@@ -125,12 +125,19 @@ def chat_command(
     chat.store.close()
     from memcli.blocks.background import left_note
 
-    note = left_note(app.left, chat.session_id)
+    note = left_note(app.left, chat.session_id, chat.user_id)
     if note is not None:
         output.info(note)
     ending.code = code
     if code:  # a turn or a command failed (said in the conversation): exit 1, as plain mode
         raise typer.Exit(code)
+
+
+def resume_args(chat: Chat) -> str:
+    """The options that resume the chat's session: its name, and its user when not the default
+    one (a session's name is its user's)."""
+    args = f"--session {shell_arg(chat.session_id)}"
+    return args if chat.user_id == "default" else f"{args} --user {shell_arg(chat.user_id)}"
 
 
 def latest_session(s: Settings) -> str | None:
@@ -356,7 +363,8 @@ def run_plain(chat: Chat, commands: Commands, is_new: bool, json_: bool) -> int:
     chat.prepare_in_background()  # litellm, the models, the indexes: while the user types
     state = "new session" if is_new else "resumed session"
     output.info(
-        f"memcli chat: {state} {chat.session_id} (user {chat.user_id}); resume with --session {chat.session_id}"
+        f"memcli chat: {state} {chat.session_id} (user {chat.user_id}); resume with"
+        f" {resume_args(chat)}"
     )
     if chat.tools is not None and not chat.offline:
         output.info(
@@ -443,7 +451,7 @@ def _leave(chat: Chat) -> None:
     """Quit without waiting for long-term work: say what is left (it stays in the store)."""
     from memcli.blocks.background import left_note
 
-    note = left_note(chat.close(), chat.session_id)
+    note = left_note(chat.close(), chat.session_id, chat.user_id)
     if note is not None:
         output.info(note)
 
