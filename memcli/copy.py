@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memcli.errors import StoreError, UsageError
+from memcli.messages import session_name
 from memcli.store import copy as tables
 from memcli.store.base import Store, is_postgres_url
 
@@ -168,7 +169,7 @@ def _verify(src: Any, dst: Any, steps: list[tables.Step], counts: dict[str, int]
     theirs, ours = export_digests(src), export_digests(dst)
     for session in sorted(theirs.keys() | ours.keys()):
         if theirs.get(session) != ours.get(session):
-            differences.append(f"session {session!r} exports differently")
+            differences.append(f"session {session_name(session)!r} exports differently")
     if differences:
         shown = "; ".join(differences[:10])
         more = f" (and {len(differences) - 10} more)" if len(differences) > 10 else ""

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from memcli.credentials import hide_secrets
 from memcli.errors import StoreBusy, StoreError
-from memcli.messages import format_time, metadata_json
+from memcli.messages import format_time, metadata_json, session_name
 from memcli.store.base import FlushPlan, NewMessage, redact_url
 from memcli.store.check import PG_CHECKS, Problem, run_checks
 from memcli.store.pg_migrations import LATEST, rewrite_seconds, schema_version, upgrade
@@ -372,7 +372,9 @@ class PostgresStore(TableStore):
             except self._psycopg.Error as exc:
                 raise self._error(exc, f"cannot write to {self.where}") from None
         if not self._wait and not (got and got[0]):
-            raise StoreBusy(f"another process is writing session {session_id!r} in {self.where}")
+            raise StoreBusy(
+                f"another process is writing session {session_name(session_id)!r} in {self.where}"
+            )
         self._locked.add(session_id)
 
     def _finish(self, failed: bool) -> None:

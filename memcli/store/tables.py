@@ -29,6 +29,7 @@ from memcli.messages import (
     metadata_json,
     parse_time,
     session_key,
+    session_name,
 )
 from memcli.store.base import FlushPlan, FlushRecord, NewMessage, SessionInfo, WindowEntry
 
@@ -542,7 +543,9 @@ class TableStore:
                 try:
                     batch = self.execute(sql, params).fetchall()
                 except self.DATABASE_ERRORS as exc:
-                    raise self._error(exc, f"cannot read session {session_id!r}") from None
+                    raise self._error(
+                        exc, f"cannot read session {session_name(session_id)!r}"
+                    ) from None
             if not batch:
                 return
             for row in batch:
@@ -594,7 +597,8 @@ class TableStore:
                     stored.append(message_id)
                 elif row[1] != session_id or row[8] != "active":
                     raise StoreError(
-                        f"message {message_id} is not active in {session_id!r}", "Try again"
+                        f"message {message_id} is not active in {session_name(session_id)!r}",
+                        "Try again",
                     )
                 else:
                     row[8] = "archived"
@@ -607,7 +611,8 @@ class TableStore:
             )
             if changed != len(stored):
                 raise StoreError(
-                    f"session {session_id!r} changed while it was being flushed", "Try again"
+                    f"session {session_name(session_id)!r} changed while it was being flushed",
+                    "Try again",
                 )
             self._touch(
                 session_id,
@@ -785,7 +790,7 @@ class TableStore:
                 self.damaged = True
                 raise StoreDamaged(
                     f"the database {self.where} holds an unreadable message in session"
-                    f" {session_id!r} ({exc})",
+                    f" {session_name(session_id)!r} ({exc})",
                     "Run `memcli check` to see what is wrong, and restore it from a backup",
                 ) from None
             yield message
