@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from chat_latency import model_folder  # noqa: E402 (this folder: the script's own)
 from llm_server import LLMServer  # noqa: E402
 
 
@@ -76,14 +77,6 @@ def run(args: list[str], env: dict[str, str], stdin: bytes) -> tuple[float, floa
     cpu = usage.ru_utime + usage.ru_stime
     return cpu, usage.ru_maxrss / 1024, proc.returncode, said
 
-
-def model_folder() -> Path | None:
-    """The exported embedding model, when at hand ($MEMCLI_HOME/models or
-    ~/.local/share/memcli/models): without it --blocks would export one first."""
-    for home in (os.environ.get("MEMCLI_HOME"), "~/.local/share/memcli"):
-        if home and (Path(home).expanduser() / "models").is_dir():
-            return Path(home).expanduser() / "models"
-    return None
 
 
 def paragraphs(size: int, seed: int = 7) -> str:

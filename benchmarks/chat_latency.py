@@ -31,6 +31,15 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from llm_server import LLMServer  # noqa: E402
 
 
+def model_folder() -> Path | None:
+    """The exported embedding model, when at hand ($MEMCLI_HOME/models or
+    ~/.local/share/memcli/models): without it, a command with the default blocks exports one."""
+    for home in (os.environ.get("MEMCLI_HOME"), "~/.local/share/memcli"):
+        if home and (Path(home).expanduser() / "models").is_dir():
+            return Path(home).expanduser() / "models"
+    return None
+
+
 def read_reply(proc: subprocess.Popen[bytes]) -> float:
     """Wait for the next reply's first byte on stdout; when it came, then read the reply to its
     empty line."""

@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from chat_latency import read_reply  # noqa: E402 (this folder: the script's own)
+from chat_latency import model_folder, read_reply  # noqa: E402 (this folder: the script's own)
 from llm_server import LLMServer  # noqa: E402
 
 FACTS = "<facts><fact>The user keeps bees</fact></facts>"
@@ -138,12 +138,6 @@ for chunk in litellm.completion(model="openai/test", api_base=sys.argv[1], api_k
 """,
 }
 
-
-def model_folder() -> Path | None:
-    for home in (os.environ.get("MEMCLI_HOME"), "~/.local/share/memcli"):
-        if home and (Path(home).expanduser() / "models").is_dir():
-            return Path(home).expanduser() / "models"
-    return None
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from chat_latency import read_reply  # noqa: E402
+from chat_latency import model_folder, read_reply  # noqa: E402
 from llm_server import LLMServer  # noqa: E402
 
 FACTS = "<facts><fact>The user keeps bees</fact></facts>"
@@ -294,12 +294,6 @@ def run_http(env: dict[str, str], db: Path, calls: int, errlog: Path) -> None:
         proc.terminate()
         proc.wait(60)
 
-
-def model_folder() -> Path | None:
-    for home in (os.environ.get("MEMCLI_HOME"), "~/.local/share/memcli"):
-        if home and (Path(home).expanduser() / "models").is_dir():
-            return Path(home).expanduser() / "models"
-    return None
 
 
 def main() -> None:
