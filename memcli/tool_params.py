@@ -1,5 +1,5 @@
 """The agent tools' parameter types, with what their schemas show: descriptions, enums and bounds
-(pydantic's `Field`). `memcli.tools` resolves its tool functions' annotations against this
+(pydantic's `Field`). `memcli.tool_calls` resolves its tool functions' annotations against this
 module when it makes the tools; it is apart because importing pydantic costs about 65 ms, which
 the commands that only use the fact helpers of `memcli.tools` (`memcli facts`) do not pay.
 It also holds what the served tools share beyond their parameters: the strict argument check

@@ -17,7 +17,8 @@ from memcli.config import load_settings
 from memcli.flush import Budget
 from memcli.llm import LLMConfig
 from memcli.store import facts as fact_store
-from memcli.tools import CHAT_TOOLS, AgentTools, chat_tools
+from memcli.tool_calls import CHAT_TOOLS, chat_tools
+from memcli.tools import AgentTools
 
 ADD = {
     "tool_calls": [{"name": "add_fact", "arguments": {"text": "Ana is vegan"}}],
@@ -288,7 +289,7 @@ def test_a_model_litellm_knows_without_tools_is_never_offered_them(tmp_path, llm
 
 def test_the_chat_and_the_mcp_server_share_one_definition_of_the_tools(tmp_path):
     from memcli.cli.mcp import build_server
-    from memcli.tools import ToolSet, description, tool_functions
+    from memcli.tool_calls import ToolSet, description, tool_functions
 
     settings = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": "ana"})
     tools = AgentTools(SQLiteStore(tmp_path / "t.db"), settings, "ana")

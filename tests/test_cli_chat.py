@@ -708,7 +708,8 @@ def test_full_screen_app_shows_each_memory_tool_call(tmp_path, llm):
     from memcli.cli.chat.ui import ChatApp
     from memcli.config import load_settings
     from memcli.llm import LLMConfig
-    from memcli.tools import AgentTools, chat_tools
+    from memcli.tool_calls import chat_tools
+    from memcli.tools import AgentTools
 
     store = SQLiteStore(tmp_path / "ui.db")
     settings = load_settings({"MEMCLI_HOME": str(tmp_path)}, {"user": "ana"})

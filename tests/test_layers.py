@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
     {"memory"},
     {"sessions", "integrations"},
     {"importing", "tools"},
+    {"tool_calls"},
     {"chat"},
     {"cli"},
     {"__main__"},

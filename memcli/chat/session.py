@@ -6,7 +6,7 @@ turn is a generator of events, so a UI can update its panels at each step. Every
 the store runs on the thread that iterates the turn; only the LLM stream runs on a helper thread, so
 that `Turn.cancel()` takes effect at once even while the network is silent.
 
-With memory tools (`Chat(tools=...)`, a `memcli.tools.ToolSet`), the model is offered them:
+With memory tools (`Chat(tools=...)`, a `memcli.tool_calls.ToolSet`), the model is offered them:
 a reply that calls tools is stored as an assistant message with its `tool_calls`, each call runs
 and its result is stored as a `tool` message, and the model is called again with them, until it
 replies in text (at most MAX_TOOL_ROUNDS rounds of calls). A model found not to take tools is
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from memcli.store.base import SessionInfo, Store
     from memcli.store.index import MessageRow
     from memcli.tokens import Tokenizer
-    from memcli.tools import ToolResult, ToolSet
+    from memcli.tool_calls import ToolResult, ToolSet
 
 #: `stream(config, messages, hangup=...)`, with tools `stream(..., tools=..., choice=...)`: text
 #: pieces, then the reply's tool calls (memcli.llm.stream). `hangup` (a memcli.llm.Hangup) is

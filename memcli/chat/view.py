@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from memcli.memory import Flush
     from memcli.messages import Message
     from memcli.store.base import FlushRecord
-    from memcli.tools import ToolResult
+    from memcli.tool_calls import ToolResult
 
 _FACT = re.compile(r"<fact>(.*?)</fact>", re.DOTALL)
 

@@ -444,11 +444,12 @@ def _as_tool(tool_error: type[Exception], function: Any, meta: Any) -> Any:
 
 def build_server(tools: AgentTools | Callable[[], AgentTools]) -> Any:
     """The MCP server (MCPServer in mcp 2, FastMCP in mcp 1) with memcli's tools and resources
-    (the tools: `memcli.tools.tool_functions`, over `tools`, or over the AgentTools `tools()`
+    (the tools: `memcli.tool_calls.tool_functions`, over `tools`, or over the AgentTools `tools()`
     gives for each call: the HTTP server's, of the request's user)."""
     from memcli.errors import MemcliError
+    from memcli.tool_calls import description, tool_functions
     from memcli.tool_params import TOOL_HINTS, strict
-    from memcli.tools import AgentTools, description, tool_functions
+    from memcli.tools import AgentTools
 
     try:
         from mcp.server.mcpserver import MCPServer as Server

@@ -284,7 +284,8 @@ def memory_tools(s: Settings, store: Any, user_id: str, blocks: list[Any]) -> An
     facts in the chat's fact block, search through the chat's vector block (its model loaded
     once) or, without one, as `memcli search` searches. Changes are recorded as chat-tool."""
     from memcli.blocks.vector import VectorBlock
-    from memcli.tools import AgentTools, chat_tools
+    from memcli.tool_calls import chat_tools
+    from memcli.tools import AgentTools
 
     vector = next((b for b in blocks if isinstance(b, VectorBlock)), None)
     tools = AgentTools(
