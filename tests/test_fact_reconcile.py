@@ -12,7 +12,7 @@ import pytest
 from fakes import WordTokenizer
 
 from memcli import FactBlock, Memory, Message
-from memcli.blocks.facts import parse_fact_reply
+from memcli.blocks.fact_replies import parse_fact_reply
 from memcli.store import facts as fact_store
 from memcli.store import longterm
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memcli.blocks.facts import parse_fact_reply
+from memcli.blocks.fact_replies import parse_fact_reply
 
 EXAMPLE_ECHO = """<facts>
   <fact topics="topic a, topic b" entities="Name">Specific fact 1</fact>

@@ -9,7 +9,7 @@ import pytest
 from helpers import memcli, no_blocks  # noqa: F401 (a fixture)
 from test_blocks_facts import facts_memory, turn
 
-from memcli.blocks.facts import EXTRACT_PROMPT, parse_fact_reply
+from memcli.blocks.fact_replies import EXTRACT_PROMPT, parse_fact_reply
 from memcli.store import facts as fact_store
 from memcli.store import longterm, open_store
 
